@@ -1,0 +1,1 @@
+"""Access control: policies, principals and provenance-gated visibility (design §2, §5)."""

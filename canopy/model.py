@@ -1,0 +1,178 @@
+"""Every artifact's shape, defined once.
+
+Provenance is data: each derived artifact carries the sorted tuple of text-unit ids it was
+derived from (`text_unit_ids`). Serving rules (design §2) are checked against exactly that field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ClaimInstance",
+    "Claim",
+    "Community",
+    "Document",
+    "EntityInstance",
+    "Entity",
+    "Extraction",
+    "Finding",
+    "RelationshipInstance",
+    "Relationship",
+    "Report",
+    "Skip",
+    "TextUnit",
+    "UnitFailure",
+]
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    path: str  # relative to the documents folder, POSIX separators
+    content_hash: str
+    title: str
+    n_chars: int
+    labels: tuple[str, ...] = ()  # ACL labels from the policy; () with no policy
+
+
+@dataclass(frozen=True)
+class TextUnit:
+    id: str
+    document_id: str
+    ordinal: int
+    text: str
+    n_tokens: int
+    char_start: int  # span of the unit's own text (without overlap prefix) in the document
+    char_end: int
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A file that was not indexed, and why (visible in `canopy status`)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class UnitFailure:
+    """A text unit whose extraction failed after retries and repair; retried on the next run."""
+
+    unit_id: str
+    task: str
+    error: str
+
+
+# ---- extraction output, one per text unit -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntityInstance:
+    name: str
+    type: str
+    description: str
+
+
+@dataclass(frozen=True)
+class RelationshipInstance:
+    source: str
+    target: str
+    description: str
+    strength: float = 1.0
+
+
+@dataclass(frozen=True)
+class ClaimInstance:
+    subject: str
+    object: str
+    type: str
+    status: str  # TRUE | FALSE | SUSPECTED
+    description: str
+
+
+@dataclass(frozen=True)
+class Extraction:
+    unit_id: str
+    entities: tuple[EntityInstance, ...] = ()
+    relationships: tuple[RelationshipInstance, ...] = ()
+    claims: tuple[ClaimInstance, ...] = ()
+    passes: int = 1  # extraction + gleaning passes actually run
+
+
+# ---- merged graph -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entity:
+    id: str
+    name: str  # display name: the most frequent surface form
+    type: str
+    description: str
+    text_unit_ids: tuple[str, ...]
+    degree: int = 0
+
+
+@dataclass(frozen=True)
+class Relationship:
+    id: str
+    source: str  # entity id
+    target: str  # entity id
+    description: str
+    weight: float  # summed strength of instances
+    text_unit_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    subject: str  # entity id
+    object: str  # entity id or ""
+    type: str
+    status: str
+    description: str
+    text_unit_ids: tuple[str, ...]
+
+
+# ---- communities and reports --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Community:
+    id: str
+    level: int
+    parent: str | None
+    children: tuple[str, ...]
+    entity_ids: tuple[str, ...]
+    relationship_ids: tuple[str, ...]  # relationships with both endpoints inside
+    text_unit_ids: tuple[str, ...]  # union of members' provenance
+    fingerprint: str = ""  # hash of members' and children's content; reports regenerate on change
+
+
+@dataclass(frozen=True)
+class Finding:
+    summary: str
+    explanation: str
+    entity_ids: tuple[str, ...] = ()
+    relationship_ids: tuple[str, ...] = ()
+    text_unit_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    community_id: str
+    level: int
+    title: str
+    summary: str
+    rating: float
+    rating_explanation: str
+    findings: tuple[Finding, ...]
+    text_unit_ids: tuple[str, ...]
+    fingerprint: str
+    context_tokens: int = 0
+    used_subreports: tuple[str, ...] = field(default=())  # child community ids substituted
+
+    def full_text(self) -> str:
+        parts = [f"# {self.title}", self.summary]
+        parts += [f"## {f.summary}\n{f.explanation}" for f in self.findings]
+        return "\n\n".join(parts)

@@ -1,0 +1,39 @@
+"""Provider construction: the one place that decides builtin vs. OpenAI-compatible."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from canopy.settings import Settings
+
+if TYPE_CHECKING:
+    from canopy.providers.base import Provider
+    from canopy.store import Store
+    from indexer.embeddings import Embedder  # noqa: F401 - typing only
+
+__all__ = ["make_embedder", "make_provider"]
+
+
+def make_provider(settings: Settings, store: Store | None = None) -> Provider:
+    """The LLM provider when an endpoint is configured, else the builtin offline provider."""
+    if settings.llm.enabled:
+        from canopy.llm import ChatClient
+        from canopy.providers.llm import LLMProvider
+
+        return LLMProvider(ChatClient(settings.llm, cache=store))
+    from canopy.providers.builtin import BuiltinProvider
+
+    return BuiltinProvider()
+
+
+def make_embedder(settings: Settings):  # type: ignore[no-untyped-def]
+    """An OpenAI-compatible embedder when [embed] base_url is set, else the builtin hashing one.
+
+    The chat endpoint is not assumed to serve embeddings (many local servers do not)."""
+    if settings.embed.enabled:
+        from canopy.providers.embed import OpenAIEmbedder
+
+        return OpenAIEmbedder(settings.embed)
+    from canopy.providers.hashing import HashEmbedder
+
+    return HashEmbedder(settings.embed.dims)

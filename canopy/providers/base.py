@@ -1,0 +1,246 @@
+"""The provider seam: every task that needs "intelligence" goes through one `Provider`.
+
+Two implementations share these signatures and output types:
+- `LLMProvider` (canopy.providers.llm): prompts from `prompts/` sent to an OpenAI-compatible
+  endpoint through `ChatClient`, with structured outputs validated by the pydantic models below;
+- `BuiltinProvider` (canopy.providers.builtin): offline heuristics and extractive summaries that
+  return the very same types, so the whole product runs and is testable with no network.
+
+Inputs are typed context objects (not pre-rendered prompts) so the builtin provider can work on
+structure; `render()` methods give the text an LLM sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from canopy.model import Claim, Entity, Extraction, Relationship, Report, TextUnit
+
+__all__ = [
+    "AnswerOut",
+    "ContextBlock",
+    "DriftOut",
+    "ExtractionOut",
+    "MapOut",
+    "MapPoint",
+    "Provider",
+    "RatingOut",
+    "ReportContext",
+    "ReportOut",
+    "SummaryOut",
+    "Usage",
+]
+
+
+# ---- structured outputs (the JSON schemas sent as response_format) --------------------------
+
+
+class EntityOut(BaseModel):
+    name: str = Field(description="Entity name as written in the text")
+    type: str = Field(description="One of the allowed entity types")
+    description: str = Field(description="Comprehensive description of the entity's attributes and activities")
+
+
+class RelationshipOut(BaseModel):
+    source: str = Field(description="Name of the source entity (must be one of the entities)")
+    target: str = Field(description="Name of the target entity (must be one of the entities)")
+    description: str = Field(description="Why the source and target are related")
+    strength: int = Field(ge=1, le=10, description="Strength of the relationship, 1-10")
+
+
+class ClaimOut(BaseModel):
+    subject: str
+    object: str = ""
+    type: str
+    status: str = Field(description="TRUE, FALSE or SUSPECTED")
+    description: str
+
+
+class ExtractionOut(BaseModel):
+    entities: list[EntityOut] = []
+    relationships: list[RelationshipOut] = []
+    claims: list[ClaimOut] = []
+
+
+class SummaryOut(BaseModel):
+    description: str
+
+
+class FindingOut(BaseModel):
+    summary: str = Field(description="Short headline of the insight")
+    explanation: str = Field(description="Several sentences grounded in the data, citing record ids")
+    entity_ids: list[int] = Field([], description="Ids of entity records (from the Entities table) supporting it")
+    relationship_ids: list[int] = Field([], description="Ids of relationship records supporting it")
+    report_ids: list[int] = Field([], description="Ids of sub-community reports supporting it")
+
+
+class ReportOut(BaseModel):
+    title: str
+    summary: str
+    rating: float = Field(ge=0, le=10, description="Impact severity / importance, 0-10")
+    rating_explanation: str
+    findings: list[FindingOut]
+
+
+class MapPoint(BaseModel):
+    description: str = Field(description="A point of the answer, citing report ids like [Data: Reports (2, 7)]")
+    score: int = Field(ge=0, le=100, description="How helpful the point is for answering the question, 0-100")
+    report_ids: list[str] = Field([], description="Community/report ids that support the point")
+
+
+class MapOut(BaseModel):
+    points: list[MapPoint]
+
+
+class RatingOut(BaseModel):
+    score: int = Field(ge=0, le=10, description="Relevance of the report to the question, 0-10")
+
+
+class AnswerOut(BaseModel):
+    answer: str
+
+
+class DriftOut(BaseModel):
+    intermediate_answer: str
+    score: int = Field(ge=0, le=100, description="How well the answer addresses the question")
+    follow_up_queries: list[str] = Field(description="Specific questions that would improve the answer")
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContextBlock:
+    """One citable piece of query context (a report, entity, relationship, claim or text unit)."""
+
+    kind: str  # report | entity | relationship | claim | text_unit
+    id: str
+    title: str
+    text: str
+    source: str = ""  # document path for text units
+
+
+_PLURAL = {"entity": "entities", "relationship": "relationships", "text_unit": "text units", "claim": "claims",
+           "report": "reports"}
+
+
+def render_blocks(blocks: list[ContextBlock]) -> str:
+    out: list[str] = []
+    kind = None
+    for b in blocks:
+        if b.kind != kind:
+            kind = b.kind
+            out.append(f"\n-----{_PLURAL.get(kind, kind + 's')}-----")
+        head = f"[{b.kind} {b.id}] {b.title}".rstrip()
+        out.append(f"{head}\n{b.text}" if b.text else head)
+    return "\n".join(out).strip()
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What one community report is written from (Edge et al. 2024 §2.1.5).
+
+    Elements are listed by prominence; `sub_reports` are child reports substituted for elements
+    when the full element list did not fit the budget. Short integer ids (`entities[i]` has id i)
+    are what the LLM cites; the indexer maps them back to artifact ids."""
+
+    community_id: str
+    level: int
+    entities: list[Entity]
+    relationships: list[Relationship]
+    claims: list[Claim] = field(default_factory=list)
+    sub_reports: list[Report] = field(default_factory=list)
+    degrees: dict[str, int] = field(default_factory=dict)
+
+    def render(self) -> str:
+        parts: list[str] = []
+        if self.sub_reports:
+            parts.append("-----Reports-----\nid,title,content")
+            parts += [f"{i},{r.title},{r.full_text()}" for i, r in enumerate(self.sub_reports)]
+        parts.append("-----Entities-----\nid,entity,description,degree")
+        parts += [f"{i},{e.name},{e.description},{self.degrees.get(e.id, e.degree)}" for i, e in enumerate(self.entities)]
+        names = {e.id: e.name for e in self.entities}
+        if self.relationships:
+            parts.append("-----Relationships-----\nid,source,target,description,weight")
+            parts += [
+                f"{i},{names.get(r.source, r.source)},{names.get(r.target, r.target)},{r.description},{r.weight:g}"
+                for i, r in enumerate(self.relationships)
+            ]
+        if self.claims:
+            parts.append("-----Claims-----\nid,subject,type,status,description")
+            parts += [f"{i},{names.get(c.subject, c.subject)},{c.type},{c.status},{c.description}"
+                      for i, c in enumerate(self.claims)]
+        return "\n".join(parts)
+
+
+@dataclass
+class Usage:
+    """LLM accounting for one task."""
+
+    calls: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failures: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.cached += other.cached
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.failures += other.failures
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(calls=self.calls, cached=self.cached, prompt_tokens=self.prompt_tokens,
+                    completion_tokens=self.completion_tokens, failures=self.failures)
+
+
+class Provider(Protocol):
+    """Task-level operations. All methods are async; implementations must be deterministic
+    given their inputs (the LLM path through temperature 0 and the response cache)."""
+
+    name: str  # "builtin" or "openai:<model>"
+
+    def usage(self) -> dict[str, Usage]:
+        """Accounting per task name since creation (extract, glean, summarize, report, map, ...)."""
+        ...
+
+    async def extract(self, unit: TextUnit, *, entity_types: list[str], claims: bool, max_gleanings: int) -> Extraction:
+        """Entities, relationships (and claims) of one text unit, with adaptive gleaning.
+        Raises `InvalidOutput` when output stays invalid after retries and repair."""
+        ...
+
+    async def summarize(self, name: str, descriptions: list[str], *, max_tokens: int) -> str:
+        """One coherent description from several descriptions of the same entity/relationship."""
+        ...
+
+    async def report(self, context: ReportContext, *, max_tokens: int) -> ReportOut:
+        """A community report; finding ids index into context.entities/relationships/sub_reports."""
+        ...
+
+    async def rate(self, query: str, report: Report) -> int:
+        """0-10 relevance of a report to a query (dynamic community selection)."""
+        ...
+
+    async def map(self, query: str, reports: list[Report], *, response_type: str) -> MapOut:
+        """Global search map step over one batch of reports; points scored 0-100."""
+        ...
+
+    async def reduce(self, query: str, points: list[MapPoint], *, response_type: str) -> str:
+        """Global search reduce step: the final answer from the best map points."""
+        ...
+
+    async def answer(self, query: str, blocks: list[ContextBlock], *, response_type: str) -> str:
+        """Answer from mixed context (local/basic search)."""
+        ...
+
+    async def hyde(self, query: str) -> str:
+        """A hypothetical answer used to find similar reports (DRIFT primer)."""
+        ...
+
+    async def drift(self, query: str, blocks: list[ContextBlock]) -> DriftOut:
+        """Intermediate answer, its score and follow-up questions (DRIFT primer and steps)."""
+        ...

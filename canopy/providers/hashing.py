@@ -1,0 +1,75 @@
+"""The builtin embedder: signed feature hashing of words, word bigrams and CJK character bigrams.
+
+It needs no model file and no download, is deterministic, and embeds tens of thousands of short
+texts per second. It is lexical, not semantic: Canopy always fuses it with LanceDB's BM25
+full-text search (see README, "Retrieval without a model", for the measurement behind this
+choice). Configure an embeddings endpoint for semantic retrieval.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections import Counter
+
+import numpy as np
+
+__all__ = ["HashEmbedder", "lexical_terms"]
+
+_WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_STOP = frozenset(
+    "a an and are as at be been but by for from had has have he her his i if in into is it its me my "
+    "not of on or our she so that the their them then there these they this to was we were what when "
+    "where which who whom why will with would you your do does did can could should about after before "
+    "than also more most other some such only own same very just over under again further once here".split()
+)
+
+
+def _stem(w: str) -> str:
+    for suf in ("ingly", "edly", "ing", "ies", "ied", "es", "ed", "ly", "s"):
+        if len(w) > len(suf) + 3 and w.endswith(suf):
+            return w[: -len(suf)] + ("y" if suf in ("ies", "ied") else "")
+    return w
+
+
+def lexical_terms(text: str) -> list[str]:
+    """Lower-cased, stemmed content words; CJK runs become character bigrams."""
+    out: list[str] = []
+    for m in _WORD.finditer(text.lower()):
+        w = m.group()
+        if _CJK.search(w):
+            chars = [c for c in w if _CJK.match(c)]
+            out += [a + b for a, b in zip(chars, chars[1:], strict=False)] or chars
+        elif w not in _STOP and len(w) > 1:
+            out.append(_stem(w))
+    return out
+
+
+class HashEmbedder:
+    """L2-normalised hashed bag of terms and term bigrams (sublinear tf)."""
+
+    def __init__(self, dims: int = 384) -> None:
+        self.dims = dims
+        self.name = f"builtin-hash-{dims}"
+
+    def _vector(self, text: str) -> np.ndarray:
+        terms = lexical_terms(text)
+        feats: Counter[str] = Counter(terms)
+        for a, b in zip(terms, terms[1:], strict=False):
+            feats[a + " " + b] += 0.5
+        v = np.zeros(self.dims, dtype=np.float32)
+        for f, tf in feats.items():
+            h = zlib.crc32(f.encode("utf-8"))
+            v[h % self.dims] += (1.0 if (h >> 31) & 1 else -1.0) * (1.0 + math.log(tf) if tf >= 1 else tf)
+        n = float(np.linalg.norm(v))
+        return v / n if n > 0 else v
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return self.embed_sync(texts)
+
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return np.stack([self._vector(t) for t in texts])

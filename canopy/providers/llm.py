@@ -1,0 +1,242 @@
+"""`LLMProvider`: the Provider tasks as prompts (from `prompts/`) sent through one `ChatClient`.
+
+Extraction follows Edge et al. 2024 §2.1.2: one extraction pass, then up to `max_gleanings`
+gleaning passes that ask for what the earlier passes missed. Gleaning is adaptive: it stops as
+soon as a pass adds no new entity (by normalized name) and no new relationship. Output is checked
+against the request: relationships and claims must refer to extracted entities, and entity types
+must be among the allowed ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from canopy.ids import normalize_name
+from canopy.llm import ChatClient
+from canopy.model import (
+    ClaimInstance,
+    EntityInstance,
+    Extraction,
+    RelationshipInstance,
+    Report,
+    TextUnit,
+)
+from canopy.providers.base import (
+    ContextBlock,
+    DriftOut,
+    ExtractionOut,
+    MapOut,
+    MapPoint,
+    RatingOut,
+    ReportContext,
+    ReportOut,
+    Usage,
+    render_blocks,
+)
+from prompts import render
+
+__all__ = ["LLMProvider"]
+
+CLAIMS_ON = "Extract claims as described below."
+CLAIMS_OFF = 'Skip this step: do not extract claims, and reply with an empty "claims" list.'
+NO_DATA_ANSWER = "The indexed documents do not contain information that answers this question."
+_CLAIM_STATUSES = ("TRUE", "FALSE", "SUSPECTED")
+
+
+def _user(content: str) -> list[dict]:
+    return [{"role": "user", "content": content}]
+
+
+def _words(max_tokens: int) -> int:
+    return max(20, int(max_tokens * 0.75))
+
+
+class LLMProvider:
+    """The Provider protocol backed by an OpenAI-compatible chat endpoint."""
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+        self.name = f"openai:{client.model}"
+
+    def usage(self) -> dict[str, Usage]:
+        return self.client.usage()
+
+    # ---- indexing ------------------------------------------------------------------------------
+
+    async def extract(
+        self, unit: TextUnit, *, entity_types: list[str], claims: bool, max_gleanings: int
+    ) -> Extraction:
+        types = ", ".join(entity_types)
+        prompt = render(
+            "extract",
+            entity_types=types,
+            claims_switch=CLAIMS_ON if claims else CLAIMS_OFF,
+            text=unit.text,
+        )
+        messages = _user(prompt)
+        out = await self.client.json("extract", messages, ExtractionOut)
+        acc = _Accumulator(entity_types, claims)
+        acc.add(out)
+        passes = 1
+        for _ in range(max_gleanings):
+            messages = [
+                *messages,
+                {"role": "assistant", "content": out.model_dump_json()},
+                *_user(render("glean", entity_types=types)),
+            ]
+            out = await self.client.json("glean", messages, ExtractionOut)
+            passes += 1
+            if not acc.add(out):
+                break
+        return acc.result(unit.id, passes)
+
+    async def summarize(self, name: str, descriptions: list[str], *, max_tokens: int) -> str:
+        distinct = list(dict.fromkeys(d.strip() for d in descriptions if d.strip()))
+        if len(distinct) <= 1:
+            return distinct[0] if distinct else ""
+        listing = "\n".join(f"- {d}" for d in distinct)
+        prompt = render("summarize", name=name, descriptions=listing, max_words=_words(max_tokens))
+        text = await self.client.text("summarize", _user(prompt), max_tokens=max_tokens)
+        return text.strip() or " ".join(distinct)
+
+    async def report(self, context: ReportContext, *, max_tokens: int) -> ReportOut:
+        prompt = render("report", context=context.render(), max_words=_words(max_tokens))
+        out = await self.client.json("report", _user(prompt), ReportOut)
+        n_ent, n_rel, n_rep = (
+            len(context.entities),
+            len(context.relationships),
+            len(context.sub_reports),
+        )
+        findings = [
+            f.model_copy(
+                update={
+                    "entity_ids": _in_range(f.entity_ids, n_ent),
+                    "relationship_ids": _in_range(f.relationship_ids, n_rel),
+                    "report_ids": _in_range(f.report_ids, n_rep),
+                }
+            )
+            for f in out.findings
+        ]
+        return out.model_copy(update={"findings": findings})
+
+    # ---- querying ------------------------------------------------------------------------------
+
+    async def rate(self, query: str, report: Report) -> int:
+        prompt = render("rate", query=query, report=report.full_text())
+        return (await self.client.json("rate", _user(prompt), RatingOut)).score
+
+    async def map(self, query: str, reports: list[Report], *, response_type: str) -> MapOut:
+        listing = "\n\n".join(f"[Report {r.community_id}] {r.full_text()}" for r in reports)
+        prompt = render("map", query=query, reports=listing, response_type=response_type)
+        out = await self.client.json("map", _user(prompt), MapOut)
+        known = {r.community_id for r in reports}
+        points = [
+            p.model_copy(update={"report_ids": [i for i in p.report_ids if i in known]})
+            for p in out.points
+        ]
+        return MapOut(points=points)
+
+    async def reduce(self, query: str, points: list[MapPoint], *, response_type: str) -> str:
+        ranked = sorted((p for p in points if p.score > 0), key=lambda p: -p.score)
+        if not ranked:
+            return NO_DATA_ANSWER
+        listing = "\n\n".join(
+            f"----- Analyst point {i} (importance {p.score}) -----\n{p.description}"
+            for i, p in enumerate(ranked, 1)
+        )
+        prompt = render("reduce", query=query, points=listing, response_type=response_type)
+        return (await self.client.text("reduce", _user(prompt))).strip()
+
+    async def answer(self, query: str, blocks: list[ContextBlock], *, response_type: str) -> str:
+        prompt = render(
+            "answer", query=query, context=render_blocks(blocks), response_type=response_type
+        )
+        return (await self.client.text("answer", _user(prompt))).strip()
+
+    async def hyde(self, query: str) -> str:
+        return (await self.client.text("hyde", _user(render("hyde", query=query)))).strip()
+
+    async def drift(self, query: str, blocks: list[ContextBlock]) -> DriftOut:
+        prompt = render("drift", query=query, context=render_blocks(blocks))
+        out = await self.client.json("drift", _user(prompt), DriftOut)
+        follow_ups = list(dict.fromkeys(q.strip() for q in out.follow_up_queries if q.strip()))
+        return out.model_copy(update={"follow_up_queries": follow_ups})
+
+
+def _in_range(ids: list[int], n: int) -> list[int]:
+    return list(dict.fromkeys(i for i in ids if 0 <= i < n))
+
+
+class _Accumulator:
+    """Items of all passes over one unit, deduplicated by normalized name."""
+
+    def __init__(self, entity_types: list[str], claims: bool) -> None:
+        self.types = {t.casefold(): t for t in entity_types}
+        self.claims_on = claims
+        self.entities: dict[str, EntityInstance] = {}
+        self.relationships: dict[tuple[str, str], RelationshipInstance] = {}
+        self.claims: dict[tuple[str, str, str, str], ClaimInstance] = {}
+
+    def _type(self, raw: str) -> str:
+        key = raw.strip().casefold()
+        if key in self.types:
+            return self.types[key]
+        close = difflib.get_close_matches(key, list(self.types), n=1, cutoff=0.6)
+        return self.types[close[0]] if close else next(iter(self.types.values()))
+
+    def add(self, out: ExtractionOut) -> bool:
+        """Merge one pass; True when it added an entity or relationship not seen before."""
+        before = (len(self.entities), len(self.relationships))
+        for e in out.entities:
+            key = normalize_name(e.name)
+            if key and key not in self.entities:
+                self.entities[key] = EntityInstance(
+                    e.name.strip(), self._type(e.type), e.description.strip()
+                )
+        for r in out.relationships:
+            a, b = normalize_name(r.source), normalize_name(r.target)
+            pair = (min(a, b), max(a, b))
+            if a and b and a != b and pair not in self.relationships:
+                self.relationships[pair] = RelationshipInstance(
+                    r.source.strip(), r.target.strip(), r.description.strip(), float(r.strength)
+                )
+        if self.claims_on:
+            for c in out.claims:
+                status = c.status.strip().upper()
+                claim = ClaimInstance(
+                    c.subject.strip(),
+                    c.object.strip(),
+                    c.type.strip().upper(),
+                    status if status in _CLAIM_STATUSES else "SUSPECTED",
+                    c.description.strip(),
+                )
+                self.claims.setdefault(
+                    (
+                        normalize_name(c.subject),
+                        normalize_name(c.object),
+                        claim.type,
+                        normalize_name(c.description),
+                    ),
+                    claim,
+                )
+        return (len(self.entities), len(self.relationships)) != before
+
+    def result(self, unit_id: str, passes: int) -> Extraction:
+        """Drop relationships and claims whose entities were not extracted; use entity spellings."""
+        names = {key: e.name for key, e in self.entities.items()}
+        rels = []
+        for (a, b), r in self.relationships.items():
+            if a in names and b in names:
+                src, tgt = names[normalize_name(r.source)], names[normalize_name(r.target)]
+                rels.append(RelationshipInstance(src, tgt, r.description, r.strength))
+        claims = []
+        for (subject, obj, _, _), c in self.claims.items():
+            if subject in names and (not obj or obj in names):
+                claims.append(
+                    ClaimInstance(
+                        names[subject], names[obj] if obj else "", c.type, c.status, c.description
+                    )
+                )
+        return Extraction(
+            unit_id, tuple(self.entities.values()), tuple(rels), tuple(claims), passes
+        )

@@ -1,0 +1,213 @@
+"""One settings model: `canopy.toml` (in the documents folder, or `--config`) plus environment.
+
+Precedence, highest first: explicit keyword arguments (tests, CLI flags), environment variables
+(`CANOPY_<SECTION>__<FIELD>`, plus the short aliases below), `canopy.toml`, defaults.
+Short aliases: CANOPY_LLM_BASE_URL / CANOPY_LLM_MODEL / CANOPY_LLM_API_KEY (falling back to
+OPENAI_BASE_URL / OPENAI_API_KEY) and CANOPY_EMBED_BASE_URL / CANOPY_EMBED_MODEL / CANOPY_EMBED_API_KEY.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+__all__ = [
+    "AclRule",
+    "AclSettings",
+    "ChunkSettings",
+    "CommunitySettings",
+    "EmbedSettings",
+    "ExtractSettings",
+    "InputSettings",
+    "LLMSettings",
+    "QuerySettings",
+    "ReportSettings",
+    "Settings",
+    "load_settings",
+]
+
+CONFIG_FILENAME = "canopy.toml"
+INDEX_DIRNAME = ".canopy"
+
+
+class LLMSettings(BaseModel):
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint; unset = builtin offline provider")
+    model: str = Field("gpt-4o-mini", description="Chat model name sent to the endpoint")
+    api_key: SecretStr | None = Field(None, description="API key (many local servers accept any value)")
+    concurrency: int = Field(8, ge=1, le=256, description="Maximum in-flight chat requests")
+    max_retries: int = Field(5, ge=0, le=20, description="Retries on 429/5xx/timeouts, with backoff")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds")
+    json_schema: bool = Field(True, description="Use response_format json_schema; false = JSON mode + validation")
+    temperature: float = Field(0.0, ge=0, le=2)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url)
+
+
+class EmbedSettings(BaseModel):
+    base_url: str | None = Field(None, description="OpenAI-compatible embeddings endpoint; unset = builtin")
+    model: str = Field("text-embedding-3-small", description="Embedding model name sent to the endpoint")
+    api_key: SecretStr | None = None
+    dims: int = Field(384, ge=32, le=4096, description="Dimensions of the builtin hashing embedder")
+    batch_size: int = Field(64, ge=1, le=2048)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url)
+
+
+class InputSettings(BaseModel):
+    extensions: list[str] = Field(
+        [".txt", ".md", ".markdown", ".html", ".htm", ".csv", ".jsonl", ".pdf", ".docx"],
+        description="File extensions that are indexed",
+    )
+    max_file_bytes: int = Field(20_000_000, ge=1, description="Larger files are skipped with a reason")
+    exclude: list[str] = Field(
+        ["**/.git/**", "**/node_modules/**", "**/.*"], description="Glob patterns never indexed"
+    )
+
+
+class ChunkSettings(BaseModel):
+    chunk_tokens: int = Field(1200, ge=50, le=32000, description="Maximum tokens of a text unit")
+    overlap_tokens: int = Field(100, ge=0, le=2000, description="Tokens of preceding text prefixed to a unit")
+    encoding: str = Field("o200k_base", description="tiktoken encoding used for all counts")
+
+
+class ExtractSettings(BaseModel):
+    entity_types: list[str] = Field(["organization", "person", "geo", "event"])
+    max_gleanings: int = Field(1, ge=0, le=5, description="Extra passes; stops early when a pass adds nothing")
+    claims: bool = Field(False, description="Extract claims (covariates)")
+    summary_max_tokens: int = Field(300, ge=20, description="Budget of a merged description summary")
+
+
+class CommunitySettings(BaseModel):
+    max_cluster_size: int = Field(10, ge=2)
+    seed: int = Field(0xDEADBEEF)
+    max_levels: int = Field(4, ge=1, le=10)
+    modularity_drift: float = Field(0.05, ge=0, description="Re-cluster from scratch when modularity falls by more")
+
+
+class ReportSettings(BaseModel):
+    max_context_tokens: int = Field(8000, ge=500, description="Context budget for one report")
+    max_report_tokens: int = Field(1500, ge=100)
+
+
+class QuerySettings(BaseModel):
+    seed: int = 42
+    map_batch_tokens: int = Field(8000, ge=500, description="Report tokens per global map call")
+    reduce_tokens: int = Field(8000, ge=500)
+    local_context_tokens: int = Field(8000, ge=500)
+    community_level: int | None = Field(None, description="Fixed level for global search; None = dynamic")
+    drift_depth: int = Field(2, ge=1, le=5)
+    drift_breadth: int = Field(3, ge=1, le=10)
+    result_token_limit: int = Field(20000, ge=1000, description="Cap of one tool result (hosts allow ~25k)")
+
+
+class AclRule(BaseModel):
+    glob: str
+    labels: list[str]
+
+
+class AclSettings(BaseModel):
+    enabled: bool = Field(False, description="True when canopy.toml has an [acl] section")
+    default: list[str] = Field([], description="Labels of files that no rule matches; [] = nobody")
+    rules: list[AclRule] = Field([], description="First matching rule wins (in file order)")
+    principals: dict[str, list[str]] = Field({}, description="principal -> labels it may read")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CANOPY_", env_nested_delimiter="__", extra="ignore", toml_file=None
+    )
+
+    llm: LLMSettings = LLMSettings()
+    embed: EmbedSettings = EmbedSettings()
+    input: InputSettings = InputSettings()
+    chunking: ChunkSettings = ChunkSettings()
+    extract: ExtractSettings = ExtractSettings()
+    communities: CommunitySettings = CommunitySettings()
+    reports: ReportSettings = ReportSettings()
+    query: QuerySettings = QuerySettings()
+    acl: AclSettings = AclSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_path = _CONFIG_PATH.get("path")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _AliasEnvSource(settings_cls), env_settings]
+        if toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+
+# pydantic-settings reads the TOML path from class config; a module slot lets load_settings pick
+# the file per call without subclassing.
+_CONFIG_PATH: dict[str, Path | None] = {"path": None}
+
+
+class _AliasEnvSource(PydanticBaseSettingsSource):
+    """The short, documented variable names (and OpenAI's own) for the endpoint settings."""
+
+    _ALIASES = {
+        ("llm", "base_url"): ("CANOPY_LLM_BASE_URL", "OPENAI_BASE_URL"),
+        ("llm", "model"): ("CANOPY_LLM_MODEL",),
+        ("llm", "api_key"): ("CANOPY_LLM_API_KEY", "OPENAI_API_KEY"),
+        ("embed", "base_url"): ("CANOPY_EMBED_BASE_URL",),
+        ("embed", "model"): ("CANOPY_EMBED_MODEL",),
+        ("embed", "api_key"): ("CANOPY_EMBED_API_KEY",),
+    }
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, dict[str, str]] = {}
+        for (section, key), names in self._ALIASES.items():
+            for name in names:
+                value = os.environ.get(name)
+                if value:
+                    out.setdefault(section, {})[key] = value
+                    break
+        return out
+
+
+def find_config(docs_dir: Path | None, config: Path | None = None) -> Path | None:
+    if config is not None:
+        return config
+    if docs_dir is not None and (docs_dir / CONFIG_FILENAME).is_file():
+        return docs_dir / CONFIG_FILENAME
+    return None
+
+
+def load_settings(docs_dir: Path | None = None, config: Path | None = None, **overrides: Any) -> Settings:
+    """Settings for a documents folder: its canopy.toml (or `config`), then env, then overrides."""
+    path = find_config(docs_dir, config)
+    acl_present = False
+    if path is not None:
+        with path.open("rb") as fh:
+            acl_present = "acl" in tomllib.load(fh)
+    _CONFIG_PATH["path"] = path
+    try:
+        settings = Settings(**overrides)
+    finally:
+        _CONFIG_PATH["path"] = None
+    if acl_present and not settings.acl.enabled:
+        settings.acl.enabled = True
+    return settings

@@ -1,0 +1,72 @@
+"""Token counting that works offline and equals tiktoken's counts.
+
+`tiktoken.get_encoding` downloads its vocabulary on first use. The `bpe-openai` wheel ships the
+same vocabulary files, so we build a real `tiktoken.Encoding` from them (tiktoken's own pattern and
+special tokens): counts are tiktoken's by construction, with no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+from functools import lru_cache
+from importlib import resources
+
+import tiktoken
+from tiktoken_ext import openai_public
+
+__all__ = ["Tokenizer", "get_tokenizer"]
+
+_VOCAB_FILES = {"o200k_base": "o200k_base.tiktoken.gz", "cl100k_base": "cl100k_base.tiktoken.gz"}
+
+
+def _load_ranks(encoding: str) -> dict[bytes, int]:
+    data = resources.files("bpe_openai.data").joinpath(_VOCAB_FILES[encoding]).read_bytes()
+    ranks: dict[bytes, int] = {}
+    for line in gzip.decompress(data).splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+@lru_cache(maxsize=4)
+def _encoding(encoding: str) -> tiktoken.Encoding:
+    if encoding not in _VOCAB_FILES:
+        raise ValueError(f"unsupported encoding {encoding!r}; use one of {sorted(_VOCAB_FILES)}")
+    # tiktoken's constructor for this encoding, with the loader pointed at the bundled file.
+    original = openai_public.load_tiktoken_bpe
+    openai_public.load_tiktoken_bpe = lambda *_a, **_k: _load_ranks(encoding)  # type: ignore[assignment]
+    try:
+        spec = getattr(openai_public, encoding)()
+    finally:
+        openai_public.load_tiktoken_bpe = original  # type: ignore[assignment]
+    return tiktoken.Encoding(**spec)
+
+
+class Tokenizer:
+    """Counts, encodes and truncates text in one tiktoken encoding."""
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        self.name = encoding
+        self._enc = _encoding(encoding)
+
+    def count(self, text: str) -> int:
+        return len(self._enc.encode_ordinary(text))
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode_ordinary(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self._enc.decode(tokens)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        toks = self._enc.encode_ordinary(text)
+        if len(toks) <= max_tokens:
+            return text
+        return self._enc.decode(toks[:max_tokens])
+
+
+@lru_cache(maxsize=4)
+def get_tokenizer(encoding: str = "o200k_base") -> Tokenizer:
+    return Tokenizer(encoding)

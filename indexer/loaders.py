@@ -1,0 +1,179 @@
+"""Load documents from a folder: text, markdown, HTML, CSV/JSONL rows, PDF and DOCX.
+
+Encoding policy: UTF-8 (a BOM is honoured, as is a UTF-16 BOM); otherwise charset-normalizer's
+best guess if it is confident; otherwise the file is skipped as undecodable. Binary files, files
+over `max_file_bytes`, the index folder and `canopy.toml` are never indexed; every skip has a
+reason that `canopy status` shows.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import io
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from canopy.model import Skip
+from canopy.settings import CONFIG_FILENAME, INDEX_DIRNAME, InputSettings
+
+__all__ = ["LoadedDocument", "load_file", "scan_folder"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadedDocument:
+    path: str  # relative POSIX path
+    title: str
+    text: str
+
+
+class _SkipFile(Exception):
+    pass
+
+
+def scan_folder(root: Path, settings: InputSettings, index_dir: Path | None = None) -> Iterator[LoadedDocument | Skip]:
+    """Every indexable file under root, in path order; unreadable ones as `Skip` records."""
+    root = root.resolve()
+    index_dir = (index_dir or root / INDEX_DIRNAME).resolve()
+    exts = {e.lower() for e in settings.extensions}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if _excluded(path, rel, root, index_dir, settings):
+            continue
+        if path.suffix.lower() not in exts:
+            continue
+        try:
+            size = path.stat().st_size
+            if size > settings.max_file_bytes:
+                raise _SkipFile(f"larger than max_file_bytes ({size} > {settings.max_file_bytes})")
+            text = load_file(path)
+            if not text.strip():
+                raise _SkipFile("no text content")
+            yield LoadedDocument(rel, _title(path, text), text)
+        except _SkipFile as exc:
+            yield Skip(rel, str(exc))
+        except FileNotFoundError:
+            continue  # vanished between listing and reading
+        except Exception as exc:  # one bad file never stops the rest
+            log.warning("skipping %s: %s", rel, exc)
+            yield Skip(rel, f"could not be read: {type(exc).__name__}")
+
+
+def _excluded(path: Path, rel: str, root: Path, index_dir: Path, settings: InputSettings) -> bool:
+    if path.name == CONFIG_FILENAME and path.parent == root:
+        return True
+    try:
+        path.resolve().relative_to(index_dir)
+        return True
+    except ValueError:
+        pass
+    return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch("/" + rel, pat) for pat in settings.exclude)
+
+
+def _title(path: Path, text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line[:120]
+    return path.stem
+
+
+def load_file(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".pdf":
+        return _pdf(path)
+    if suffix == ".docx":
+        return _docx(path)
+    raw = path.read_bytes()
+    text = decode_bytes(raw)
+    if suffix in (".html", ".htm"):
+        return _html(text)
+    if suffix == ".csv":
+        return _csv(text)
+    if suffix == ".jsonl":
+        return _jsonl(text)
+    return text
+
+
+def decode_bytes(raw: bytes) -> str:
+    """Text of a file's bytes, newlines normalised to \n; raises _SkipFile when undecodable."""
+    return _decode(raw).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _decode(raw: bytes) -> str:
+    if raw.startswith(b"\xef\xbb\xbf"):
+        return raw[3:].decode("utf-8")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return raw.decode("utf-16")
+    if b"\0" in raw[:8192]:
+        raise _SkipFile("binary file (NUL bytes)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(raw).best()
+    if best is None or best.chaos > 0.2:
+        raise _SkipFile("undecodable: not UTF-8 and no confident encoding guess")
+    return str(best)
+
+
+def _html(text: str) -> str:
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(text, "html.parser")
+    for tag in soup(["script", "style", "noscript"]):
+        tag.decompose()
+    blocks = [el.get_text(" ", strip=True) for el in soup.find_all(["h1", "h2", "h3", "h4", "p", "li", "td", "pre"])]
+    body = "\n\n".join(b for b in blocks if b)
+    return body or soup.get_text("\n", strip=True)
+
+
+def _csv(text: str) -> str:
+    """One paragraph per row: `column: value` pairs, so rows chunk and cite individually."""
+    reader = csv.DictReader(io.StringIO(text))
+    rows = []
+    for row in reader:
+        rows.append("; ".join(f"{k}: {v}" for k, v in row.items() if k and v))
+    return "\n\n".join(rows)
+
+
+def _jsonl(text: str) -> str:
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("jsonl line %d is not JSON; kept as text", n)
+            rows.append(line)
+            continue
+        if isinstance(obj, dict):
+            rows.append("\n".join(f"{k}: {v}" for k, v in obj.items() if isinstance(v, (str, int, float))))
+        else:
+            rows.append(str(obj))
+    return "\n\n".join(rows)
+
+
+def _pdf(path: Path) -> str:
+    try:
+        from pypdf import PdfReader
+    except ImportError as exc:
+        raise _SkipFile("PDF support needs `pip install canopy-graphrag[docs]`") from exc
+    reader = PdfReader(str(path))
+    return "\n\n".join((page.extract_text() or "") for page in reader.pages)
+
+
+def _docx(path: Path) -> str:
+    try:
+        import docx
+    except ImportError as exc:
+        raise _SkipFile("DOCX support needs `pip install canopy-graphrag[docs]`") from exc
+    return "\n\n".join(p.text for p in docx.Document(str(path)).paragraphs if p.text.strip())

@@ -1,0 +1,55 @@
+"""Wiring shared by the CLI, the MCP server and the watcher: folders, settings, policy,
+providers and the store, resolved one way."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acl.policy import Policy
+from canopy.errors import ConfigError, IndexMissing
+from canopy.providers import make_embedder, make_provider
+from canopy.settings import INDEX_DIRNAME, Settings, load_settings
+from canopy.store import Store
+from indexer.pipeline import IndexResult, ProgressFactory, run_index
+
+__all__ = ["Workspace", "build_index", "open_workspace"]
+
+
+@dataclass
+class Workspace:
+    docs_dir: Path
+    index_dir: Path
+    settings: Settings
+    policy: Policy
+
+    def store(self, *, must_exist: bool = False) -> Store:
+        if must_exist and not (self.index_dir / "canopy.sqlite").exists():
+            raise IndexMissing(f"no index at {self.index_dir}: run `canopy index {self.docs_dir}` first")
+        return Store(self.index_dir)
+
+
+def open_workspace(docs_dir: Path, index_dir: Path | None = None, config: Path | None = None,
+                   **overrides: Any) -> Workspace:
+    docs_dir = Path(docs_dir)
+    if not docs_dir.is_dir():
+        raise ConfigError(f"documents folder not found: {docs_dir}")
+    if config is not None and not Path(config).is_file():
+        raise ConfigError(f"config file not found: {config}")
+    settings = load_settings(docs_dir, config, **overrides)
+    index_dir = Path(index_dir) if index_dir else docs_dir / INDEX_DIRNAME
+    return Workspace(docs_dir, index_dir, settings, Policy(settings.acl))
+
+
+def build_index(ws: Workspace, *, full: bool = False, progress: ProgressFactory | None = None) -> IndexResult:
+    """Index (or incrementally update) the workspace's documents; one committed generation."""
+    store = ws.store()
+    try:
+        provider = make_provider(ws.settings, store)
+        embedder = make_embedder(ws.settings)
+        return asyncio.run(run_index(ws.docs_dir, store, ws.settings, provider, embedder,
+                                     labeler=ws.policy.labels_for, full=full, progress=progress))
+    finally:
+        store.close()

@@ -1,0 +1,37 @@
+"""Shared fixtures. Every test runs with a clean environment: no real endpoint can leak in."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "eval-data"
+EXAMPLES = REPO / "examples" / "docs"
+CAROL = SHARED / "books" / "christmas_carol_pg24022.txt"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("CANOPY_", "OPENAI_")):
+            monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture
+def example_docs(tmp_path: Path) -> Path:
+    """A private copy of the bundled example corpus (tests may edit it)."""
+    dst = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, dst)
+    return dst
+
+
+def carol_text() -> str:
+    if not CAROL.exists():
+        pytest.skip(f"shared eval data not found at {CAROL}")
+    return CAROL.read_text(encoding="utf-8")

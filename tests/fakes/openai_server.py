@@ -1,0 +1,341 @@
+"""A fake OpenAI-compatible HTTP endpoint: real sockets on 127.0.0.1, deterministic answers.
+
+    with FakeOpenAI() as server:          # or the `fake_openai` pytest fixture
+        settings = LLMSettings(base_url=server.base_url, model="fake")
+        ...
+        server.count("extract"), server.requests[-1].task
+
+Serves POST /v1/chat/completions and POST /v1/embeddings. The task of a chat request is the
+json_schema name of its response_format, or else the `Task: <name>` marker of its prompt; the
+answer is synthesised from the prompt (see `responses.py`), so it always validates.
+
+Fault injection (each consumes the next matching requests, in order):
+- `fail_next(n, status=429, retry_after=0.01)`: HTTP errors, with Retry-After / retry-after-ms;
+- `malformed_next(n, kind="syntax"|"schema")`: 200 replies whose content is broken JSON, or
+  JSON that matches no schema;
+- `hang_next(n, seconds)`: replies delayed past a client's timeout;
+- `latency = seconds`: every request sleeps (concurrency tests; `max_in_flight` records the peak);
+- `reject_json_schema = True`: 400 "response_format json_schema is not supported";
+- `api_key = "..."` (401 otherwise) and `models = {...}` (404 for others).
+Canned replies: `enqueue(task, content)` makes the next request of that task answer `content`
+(a string, or an object sent as JSON) instead of the synthesised reply.
+
+Standalone, for benchmarks: `python -m tests.fakes.openai_server --port 0 --latency 0` prints
+the base URL and serves until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import struct
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.fakes import responses
+
+__all__ = ["FakeOpenAI", "FakeRequest"]
+
+
+@dataclass
+class FakeRequest:
+    path: str
+    task: str
+    body: dict[str, Any]
+    status: int = 200
+    time: float = field(default_factory=time.monotonic)
+
+
+class FakeOpenAI:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, latency: float = 0.0, dims: int = 64
+    ) -> None:
+        self.latency = latency
+        self.dims = dims
+        self.reject_json_schema = False
+        self.api_key: str | None = None
+        self.models: set[str] | None = None
+        self.requests: list[FakeRequest] = []
+        self.calls: Counter[str] = Counter()
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._faults: deque[tuple[int, float | None]] = deque()
+        self._malformed: deque[str] = deque()
+        self._hangs: deque[float] = deque()
+        self._canned: dict[str, deque[str]] = {}
+        self._httpd = _Server((host, port), _Handler)
+        self._httpd.fake = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="fake-openai",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- fault injection and inspection -------------------------------------------------------
+
+    def fail_next(self, n: int = 1, status: int = 429, retry_after: float | None = 0.01) -> None:
+        with self._lock:
+            self._faults.extend([(status, retry_after)] * n)
+
+    def malformed_next(self, n: int = 1, kind: str = "syntax") -> None:
+        if kind not in ("syntax", "schema"):
+            raise ValueError("kind is 'syntax' or 'schema'")
+        with self._lock:
+            self._malformed.extend([kind] * n)
+
+    def hang_next(self, n: int = 1, seconds: float = 5.0) -> None:
+        with self._lock:
+            self._hangs.extend([seconds] * n)
+
+    def enqueue(self, task: str, content: str | dict[str, Any] | list[Any]) -> None:
+        text = content if isinstance(content, str) else json.dumps(content)
+        with self._lock:
+            self._canned.setdefault(task, deque()).append(text)
+
+    def count(self, task: str) -> int:
+        """Requests received for a task (failed ones included)."""
+        with self._lock:
+            return self.calls[task]
+
+    def tasks(self) -> list[str]:
+        with self._lock:
+            return [r.task for r in self.requests]
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.calls.clear()
+            self._faults.clear()
+            self._malformed.clear()
+            self._hangs.clear()
+            self._canned.clear()
+            self.max_in_flight = 0
+
+    # ---- request handling (called from handler threads) ---------------------------------------
+
+    def handle(
+        self, path: str, headers: Any, body: dict[str, Any]
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        if path.endswith("/chat/completions"):
+            task = responses.identify_task(body)
+        elif path.endswith("/embeddings"):
+            task = "embeddings"
+        else:
+            return 404, {}, _error(f"Unknown path {path}", "not_found")
+        record = FakeRequest(path, task, body)
+        with self._lock:
+            self.requests.append(record)
+            self.calls[task] += 1
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            fault = self._faults.popleft() if self._faults else None
+            hang = self._hangs.popleft() if self._hangs else 0.0
+        try:
+            if self.latency or hang:
+                time.sleep(self.latency + hang)
+            status, extra, payload = self._answer(task, headers, body, fault)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        record.status = status
+        return status, extra, payload
+
+    def _answer(
+        self, task: str, headers: Any, body: dict[str, Any], fault: tuple[int, float | None] | None
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        if self.api_key is not None and headers.get("Authorization") != f"Bearer {self.api_key}":
+            return (
+                401,
+                {},
+                _error(
+                    "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key"
+                ),
+            )
+        if fault is not None:
+            status, wait = fault
+            extra = (
+                {}
+                if wait is None
+                else {"retry-after-ms": str(int(wait * 1000)), "retry-after": f"{wait:g}"}
+            )
+            kind = "rate_limit_exceeded" if status == 429 else "server_error"
+            return status, extra, _error(f"Injected failure {status}.", kind)
+        model = str(body.get("model", ""))
+        if self.models is not None and model not in self.models:
+            return (
+                404,
+                {},
+                _error(
+                    f"The model `{model}` does not exist.",
+                    "invalid_request_error",
+                    code="model_not_found",
+                ),
+            )
+        if task == "embeddings":
+            return 200, {}, self._embeddings(body)
+        fmt = body.get("response_format") or {}
+        if self.reject_json_schema and fmt.get("type") == "json_schema":
+            return (
+                400,
+                {},
+                _error(
+                    "response_format of type json_schema is not supported by this model.",
+                    "invalid_request_error",
+                    param="response_format",
+                ),
+            )
+        with self._lock:
+            broken = self._malformed.popleft() if self._malformed else None
+            canned = self._canned.get(task) if broken is None else None
+            scripted = canned.popleft() if canned else None
+        if broken == "syntax":
+            content = '{"answer": "this reply is cut off'
+        elif broken == "schema":
+            content = "[1, 2, 3]"
+        elif scripted is not None:
+            content = scripted
+        else:
+            content = responses.chat_content(task, body)
+        prompt_chars = sum(len(json.dumps(m.get("content", ""))) for m in body.get("messages", []))
+        usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(content) // 4 + 1}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return (
+            200,
+            {},
+            {
+                "id": f"chatcmpl-fake-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage,
+            },
+        )
+
+    def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        inputs = body.get("input", [])
+        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs]
+        dims = int(body.get("dimensions") or self.dims)
+        data = []
+        for i, text in enumerate(texts):
+            vec = responses.embedding(text, dims)
+            if body.get("encoding_format") == "base64":
+                value: Any = base64.b64encode(struct.pack(f"<{dims}f", *vec)).decode("ascii")
+            else:
+                value = vec
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        tokens = sum(len(t) for t in texts) // 4
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", ""),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+
+def _error(
+    message: str, kind: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the default 5 drops bursts of connections (1 s SYN retry)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._send(400, {}, _error("Request body is not JSON.", "invalid_request_error"))
+            return
+        fake: FakeOpenAI = self.server.fake  # type: ignore[attr-defined]
+        status, extra, payload = fake.handle(self.path, self.headers, body)
+        self._send(status, extra, payload)
+
+    def _send(self, status: int, extra: dict[str, str], payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence request logs
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Fake OpenAI-compatible endpoint (deterministic answers)."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 = an ephemeral port")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds of delay per request")
+    parser.add_argument("--dims", type=int, default=64, help="embedding dimensions")
+    args = parser.parse_args(argv)
+    server = FakeOpenAI(args.host, args.port, latency=args.latency, dims=args.dims).start()
+    print(f"http://{args.host}:{server.port}/v1", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

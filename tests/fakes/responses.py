@@ -1,0 +1,488 @@
+"""Deterministic answers of the fake endpoint, synthesised from the prompt content.
+
+Each function reads the sections of a Canopy prompt (`===== Name =====` headers, see prompts/)
+and returns output that validates against the task's schema. Nothing here imports Canopy: the
+fake must stay an independent model of "an LLM that follows the prompt".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+from typing import Any
+
+TASK_MARKER = re.compile(r"^Task: (\w+)[ \t]*$", re.MULTILINE)
+_SECTION = "===== {name} =====\n(.*?)(?:\n===== |\\Z)"
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_CAPITALIZED = re.compile(r"[A-Z][\w'-]*(?:[ \t]+[A-Z][\w'-]*)*")
+_LEADING = {
+    "a",
+    "after",
+    "an",
+    "and",
+    "as",
+    "at",
+    "before",
+    "but",
+    "by",
+    "during",
+    "for",
+    "from",
+    "he",
+    "her",
+    "his",
+    "if",
+    "in",
+    "it",
+    "its",
+    "last",
+    "of",
+    "on",
+    "our",
+    "she",
+    "since",
+    "the",
+    "their",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "to",
+    "today",
+    "we",
+    "when",
+    "while",
+    "with",
+    "yesterday",
+}
+_STOP = _LEADING | {
+    "about",
+    "all",
+    "also",
+    "any",
+    "are",
+    "been",
+    "can",
+    "did",
+    "does",
+    "had",
+    "has",
+    "have",
+    "how",
+    "into",
+    "is",
+    "main",
+    "most",
+    "not",
+    "over",
+    "say",
+    "said",
+    "than",
+    "that",
+    "was",
+    "were",
+    "what",
+    "which",
+    "who",
+    "why",
+    "will",
+    "would",
+    "you",
+    "your",
+    "between",
+    "themes",
+    "theme",
+    "data",
+}
+_TYPE_HINTS = {
+    "organization": (
+        "inc",
+        "corp",
+        "ltd",
+        "company",
+        "group",
+        "institute",
+        "university",
+        "agency",
+        "council",
+        "bank",
+        "labs",
+        "foundation",
+        "ministry",
+        "department",
+        "association",
+    ),
+    "geo": (
+        "city",
+        "river",
+        "lake",
+        "island",
+        "county",
+        "valley",
+        "harbor",
+        "port",
+        "mount",
+        "bay",
+    ),
+    "event": (
+        "summit",
+        "festival",
+        "conference",
+        "war",
+        "election",
+        "crisis",
+        "treaty",
+        "flood",
+        "strike",
+    ),
+}
+_CLAIM_WORDS = re.compile(
+    r"\b(alleged|accused|announced|reported|fined|sued|claimed|denied)\b", re.I
+)
+
+
+# ---- prompt reading ---------------------------------------------------------------------------
+
+
+def user_texts(body: dict[str, Any]) -> list[str]:
+    return [_content(m) for m in body.get("messages", []) if m.get("role") == "user"]
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, list):  # content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def identify_task(body: dict[str, Any]) -> str:
+    """The schema name of a json_schema request, else the last task marker of the conversation
+    (a repair turn belongs to the task it repairs)."""
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") == "json_schema":
+        return str(fmt.get("json_schema", {}).get("name", "unknown"))
+    markers = [m for text in user_texts(body) for m in TASK_MARKER.findall(text) if m != "repair"]
+    return markers[-1] if markers else "unknown"
+
+
+def section(text: str, name: str) -> str:
+    found = re.search(_SECTION.format(name=re.escape(name)), text, re.DOTALL)
+    return found.group(1).strip() if found else ""
+
+
+def keywords(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]{3,}", text.lower()) if w not in _STOP}
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
+
+
+def capitalized_phrases(sentence: str) -> list[str]:
+    out: list[str] = []
+    for match in _CAPITALIZED.findall(sentence):
+        words = match.split()
+        while words and words[0].lower() in _LEADING:
+            words = words[1:]
+        name = " ".join(words).strip("'-")
+        if len(name) >= 2 and name not in out:
+            out.append(name)
+    return out
+
+
+# ---- indexing tasks ---------------------------------------------------------------------------
+
+
+def _entity_types(prompt: str) -> list[str]:
+    found = re.search(r"whose type is one of: (.+?)\.\n", prompt)
+    types = [t.strip() for t in found.group(1).split(",")] if found else []
+    return [t for t in types if t] or ["organization", "person", "geo", "event"]
+
+
+def _guess_type(name: str, allowed: list[str]) -> str:
+    words = name.lower().split()
+    for kind, hints in _TYPE_HINTS.items():
+        if kind in allowed and any(w in hints for w in words):
+            return kind
+    if "person" in allowed and len(words) == 2:
+        return "person"
+    return allowed[0]
+
+
+def extract(prompt: str) -> dict[str, Any]:
+    text = section(prompt, "Text")
+    types = _entity_types(prompt)
+    claims_on = "Skip this step" not in prompt
+    entities: dict[str, dict[str, str]] = {}
+    together: dict[tuple[str, str], list[str]] = {}
+    claims: list[dict[str, str]] = []
+    for sent in sentences(text):
+        names = capitalized_phrases(sent)
+        for name in names:
+            entities.setdefault(
+                name,
+                {
+                    "name": name,
+                    "type": _guess_type(name, types),
+                    "description": f"{name} appears in the text: {sent}",
+                },
+            )
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                together.setdefault((a, b), []).append(sent)
+        if claims_on and names and _CLAIM_WORDS.search(sent):
+            status = "SUSPECTED" if re.search(r"alleged|accused|claimed", sent, re.I) else "TRUE"
+            claims.append(
+                {
+                    "subject": names[0],
+                    "object": names[1] if len(names) > 1 else "",
+                    "type": "REPORTED_EVENT",
+                    "status": status,
+                    "description": sent,
+                }
+            )
+    relationships = [
+        {
+            "source": a,
+            "target": b,
+            "description": f"{a} and {b} are mentioned together: {sents[0]}",
+            "strength": min(10, 2 + 2 * len(sents)),
+        }
+        for (a, b), sents in together.items()
+    ]
+    return {"entities": list(entities.values()), "relationships": relationships, "claims": claims}
+
+
+def glean(body: dict[str, Any]) -> dict[str, Any]:
+    """One extra entity on the first gleaning turn of a unit, nothing on later turns."""
+    users = user_texts(body)
+    empty: dict[str, Any] = {"entities": [], "relationships": [], "claims": []}
+    if sum(1 for t in users if "glean" in TASK_MARKER.findall(t)) != 1:
+        return empty
+    prompt = users[0]
+    known = set()
+    for m in body.get("messages", []):
+        if m.get("role") == "assistant":
+            try:
+                known |= {e["name"].lower() for e in json.loads(_content(m)).get("entities", [])}
+            except (ValueError, AttributeError, KeyError, TypeError):
+                pass
+    text = section(prompt, "Text")
+    for sent in sentences(text):
+        words = sorted(set(re.findall(r"\b[a-z]{6,}\b", sent)), key=lambda w: (-len(w), w))
+        for word in words:
+            name = word.capitalize()
+            if word in _STOP or name.lower() in known:
+                continue
+            out = dict(empty)
+            out["entities"] = [
+                {
+                    "name": name,
+                    "type": _entity_types(prompt)[0],
+                    "description": f"{name} is mentioned in the text: {sent}",
+                }
+            ]
+            partners = [n for n in capitalized_phrases(sent) if n.lower() in known]
+            if partners:
+                out["relationships"] = [
+                    {
+                        "source": name,
+                        "target": partners[0],
+                        "strength": 3,
+                        "description": f"{name} concerns {partners[0]}: {sent}",
+                    }
+                ]
+            return out
+    return empty
+
+
+def summarize(prompt: str) -> str:
+    lines = section(prompt, "Descriptions").splitlines()
+    items = [ln[2:].strip() for ln in lines if ln.startswith("- ")]
+    return " ".join(dict.fromkeys(items))
+
+
+def _table(context: str, name: str) -> list[list[str]]:
+    """Rows of one `-----Name-----` CSV-like table of a report context (header skipped)."""
+    found = re.search(rf"-----{name}-----\n[^\n]*\n(.*?)(?:\n-----|\Z)", context, re.DOTALL)
+    if not found:
+        return []
+    return [ln.split(",") for ln in found.group(1).splitlines() if re.match(r"^\d+,", ln)]
+
+
+def report(prompt: str) -> dict[str, Any]:
+    context = section(prompt, "Data")
+    entities = [
+        (int(r[0]), r[1], ",".join(r[2:-1]), int(r[-1]) if r[-1].isdigit() else 0)
+        for r in _table(context, "Entities")
+        if len(r) >= 3
+    ]
+    rels = [(int(r[0]), r[1], r[2]) for r in _table(context, "Relationships") if len(r) >= 3]
+    subs = [(int(r[0]), r[1]) for r in _table(context, "Reports") if len(r) >= 2]
+    ranked = sorted(entities, key=lambda e: (-e[3], e[0]))
+    names = [e[1] for e in ranked] or [s[1] for s in subs] or ["Unnamed community"]
+    findings = []
+    for i, name, desc, _ in ranked[:6]:
+        rel_ids = [j for j, s, t in rels if name in (s, t)][:5]
+        findings.append(
+            {
+                "summary": f"The role of {name}",
+                "explanation": desc or f"{name} is a member.",
+                "entity_ids": [i],
+                "relationship_ids": rel_ids,
+                "report_ids": [subs[len(findings) % len(subs)][0]] if subs else [],
+            }
+        )
+    for k, title in subs[: max(0, 5 - len(findings))]:
+        findings.append(
+            {
+                "summary": f"Sub-community: {title}",
+                "explanation": f"It contains the sub-community {title}.",
+                "entity_ids": [],
+                "relationship_ids": [],
+                "report_ids": [k],
+            }
+        )
+    if not findings:
+        findings.append(
+            {
+                "summary": "An empty community",
+                "explanation": "The data lists no members.",
+                "entity_ids": [],
+                "relationship_ids": [],
+                "report_ids": [],
+            }
+        )
+    return {
+        "title": " and ".join(names[:2]) + " community",
+        "summary": f"The community links {', '.join(names[:5])} through {len(rels)} relationships.",
+        "rating": float(min(10, 2 + len(entities) // 2 + len(subs))),
+        "rating_explanation": f"It has {len(entities)} entities and {len(rels)} relationships.",
+        "findings": findings,
+    }
+
+
+# ---- query tasks ------------------------------------------------------------------------------
+
+
+def rate(prompt: str) -> dict[str, Any]:
+    overlap = keywords(section(prompt, "Question")) & keywords(section(prompt, "Report"))
+    return {"score": min(10, 3 * len(overlap))}
+
+
+def map_points(prompt: str) -> dict[str, Any]:
+    query = keywords(section(prompt, "Question"))
+    body = section(prompt, "Reports")
+    parts = re.split(r"^\[Report ([^\]]+)\] ", body, flags=re.MULTILINE)
+    points = []
+    for rid, text in zip(parts[1::2], parts[2::2], strict=True):
+        overlap = sorted(query & keywords(text))
+        if overlap:
+            title = text.strip().splitlines()[0].lstrip("# ").strip()
+            points.append(
+                {
+                    "description": f"{title} is about {', '.join(overlap)} [Data: Reports ({rid})]",
+                    "score": min(100, 25 * len(overlap)),
+                    "report_ids": [rid],
+                }
+            )
+    if not points:
+        points = [
+            {
+                "description": "These reports do not address the question.",
+                "score": 0,
+                "report_ids": [],
+            }
+        ]
+    return {"points": points}
+
+
+def reduce(prompt: str) -> str:
+    query = section(prompt, "Question")
+    lines = [ln.strip() for ln in section(prompt, "Analyst points").splitlines()]
+    points = [ln for ln in lines if ln and not ln.startswith("-----")]
+    return f"## Answer to: {query}\n\n" + "\n".join(f"- {p}" for p in points)
+
+
+def _blocks(context: str) -> list[tuple[str, str, str]]:
+    return re.findall(r"^\[(\w+) ([^\]]+)\] ?(.*)$", context, re.MULTILINE)
+
+
+def answer(prompt: str) -> str:
+    query = keywords(section(prompt, "Question"))
+    context = section(prompt, "Data")
+    cited = [
+        f"{title or kind} [Data: {kind} ({bid})]"
+        for kind, bid, title in _blocks(context)
+        if query & keywords(title)
+    ] or [f"{t or k} [Data: {k} ({b})]" for k, b, t in _blocks(context)[:3]]
+    if not cited:
+        return "The data does not answer the question."
+    return "Based on the data: " + "; ".join(cited[:5]) + "."
+
+
+def hyde(prompt: str) -> str:
+    query = section(prompt, "Question")
+    topics = ", ".join(sorted(keywords(query))) or "the topic"
+    return f"A report answering '{query}' would discuss {topics}."
+
+
+def drift(prompt: str) -> dict[str, Any]:
+    query = keywords(section(prompt, "Question"))
+    blocks = _blocks(section(prompt, "Data"))
+    relevant = [(k, b, t) for k, b, t in blocks if query & keywords(t)]
+    answer_text = (
+        "; ".join(f"{t} [Data: {k} ({b})]" for k, b, t in relevant[:5])
+        or "The data says little about this."
+    )
+    follow = [f"What else is known about {t}?" for _, _, t in (relevant or blocks)[:2] if t]
+    return {
+        "intermediate_answer": answer_text,
+        "score": min(100, 20 * len(relevant)),
+        "follow_up_queries": follow,
+    }
+
+
+# ---- dispatch ---------------------------------------------------------------------------------
+
+
+def chat_content(task: str, body: dict[str, Any]) -> str:
+    """The assistant message content for one request."""
+    users = user_texts(body)
+    prompt = users[0] if users else ""
+    json_tasks = {
+        "extract": extract,
+        "report": report,
+        "rate": rate,
+        "map": map_points,
+        "drift": drift,
+    }
+    text_tasks = {"summarize": summarize, "reduce": reduce, "answer": answer, "hyde": hyde}
+    if task == "glean":
+        return json.dumps(glean(body))
+    if task in json_tasks:
+        return json.dumps(json_tasks[task](prompt))
+    if task in text_tasks:
+        return text_tasks[task](prompt)
+    return (
+        json.dumps({"answer": prompt[:200]})
+        if body.get("response_format")
+        else f"Echo: {prompt[:200]}"
+    )
+
+
+def embedding(text: str, dims: int) -> list[float]:
+    """Bag-of-words hashing: texts sharing words get similar vectors (not normalised)."""
+    vec = [0.0] * dims
+    words = re.findall(r"\w+", text.lower()) or [text]
+    for word in words:
+        digest = hashlib.sha256(word.encode("utf-8")).digest()
+        while len(digest) < dims * 2:
+            digest += hashlib.sha256(digest).digest()
+        for i, (v,) in enumerate(struct.iter_unpack("<h", digest[: dims * 2])):
+            vec[i] += v / 32768.0
+    return vec

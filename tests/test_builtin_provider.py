@@ -1,0 +1,310 @@
+"""The builtin offline provider: heuristic extraction and extractive text in the LLM schemas."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from canopy.ids import normalize_name
+from canopy.model import Claim, Entity, Extraction, Finding, Relationship, Report, TextUnit
+from canopy.providers.base import ContextBlock, MapPoint, ReportContext, ReportOut
+from canopy.providers.builtin import NO_INFORMATION, BuiltinProvider
+from canopy.providers.heuristics import split_sentences
+from canopy.tokens import get_tokenizer
+
+CAROL = Path(__file__).resolve().parents[2] / "shared/eval-data/books/christmas_carol_pg24022.txt"
+TYPES = ["organization", "person", "geo", "event"]
+
+PARAGRAPH = (
+    "Maria Okafor leads Project Kestrel at Northwind Robotics in Rotterdam. "
+    "The battery cells come from Helio Cells Ltd, and Maria Okafor meets Helio Cells Ltd every month. "
+    "In 2024 the robot was shown at the Automate Summit in Hamburg, where EMEA customers placed orders. "
+    "However, the Tern pack was recalled after a defect was found by Dr. Chen."
+)
+CHINESE = "李明是深圳华光传感器有限公司的质量经理。他与陈宇在北京会见了 Project Kestrel 的团队。"
+
+
+def unit(text: str, uid: str = "tu-test") -> TextUnit:
+    return TextUnit(id=uid, document_id="doc-test", ordinal=0, text=text, n_tokens=0, char_start=0,
+                    char_end=len(text))
+
+
+def extract(text: str, *, types: list[str] = TYPES, claims: bool = False, uid: str = "tu-test") -> Extraction:
+    provider = BuiltinProvider()
+    return asyncio.run(provider.extract(unit(text, uid), entity_types=types, claims=claims, max_gleanings=1))
+
+
+def names(ex: Extraction) -> set[str]:
+    return {e.name for e in ex.entities}
+
+
+def entity(name: str, description: str, degree: int = 1) -> Entity:
+    return Entity(id="ent-" + normalize_name(name).replace(" ", "-"), name=name, type="person",
+                  description=description, text_unit_ids=("tu-1",), degree=degree)
+
+
+def relation(a: Entity, b: Entity, description: str, weight: float = 1.0) -> Relationship:
+    return Relationship(id=f"rel-{a.id}-{b.id}", source=a.id, target=b.id, description=description,
+                        weight=weight, text_unit_ids=("tu-1",))
+
+
+def report(cid: str, title: str, summary: str, findings: tuple[Finding, ...] = (), rating: float = 5.0) -> Report:
+    return Report(community_id=cid, level=0, title=title, summary=summary, rating=rating,
+                  rating_explanation="", findings=findings, text_unit_ids=("tu-1",), fingerprint=cid)
+
+
+# ---- extraction -----------------------------------------------------------------------------
+
+
+class TestExtraction:
+    def test_finds_people_organizations_places_events_and_acronyms(self) -> None:
+        found = names(extract(PARAGRAPH))
+        assert {"Maria Okafor", "Project Kestrel", "Northwind Robotics", "Helio Cells Ltd", "Rotterdam",
+                "Hamburg", "Automate Summit", "EMEA", "Dr. Chen"} <= found
+
+    def test_ignores_sentence_initial_common_words(self) -> None:
+        found = {n.lower() for n in names(extract(PARAGRAPH))}
+        assert not found & {"the", "in", "however", "in 2024", "the battery"}
+
+    def test_types_follow_cues_and_stay_within_the_allowed_types(self) -> None:
+        types = {e.name: e.type for e in extract(PARAGRAPH).entities}
+        assert types["Maria Okafor"] == "person"
+        assert types["Helio Cells Ltd"] == "organization"
+        assert types["Rotterdam"] == "geo"
+        assert types["Automate Summit"] == "event"
+        assert types["Dr. Chen"] == "person"
+        restricted = extract(PARAGRAPH, types=["person", "company"])
+        assert {e.type for e in restricted.entities} <= {"person", "company"}
+        assert {e.name: e.type for e in restricted.entities}["Helio Cells Ltd"] == "company"
+
+    def test_relationships_link_co_mentioned_entities_with_the_sentence_as_evidence(self) -> None:
+        ex = extract(PARAGRAPH)
+        rels = {frozenset((r.source, r.target)): r for r in ex.relationships}
+        r = rels[frozenset(("Maria Okafor", "Helio Cells Ltd"))]
+        assert "meets Helio Cells Ltd every month" in r.description
+        assert r.strength == 1.0
+        assert rels[frozenset(("Maria Okafor", "Project Kestrel"))].description.startswith("Maria Okafor leads")
+        assert all(r.source in names(ex) and r.target in names(ex) for r in ex.relationships)
+
+    def test_strength_counts_the_sentences_an_entity_pair_shares(self) -> None:
+        ex = extract("Anna Berg founded Kolibri Labs. Anna Berg still advises Kolibri Labs today.")
+        (rel,) = ex.relationships
+        assert rel.strength == 2.0
+
+    def test_entity_descriptions_are_the_sentences_mentioning_it(self) -> None:
+        ex = extract(PARAGRAPH)
+        desc = {e.name: e.description for e in ex.entities}["Northwind Robotics"]
+        assert desc == "Maria Okafor leads Project Kestrel at Northwind Robotics in Rotterdam."
+        assert all(len(e.description) <= 300 for e in ex.entities)
+
+    def test_chinese_text_yields_chinese_names_and_latin_names_inside_it(self) -> None:
+        ex = extract(CHINESE)
+        types = {e.name: e.type for e in ex.entities}
+        assert types["李明"] == "person"
+        assert types["陈宇"] == "person"
+        assert types["深圳华光传感器有限公司"] == "organization"
+        assert types["北京"] == "geo"
+        assert "Project Kestrel" in types
+
+    def test_claims_are_extracted_only_when_enabled(self) -> None:
+        assert extract(PARAGRAPH).claims == ()
+        claims = extract(PARAGRAPH, claims=True).claims
+        assert [(c.subject, c.type, c.status) for c in claims] == [("Tern", "RECALL", "SUSPECTED")]
+        assert "recalled" in claims[0].description
+
+    def test_garbage_is_dropped(self) -> None:
+        found = names(extract("On Monday, in March 2024, the A team met. I said OK. 12345 units shipped. X"))
+        assert not found
+
+    def test_extraction_is_deterministic_and_runs_one_pass(self) -> None:
+        first, second = extract(PARAGRAPH, claims=True), extract(PARAGRAPH, claims=True)
+        assert first == second
+        assert first.passes == 1 and first.unit_id == "tu-test"
+
+    def test_a_christmas_carol_slice_finds_its_characters_quickly(self) -> None:
+        if not CAROL.exists():
+            pytest.skip(f"shared eval data not found at {CAROL}")
+        text = CAROL.read_text(encoding="utf-8")
+        start = text.index("STAVE ONE")
+        pieces = [text[start + i * 5000 : start + (i + 1) * 5000] for i in range(6)]
+        began = time.perf_counter()
+        found: set[str] = set()
+        for i, piece in enumerate(pieces):
+            found |= names(extract(piece, uid=f"tu-{i}"))
+        assert time.perf_counter() - began < 2.0
+        assert "Scrooge" in found
+        assert {"Bob Cratchit", "Marley"} & found
+
+
+# ---- summaries and reports ------------------------------------------------------------------
+
+
+class TestSummarize:
+    DESCRIPTIONS = [
+        "Maria Okafor leads Project Kestrel. She started the project in 2020 in Rotterdam.",
+        "Maria Okafor leads Project Kestrel. Maria Okafor keeps the risk register for Project Kestrel.",
+        "Maria Okafor presented the Kestrel K2 robot in Hamburg. She likes sailing.",
+    ]
+
+    def test_summary_respects_the_token_budget_and_is_deterministic(self) -> None:
+        provider = BuiltinProvider()
+        tok = get_tokenizer()
+        for budget in (5, 20, 40, 500):
+            out = asyncio.run(provider.summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=budget))
+            assert tok.count(out) <= budget
+            assert out == asyncio.run(provider.summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=budget))
+
+    def test_summary_dedupes_sentences_and_prefers_central_ones(self) -> None:
+        out = asyncio.run(BuiltinProvider().summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=500))
+        assert out.count("Maria Okafor leads Project Kestrel.") == 1
+        short = asyncio.run(BuiltinProvider().summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=12))
+        assert short == "Maria Okafor leads Project Kestrel."
+
+    def test_empty_input_gives_an_empty_summary(self) -> None:
+        assert asyncio.run(BuiltinProvider().summarize("x", [], max_tokens=100)) == ""
+
+
+class TestReport:
+    def context(self, sub_reports: list[Report] | None = None) -> ReportContext:
+        maria = entity("Maria Okafor", "Maria Okafor leads Project Kestrel. She works in Rotterdam.", 3)
+        helio = entity("Helio Cells Ltd", "Helio Cells Ltd supplies battery cells.", 2)
+        kestrel = entity("Project Kestrel", "Project Kestrel builds warehouse robots.", 2)
+        tern = entity("Project Tern", "Project Tern builds battery packs.", 1)
+        rels = [relation(maria, kestrel, "Maria Okafor leads Project Kestrel.", 2.0),
+                relation(helio, kestrel, "Helio Cells Ltd supplies cells for Project Kestrel.", 1.0),
+                relation(tern, helio, "Project Tern buys cells from Helio Cells Ltd.", 3.0)]
+        claims = [Claim(id="c1", subject=tern.id, object="", type="RECALL", status="SUSPECTED",
+                        description="Project Tern recalled packs in October.", text_unit_ids=("tu-1",))]
+        return ReportContext(community_id="c-1", level=1, entities=[tern, helio, maria, kestrel],
+                             relationships=rels, claims=claims, sub_reports=sub_reports or [])
+
+    def test_report_titles_the_top_entities_and_indexes_findings_into_the_context(self) -> None:
+        ctx = self.context()
+        out = asyncio.run(BuiltinProvider().report(ctx, max_tokens=2000))
+        assert isinstance(out, ReportOut)
+        assert out.title == "Maria Okafor, Helio Cells Ltd and Project Kestrel"
+        assert 0 <= out.rating <= 10 and "size" in out.rating_explanation
+        assert 1 <= len(out.findings) <= 8
+        top = out.findings[0]
+        assert top.relationship_ids == [2]  # the heaviest relationship (weight 3)
+        assert top.summary == "Project Tern — Helio Cells Ltd" and top.entity_ids == [0, 1]
+        for f in out.findings:
+            assert all(0 <= i < len(ctx.entities) for i in f.entity_ids)
+            assert all(0 <= i < len(ctx.relationships) for i in f.relationship_ids)
+            for i in f.relationship_ids:
+                assert ctx.relationships[i].description in f.explanation
+            if f.entity_ids and not f.relationship_ids:
+                assert ctx.entities[f.entity_ids[0]].name in f.summary
+
+    def test_report_draws_on_sub_reports_when_given(self) -> None:
+        subs = [report("c-7", "Battery supply chain", "Helio Cells Ltd is the single source of Tern cells."),
+                report("c-8", "Robot engineering", "Project Kestrel integrates Tern packs and Heron cameras.")]
+        out = asyncio.run(BuiltinProvider().report(self.context(subs), max_tokens=2000))
+        assert "single source of Tern cells" in out.summary
+        assert [f.report_ids for f in out.findings if f.report_ids] == [[0], [1]]
+        assert out.findings[0].summary == "Battery supply chain"
+
+    def test_report_stays_within_the_token_budget(self) -> None:
+        tok = get_tokenizer()
+        out = asyncio.run(BuiltinProvider().report(self.context(), max_tokens=120))
+        text = " ".join([out.title, out.summary, out.rating_explanation]
+                        + [f.summary + " " + f.explanation for f in out.findings])
+        assert tok.count(text) <= 120
+
+
+# ---- query time -----------------------------------------------------------------------------
+
+KESTREL = report(
+    "c-3", "Maria Okafor and Project Kestrel",
+    "Maria Okafor leads Project Kestrel, a warehouse robot built in Rotterdam.",
+    (Finding("Battery supply", "Helio Cells Ltd is the single source for Tern battery cells. The recall "
+             "stopped deliveries for three weeks."),),
+)
+COOKING = report("c-9", "Bakery", "The bakery sells sourdough bread and croissants every morning.")
+
+
+class TestQueries:
+    def test_rate_scores_relevant_reports_higher(self) -> None:
+        provider = BuiltinProvider()
+        assert asyncio.run(provider.rate("Who supplies the battery cells?", KESTREL)) > 0
+        assert asyncio.run(provider.rate("Who supplies the battery cells?", COOKING)) == 0
+
+    def test_map_gives_no_points_for_an_unrelated_query_and_cited_points_for_a_related_one(self) -> None:
+        provider = BuiltinProvider()
+        none = asyncio.run(provider.map("quantum chromodynamics lattice", [KESTREL, COOKING], response_type="x"))
+        assert all(p.score == 0 for p in none.points)
+        some = asyncio.run(provider.map("battery cell supplier", [KESTREL, COOKING], response_type="x"))
+        (point,) = some.points
+        assert point.score > 0 and point.report_ids == ["c-3"]
+        assert "Helio Cells Ltd" in point.description and point.description.endswith("[Data: Reports (c-3)]")
+
+    def test_map_treats_a_generic_question_as_about_every_report(self) -> None:
+        out = asyncio.run(BuiltinProvider().map("What are the main themes?", [KESTREL, COOKING], response_type="x"))
+        assert [p.report_ids for p in out.points] == [["c-3"], ["c-9"]]
+        assert all(p.score > 0 for p in out.points)
+
+    def test_reduce_without_points_says_nothing_relevant_was_found(self) -> None:
+        provider = BuiltinProvider()
+        assert asyncio.run(provider.reduce("q", [], response_type="x")) == NO_INFORMATION
+        zero = [MapPoint(description="nothing [Data: Reports (1)]", score=0, report_ids=["1"])]
+        assert asyncio.run(provider.reduce("q", zero, response_type="x")) == NO_INFORMATION
+
+    def test_reduce_lists_points_by_score_with_their_citations(self) -> None:
+        points = [MapPoint(description="Low. [Data: Reports (1)]", score=20, report_ids=["1"]),
+                  MapPoint(description="High. [Data: Reports (2)]", score=90, report_ids=["2"])]
+        out = asyncio.run(BuiltinProvider().reduce("q", points, response_type="x"))
+        assert out.index("- High. [Data: Reports (2)]") < out.index("- Low. [Data: Reports (1)]")
+
+    def test_answer_cites_the_blocks_its_sentences_come_from(self) -> None:
+        blocks = [
+            ContextBlock("entity", "ent-1", "Helio Cells Ltd", "Helio Cells Ltd makes battery cells."),
+            ContextBlock("text_unit", "tu-42", "", "The bakery opens early. Tern packs use cells from Helio "
+                         "Cells Ltd in Rotterdam.", source="docs/tern.md"),
+            ContextBlock("report", "c-9", "Bakery", "The bakery sells bread."),
+        ]
+        out = asyncio.run(BuiltinProvider().answer("Which company makes the battery cells?", blocks,
+                                                   response_type="x"))
+        assert "Helio Cells Ltd makes battery cells. [entity ent-1]" in out
+        assert "[text_unit tu-42]" in out and "bread" not in out
+        nothing = asyncio.run(BuiltinProvider().answer("quantum chromodynamics", blocks, response_type="x"))
+        assert nothing == NO_INFORMATION
+
+    def test_drift_answers_scores_and_asks_follow_ups_about_uncovered_entities(self) -> None:
+        blocks = [
+            ContextBlock("entity", "ent-1", "Helio Cells Ltd", "Helio Cells Ltd supplies cells to Project Kestrel."),
+            ContextBlock("entity", "ent-2", "Project Kestrel", "Project Kestrel builds robots."),
+            ContextBlock("report", "c-3", "Battery supply", "Battery supply for Project Kestrel is fragile."),
+        ]
+        provider = BuiltinProvider()
+        out = asyncio.run(provider.drift("What are the risks for Project Kestrel?", blocks))
+        assert "[entity ent-1]" in out.intermediate_answer
+        assert 0 < out.score <= 100
+        assert out.follow_up_queries == [
+            "What is the role of Helio Cells Ltd in Project Kestrel?",
+            "What does the community of Battery supply reveal about Project Kestrel?",
+        ]
+        assert out == asyncio.run(provider.drift("What are the risks for Project Kestrel?", blocks))
+
+    def test_hyde_returns_the_query_itself(self) -> None:
+        assert asyncio.run(BuiltinProvider().hyde("Who leads Kestrel?")) == "Who leads Kestrel?"
+
+    def test_usage_counts_calls_per_task_with_no_tokens(self) -> None:
+        provider = BuiltinProvider()
+        asyncio.run(provider.hyde("q"))
+        asyncio.run(provider.hyde("q"))
+        asyncio.run(provider.rate("q", KESTREL))
+        usage = provider.usage()
+        assert usage["hyde"].calls == 2 and usage["rate"].calls == 1
+        assert usage["hyde"].prompt_tokens == usage["hyde"].completion_tokens == 0
+        assert provider.name == "builtin"
+
+
+def test_sentences_split_on_latin_and_chinese_punctuation_but_not_on_titles() -> None:
+    text = "Mr. Fezziwig laughed. Dr. Chen agreed!\n\n# Risks\n- Battery supply is thin.\n李明来了。陈宇也来了！"
+    assert split_sentences(text) == ["Mr. Fezziwig laughed.", "Dr. Chen agreed!", "Risks",
+                                     "Battery supply is thin.", "李明来了。", "陈宇也来了！"]
+    assert not re.search(r"\*\*|#", " ".join(split_sentences("**Lead:** Maria Okafor")))

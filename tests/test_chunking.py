@@ -1,0 +1,75 @@
+"""Edit-stable chunking: unit ids are content hashes and edits stay local (design §3.2)."""
+
+from __future__ import annotations
+
+from canopy.tokens import get_tokenizer
+from indexer.chunking import chunk_document
+from tests.conftest import carol_text
+
+TOK = get_tokenizer()
+
+
+def _ids(text: str) -> list[str]:
+    return [u.id for u in chunk_document("doc-1", text, TOK, max_tokens=1200, overlap=100)]
+
+
+def test_units_respect_the_token_budget_and_cover_the_document() -> None:
+    text = carol_text()
+    units = chunk_document("doc-1", text, TOK, max_tokens=1200, overlap=100)
+    assert len(units) > 20
+    for u in units:
+        body = text[u.char_start : u.char_end]
+        assert TOK.count(body) <= 1200
+        assert u.text.endswith(body)
+        assert u.n_tokens == TOK.count(u.text)
+    # Bodies tile the document in order: nothing lost between units except blank space.
+    for a, b in zip(units, units[1:], strict=False):
+        assert a.char_end <= b.char_start
+        assert text[a.char_end : b.char_start].strip() == ""
+
+
+def test_rechunking_the_same_text_gives_the_same_ids() -> None:
+    text = carol_text()
+    assert _ids(text) == _ids(text)
+
+
+def test_a_one_paragraph_edit_in_a_long_document_changes_at_most_two_units() -> None:
+    text = carol_text()
+    paras = text.split("\n\n")
+    before = set(_ids(text))
+    checked = 0
+    for i in range(100, len(paras), 37):  # paragraphs spread over the whole book
+        if len(paras[i]) < 120:
+            continue
+        edited = list(paras)
+        mid = len(edited[i]) // 2
+        edited[i] = edited[i][:mid] + " (an inserted clause, written for this test) " + edited[i][mid:]
+        changed = set(_ids("\n\n".join(edited))) - before
+        assert 1 <= len(changed) <= 2, f"paragraph {i}: {len(changed)} units changed"
+        checked += 1
+    assert checked >= 5
+
+
+def test_appending_a_paragraph_leaves_earlier_units_untouched() -> None:
+    text = carol_text()
+    before = _ids(text)
+    after = _ids(text + "\n\nA new closing paragraph, added later by an editor.")
+    assert before[:-2] == after[: len(before) - 2]
+
+
+def test_identical_paragraphs_in_one_document_get_distinct_ids() -> None:
+    block = "The same boilerplate sentence repeats. " * 200
+    text = "\n\n".join([block] * 4)
+    ids = _ids(text)
+    assert len(ids) == len(set(ids))
+
+
+def test_chinese_text_without_spaces_is_chunked_within_budget() -> None:
+    text = "深圳华光传感器有限公司为项目提供摄像头模组。" * 400
+    units = chunk_document("doc-zh", text, TOK, max_tokens=300, overlap=30)
+    assert len(units) > 3
+    assert all(TOK.count(text[u.char_start : u.char_end]) <= 300 for u in units)
+
+
+def test_empty_text_gives_no_units() -> None:
+    assert chunk_document("doc-1", "  \n\n ", TOK) == []
