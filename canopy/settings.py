@@ -47,6 +47,7 @@ class LLMSettings(BaseModel):
     concurrency: int = Field(8, ge=1, le=256, description="Maximum in-flight chat requests")
     max_retries: int = Field(5, ge=0, le=20, description="Retries on 429/5xx/timeouts, with backoff")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds")
+    backoff_s: float = Field(1.0, ge=0, description="First retry wait when no Retry-After is sent; doubles")
     json_schema: bool = Field(True, description="Use response_format json_schema; false = JSON mode + validation")
     temperature: float = Field(0.0, ge=0, le=2)
 

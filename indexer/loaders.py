@@ -1,7 +1,8 @@
 """Load documents from a folder: text, markdown, HTML, CSV/JSONL rows, PDF and DOCX.
 
-Encoding policy: UTF-8 (a BOM is honoured, as is a UTF-16 BOM); otherwise charset-normalizer's
-best guess if it is confident; otherwise the file is skipped as undecodable. Binary files, files
+Encoding policy: UTF-8 (a BOM is honoured, as is a UTF-16 BOM); otherwise Windows-1252 when it
+decodes cleanly and the detector is not confident in another code page; otherwise
+charset-normalizer's guess if it is confident; otherwise the file is skipped as undecodable. Binary files, files
 over `max_file_bytes`, the index folder and `canopy.toml` are never indexed; every skip has a
 reason that `canopy status` shows.
 """
@@ -118,10 +119,21 @@ def _decode(raw: bytes) -> str:
         pass
     from charset_normalizer import from_bytes
 
-    best = from_bytes(raw).best()
-    if best is None or best.chaos > 0.2:
+    # Short files make detectors guess exotic code pages; Windows-1252 (a superset of Latin-1
+    # for printable text) is by far the most common legacy encoding, so it wins whenever it
+    # decodes cleanly and the detector is not clearly more confident in something else.
+    results = list(from_bytes(raw))
+    if not results or results[0].chaos > 0.2:
         raise _SkipFile("undecodable: not UTF-8 and no confident encoding guess")
-    return str(best)
+    try:
+        western = raw.decode("cp1252")
+    except UnicodeDecodeError:
+        western = None
+    if western is not None and results[0].chaos <= 0.05 and len(raw) < 50_000 or western is not None and any(
+        m.encoding in ("cp1252", "latin_1", "iso8859_15") for m in results[:3]
+    ):
+        return western
+    return str(results[0])
 
 
 def _html(text: str) -> str:

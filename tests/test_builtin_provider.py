@@ -52,7 +52,8 @@ def relation(a: Entity, b: Entity, description: str, weight: float = 1.0) -> Rel
                         weight=weight, text_unit_ids=("tu-1",))
 
 
-def report(cid: str, title: str, summary: str, findings: tuple[Finding, ...] = (), rating: float = 5.0) -> Report:
+def report(cid: str, title: str, summary: str, findings: tuple[Finding, ...] = (),
+           rating: float = 5.0) -> Report:
     return Report(community_id=cid, level=0, title=title, summary=summary, rating=rating,
                   rating_explanation="", findings=findings, text_unit_ids=("tu-1",), fingerprint=cid)
 
@@ -144,11 +145,11 @@ class TestExtraction:
 
 
 class TestSummarize:
-    DESCRIPTIONS = [
+    DESCRIPTIONS = (
         "Maria Okafor leads Project Kestrel. She started the project in 2020 in Rotterdam.",
         "Maria Okafor leads Project Kestrel. Maria Okafor keeps the risk register for Project Kestrel.",
         "Maria Okafor presented the Kestrel K2 robot in Hamburg. She likes sailing.",
-    ]
+    )
 
     def test_summary_respects_the_token_budget_and_is_deterministic(self) -> None:
         provider = BuiltinProvider()
@@ -207,6 +208,14 @@ class TestReport:
         assert "single source of Tern cells" in out.summary
         assert [f.report_ids for f in out.findings if f.report_ids] == [[0], [1]]
         assert out.findings[0].summary == "Battery supply chain"
+
+    def test_a_report_made_only_of_sub_reports_is_titled_after_them(self) -> None:
+        subs = [report("c-7", "Battery supply chain", "Helio Cells Ltd is the single source."),
+                report("c-8", "Robot engineering", "Project Kestrel integrates Tern packs.")]
+        ctx = ReportContext(community_id="c-1", level=2, entities=[], relationships=[], sub_reports=subs)
+        out = asyncio.run(BuiltinProvider().report(ctx, max_tokens=2000))
+        assert out.title == "Battery supply chain; Robot engineering"
+        assert [f.report_ids for f in out.findings] == [[0], [1]]
 
     def test_report_stays_within_the_token_budget(self) -> None:
         tok = get_tokenizer()

@@ -3,13 +3,12 @@
 Used when no endpoint is configured (design §7), so indexing and every query engine run with no
 network and no keys. Nothing here generates language: extraction finds name-like phrases
 (canopy.providers.extractive), reports and answers are assembled from sentences of the inputs,
-and relevance is lexical (canopy.providers.heuristics.Scorer). Deterministic: same inputs, same
+and relevance is lexical (canopy.providers.lexical.Scorer). Deterministic: same inputs, same
 outputs, ties broken by position. `usage()` counts calls per task with zero tokens.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,38 +19,28 @@ from canopy.providers import lexicon as lx
 from canopy.providers.base import (
     ContextBlock,
     DriftOut,
-    FindingOut,
     MapOut,
     MapPoint,
     ReportContext,
     ReportOut,
     Usage,
 )
-from canopy.providers.extractive import extract_unit, summarize_descriptions
-from canopy.providers.heuristics import Scorer, find_mentions, split_sentences, terms, trim
+from canopy.providers.extractive import (
+    REPORT_INTRO,
+    extract_unit,
+    extractive_report,
+    summarize_descriptions,
+)
+from canopy.providers.heuristics import find_mentions, split_sentences, trim
+from canopy.providers.lexical import Scorer, terms
 from canopy.tokens import get_tokenizer
 
 __all__ = ["NO_INFORMATION", "BuiltinProvider"]
 
 NO_INFORMATION = "No relevant information was found in the index for this question."
-MAX_FINDINGS = 8
 MAX_ANSWER_SENTENCES = 8
 MAX_REDUCE_POINTS = 12
 MAX_FOLLOW_UPS = 5
-_INTRO = "The community around "
-
-
-def _join_names(names: Sequence[str]) -> str:
-    if len(names) <= 1:
-        return "".join(names)
-    return ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def _first_sentence(text: str, *, skip_intro: bool = False) -> str:
-    for s in split_sentences(text):
-        if not (skip_intro and s.startswith(_INTRO)):
-            return s
-    return ""
 
 
 class BuiltinProvider:
@@ -87,77 +76,7 @@ class BuiltinProvider:
 
     async def report(self, context: ReportContext, *, max_tokens: int) -> ReportOut:
         self._count("report")
-        return self._report(context, max_tokens)
-
-    def _report(self, ctx: ReportContext, max_tokens: int) -> ReportOut:
-        count = self._tokenizer.count
-        ents, rels, subs = ctx.entities, ctx.relationships, ctx.sub_reports
-        degree = [ctx.degrees.get(e.id, e.degree) for e in ents]
-        by_degree = sorted(range(len(ents)), key=lambda i: (-degree[i], i))
-        index = {e.id: i for i, e in enumerate(ents)}
-        names = {e.id: e.name for e in ents}
-        top = [ents[i].name for i in by_degree[:3]]
-        title = _join_names(top) or (subs[0].title if subs else f"Community {ctx.community_id}")
-
-        intro = f"{_INTRO}{title} has {len(ents)} entities and {len(rels)} relationships"
-        intro += f" and draws on {len(subs)} sub-community reports." if subs else "."
-        sentences = [intro]
-        for r in subs[:2]:
-            sentences.append(_first_sentence(r.summary, skip_intro=True))
-        for i in by_degree:
-            if len(sentences) >= 4:
-                break
-            sentences.append(_first_sentence(ents[i].description))
-        summary = " ".join(dict.fromkeys(s for s in sentences if s))
-
-        total_degree = sum(degree)
-        size = len(ents) + total_degree / 2 + sum(r.rating for r in subs)
-        rating = round(min(10.0, 1.5 * math.log2(1 + size)), 1)
-        explanation = (
-            f"Heuristic rating from community size ({len(ents)} entities, {len(rels)} relationships, "
-            f"total degree {total_degree}" + (f", {len(subs)} sub-reports" if subs else "")
-            + "); the builtin provider does not assess impact."
-        )
-
-        def rel_finding(j: int) -> FindingOut:
-            r = rels[j]
-            a, b = names.get(r.source, r.source), names.get(r.target, r.target)
-            ids = [index[x] for x in (r.source, r.target) if x in index]
-            return FindingOut(summary=f"{a} — {b}", explanation=trim(r.description, 500) or f"{a} relates to {b}.",
-                              entity_ids=ids, relationship_ids=[j])
-
-        def ent_finding(i: int) -> FindingOut:
-            e = ents[i]
-            return FindingOut(summary=e.name, explanation=trim(e.description, 500) or f"{e.name} ({e.type}).",
-                              entity_ids=[i])
-
-        rel_order = sorted(range(len(rels)), key=lambda j: (
-            -rels[j].weight, -(degree[index[rels[j].source]] if rels[j].source in index else 0)
-            - (degree[index[rels[j].target]] if rels[j].target in index else 0), j))
-        sub_f = [FindingOut(summary=r.title, explanation=trim(r.summary, 500), report_ids=[k])
-                 for k, r in enumerate(subs[:3])]
-        rel_f = [rel_finding(j) for j in rel_order[:MAX_FINDINGS]]
-        ent_f = [ent_finding(i) for i in by_degree[:MAX_FINDINGS]]
-        claim_f = [FindingOut(summary=f"{names.get(c.subject, c.subject)} — {c.type} ({c.status})",
-                              explanation=trim(c.description, 500),
-                              entity_ids=[index[c.subject]] if c.subject in index else [])
-                   for c in ctx.claims[:2]]
-        candidates = sub_f + rel_f[:3] + ent_f[:3] + claim_f[:1] + rel_f[3:] + ent_f[3:] + claim_f[1:]
-
-        used = count(title) + count(summary) + count(explanation) + 16
-        if used > max_tokens:
-            summary = self._tokenizer.truncate(summary, max(0, max_tokens - count(title) - count(explanation) - 16))
-            used = max_tokens
-        findings: list[FindingOut] = []
-        for f in candidates:
-            if len(findings) >= MAX_FINDINGS:
-                break
-            cost = count(f.summary) + count(f.explanation) + 12
-            if used + cost <= max_tokens:
-                findings.append(f)
-                used += cost
-        return ReportOut(title=title, summary=summary, rating=rating, rating_explanation=explanation,
-                         findings=findings)
+        return extractive_report(context, max_tokens, self._tokenizer)
 
     # ---- query time -------------------------------------------------------------------------
 
@@ -186,19 +105,21 @@ class BuiltinProvider:
         for r, items in zip(reports, per_report):
             cite = f" [Data: Reports ({r.community_id})]"
             if scorer.generic:
-                lead = [s for s, _ in items if not s.startswith(_INTRO)][:2] or [r.title]
+                lead = [s for s, _ in items if not s.startswith(REPORT_INTRO)][:2] or [r.title]
                 points.append(MapPoint(description=trim(" ".join(lead), 600) + cite,
                                        score=max(1, min(100, round(10 + 8 * r.rating))),
                                        report_ids=[r.community_id]))
                 continue
             covered = scorer.score(set().union(*(t for _, t in items))) if items else 0.0
-            scored = sorted(((scorer.score(t), i) for i, (_, t) in enumerate(items)), key=lambda x: (-x[0], x[1]))
+            scored = sorted((-scorer.score(t), i) for i, (_, t) in enumerate(items))
+            scored = [(-neg, i) for neg, i in scored]
             best = [(sc, i) for sc, i in scored[:2] if sc > 0]
             if covered == 0 or not best:
                 continue
             text = " ".join(items[i][0] for _, i in sorted(best, key=lambda x: x[1]))
             score = max(1, min(100, round(100 * (0.6 * best[0][0] + 0.4 * covered))))
-            points.append(MapPoint(description=trim(text, 600) + cite, score=score, report_ids=[r.community_id]))
+            points.append(MapPoint(description=trim(text, 600) + cite, score=score,
+                                   report_ids=[r.community_id]))
         return MapOut(points=points)
 
     async def reduce(self, query: str, points: list[MapPoint], *, response_type: str) -> str:
@@ -229,9 +150,11 @@ class BuiltinProvider:
             chosen = [next(i for i, it in enumerate(items) if it[0] == bi) for bi in firsts]
             score = 30 if chosen else 0
         else:
+            # the block title (an entity's name) counts, the sentence's own words count more
             ranked = sorted(
-                ((0.7 * scorer.score(t | h) + 0.3 * scorer.score(t), i) for i, (_, _, t, h) in enumerate(items)),
-                key=lambda x: (-x[0], x[1]))
+                (-(0.7 * scorer.score(t | h) + 0.3 * scorer.score(t)), i)
+                for i, (_, _, t, h) in enumerate(items))
+            ranked = [(-neg, i) for neg, i in ranked]
             chosen, seen = [], set()
             for sc, i in ranked:
                 key = normalize_name(items[i][1])
@@ -247,7 +170,8 @@ class BuiltinProvider:
             return NO_INFORMATION, 0
         lines = [f"- {trim(items[i][1], 400)} [{blocks[items[i][0]].kind} {blocks[items[i][0]].id}]"
                  for i in chosen]
-        head = "Extractive answer (builtin provider, no language model): the most relevant passages, best first."
+        head = ("Extractive answer (builtin provider, no language model): the most relevant "
+                "passages, best first.")
         return head + "\n\n" + "\n".join(lines), max(0, min(100, score))
 
     async def hyde(self, query: str) -> str:
@@ -291,5 +215,6 @@ def _subject(query: str) -> str:
         if m.name.lower() not in lx.STOPWORDS and not m.initial:
             return m.name
     words = [w.strip("?!.,;:\"'()") for w in query.split()]
-    content = [w for w in words if w and w.lower() not in lx.STOPWORDS and w.lower() not in lx.GENERIC_QUERY_WORDS]
+    skip = lx.STOPWORDS | lx.GENERIC_QUERY_WORDS
+    content = [w for w in words if w and w.lower() not in skip]
     return " ".join(content[:6])

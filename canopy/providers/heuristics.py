@@ -1,15 +1,12 @@
-"""Text heuristics behind the builtin provider: sentences, name-like mentions, type cues and
-lexical relevance. Pure functions, deterministic, no network; jieba is loaded lazily and only
-for text that contains CJK characters.
+"""Text heuristics behind the builtin provider: sentences, name-like mentions, type cues, claim
+cues. Pure functions, deterministic, no network; jieba is loaded lazily and only for text that
+contains CJK characters.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import ModuleType
@@ -17,13 +14,13 @@ from types import ModuleType
 from canopy.providers import lexicon as lx
 
 __all__ = [
+    "TYPES",
     "Mention",
-    "Scorer",
     "claim_type",
     "find_mentions",
     "has_cjk",
+    "load_jieba",
     "split_sentences",
-    "terms",
     "trim",
     "type_scores",
 ]
@@ -32,7 +29,6 @@ TYPES = ("organization", "person", "geo", "event")  # tie-break order
 
 _CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK = re.compile(f"[{_CJK_CLASS}]")
-_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 
 
 def has_cjk(text: str) -> bool:
@@ -40,7 +36,7 @@ def has_cjk(text: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _jieba() -> ModuleType:
+def load_jieba() -> ModuleType:
     """jieba, initialised once and quietly (it logs its dictionary loading to stderr)."""
     import jieba
     import jieba.posseg
@@ -143,24 +139,22 @@ def split_sentences(text: str) -> list[str]:
 _UP = "A-ZÀ-ÖØ-Þ"
 _AL = "A-Za-zÀ-ÖØ-öø-ÿ0-9"
 _CAPW = f"[{_UP}][{_AL}]*(?:['’&.-][{_AL}]+)*"
-_CONN = r"(?:of the|of|de la|de|del|della|van der|van den|van de|van|von der|von|der|den|du|da|di|dos|das|le|la|al|bin|ibn|&)"
+_CONN = (r"(?:of the|of|de la|de|del|della|van der|van den|van de|van|von der|von|der|den|du|da"
+         r"|di|dos|das|le|la|al|bin|ibn|&)")
 _DOTTED = r"(?:Mr|Mrs|Ms|Mx|Dr|Prof|Rev|Capt|Col|Gen|Lt|Sgt|Hon|St)\.[ ]+"
 _NAME = re.compile(f"(?<![{_AL}'’&.-])(?:{_DOTTED})?{_CAPW}(?:[ ]+(?:{_CONN}[ ]+)?{_CAPW})*")
 _ACRONYM = re.compile(r"[A-Z][A-Z0-9&]{1,5}")
 _ROMAN = re.compile(r"[IVXLCDM]+")
 _SHOUT = re.compile(r"\b[A-Z]{2,}\b")
 _TOKEN = re.compile(r"\S+")
-_BRANDISH = re.compile(r"^(?!Mc|Mac|O'|O’|D'|D’|De|Di|La|Le|Van)[A-Za-z]+[A-Z]|^[A-Z0-9]+-[A-Z0-9]+$")
+_BRANDISH = re.compile(  # "YouTube", "USB-C"; not "McDonald", "DeSantis"
+    r"^(?!Mc|Mac|O'|O’|D'|D’|De|Di|La|Le|Van)[A-Za-z]+[A-Z]|^[A-Z0-9]+-[A-Z0-9]+$")
 _ALLCAPS = re.compile(r"[A-Z0-9&-]+")
 _WORDISH = re.compile(r"\b[A-Za-z]{2,}\b")
 _PREV = re.compile(r"([A-Za-z]+)\W*$")
 _NEXT = re.compile(r"^\W*([A-Za-z]+)")
-_CONNECTORS = frozenset(["of", "the", "de", "la", "del", "della", "van", "der", "den", "von", "du", "da", "di", "dos", "das", "le", "al", "bin", "ibn", "&"])
-_PARTICLES = frozenset(["de", "del", "della", "van", "von", "der", "den", "du", "da", "di", "dos", "das", "bin", "ibn", "al"])
-_PERSON_DOTTED = frozenset(["mr", "mrs", "ms", "mx", "dr", "prof", "rev", "capt", "col", "gen", "lt", "sgt", "hon"])
-_GEO_PREP_STRONG = frozenset(["in", "near", "across", "throughout", "around", "outside", "inside", "within"])
-_GEO_PREP_WEAK = frozenset(["at", "from", "to", "into", "via", "toward", "towards"])
-_SPEECH = frozenset(["said", "says", "asked", "replied", "cried", "exclaimed", "answered", "told"])
+_NEVER_ALONE = (lx.STOPWORDS | lx.SENTENCE_STARTERS | lx.MONTHS_DAYS | lx.HONORIFICS
+                | lx.NON_NAMES)
 _INITIAL_AFTER = tuple("\"“‘'([{—–-:;")
 
 
@@ -172,7 +166,7 @@ class Mention:
     start: int
     scores: dict[str, float] = field(default_factory=dict)
     cue: float = 0.0  # strongest intrinsic cue (gazetteer, suffix, honorific, first name...)
-    initial: bool = False  # a single word whose only sign of being a name is a sentence-initial capital
+    initial: bool = False  # one word, capitalized perhaps only because it opens the sentence
     acronym: bool = False
 
 
@@ -199,14 +193,14 @@ def type_scores(tokens: list[str], *, acronym: bool = False) -> dict[str, float]
     if multi and low[0] in lx.GEO_PREFIXES:
         s["geo"] += 4
     if multi and low[0] in lx.HONORIFICS:
-        s["person"] += 6 if low[0] in _PERSON_DOTTED else 3
+        s["person"] += 6 if low[0] in lx.PERSON_DOTTED else 3
     if low[0] in lx.FIRST_NAMES:
         s["person"] += 4 if multi else 3
     elif multi and low[-1] in lx.FIRST_NAMES:
         s["person"] += 1
-    if len(low) > 2 and any(t in _PARTICLES for t in low[1:-1]):
+    if len(low) > 2 and any(t in lx.PARTICLES for t in low[1:-1]):
         s["person"] += 2
-    if acronym or any(ch.isdigit() for ch in phrase) or not multi and _BRANDISH.search(tokens[0]):
+    if acronym or any(ch.isdigit() for ch in phrase) or (not multi and _BRANDISH.search(tokens[0])):
         s["organization"] += 1  # "K2", "YouTube", "USB-C": products and brands, not people
     elif not multi and low[0].endswith("s") and not low[0].endswith("ss"):
         s["organization"] += 0.75  # "Jets", "Cratchits": teams and families
@@ -220,7 +214,12 @@ def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, 
     split at titles like "PhD", at inner possessives and at "of" without a head word."""
     while toks:
         low = toks[0][0].lower().replace("’", "'")
-        if low in _CONNECTORS and low != "the" or low in lx.MONTHS_DAYS or low in lx.STOPWORDS and (initial or low != "the" or len(toks) == 1) or initial and low in lx.SENTENCE_STARTERS:
+        if (
+            (low in lx.CONNECTORS and low != "the")
+            or low in lx.MONTHS_DAYS
+            or (low in lx.STOPWORDS and (initial or low != "the" or len(toks) == 1))
+            or (initial and low in lx.SENTENCE_STARTERS)
+        ):  # "The Verge" keeps its "The" inside a sentence, not at its start
             toks = toks[1:]
         else:
             break
@@ -229,7 +228,7 @@ def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, 
     cur: list[tuple[str, int]] = []
     for i, (tok, pos) in enumerate(toks):
         low = tok.lower()
-        if low.rstrip(".") in lx.NON_NAMES or len(tok) > 6 and _ALLCAPS.fullmatch(tok):
+        if low.rstrip(".") in lx.NON_NAMES or (len(tok) > 6 and _ALLCAPS.fullmatch(tok)):
             groups.append(cur)
             cur = []
             continue
@@ -251,9 +250,9 @@ def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, 
             groups.remove(g)  # "SIGN UP I": shouted words, each judged alone as an acronym
             groups += [[t] for t in g]
     for g in groups:
-        while g and (g[-1][0].lower() in _CONNECTORS or g[-1][0].lower() in lx.MONTHS_DAYS):
+        while g and (g[-1][0].lower() in lx.CONNECTORS or g[-1][0].lower() in lx.MONTHS_DAYS):
             g = g[:-1]
-        while g and g[0][0].lower() in _CONNECTORS and g[0][0] != "The":
+        while g and g[0][0].lower() in lx.CONNECTORS and g[0][0] != "The":
             g = g[1:]
         if g:
             out.append(g)
@@ -265,11 +264,11 @@ def _context_scores(sentence: str, start: int, end: int, s: dict[str, float]) ->
     nxt = _NEXT.match(sentence[end : end + 24])
     p = prev.group(1).lower() if prev else ""
     n = nxt.group(1).lower() if nxt else ""
-    if p in _GEO_PREP_STRONG:
+    if p in lx.GEO_PREPOSITIONS_STRONG:
         s["geo"] += 1.5
-    elif p in _GEO_PREP_WEAK:
+    elif p in lx.GEO_PREPOSITIONS_WEAK:
         s["geo"] += 0.5
-    if p in _SPEECH or n in _SPEECH or n == "who":
+    if p in lx.SPEECH_VERBS or n in lx.SPEECH_VERBS or n == "who":
         s["person"] += 1
     if p == "the":
         s["person"] -= 1
@@ -294,34 +293,38 @@ def _latin_mentions(sentence: str, cjk: bool) -> list[Mention]:
                 continue
             core = words_[1:] if honor and len(words_) > 2 else words_
             name = " ".join(core)
-            real = [w for w in core if w.lower() not in _CONNECTORS]
+            real = [w for w in core if w.lower() not in lx.CONNECTORS]
             if len(name) < 2 or len(real) > 6 or name.replace(" ", "").isdigit():
                 continue
             single = len(core) == 1
             low = name.lower().replace("’", "'")
             acronym = single and bool(_ACRONYM.fullmatch(name)) and not _ROMAN.fullmatch(name)
-            if single and not acronym and (name.isupper() and len(name) > 6 or low in lx.STOPWORDS
-                                           or low in lx.SENTENCE_STARTERS or low in lx.MONTHS_DAYS
-                                           or low in lx.HONORIFICS or low in lx.NON_NAMES
-                                           or low in lx.NOT_ALONE):
+            if single and not acronym and (
+                (name.isupper() and len(name) > 6) or low in _NEVER_ALONE or low in lx.NOT_ALONE
+            ):
                 continue
             scores = type_scores(core, acronym=acronym)
             if honor and len(core) > 1 and core is not words_:
-                scores["person"] += 6 if words_[0].lower().rstrip(".") in _PERSON_DOTTED else 3
+                scores["person"] += 6 if words_[0].lower().rstrip(".") in lx.PERSON_DOTTED else 3
             cue = max(scores.values())
             _context_scores(sentence, g[0][1], g[-1][1] + len(g[-1][0]), scores)
             at_start = initial and g[0][1] == toks[0][1]
-            out.append(Mention(name, g[0][1], scores, cue, single and at_start and not acronym, acronym))
+            initial_only = single and at_start and not acronym
+            out.append(Mention(name, g[0][1], scores, cue, initial_only, acronym))
     return out
 
 
 _ZH_NOUNISH = ("n", "a", "b", "j")
 
 
+def _votes(kind: str) -> dict[str, float]:
+    return {**dict.fromkeys(TYPES, 0.0), kind: 6.0}
+
+
 def _cjk_mentions(sentence: str) -> list[Mention]:
     """Chinese names from jieba's POS tags: nr person, ns place, nt/nz organization, plus
     organization compounds ending in 公司/大学/... ("深圳华光传感器有限公司")."""
-    words = [(p.word, p.flag) for p in _jieba().posseg.cut(sentence)]
+    words = [(p.word, p.flag) for p in load_jieba().posseg.cut(sentence)]
     offsets = []
     pos = 0
     for w, _ in words:
@@ -343,18 +346,18 @@ def _cjk_mentions(sentence: str) -> list[Mention]:
                 break
         name = "".join(x for x, _ in words[j : i + 1])
         if len(name) > len(suffix):
-            out.append(Mention(name, offsets[j], {**dict.fromkeys(TYPES, 0.0), "organization": 6}, 6))
+            out.append(Mention(name, offsets[j], _votes("organization"), 6.0))
             used.update(range(j, i + 1))
     kinds = {"ns": "geo", "nt": "organization", "nz": "organization"}
-    freq = _jieba().dt.FREQ
+    freq = load_jieba().dt.FREQ
     for i, (w, f) in enumerate(words):
         if i in used or len(w) < 2 or not _CJK.search(w) or w in lx.ZH_NOT_NAMES:
             continue
         kind = "person" if f.startswith("nr") else kinds.get(f)
         if kind == "organization" and f == "nz" and freq.get(w):
-            continue  # dictionary nz words are mostly ethnonyms, wars, languages: only new words count
+            continue  # dictionary nz words are ethnonyms, wars, languages...: only new words
         if kind:
-            out.append(Mention(w, offsets[i], {**dict.fromkeys(TYPES, 0.0), kind: 6.0}, 6.0))
+            out.append(Mention(w, offsets[i], _votes(kind), 6.0))
     return out
 
 
@@ -368,7 +371,8 @@ def find_mentions(sentence: str) -> list[Mention]:
     return out
 
 
-_CLAIM_RE = re.compile(r"\b(" + "|".join(sorted(lx.CLAIM_CUES, key=len, reverse=True)) + r")\w*", re.IGNORECASE)
+_CLAIM_RE = re.compile(
+    r"\b(" + "|".join(sorted(lx.CLAIM_CUES, key=len, reverse=True)) + r")\w*", re.IGNORECASE)
 _CLAIM_ZH = re.compile("|".join(lx.CLAIM_CUES_ZH))
 
 
@@ -379,69 +383,3 @@ def claim_type(sentence: str) -> str | None:
         return lx.CLAIM_CUES[m.group(1).lower()]
     z = _CLAIM_ZH.search(sentence)
     return lx.CLAIM_CUES_ZH[z.group()] if z else None
-
-
-# ---- lexical relevance ----------------------------------------------------------------------
-
-_LAT_WORD = re.compile(r"[a-z0-9à-öø-ÿ]+(?:['’][a-z]+)?")
-
-
-def _stem(w: str) -> str:
-    if w.endswith(("'s", "’s")):
-        w = w[:-2]
-    if len(w) > 5 and w.endswith("ing"):
-        return w[:-3]
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    if len(w) > 4 and w.endswith("es") and (w[-3] in "sxz" or w[-4:-2] in ("ch", "sh")):
-        return w[:-2]
-    if len(w) > 4 and w.endswith("ed"):
-        return w[:-2]
-    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        return w[:-1]
-    return w
-
-
-def terms(text: str) -> list[str]:
-    """Search terms: lowercase, stopwords removed, lightly stemmed; Chinese through jieba.cut."""
-    low = text.lower()
-    out = [_stem(w) for w in _LAT_WORD.findall(low) if w not in lx.STOPWORDS and (len(w) > 1 or w.isdigit())]
-    if has_cjk(low):
-        cut = _jieba().cut
-        for run in _CJK_RUN.findall(low):
-            out += [w for w in cut(run) if len(w) > 1 and w not in lx.STOPWORDS_ZH]
-    return out
-
-
-_GENERIC = frozenset(_stem(w) for w in lx.GENERIC_QUERY_WORDS)
-
-
-class Scorer:
-    """Relevance of texts to one query: the idf-weighted share of the query's terms a text
-    contains (0..1). Words like "main themes" count little; a query made only of them is
-    `generic` (every text is equally relevant and callers fall back to importance)."""
-
-    def __init__(self, query: str, corpus: Sequence[str | set[str]] = ()) -> None:
-        """`corpus` (texts or their term sets) sets the idf weights; with fewer than three
-        texts every query term weighs the same."""
-        self.query_terms = list(dict.fromkeys(terms(query)))
-        self.generic = all(t in _GENERIC for t in self.query_terms)
-        sets = [d if isinstance(d, set) else set(terms(d)) for d in corpus]
-        df = Counter(t for s in sets for t in s if t in self.query_terms)
-        n = len(sets)
-        self.weights: dict[str, float] = {}
-        for t in self.query_terms:
-            idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) if n >= 3 else 1.0
-            self.weights[t] = idf * (0.25 if t in _GENERIC and not self.generic else 1.0)
-        self._total = sum(self.weights.values())
-
-    def score(self, text: str | set[str]) -> float:
-        if not self._total or self.generic:
-            return 0.0
-        found = text if isinstance(text, set) else set(terms(text))
-        return sum(w for t, w in self.weights.items() if t in found) / self._total
-
-    def content_hits(self, text: str | set[str]) -> int:
-        """How many non-generic query terms the text contains."""
-        found = text if isinstance(text, set) else set(terms(text))
-        return sum(1 for t in self.query_terms if t in found and t not in _GENERIC)

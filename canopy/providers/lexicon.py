@@ -185,7 +185,8 @@ portugal, qatar, romania, russia, rwanda, saudi arabia, scotland, england, wales
 serbia, singapore, slovakia, slovenia, somalia, south africa, spain, sri lanka, sudan, sweden,
 switzerland, syria, taiwan, tanzania, thailand, tunisia, turkey, uganda, ukraine, united states,
 united states of america, united kingdom, great britain, britain, uruguay, uzbekistan,
-venezuela, vietnam, yemen, zambia, zimbabwe, usa, us, u.s., u.s, uk, u.k., u.k, uae, eu, europe, asia,
+venezuela, vietnam, yemen, zambia, zimbabwe, usa, us, u.s., u.s, uk, u.k., u.k, uae, eu,
+europe, asia,
 africa, north america, south america, latin america, antarctica, oceania, middle east,
 scandinavia, benelux, emea, apac, latam, silicon valley, new york, new york city, nyc,
 los angeles, san francisco, chicago, boston, seattle, washington, houston, dallas, austin,
@@ -221,7 +222,8 @@ mary matthew max mei michael michelle miguel mike ming mohammed muhammad nadia n
 nicholas nicole nina noah olga oliver olivia omar oscar pablo patricia patrick paul pedro
 peter philip pierre priya rachel rahul raj rebecca richard robert roberto rosa ryan sam samuel
 sandra sara sarah sebastian sergei simon sofia sophie stefan stephen steven susan thomas tim
-timothy tom tomas tony victor victoria vincent wang wei william xavier yuki yusuf zhang janet suzanne linda nancy betty helen ruth sharon donna carol
+timothy tom tomas tony victor victoria vincent wang wei william xavier yuki yusuf zhang janet
+suzanne linda nancy betty helen ruth sharon donna carol
 cynthia kathleen amy shirley angela brenda pamela nicole joan judith evelyn jean
 heather diane julia gloria teresa doris
 belle belinda topper

@@ -1,0 +1,195 @@
+"""The indexing pipeline end to end: provenance, communities, reports, skips, providers, failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from canopy.errors import EndpointUnavailable
+from canopy.store import Store
+from canopy.vectors import VectorStore
+from indexer.communities import is_partition, level_partition, levels
+from server.runtime import Workspace, build_index, open_workspace
+from server.status import index_status
+from tests.conftest import EXAMPLES, SHARED
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    ws = open_workspace(EXAMPLES, index_dir=tmp_path_factory.mktemp("idx"))
+    build_index(ws)
+    return ws
+
+
+def _graph(ws: Workspace):  # type: ignore[no-untyped-def]
+    store = Store(ws.index_dir)
+    try:
+        return store.graph(), store.text_units(), store.documents()
+    finally:
+        store.close()
+
+
+class TestBuiltinIndexOfTheExamples:
+    def test_every_artifact_has_provenance_pointing_at_live_units(self, built: Workspace) -> None:
+        g, units, _ = _graph(built)
+        live = set(units)
+        groups = {
+            "entity": g.entities.values(), "relationship": g.relationships.values(), "claim": g.claims.values(),
+            "community": g.communities.values(), "report": g.reports.values(),
+        }
+        for kind, items in groups.items():
+            for a in items:
+                assert a.text_unit_ids, f"{kind} without provenance"
+                assert set(a.text_unit_ids) <= live, f"{kind} cites a dead unit"
+        for r in g.reports.values():
+            for f in r.findings:
+                assert set(f.text_unit_ids) <= set(r.text_unit_ids)
+
+    def test_vector_rows_carry_live_provenance(self, built: Workspace) -> None:
+        _, units, _ = _graph(built)
+        vs = VectorStore(built.index_dir, built.settings.embed.dims)
+        for table in ("text_units", "entities", "reports"):
+            t = vs._table(table)
+            assert t is not None
+            rows = t.to_arrow().select(["unit_ids"]).to_pylist()
+            assert rows and all(r["unit_ids"] and set(r["unit_ids"]) <= set(units) for r in rows)
+
+    def test_levels_partition_entities_and_every_community_has_a_report(self, built: Workspace) -> None:
+        g, _, _ = _graph(built)
+        assert len(levels(g.communities)) >= 2
+        for level in levels(g.communities):
+            assert is_partition([c.entity_ids for c in level_partition(g.communities, level)], set(g.entities))
+        assert set(g.reports) == set(g.communities)
+
+    def test_chinese_documents_contribute_chinese_entities(self, built: Workspace) -> None:
+        g, _, _ = _graph(built)
+        assert any(any("\u4e00" <= ch <= "\u9fff" for ch in e.name) for e in g.entities.values())
+
+    def test_rerunning_index_changes_nothing_and_reuses_every_report(self, built: Workspace) -> None:
+        before = _graph(built)[0]
+        result = build_index(built)
+        assert result.stats["units_extracted"] == 0
+        assert result.stats["reports_generated"] == 0
+        after = _graph(built)[0]
+        assert before.entities == after.entities and before.reports == after.reports
+
+    def test_status_reports_counts_levels_and_provider(self, built: Workspace) -> None:
+        store = Store(built.index_dir)
+        try:
+            st = index_status(store)
+        finally:
+            store.close()
+        assert st.provider == "builtin"
+        assert st.documents == len(list(p for p in EXAMPLES.rglob("*") if p.is_file()))
+        assert sum(st.communities_by_level.values()) == st.communities == st.reports
+
+
+def test_sub_community_reports_are_substituted_when_elements_exceed_the_budget(tmp_path: Path) -> None:
+    ws = open_workspace(EXAMPLES, index_dir=tmp_path / "idx", reports={"max_context_tokens": 700})
+    build_index(ws)
+    g, _, _ = _graph(ws)
+    substituted = [r for r in g.reports.values() if r.used_subreports]
+    assert substituted, "no higher-level report used sub-community reports"
+    for r in substituted:
+        assert r.context_tokens <= 700 + 50  # rendering headers aside, within budget
+        assert set(r.used_subreports) <= set(g.communities[r.community_id].children)
+
+
+def test_bad_files_are_skipped_with_reasons_and_never_stop_the_rest(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("# Good\n\nAlice Smith met Bob Jones in Paris.", encoding="utf-8")
+    (docs / "binary.txt").write_bytes(b"\x00\x01\x02binary" * 100)
+    (docs / "empty.txt").write_text("   \n", encoding="utf-8")
+    (docs / "latin1.txt").write_bytes("Café society met José Álvarez in Málaga.".encode("latin-1"))
+    (docs / "big.txt").write_text("x" * 5000, encoding="utf-8")
+    (docs / "canopy.toml").write_text("[input]\nmax_file_bytes = 4000\n", encoding="utf-8")
+    (docs / "rows.csv").write_text("name,city\nAlice Smith,Paris\nBob Jones,Berlin\n", encoding="utf-8")
+    (docs / "notes.jsonl").write_text('{"title": "Note", "text": "Carol White visited Rome."}\nnot json\n', encoding="utf-8")
+    (docs / "page.html").write_text("<html><body><script>x()</script><h1>Launch</h1><p>Dana Reed spoke.</p></body></html>", encoding="utf-8")
+    ws = open_workspace(docs, index_dir=docs / ".canopy")
+    result = build_index(ws)
+    skipped = {s.path: s.reason for s in result.skips}
+    assert "binary" in skipped["binary.txt"]
+    assert "no text" in skipped["empty.txt"]
+    assert "max_file_bytes" in skipped["big.txt"]
+    assert "canopy.toml" not in skipped and not any(p.startswith(".canopy") for p in skipped)
+    _, units, docs_ = _graph(ws)
+    paths = {d.path for d in docs_.values()}
+    assert paths == {"good.md", "latin1.txt", "rows.csv", "notes.jsonl", "page.html"}
+    text = " ".join(u.text for u in units.values())
+    assert "José Álvarez" in text and "x()" not in text and "Dana Reed" in text
+
+
+class TestAgainstTheFakeOpenAIServer:
+    def _ws(self, tmp_path: Path, base_url: str, **llm: object) -> Workspace:
+        docs = tmp_path / "docs"
+        shutil.copytree(EXAMPLES / "suppliers", docs)
+        settings = {"base_url": base_url, "max_retries": 2, "backoff_s": 0.01, **llm}
+        return open_workspace(docs, index_dir=tmp_path / "idx", llm=settings)
+
+    def test_extraction_gleaning_summaries_and_reports_go_through_the_endpoint(self, tmp_path: Path, fake_openai) -> None:  # type: ignore[no-untyped-def]
+        ws = self._ws(tmp_path, fake_openai.base_url)
+        result = build_index(ws)
+        for task in ("extract", "glean", "report"):
+            assert fake_openai.count(task) > 0, task
+        assert result.usage["extract"]["calls"] == fake_openai.count("extract")
+        assert result.usage["report"]["prompt_tokens"] > 0
+        g, _, _ = _graph(ws)
+        assert g.entities and set(g.reports) == set(g.communities)
+        store = Store(ws.index_dir)
+        try:
+            assert index_status(store).provider.startswith("openai:")
+        finally:
+            store.close()
+        # A second run is answered from stored extractions and the response cache: no new calls.
+        before = len(fake_openai.requests)
+        build_index(ws)
+        assert len(fake_openai.requests) == before
+
+    def test_a_429_then_success_is_retried_transparently(self, tmp_path: Path, fake_openai) -> None:  # type: ignore[no-untyped-def]
+        ws = self._ws(tmp_path, fake_openai.base_url)
+        fake_openai.fail_next(2, status=429, retry_after=0.01)
+        result = build_index(ws)
+        assert result.stats["units_failed"] == 0 and not result.failures
+        assert [r.status for r in fake_openai.requests[:2]] == [429, 429]
+
+    def test_malformed_json_fails_one_unit_visibly_and_is_retried_next_run(self, tmp_path: Path, fake_openai) -> None:  # type: ignore[no-untyped-def]
+        ws = self._ws(tmp_path, fake_openai.base_url, concurrency=1)
+        fake_openai.malformed_next(2)  # the first unit's answer and its repair are both invalid
+        result = build_index(ws)
+        assert result.stats["units_failed"] == 1
+        store = Store(ws.index_dir)
+        try:
+            st = index_status(store)
+        finally:
+            store.close()
+        assert len(st.failures) == 1 and st.failures[0].task == "extract"
+        again = build_index(ws)
+        assert again.stats["units_extracted"] == 1 and again.stats["units_failed"] == 0
+
+    def test_a_dead_endpoint_gives_a_clear_error_and_leaves_the_index_intact(self, tmp_path: Path, fake_openai) -> None:  # type: ignore[no-untyped-def]
+        ws = self._ws(tmp_path, fake_openai.base_url)
+        build_index(ws)
+        before = _graph(ws)
+        (ws.docs_dir / "new.md").write_text("# New\n\nZed Quinn joined Helio Cells Ltd in Sheffield.", encoding="utf-8")
+        dead = open_workspace(ws.docs_dir, index_dir=ws.index_dir,
+                              llm={"base_url": "http://127.0.0.1:9/v1", "max_retries": 1, "backoff_s": 0.01})
+        with pytest.raises(EndpointUnavailable) as info:
+            build_index(dead)
+        assert "127.0.0.1:9" in str(info.value)
+        after = _graph(ws)
+        assert after[0].entities == before[0].entities and after[1] == before[1]
+
+
+@pytest.mark.skipif(not (SHARED / "books").exists(), reason="shared eval data not present")
+def test_a_christmas_carol_indexes_offline_with_two_levels_and_a_report_per_community(tmp_path: Path) -> None:
+    ws = open_workspace(SHARED / "books", index_dir=tmp_path / "carol")
+    result = build_index(ws)
+    assert len(result.stats["communities_by_level"]) >= 2
+    g, _, _ = _graph(ws)
+    assert set(g.reports) == set(g.communities)
+    assert json.loads(json.dumps(result.stats))  # the summary is plain data
