@@ -41,7 +41,7 @@ from canopy.errors import (
     InvalidOutput,
     ProviderError,
 )
-from canopy.providers.base import Usage
+from canopy.providers.base import Usage, record_usage
 from canopy.settings import LLMSettings
 from prompts import render
 
@@ -245,7 +245,7 @@ class PerLoop:
 
 
 class UsageCounter:
-    """Thread-safe per-task `Usage` totals."""
+    """Thread-safe per-task `Usage` totals (also added to the caller's open `usage_scope`s)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -256,6 +256,7 @@ class UsageCounter:
             usage = self._by_task.setdefault(task, Usage())
             for name, n in counts.items():
                 setattr(usage, name, getattr(usage, name) + n)
+        record_usage(task, **counts)
 
     def snapshot(self) -> dict[str, Usage]:
         with self._lock:

@@ -279,15 +279,18 @@ class Store:
         run_id: int | None = None,
         stats: dict[str, Any] | None = None,
         usage: dict[str, dict[str, int]] | None = None,
+        keep_extractions: set[str] | None = None,
     ) -> int:
-        """Replace the served state with a new generation atomically; returns its number."""
+        """Replace the served state with a new generation atomically; returns its number.
+
+        Stored extractions of units outside `keep_extractions` (default: the live units) are
+        dropped; the LLM response cache still holds that work."""
         with self.transaction() as db:
             gen = self.generation + 1
             _sync(db, "documents", "id", documents, lambda d: (d.id, d.path, d.content_hash, d.title, d.n_chars, _j(d.labels)))
             _sync(db, "text_units", "id", units, lambda u: (u.id, u.document_id, u.ordinal, u.text, u.n_tokens, u.char_start, u.char_end))
-            # Extractions of units that are no longer live are dropped; the LLM cache keeps the work.
-            live = set(units)
-            stale = [r[0] for r in db.execute("SELECT unit_id FROM extractions") if r[0] not in live]
+            keep = set(units) if keep_extractions is None else keep_extractions
+            stale = [r[0] for r in db.execute("SELECT unit_id FROM extractions") if r[0] not in keep]
             db.executemany("DELETE FROM extractions WHERE unit_id=?", [(s,) for s in stale])
             _sync(db, "entities", "id", graph.entities, lambda e: (e.id, e.name, e.type, e.description, _j(e.text_unit_ids), e.degree))
             _sync(db, "relationships", "id", graph.relationships, lambda r: (r.id, r.source, r.target, r.description, r.weight, _j(r.text_unit_ids)))

@@ -120,6 +120,20 @@ class VectorStore:
             t.create_fts_index("text", replace=True)
         return int(t.version)
 
+    def delete_derived_from(self, unit_ids: list[str]) -> dict[str, int]:
+        """Drop every row derived from any of these units (revocation before regeneration);
+        returns the new table versions."""
+        versions: dict[str, int] = {}
+        for name in TABLES:
+            t = self._table(name)
+            if t is None:
+                continue
+            t.checkout_latest()
+            for i in range(0, len(unit_ids), 200):
+                t.delete(f"array_has_any(unit_ids, [{_quote(unit_ids[i:i + 200])}])")
+            versions[name] = int(t.version)
+        return versions
+
     # ---- reading --------------------------------------------------------------------------
 
     def checkout(self, versions: dict[str, int]) -> None:

@@ -38,8 +38,12 @@ def _pick(counter: Counter[str]) -> str:
     return min(counter.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
-def merge_extractions(extractions: dict[str, Extraction]) -> MergedGraph:
-    """Entities, relationships and claims from the extractions of the live units."""
+def merge_extractions(extractions: dict[str, Extraction], order: dict[str, str] | None = None) -> MergedGraph:
+    """Entities, relationships and claims from the extractions of the live units.
+
+    Instances are visited in `order` (unit id -> sort key; the pipeline passes the hash of the
+    unit's text), which does not depend on document ids: a renamed document merges exactly as a
+    freshly indexed one would."""
     names: dict[str, Counter[str]] = defaultdict(Counter)
     types: dict[str, Counter[str]] = defaultdict(Counter)
     ent_desc: dict[str, list[str]] = defaultdict(list)
@@ -50,7 +54,8 @@ def merge_extractions(extractions: dict[str, Extraction]) -> MergedGraph:
     rel_ends: dict[str, tuple[str, str]] = {}
     claims: dict[str, Claim] = {}
 
-    for uid in sorted(extractions):
+    key = order or {}
+    for uid in sorted(extractions, key=lambda u: (key.get(u, ""), u)):
         ex = extractions[uid]
         for e in ex.entities:
             key = normalize_name(e.name)

@@ -21,13 +21,14 @@ from typing import Any
 
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash, text_hash
-from canopy.model import Document, Extraction, Skip, TextUnit, UnitFailure
+from canopy.model import Document, Entity, Extraction, Relationship, Skip, TextUnit, UnitFailure
 from canopy.providers.base import Provider
 from canopy.settings import Settings
 from canopy.store import Graph, Store
 from canopy.tokens import get_tokenizer
+from canopy.vectors import VectorStore
 from indexer.chunking import chunk_document
-from indexer.communities import build_communities
+from indexer.communities import build_communities, refresh_communities
 from indexer.embeddings import Embedder, embed_artifacts
 from indexer.graph import merge_extractions, summarize_descriptions
 from indexer.loaders import LoadedDocument, scan_folder
@@ -79,6 +80,14 @@ def plan_documents(
     return docs, texts
 
 
+def _same_graph(previous: Graph, entities: dict[str, Entity], relationships: dict[str, Relationship]) -> bool:
+    """True when clustering input is unchanged: same entities, same weighted edges."""
+    def edges(rels: dict[str, Relationship]) -> set[tuple[str, float]]:
+        return {(r.id, r.weight) for r in rels.values()}
+
+    return set(previous.entities) == set(entities) and edges(previous.relationships) == edges(relationships)
+
+
 async def run_index(
     docs_dir: Path,
     store: Store,
@@ -119,6 +128,19 @@ async def run_index(
                                     overlap=settings.chunking.overlap_tokens):
                 units[u.id] = u
 
+    # 2b. revoke at once: removed units and relabelled documents take effect for readers now,
+    #     before any regeneration (design §2: deletion is revocation; stale is never served).
+    removed = sorted(set(prev_units) - set(units))
+    relabelled = any(prev_docs[d].labels != doc.labels for d, doc in docs.items() if d in prev_docs)
+    if (removed or relabelled) and store.generation > 0:
+        versions = VectorStore(store.index_dir, 0).delete_derived_from(removed) if removed else {}
+        old_versions = json.loads(store.get_meta("lance_versions", "{}") or "{}")
+        store.commit_generation(
+            documents=docs, units={k: v for k, v in prev_units.items() if k in units}, graph=store.graph(),
+            failures=store.failures(), skips=skips, keep_extractions=set(units),
+            meta={"lance_versions": json.dumps({**old_versions, **versions}), "revoking": "1"},
+        )
+
     # 3. extract units that have no stored extraction
     stored = {} if full else store.extractions()
     todo = sorted((u for uid, u in units.items() if uid not in stored), key=lambda u: u.id)
@@ -144,18 +166,21 @@ async def run_index(
     await asyncio.gather(*(extract(u) for u in todo))
 
     # 4. merge + summarize
-    merged = merge_extractions(extractions)
+    merged = merge_extractions(extractions, order={uid: text_hash(units[uid].text) for uid in extractions})
     advance = progress("summarize", len(merged.pending))
     merged = await summarize_descriptions(merged, provider, tok, max_tokens=settings.extract.summary_max_tokens,
                                           memo=store, concurrency=settings.llm.concurrency, on_done=lambda: advance(1))
 
     # 5. communities (stable ids against the previous generation) + fingerprints
     previous = store.graph()
-    communities = build_communities(
-        merged.entities, merged.relationships, max_cluster_size=settings.communities.max_cluster_size,
-        seed=settings.communities.seed, max_levels=settings.communities.max_levels,
-        previous=None if full else previous.communities,
-    )
+    if not full and previous.communities and _same_graph(previous, merged.entities, merged.relationships):
+        communities = refresh_communities(previous.communities, merged.entities, merged.relationships)
+    else:
+        communities = build_communities(
+            merged.entities, merged.relationships, max_cluster_size=settings.communities.max_cluster_size,
+            seed=settings.communities.seed, max_levels=settings.communities.max_levels,
+            previous=None if full else previous.communities, modularity_drift=settings.communities.modularity_drift,
+        )
     communities = community_fingerprints(communities, merged.entities, merged.relationships, merged.claims)
 
     # 6. reports, bottom-up; unchanged fingerprints reuse the previous report
@@ -188,7 +213,7 @@ async def run_index(
     gen = store.commit_generation(
         documents=docs, units=units, graph=graph, failures=failures, skips=skips,
         meta={"provider": provider.name, "embedder": embedder.name, "lance_versions": json.dumps(emb.versions),
-              "docs_dir": str(docs_dir.resolve())},
+              "docs_dir": str(docs_dir.resolve()), "revoking": "0"},
         run_id=run_id, stats=stats, usage=usage,
     )
     return IndexResult(gen, time.perf_counter() - t0, stats, usage, skips, failures)

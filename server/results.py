@@ -26,6 +26,7 @@ class UsageInfo(BaseModel):
     completion_tokens: int = 0
     elapsed_ms: int = 0
     provider: str = Field("builtin", description="'builtin' (offline, extractive) or 'openai:<model>'")
+    embedding_calls: int = Field(0, description="Embedding endpoint calls (0 with the builtin embedder)")
 
 
 class Citation(BaseModel):

@@ -4,6 +4,9 @@ providers and the store, resolved one way."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +46,25 @@ def open_workspace(docs_dir: Path, index_dir: Path | None = None, config: Path |
     return Workspace(docs_dir, index_dir, settings, Policy(settings.acl))
 
 
+@contextmanager
+def writer_lock(index_dir: Path) -> Iterator[None]:
+    """One writer per index (a watcher and a manual `canopy index` take turns); readers never wait."""
+    index_dir.mkdir(parents=True, exist_ok=True)
+    with open(index_dir / "write.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def build_index(ws: Workspace, *, full: bool = False, progress: ProgressFactory | None = None) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation."""
+    with writer_lock(ws.index_dir):
+        return _build(ws, full, progress)
+
+
+def _build(ws: Workspace, full: bool, progress: ProgressFactory | None) -> IndexResult:
     store = ws.store()
     try:
         provider = make_provider(ws.settings, store)

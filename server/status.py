@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from canopy.store import Store
 
-__all__ = ["IndexStatus", "index_status"]
+if TYPE_CHECKING:
+    from server.service import QueryContext
+
+__all__ = ["IndexStatus", "index_status", "status_for_caller"]
 
 
 class SkipInfo(BaseModel):
@@ -63,3 +68,39 @@ def index_status(store: Store) -> IndexStatus:
         failures=[FailureInfo(id=f.unit_id, task=f.task, error=f.error) for f in failures],
         last_run=dict(last.stats) if last else {}, llm_usage=last.usage if last else {},
     )
+
+
+def status_for_caller(full: IndexStatus, ctx: QueryContext, readable_path: Callable[[str], bool]) -> IndexStatus:
+    """The status as one caller may see it (design §5: counts never reveal hidden items).
+
+    An unrestricted caller gets `full` unchanged. Anyone else gets counts of what they can be
+    served (documents and units they can read; entities, relationships, claims, communities and
+    reports whose provenance they can read), skips of paths they could read, failures of units or
+    communities they can see, and no corpus-wide run statistics or LLM usage.
+    """
+    vis = ctx.vis
+    if vis.everything:
+        return full
+    g = ctx.view.graph
+    communities = [c for c in g.communities.values() if vis.can_see(c.text_unit_ids)]
+    levels = Counter(c.level for c in communities)
+
+    def failure_visible(f: FailureInfo) -> bool:
+        if f.id in g.communities:
+            return vis.can_see(g.communities[f.id].text_unit_ids)
+        return f.id in vis.readable_units
+
+    return full.model_copy(update={
+        "documents": len(vis.readable_docs),
+        "text_units": len(vis.readable_units),
+        "entities": sum(vis.can_see(e.text_unit_ids) for e in g.entities.values()),
+        "relationships": sum(vis.can_see(r.text_unit_ids) for r in g.relationships.values()),
+        "claims": sum(vis.can_see(c.text_unit_ids) for c in g.claims.values()),
+        "communities": len(communities),
+        "communities_by_level": {str(k): v for k, v in sorted(levels.items())},
+        "reports": sum(vis.can_see(r.text_unit_ids) for r in g.reports.values()),
+        "skipped": [s for s in full.skipped if readable_path(s.path)],
+        "failures": [f for f in full.failures if failure_visible(f)],
+        "last_run": {},
+        "llm_usage": {},
+    })

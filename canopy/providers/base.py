@@ -12,6 +12,10 @@ structure; `render()` methods give the text an LLM sees.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,6 +36,8 @@ __all__ = [
     "ReportOut",
     "SummaryOut",
     "Usage",
+    "record_usage",
+    "usage_scope",
 ]
 
 
@@ -196,6 +202,36 @@ class Usage:
     def as_dict(self) -> dict[str, int]:
         return dict(calls=self.calls, cached=self.cached, prompt_tokens=self.prompt_tokens,
                     completion_tokens=self.completion_tokens, failures=self.failures)
+
+
+# Per-call accounting. A scope is entered by one query-engine call; every provider call made in
+# that call's task (and in the tasks it starts: asyncio copies the context) adds to it, so
+# concurrent calls sharing one provider never mix their counts. Scopes nest (DRIFT inside a tool).
+_SCOPES: ContextVar[tuple[dict[str, Usage], ...]] = ContextVar("canopy_usage_scopes", default=())
+_SCOPE_LOCK = threading.Lock()
+
+
+@contextmanager
+def usage_scope() -> Iterator[dict[str, Usage]]:
+    """Usage per task of the provider calls made inside the `with` block (filled as they run)."""
+    usage: dict[str, Usage] = {}
+    token = _SCOPES.set((*_SCOPES.get(), usage))
+    try:
+        yield usage
+    finally:
+        _SCOPES.reset(token)
+
+
+def record_usage(task: str, **counts: int) -> None:
+    """Add counts (Usage field names) to every scope open in the current context."""
+    scopes = _SCOPES.get()
+    if not scopes:
+        return
+    with _SCOPE_LOCK:
+        for scope in scopes:
+            usage = scope.setdefault(task, Usage())
+            for name, n in counts.items():
+                setattr(usage, name, getattr(usage, name) + n)
 
 
 class Provider(Protocol):

@@ -24,6 +24,7 @@ from canopy.providers.base import (
     ReportContext,
     ReportOut,
     Usage,
+    record_usage,
 )
 from canopy.providers.extractive import (
     REPORT_INTRO,
@@ -56,6 +57,7 @@ class BuiltinProvider:
     def _count(self, task: str) -> None:
         with self._lock:
             self._usage.setdefault(task, Usage()).calls += 1
+        record_usage(task, calls=1)
 
     def usage(self) -> dict[str, Usage]:
         with self._lock:
@@ -95,7 +97,8 @@ class BuiltinProvider:
         self._count("map")
         per_report: list[list[tuple[str, set[str]]]] = []
         for r in reports:
-            items = [(s, set(terms(s)) | set(terms(r.title))) for s in split_sentences(r.summary)]
+            title = set(terms(r.title))
+            items = [(s, set(terms(s)) | title) for s in split_sentences(r.summary)]
             for f in r.findings:
                 head = set(terms(f.summary))
                 items += [(s, set(terms(s)) | head) for s in split_sentences(f.explanation)]
@@ -145,6 +148,7 @@ class BuiltinProvider:
             for s in split_sentences(b.text) or ([b.title] if b.title else []):
                 items.append((bi, s, set(terms(s)), head))
         scorer = Scorer(query, [t for _, _, t, _ in items])
+        chosen: list[int] = []
         if scorer.generic:
             firsts = list(dict.fromkeys(bi for bi, *_ in items))[:MAX_ANSWER_SENTENCES]
             chosen = [next(i for i, it in enumerate(items) if it[0] == bi) for bi in firsts]
@@ -155,7 +159,7 @@ class BuiltinProvider:
                 (-(0.7 * scorer.score(t | h) + 0.3 * scorer.score(t)), i)
                 for i, (_, _, t, h) in enumerate(items))
             ranked = [(-neg, i) for neg, i in ranked]
-            chosen, seen = [], set()
+            seen: set[str] = set()
             for sc, i in ranked:
                 key = normalize_name(items[i][1])
                 if sc <= 0 or len(chosen) >= MAX_ANSWER_SENTENCES:

@@ -215,8 +215,7 @@ def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, 
     while toks:
         low = toks[0][0].lower().replace("’", "'")
         if (
-            (low in lx.CONNECTORS and low != "the")
-            or low in lx.MONTHS_DAYS
+            low in lx.MONTHS_DAYS
             or (low in lx.STOPWORDS and (initial or low != "the" or len(toks) == 1))
             or (initial and low in lx.SENTENCE_STARTERS)
         ):  # "The Verge" keeps its "The" inside a sentence, not at its start
@@ -249,10 +248,10 @@ def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, 
         if len(g) > 1 and all(_ALLCAPS.fullmatch(t) for t, _ in g):
             groups.remove(g)  # "SIGN UP I": shouted words, each judged alone as an acronym
             groups += [[t] for t in g]
-    for g in groups:
-        while g and (g[-1][0].lower() in lx.CONNECTORS or g[-1][0].lower() in lx.MONTHS_DAYS):
+    for g in groups:  # lowercase connectors only join: "Le Monde" and "De Beers" keep theirs
+        while g and (g[-1][0] in lx.CONNECTORS or g[-1][0].lower() in lx.MONTHS_DAYS):
             g = g[:-1]
-        while g and g[0][0].lower() in lx.CONNECTORS and g[0][0] != "The":
+        while g and g[0][0] in lx.CONNECTORS:
             g = g[1:]
         if g:
             out.append(g)

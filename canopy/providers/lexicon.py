@@ -120,7 +120,9 @@ black white american americans british english french german germans dutch chine
 european europeans australian canadian israeli israelis palestinian palestinians russian
 russians ukrainian indian italian spanish african asian mexican korean irish scottish welsh
 swedish norwegian danish finnish polish greek turkish brazilian arab arabic muslim jewish
-catholic christian hindu buddhist latin
+catholic christian hindu buddhist latin head chief director manager chair chairman chairwoman
+officer lead leader engineer founder member partner editor analyst spokesperson spokesman
+spokeswoman secretary treasurer
 """)
 
 ORG_SUFFIXES = words("""

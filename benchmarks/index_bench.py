@@ -1,0 +1,334 @@
+"""Indexing benchmark: wall time, peak memory, graph sizes and LLM traffic, side by side.
+
+    python benchmarks/index_bench.py                       # every corpus, both modes
+    python benchmarks/index_bench.py --corpus carol --mode fake
+    python benchmarks/index_bench.py --corpus multihop --articles 50 --mode builtin
+    python benchmarks/index_bench.py --profile             # also cProfile each run
+
+Corpora: A Christmas Carol (../shared/eval-data/books) and the MultiHop-RAG news articles
+(../shared/eval-data/multihop-rag/corpus.json, written once to a temp folder as one .md per article).
+Modes: `builtin` (the offline provider) and `fake` (the test suite's fake OpenAI-compatible server at
+zero latency, hosted in this driver process so its CPU and memory are not charged to the run).
+
+Every (corpus, mode) pair is indexed in a fresh Python subprocess, so peak RSS is per run, and then
+indexed again in another fresh subprocess against the same index: that no-op rerun must cost ~0 LLM
+calls. Results: a markdown table on stdout, JSON in benchmarks/results/index_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+EVAL_DATA = Path(__file__).resolve().parents[2] / "shared" / "eval-data"
+CAROL_DIR = EVAL_DATA / "books"
+MULTIHOP_JSON = EVAL_DATA / "multihop-rag" / "corpus.json"
+RESULTS = REPO / "benchmarks" / "results"
+
+# Microsoft GraphRAG 3.3.0, measured by the project on this machine: `graphrag index` over A Christmas
+# Carol against a zero-latency mock LLM (the same setting as mode `fake` here).
+GRAPHRAG_REFERENCE = {"system": "Microsoft GraphRAG 3.3.0", "corpus": "carol", "wall_s": 82.0,
+                      "peak_rss_mb": 725.0, "llm_requests": 276}
+
+FAKE_LLM = {"max_retries": 2, "backoff_s": 0.01, "concurrency": 8}
+# stage boundaries, taken from the pipeline's progress callback (the first call of each stage)
+STAGES = ["extract", "summarize", "reports", "embed"]
+STAGE_LABELS = ["load+chunk", "extract", "merge+summarize+cluster", "reports", "embed+commit"]
+
+
+# ---- child: one indexing run in a fresh interpreter ------------------------------------------
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    import resource
+
+    t_start = time.perf_counter()
+    sys.path.insert(0, str(REPO))
+    from server.runtime import build_index, open_workspace
+
+    def rss_mb() -> float:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+    rss_imports = rss_mb()
+    overrides: dict[str, Any] = {}
+    if spec["base_url"]:
+        overrides["llm"] = {"base_url": spec["base_url"], **FAKE_LLM}
+    ws = open_workspace(Path(spec["docs"]), index_dir=Path(spec["index_dir"]), **overrides)
+
+    marks: dict[str, float] = {}
+
+    def progress(stage: str, total: int):  # type: ignore[no-untyped-def]
+        marks.setdefault(stage, time.perf_counter())
+        return lambda n: None
+
+    profiler = None
+    if spec.get("profile"):
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    t0 = time.perf_counter()
+    result = build_index(ws, progress=progress)
+    t1 = time.perf_counter()
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(spec["profile"])
+
+    bounds = [t0] + [marks.get(s) for s in STAGES] + [t1]
+    stages: dict[str, float] = {}
+    last = t0
+    for label, mark in zip(STAGE_LABELS, bounds[1:], strict=True):
+        if mark is None:  # a stage with nothing to do may not call progress
+            continue
+        stages[label] = round(mark - last, 3)
+        last = mark
+    return {
+        "wall_s": round(t1 - t0, 3),
+        "startup_s": round(t0 - t_start, 3),
+        "peak_rss_mb": round(rss_mb(), 1),
+        "rss_after_imports_mb": round(rss_imports, 1),
+        "stages_s": stages,
+        "stats": result.stats,
+        "usage": result.usage,
+        "failures": len(result.failures),
+        "skips": len(result.skips),
+        "provider": "openai" if ws.settings.llm.enabled else "builtin",
+    }
+
+
+# ---- driver ------------------------------------------------------------------------------------
+
+
+def slug(text: str, limit: int = 60) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s[:limit].rstrip("-") or "article"
+
+
+def materialize_multihop(dest: Path, n: int | None) -> int:
+    articles = json.loads(MULTIHOP_JSON.read_text(encoding="utf-8"))
+    if n is not None:
+        articles = articles[:n]
+    dest.mkdir(parents=True, exist_ok=True)
+    for i, a in enumerate(articles):
+        (dest / f"{i:04d}-{slug(a['title'])}.md").write_text(f"# {a['title']}\n\n{a['body']}\n", encoding="utf-8")
+    return len(articles)
+
+
+def child_env() -> dict[str, str]:
+    """The caller's environment without endpoint settings: each mode configures its own."""
+    drop = ("CANOPY_", "OPENAI_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as fh:
+        out = Path(fh.name)
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec),
+                               "--_out", str(out)], cwd=REPO, env=child_env(), capture_output=True, text=True)
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"run {spec['label']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        data = json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+    data["process_s"] = round(elapsed, 3)
+    return data
+
+
+def profile_summary(path: Path, top: int = 15) -> list[dict[str, Any]]:
+    import pstats
+
+    st = pstats.Stats(str(path))
+    rows = []
+    for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+        rows.append({"where": f"{_short(file)}:{line}:{func}", "tottime_s": round(tt, 3),
+                     "cumtime_s": round(ct, 3), "calls": nc})
+    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
+    return rows[:top]
+
+
+def _short(file: str) -> str:
+    for root in (str(REPO) + os.sep, "site-packages" + os.sep):
+        if root in file:
+            return file.split(root, 1)[1]
+    return file
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    corpora = ["carol", "multihop"] if args.corpus == "all" else [args.corpus]
+    modes = ["builtin", "fake"] if args.mode == "all" else [args.mode]
+    work = Path(tempfile.mkdtemp(prefix="canopy-index-bench-"))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    docs: dict[str, Path] = {}
+    names: dict[str, str] = {}
+    for corpus in corpora:
+        if corpus == "carol":
+            docs[corpus], names[corpus] = CAROL_DIR, "A Christmas Carol"
+        else:
+            n = materialize_multihop(work / "multihop-docs", args.articles)
+            docs[corpus], names[corpus] = work / "multihop-docs", f"MultiHop-RAG ({n} articles)"
+
+    fake = None
+    if "fake" in modes:
+        sys.path.insert(0, str(REPO))
+        from tests.fakes.openai_server import FakeOpenAI
+
+        fake = FakeOpenAI(latency=0.0).start()
+    runs: list[dict[str, Any]] = []
+    try:
+        for corpus in corpora:
+            for mode in modes:
+                index_dir = work / f"index-{corpus}-{mode}"
+                for run in ("build", "rerun"):
+                    label = f"{corpus}/{mode}/{run}"
+                    print(f"[index_bench] {label} ...", file=sys.stderr, flush=True)
+                    spec: dict[str, Any] = {"label": label, "docs": str(docs[corpus]), "index_dir": str(index_dir),
+                                            "base_url": fake.base_url if fake and mode == "fake" else None}
+                    if args.profile:
+                        spec["profile"] = str(RESULTS / f"index_bench-{corpus}-{mode}-{run}.prof")
+                    if fake is not None:
+                        fake.reset()
+                    data = run_child(spec)
+                    if fake is not None and mode == "fake":
+                        data["fake_requests"] = len(fake.requests)
+                        data["fake_requests_by_task"] = dict(sorted(fake.calls.items()))
+                        data["fake_max_in_flight"] = fake.max_in_flight
+                    if args.profile:
+                        data["profile_top"] = profile_summary(Path(spec["profile"]))
+                        data["profile_file"] = spec["profile"]
+                    units = data["stats"].get("text_units", 0)
+                    data["units_per_s"] = round(units / data["wall_s"], 2) if data["wall_s"] else None
+                    runs.append({"corpus": corpus, "corpus_name": names[corpus], "mode": mode, "run": run, **data})
+                    print(f"[index_bench] {label}: {data['wall_s']:.2f} s, {data['peak_rss_mb']:.0f} MB",
+                          file=sys.stderr, flush=True)
+    finally:
+        if fake is not None:
+            fake.stop()
+        if args.keep:
+            print(f"[index_bench] kept index folders under {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return {"machine": machine(), "settings": {"fake_llm": FAKE_LLM, "articles": args.articles},
+            "runs": runs, "reference": reference(runs)}
+
+
+def machine() -> dict[str, Any]:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True)
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "commit": commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else ""),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def reference(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ref: dict[str, Any] = {**GRAPHRAG_REFERENCE, "ratios": {}}
+    for r in runs:
+        if r["corpus"] != "carol" or r["run"] != "build":
+            continue
+        ratios = {"time_index_only": round(r["wall_s"] / ref["wall_s"], 4),
+                  "time_whole_process": round(r["process_s"] / ref["wall_s"], 4),
+                  "memory": round(r["peak_rss_mb"] / ref["peak_rss_mb"], 4)}
+        if "fake_requests" in r:
+            ratios["requests"] = round(r["fake_requests"] / ref["llm_requests"], 4)
+        ref["ratios"][r["mode"]] = ratios
+    return ref
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+
+def _calls(usage: dict[str, dict[str, int]]) -> str:
+    if not usage:
+        return "0"
+    parts = [f"{t} {u['calls']}" + (f" (+{u['cached']} cached)" if u.get("cached") else "") for t, u in usage.items()]
+    return f"{sum(u['calls'] for u in usage.values())}: " + ", ".join(parts)
+
+
+def _tokens(usage: dict[str, dict[str, int]]) -> str:
+    total_p = sum(u["prompt_tokens"] for u in usage.values())
+    total_c = sum(u["completion_tokens"] for u in usage.values())
+    if not total_p and not total_c:
+        return "0"
+    parts = [f"{t} {u['prompt_tokens'] + u['completion_tokens']:,}" for t, u in usage.items()]
+    return f"{total_p:,} in / {total_c:,} out ({', '.join(parts)})"
+
+
+def render(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [f"## Canopy indexing benchmark ({m['date']}, commit {m['commit']}, Python {m['python']}, "
+             f"{m['cpus']} CPUs)", ""]
+    lines += ["| corpus | mode | run | wall s | process s | units/s | peak RSS MB | docs | units | entities "
+              "| rels | communities (by level) | reports | provider calls by task | tokens | fake reqs |",
+              "|" + "---|" * 16]
+    for r in report["runs"]:
+        s = r["stats"]
+        levels = "/".join(str(v) for _, v in sorted(s.get("communities_by_level", {}).items(), key=lambda kv: int(kv[0])))
+        lines.append(
+            f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {r['wall_s']:.2f} | {r['process_s']:.2f} "
+            f"| {r['units_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {s['documents']} | {s['text_units']} "
+            f"| {s['entities']} | {s['relationships']} | {s['communities']} ({levels}) | {s['reports']} "
+            f"| {_calls(r['usage'])} | {_tokens(r['usage'])} | {r.get('fake_requests', '-')} |")
+    lines += ["", "Stage times (s), from the pipeline's progress callbacks:", "",
+              "| corpus | mode | run | " + " | ".join(STAGE_LABELS) + " | RSS after imports MB |",
+              "|" + "---|" * (4 + len(STAGE_LABELS))]
+    for r in report["runs"]:
+        cells = " | ".join(f"{r['stages_s'][k]:.2f}" if k in r["stages_s"] else "-" for k in STAGE_LABELS)
+        lines.append(f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {cells} | {r['rss_after_imports_mb']:.0f} |")
+    ref = report["reference"]
+    lines += ["", f"Reference: {ref['system']}, A Christmas Carol, zero-latency mock LLM, measured on this machine: "
+              f"{ref['wall_s']:.0f} s, {ref['peak_rss_mb']:.0f} MB peak RSS, {ref['llm_requests']} LLM requests.", ""]
+    if ref["ratios"]:
+        lines += ["| Canopy mode | time ours/theirs (index only) | time ours/theirs (whole process) "
+                  "| memory ours/theirs | requests ours/theirs |", "|---|---|---|---|---|"]
+        for mode, x in ref["ratios"].items():
+            req = f"{x['requests']:.2f}" if "requests" in x else "- (no LLM)"
+            lines.append(f"| {mode} | {x['time_index_only']:.3f} | {x['time_whole_process']:.3f} "
+                         f"| {x['memory']:.2f} | {req} |")
+    profiled = [r for r in report["runs"] if r.get("profile_top")]
+    for r in profiled:
+        lines += ["", f"Top self-time hotspots, {r['corpus_name']} / {r['mode']} / {r['run']} "
+                  f"({r['profile_file']}):", "", "| where | self s | cumulative s | calls |", "|---|---|---|---|"]
+        lines += [f"| `{h['where']}` | {h['tottime_s']:.2f} | {h['cumtime_s']:.2f} | {h['calls']} |"
+                  for h in r["profile_top"][:10]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", choices=["carol", "multihop", "all"], default="all")
+    p.add_argument("--mode", choices=["builtin", "fake", "all"], default="all")
+    p.add_argument("--articles", type=int, default=None, metavar="N", help="MultiHop-RAG: only the first N articles")
+    p.add_argument("--keep", action="store_true", help="keep the temp folder with the materialized corpus and indexes")
+    p.add_argument("--profile", action="store_true", help="cProfile each run; .prof files go to benchmarks/results/")
+    p.add_argument("--out", type=Path, default=RESULTS / "index_bench.json", help="JSON results file")
+    p.add_argument("--_child", help=argparse.SUPPRESS)
+    p.add_argument("--_out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args._child:
+        Path(args._out).write_text(json.dumps(child(json.loads(args._child))))
+        return
+    if args.articles is not None and args.articles < 1:
+        p.error("--articles must be at least 1")
+    report = bench(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(render(report))
+    print(f"\nJSON: {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Keep an index current: watchdog events, debounced into batches, each applied as one update.
+
+The watcher only decides *when* to update; *what* changed is recomputed by the pipeline from
+content hashes (so missed, duplicated or reordered events cannot corrupt anything, and a file
+that vanishes mid-read is simply gone in the next scan). Events inside the index folder and from
+editors' temp/swap files are ignored. `canopy.toml` edits trigger an update too: a policy change
+relabels units without re-extraction.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+__all__ = ["Watcher", "is_ignored"]
+
+log = logging.getLogger(__name__)
+
+_TEMP_PATTERNS = ("*.swp", "*.swx", "*.swo", "*~", ".#*", "#*#", "*.tmp", "*.temp", "*.part", "*.crdownload",
+                  ".DS_Store", "Thumbs.db", "*.lock", "4913")
+
+
+def is_ignored(path: Path, docs_dir: Path, index_dir: Path) -> bool:
+    """Events the watcher drops: the index folder itself, VCS folders, editor temp/swap files."""
+    try:
+        path.resolve().relative_to(index_dir.resolve())
+        return True
+    except ValueError:
+        pass
+    try:
+        rel = path.resolve().relative_to(docs_dir.resolve())
+    except ValueError:
+        return True
+    if any(part in (".git", ".hg", ".svn", "__pycache__") for part in rel.parts):
+        return True
+    return any(fnmatch.fnmatch(path.name, pat) for pat in _TEMP_PATTERNS)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: Watcher) -> None:
+        self.w = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        for raw in (event.src_path, getattr(event, "dest_path", "")):
+            if raw:
+                path = Path(raw if isinstance(raw, str) else raw.decode())
+                if not is_ignored(path, self.w.docs_dir, self.w.index_dir):
+                    self.w.notify(path)
+
+
+class Watcher:
+    """Runs `apply()` after file activity settles (`debounce` s of quiet, at most `max_wait` s).
+
+    `apply` returns any summary object; it is logged. Exceptions from it are logged and the
+    watcher keeps going (the next batch retries: the pipeline resumes from stored work)."""
+
+    def __init__(
+        self,
+        docs_dir: Path,
+        index_dir: Path,
+        apply: Callable[[], Any],
+        *,
+        debounce: float = 1.0,
+        max_wait: float = 10.0,
+        on_applied: Callable[[set[Path], Any], None] | None = None,
+    ) -> None:
+        self.docs_dir = docs_dir
+        self.index_dir = index_dir
+        self.apply = apply
+        self.debounce = debounce
+        self.max_wait = max_wait
+        self.on_applied = on_applied
+        self._pending: set[Path] = set()
+        self._first = 0.0
+        self._last = 0.0
+        self._cv = threading.Condition()
+        self._stop = threading.Event()
+        self._observer = Observer()
+        self._thread = threading.Thread(target=self._loop, name="canopy-watcher", daemon=True)
+        self.batches = 0
+
+    def notify(self, path: Path) -> None:
+        with self._cv:
+            now = time.monotonic()
+            if not self._pending:
+                self._first = now
+            self._pending.add(path)
+            self._last = now
+            self._cv.notify()
+
+    def start(self) -> Watcher:
+        self._observer.schedule(_Handler(self), str(self.docs_dir), recursive=True)
+        self._observer.start()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cv:
+            self._cv.notify()
+        self._observer.stop()
+        self._observer.join(timeout=5)
+        self._thread.join(timeout=30)
+
+    def _next_batch(self) -> set[Path] | None:
+        with self._cv:
+            while not self._stop.is_set():
+                if self._pending:
+                    now = time.monotonic()
+                    due = min(self._last + self.debounce, self._first + self.max_wait)
+                    if now >= due:
+                        batch, self._pending = self._pending, set()
+                        return batch
+                    self._cv.wait(timeout=due - now)
+                else:
+                    self._cv.wait(timeout=0.5)
+            return None
+
+    def _loop(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            try:
+                result = self.apply()
+            except Exception:
+                log.exception("update after %d changed path(s) failed; will retry on the next change", len(batch))
+                continue
+            self.batches += 1
+            if self.on_applied:
+                self.on_applied(batch, result)

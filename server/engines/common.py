@@ -1,0 +1,161 @@
+"""What every engine shares: argument checks, per-call metering, token budgets, and the cap that
+keeps a result under agent-host limits (design §6) with a note naming the next call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from canopy.errors import InvalidArgument
+from canopy.providers.base import ContextBlock, Usage, usage_scope
+from canopy.tokens import Tokenizer, get_tokenizer
+from server.results import SearchResult, UsageInfo
+from server.service import QueryContext
+
+__all__ = [
+    "NOTHING_FOUND",
+    "Meter",
+    "check_query",
+    "check_response_type",
+    "fit_result",
+    "metered",
+    "pack_blocks",
+    "tokenizer",
+]
+
+NOTHING_FOUND = (
+    "No relevant information was found in the indexed documents for this question. "
+    "Try rephrasing it with names or terms that the documents use, or browse the topics with "
+    "drill_down()."
+)
+EMBED_TASK = "embed"  # the embedding client's task name; counted apart from chat calls
+_NOTE_RESERVE = 120  # tokens kept free for the truncation note
+
+
+def tokenizer() -> Tokenizer:
+    return get_tokenizer()
+
+
+def check_query(query: str) -> str:
+    q = " ".join((query or "").split())
+    if not q:
+        raise InvalidArgument("query must not be empty: ask a question in words.")
+    return q
+
+
+def check_response_type(response_type: str) -> str:
+    rt = " ".join((response_type or "").split())
+    if not rt:
+        raise InvalidArgument(
+            "response_type must not be empty, e.g. 'multiple paragraphs' or 'a short list'."
+        )
+    return rt
+
+
+# ---- metering -------------------------------------------------------------------------------
+
+
+@dataclass
+class Meter:
+    """Provider calls, tokens and wall time of one engine call (and only that call)."""
+
+    provider: str
+    started: float = field(default_factory=time.perf_counter)
+    usage: dict[str, Usage] = field(default_factory=dict)
+
+    def info(self) -> UsageInfo:
+        chat = [u for task, u in self.usage.items() if task != EMBED_TASK]
+        embed = self.usage.get(EMBED_TASK, Usage())
+        return UsageInfo(
+            llm_calls=sum(u.calls for u in chat),
+            prompt_tokens=sum(u.prompt_tokens for u in chat),
+            completion_tokens=sum(u.completion_tokens for u in chat),
+            elapsed_ms=round((time.perf_counter() - self.started) * 1000),
+            provider=self.provider,
+            embedding_calls=embed.calls,
+        )
+
+
+@contextmanager
+def metered(ctx: QueryContext) -> Iterator[Meter]:
+    """Meter the `with` block: provider calls made by it and by the tasks it starts count; calls
+    of concurrent engine calls on the same provider do not (canopy.providers.base.usage_scope)."""
+    with usage_scope() as usage:
+        yield Meter(provider=ctx.provider.name, usage=usage)
+
+
+# ---- budgets --------------------------------------------------------------------------------
+
+
+def block_tokens(block: ContextBlock) -> int:
+    """Tokens of a block as render_blocks writes it (its header line and text)."""
+    return tokenizer().count(f"[{block.kind} {block.id}] {block.title}\n{block.text}") + 1
+
+
+def pack_blocks(blocks: list[ContextBlock], budget: int) -> tuple[list[ContextBlock], int]:
+    """The leading blocks that fit `budget` tokens, in order, and the tokens they use. If the
+    first block alone is too large, its text is cut to fit, so some context always remains."""
+    out: list[ContextBlock] = []
+    used = 0
+    for b in blocks:
+        n = block_tokens(b)
+        if used + n > budget:
+            if not out and budget > 50:
+                head = tokenizer().count(f"[{b.kind} {b.id}] {b.title}") + 2
+                cut = replace(b, text=tokenizer().truncate(b.text, max(budget - head, 0)) + " …")
+                out.append(cut)
+                used = block_tokens(cut)
+            break
+        out.append(b)
+        used += n
+    return out, used
+
+
+# ---- result cap -----------------------------------------------------------------------------
+
+
+def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchResult:
+    """`result` within ctx.settings.result_token_limit tokens (of its JSON).
+
+    Citations the answer mentions come first. When over the limit the context is cut first, then
+    citations (the answer last); `truncated` is set and `note` says what was cut and `more`: the
+    exact call that gets the rest."""
+    cited = [c for c in result.citations if c.id in result.answer]
+    result.citations = cited + [c for c in result.citations if c.id not in result.answer]
+    limit = ctx.settings.result_token_limit
+    tok = tokenizer()
+    if tok.count(result.model_dump_json()) <= limit:
+        return result
+    n_citations, context_tokens = len(result.citations), tok.count(result.context)
+    bare = result.model_copy(update={"context": "", "citations": []})
+    room = limit - tok.count(bare.model_dump_json()) - _NOTE_RESERVE
+    if room < 0:  # even the answer is too long
+        answer = tok.truncate(result.answer, max(tok.count(result.answer) + room, 0)) + " …"
+        result.answer, room = answer, 0
+    keep, spent = [], 0
+    for c in result.citations:
+        n = tok.count(c.model_dump_json()) + 1
+        if spent + n > room // 2 and spent + n > room - context_tokens:
+            break
+        keep.append(c)
+        spent += n
+    result.citations = keep
+    budget = room - spent
+    context = result.context
+    for _ in range(5):  # JSON escaping makes the count a little larger than the raw text's
+        result.context = tok.truncate(context, max(budget, 0)) + (" …" if budget < context_tokens else "")
+        over = tok.count(result.model_dump_json()) + _NOTE_RESERVE - limit
+        if over <= 0:
+            break
+        budget -= over + 10
+    cut = []
+    if result.context != context:
+        cut.append(f"context cut from {context_tokens} to about {max(budget, 0)} tokens")
+    if len(keep) < n_citations:
+        cut.append(f"citations cut from {n_citations} to {len(keep)}")
+    result.truncated = True
+    result.note = (f"Result cut to fit the {limit}-token limit ({'; '.join(cut) or 'answer cut'}). "
+                   f"For more, {more}")
+    return result

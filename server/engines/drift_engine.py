@@ -1,0 +1,150 @@
+"""DRIFT search: a global primer, then local follow-ups (design §6; Microsoft's DRIFT search).
+
+1. Primer: a hypothetical answer to the question (HyDE) is embedded and matched, with the
+   question's own words, against the community reports; the best ones give an intermediate
+   answer, its score and follow-up questions.
+2. Follow-ups: for `drift_depth` rounds, the `drift_breadth` best open follow-ups (by the score
+   of the answer that raised them, then in the order they were raised: no random choice) are
+   answered concurrently from their local-search context, each raising follow-ups of its own.
+3. Reduce: the intermediate answers, as scored points, are reduced to the final answer.
+Deterministic for a given index, provider and settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from canopy.ids import normalize_name
+from canopy.providers.base import ContextBlock, MapPoint, render_blocks
+from server.engines.common import (
+    NOTHING_FOUND,
+    check_query,
+    check_response_type,
+    fit_result,
+    metered,
+    pack_blocks,
+)
+from server.engines.local_engine import build_local_context, report_block
+from server.engines.serving import block_citation, servable_report
+from server.results import SearchResult
+from server.service import QueryContext
+
+__all__ = ["PRIMER_REPORTS", "drift_search"]
+
+PRIMER_REPORTS = 5  # reports the primer reads
+
+
+@dataclass
+class _Step:
+    question: str
+    depth: int
+    answer: str = ""
+    score: int = 0
+    blocks: list[ContextBlock] = field(default_factory=list)
+    follow_ups: list[str] = field(default_factory=list)
+
+
+async def drift_search(
+    ctx: QueryContext, query: str, *, response_type: str = "multiple paragraphs"
+) -> SearchResult:
+    """Answer a question that needs both the big picture and specific details."""
+    query = check_query(query)
+    response_type = check_response_type(response_type)
+    depth, breadth = ctx.settings.drift_depth, ctx.settings.drift_breadth
+    total = 2 + depth * breadth  # primer, follow-ups (at most), reduce
+    with metered(ctx) as meter:
+        await ctx.report_progress(0, total, "drift: primer over the most similar community reports")
+        steps = [await _primer(ctx, query)]
+        done = 1
+        await ctx.report_progress(done, total, f"drift: primer raised {len(steps[0].follow_ups)} follow-ups")
+        asked = {normalize_name(query)}
+        for level in range(1, depth + 1):
+            chosen = _next_questions(steps, asked, breadth)
+            if not chosen:
+                break
+            asked.update(normalize_name(q) for q in chosen)
+
+            async def follow(question: str, level: int = level) -> _Step:
+                nonlocal done
+                step = await _follow_up(ctx, question, level)
+                done += 1
+                await ctx.report_progress(done, total, f"drift: depth {level}: answered {question!r}")
+                return step
+
+            steps += await asyncio.gather(*(follow(q) for q in chosen))
+        points = [MapPoint(description=s.answer, score=max(0, min(100, s.score)),
+                           report_ids=[b.id for b in s.blocks if b.kind == "report"])
+                  for s in steps if s.answer.strip()]
+        if any(p.score > 0 for p in points):
+            answer = await ctx.provider.reduce(query, points, response_type=response_type)
+        else:
+            answer = NOTHING_FOUND
+        await ctx.report_progress(total, total, "drift: done")
+
+        blocks = list({(b.kind, b.id): b for s in steps for b in s.blocks}.values())
+        result = SearchResult(method="drift", query=query, answer=answer,
+                              citations=[block_citation(b) for b in blocks],
+                              context=_context(steps, blocks))
+        result = fit_result(ctx, result, more=_more(steps, asked))
+        result.usage = meter.info()
+        return result
+
+
+async def _primer(ctx: QueryContext, query: str) -> _Step:
+    hypothetical = await ctx.provider.hyde(query)
+    vector = await ctx.view.embed_query(hypothetical or query)
+    hits = ctx.view.vectors.search("reports", vector=vector, text=query, k=PRIMER_REPORTS,
+                                   hidden_acl=list(ctx.vis.hidden_acl))
+    reports = [r for h in hits if (r := servable_report(ctx, h.id)) is not None]
+    blocks, _ = pack_blocks([report_block(r) for r in reports], ctx.settings.local_context_tokens)
+    step = _Step(query, 0, blocks=blocks)
+    if blocks:
+        out = await ctx.provider.drift(query, blocks)
+        step.answer, step.score, step.follow_ups = out.intermediate_answer, out.score, out.follow_up_queries
+    return step
+
+
+async def _follow_up(ctx: QueryContext, question: str, depth: int) -> _Step:
+    local = await build_local_context(ctx, question, budget=ctx.settings.local_context_tokens)
+    step = _Step(question, depth, blocks=local.blocks)
+    if local.blocks:
+        out = await ctx.provider.drift(question, local.blocks)
+        step.answer, step.score, step.follow_ups = out.intermediate_answer, out.score, out.follow_up_queries
+    return step
+
+
+def _open_questions(steps: list[_Step], asked: set[str]) -> list[str]:
+    """Follow-ups not yet asked: those raised by better-scored answers first, then earlier."""
+    ranked = sorted(((-s.score, i, j, q) for i, s in enumerate(steps)
+                     for j, q in enumerate(s.follow_ups) if q.strip()))
+    out: list[str] = []
+    seen = set(asked)
+    for *_, q in ranked:
+        key = normalize_name(q)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(q.strip())
+    return out
+
+
+def _next_questions(steps: list[_Step], asked: set[str], breadth: int) -> list[str]:
+    return _open_questions(steps, asked)[:breadth]
+
+
+def _context(steps: list[_Step], blocks: list[ContextBlock]) -> str:
+    parts = []
+    for s in steps:
+        head = "Primer" if s.depth == 0 else f"Follow-up (depth {s.depth})"
+        parts.append(f"----- {head}: {s.question} (score {s.score}) -----\n{s.answer}")
+    return "\n\n".join(parts) + "\n\n" + render_blocks(blocks)
+
+
+def _more(steps: list[_Step], asked: set[str]) -> str:
+    open_ = _open_questions(steps, asked)
+    if open_:
+        return f"call local_search(query={open_[0]!r}) to follow the next open question."
+    reports = [b.id for s in steps for b in s.blocks if b.kind == "report"]
+    if reports:
+        return f"call drill_down(community_id={reports[0]!r}) to read a cited report in full."
+    return "ask drift_search a narrower question."

@@ -1,0 +1,210 @@
+"""Global search: map-reduce over community reports (Edge et al. 2024 §2.2; design §6).
+
+1. Reports: those standing for one level (`level_partition`: the communities at L plus the
+   childless shallower ones, the paper's C0..C3), or chosen dynamically: rate the roots, keep the
+   relevant ones and rate their children, keeping a child in place of its parent (GraphRAG's
+   dynamic community selection, `keep_parent=False`).
+2. Map: reports shuffled with a fixed seed, packed into token-budgeted batches; one concurrent
+   map call per batch returns points scored 0-100.
+3. Reduce: zero-score points are dropped; the best points fill the reduce context; one call
+   writes the answer. When nothing scores above zero the answer says so without a reduce call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from canopy.errors import InvalidArgument, InvalidOutput
+from canopy.model import Report
+from canopy.providers.base import MapOut, MapPoint
+from indexer.communities import level_partition
+from server.engines.common import (
+    NOTHING_FOUND,
+    check_query,
+    check_response_type,
+    fit_result,
+    metered,
+    tokenizer,
+)
+from server.engines.serving import root_ids, servable_report, servable_tops
+from server.results import Citation, SearchResult
+from server.service import QueryContext
+
+__all__ = ["RELEVANCE_THRESHOLD", "global_search", "map_batches", "reports_at_level", "select_reports"]
+
+log = logging.getLogger(__name__)
+
+RELEVANCE_THRESHOLD = 5  # a report rated at least this (0-10) is relevant to the query
+DYNAMIC_FALLBACK_MAX_LEVEL = 2  # when no root is relevant, rate whole levels down to this one
+
+
+async def global_search(
+    ctx: QueryContext,
+    query: str,
+    *,
+    community_level: int | None = None,
+    response_type: str = "multiple paragraphs",
+) -> SearchResult:
+    """Answer a question about the whole corpus from community reports (map-reduce)."""
+    query = check_query(query)
+    response_type = check_response_type(response_type)
+    level = community_level if community_level is not None else ctx.settings.community_level
+    with metered(ctx) as meter:
+        if level is not None:
+            reports = reports_at_level(ctx, level)
+        else:
+            reports = await select_reports(ctx, query)
+        points = await _map(ctx, query, reports, response_type) if reports else []
+        kept, context = _best_points(points, ctx.settings.reduce_tokens)
+        if kept:
+            await ctx.report_progress(0, 1, "reduce: writing the answer")
+            answer = await ctx.provider.reduce(query, kept, response_type=response_type)
+            await ctx.report_progress(1, 1, "reduce: done")
+        else:
+            answer = NOTHING_FOUND
+        cited = list(dict.fromkeys(rid for p in kept for rid in p.report_ids))
+        citations = [
+            Citation(kind="report", id=rid, title=r.title)
+            for rid in cited
+            if (r := servable_report(ctx, rid)) is not None
+        ]
+        result = SearchResult(method="global", query=query, answer=answer, citations=citations,
+                              context=context, community_level=level)
+        first = repr(citations[0].id) if citations else "'<report id>'"
+        result = fit_result(ctx, result, more=(
+            f"call drill_down(community_id={first}) to read a cited report in full, or ask "
+            "global_search a narrower question."))
+        result.usage = meter.info()
+        return result
+
+
+def reports_at_level(ctx: QueryContext, level: int) -> list[Report]:
+    """The servable reports standing for `level` (communities at it plus childless shallower)."""
+    communities = ctx.view.graph.communities
+    top = max((c.level for c in communities.values()), default=0)
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= top:
+        raise InvalidArgument(
+            f"community_level must be an integer from 0 (broadest) to {top} (most specific) "
+            "in this index, or omitted for dynamic selection."
+        )
+    reports = (servable_report(ctx, c.id) for c in level_partition(communities, level))
+    return [r for r in reports if r is not None]
+
+
+async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
+    """Dynamic community selection: rate from the roots down, descend into relevant reports'
+    children; a relevant child replaces its parent. If no root is relevant, whole levels are
+    rated, down to DYNAMIC_FALLBACK_MAX_LEVEL, until something is."""
+    graph = ctx.view.graph
+    relevant: dict[str, Report] = {}
+    parent_of: dict[str, str] = {}
+    queue = root_ids(ctx)
+    rated: set[str] = set()
+    done = 0
+    level = 0
+    while queue:
+        reports = [r for cid in queue if (r := servable_report(ctx, cid)) is not None]
+        rated.update(r.community_id for r in reports)
+        total = done + len(reports)
+
+        async def rate(report: Report) -> int:
+            nonlocal done
+            try:
+                score = await ctx.provider.rate(query, report)
+            except InvalidOutput as exc:  # one unreadable rating must not sink the search
+                log.warning("rating of report %s failed: %s", report.community_id, exc)
+                score = 0
+            done += 1
+            await ctx.report_progress(done, total, f"rating community reports ({done}/{total})")
+            return score
+
+        scores = await asyncio.gather(*(rate(r) for r in reports))
+        queue = []
+        for report, score in zip(reports, scores, strict=True):
+            if score < RELEVANCE_THRESHOLD:
+                continue
+            cid = report.community_id
+            relevant[cid] = report
+            relevant.pop(parent_of.get(cid, ""), None)
+            for child in servable_tops(ctx, graph.communities[cid].children):
+                if child not in rated:
+                    parent_of[child] = cid
+                    queue.append(child)
+        level += 1
+        if not queue and not relevant and level <= DYNAMIC_FALLBACK_MAX_LEVEL:
+            queue = sorted(c.id for c in graph.communities.values()
+                           if c.level == level and c.id not in rated)
+    return sorted(relevant.values(), key=lambda r: r.community_id)
+
+
+def map_batches(reports: list[Report], *, seed: int, batch_tokens: int) -> list[list[Report]]:
+    """Reports in a seeded shuffle, packed greedily into batches of at most `batch_tokens`
+    (a report larger than that travels alone)."""
+    order = sorted(reports, key=lambda r: r.community_id)
+    random.Random(seed).shuffle(order)
+    tok = tokenizer()
+    batches: list[list[Report]] = []
+    current: list[Report] = []
+    used = 0
+    for r in order:
+        n = tok.count(f"[Report {r.community_id}] {r.full_text()}") + 2
+        if current and used + n > batch_tokens:
+            batches.append(current)
+            current, used = [], 0
+        current.append(r)
+        used += n
+    if current:
+        batches.append(current)
+    return batches
+
+
+async def _map(ctx: QueryContext, query: str, reports: list[Report], response_type: str) -> list[MapPoint]:
+    batches = map_batches(reports, seed=ctx.settings.seed, batch_tokens=ctx.settings.map_batch_tokens)
+    total = len(batches)
+    done = 0
+    await ctx.report_progress(0, total, f"map: {len(reports)} reports in {total} batches")
+
+    async def one(batch: list[Report]) -> MapOut:
+        nonlocal done
+        try:
+            return await ctx.provider.map(query, batch, response_type=response_type)
+        finally:
+            done += 1
+            await ctx.report_progress(done, total, f"map: {done}/{total} batches answered")
+
+    outcomes = await asyncio.gather(*(one(b) for b in batches), return_exceptions=True)
+    points: list[MapPoint] = []
+    failures: list[BaseException] = []
+    for batch, out in zip(batches, outcomes, strict=True):
+        if isinstance(out, BaseException):
+            if not isinstance(out, InvalidOutput):
+                raise out
+            log.warning("a global-search map batch failed and is skipped: %s", out)
+            failures.append(out)
+            continue
+        ids = {r.community_id for r in batch}
+        points += [p.model_copy(update={"report_ids": [i for i in p.report_ids if i in ids]})
+                   for p in out.points]
+    if failures and len(failures) == len(batches):
+        raise failures[0]
+    return points
+
+
+def _best_points(points: list[MapPoint], budget: int) -> tuple[list[MapPoint], str]:
+    """Non-zero points, best first (stable), while they fit the reduce budget; and their text."""
+    ranked = sorted((p for p in points if p.score > 0), key=lambda p: -p.score)
+    tok = tokenizer()
+    kept: list[MapPoint] = []
+    parts: list[str] = []
+    used = 0
+    for p in ranked:
+        text = f"----- Analyst point {len(kept) + 1} (importance {p.score}) -----\n{p.description}"
+        n = tok.count(text) + 2
+        if used + n > budget:
+            break
+        kept.append(p)
+        parts.append(text)
+        used += n
+    return kept, "\n\n".join(parts)

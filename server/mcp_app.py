@@ -1,0 +1,317 @@
+"""The MCP server (design §6): Canopy's query engines as read-only tools, plus resources for
+community reports and source text.
+
+Who is asking: over Streamable HTTP with a token verifier, the verified bearer token's subject (or
+client id); otherwise the principal fixed at start-up (`canopy serve --principal`). Never a tool
+argument or a header. Each call builds its own `QueryContext` for that principal, so every engine
+sees only what the caller may see.
+
+What comes back: each tool returns a `CallToolResult` whose `structuredContent` is one of the
+models in `server.results` (declared as the tool's output schema) and whose text content is a
+readable rendering of it (`server.tool_text`).
+
+Errors: `InvalidArgument`, `NotFound`, `IndexMissing`, `ConfigError` and an unavailable endpoint
+become `ToolError`s carrying their message, which is written for the agent (a hidden id reads
+exactly like a missing one). Anything else is logged with its traceback on stderr and reaches the
+agent as "Internal error in <tool>; see server log": raw exception text never leaves the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, TypeVar
+
+from mcp.server import MCPServer
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from canopy.errors import (
+    CanopyError,
+    ConfigError,
+    EndpointUnavailable,
+    IndexMissing,
+    InvalidArgument,
+    NotFound,
+)
+from server import engines
+from server.results import CommunityCard, DrillResult, SearchResult
+from server.service import CanopyService, QueryContext
+from server.status import IndexStatus, index_status, status_for_caller
+from server.tool_text import drill_text, search_text, span_text, status_text
+
+__all__ = ["READ_ONLY", "build_server", "run_http", "run_stdio"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+
+# Errors whose message is written for the agent and safe to forward as is.
+_FORWARDED = (InvalidArgument, NotFound, IndexMissing, ConfigError, EndpointUnavailable)
+
+INSTRUCTIONS = """\
+Canopy answers questions about one indexed folder of documents with a GraphRAG index: entities and
+relationships extracted from the text, grouped into a hierarchy of communities, each with a report.
+Pick the tool by the question: global_search for corpus-wide themes and summaries; local_search
+for specific entities and facts; drift_search when a question needs both (costs more LLM calls);
+basic_search for plain passage retrieval; drill_down to browse the hierarchy, check a citation or
+read source text. Citations carry ids: report ids go to drill_down(community_id=...), text units
+open as canopy://units/<id>. index_status says what the index holds."""
+
+QUERY = Annotated[str, Field(min_length=1, max_length=4000,
+                             description="The question, in natural language (any language the documents use)")]
+RESPONSE_TYPE = Annotated[str, Field(
+    min_length=1, max_length=200,
+    description="Desired form of the answer, e.g. 'multiple paragraphs', 'single paragraph', "
+                "'bullet list', 'one sentence'")]
+DEFAULT_RESPONSE = "multiple paragraphs"
+
+
+def _version() -> str:
+    try:
+        return version("canopy-graphrag")
+    except PackageNotFoundError:  # running from a checkout that is not installed
+        return "0"
+
+
+def _result(model: BaseModel, text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=model.model_dump(mode="json"))
+
+
+class _Gateway:
+    """Identity, per-call QueryContext and error translation, shared by every tool and resource."""
+
+    def __init__(self, service: CanopyService, principal_name: str | None) -> None:
+        self.service = service
+        self.principal_name = principal_name
+
+    def caller(self) -> str | None:
+        """The verified HTTP caller when a token verifier ran, else the start-up principal."""
+        token = get_access_token()
+        if token is not None:
+            return token.subject or token.client_id
+        return self.principal_name
+
+    def context(self, mcp_ctx: Context | None = None) -> QueryContext:
+        progress = None
+        if mcp_ctx is not None:
+            async def progress(done: float, total: float | None, message: str) -> None:
+                try:
+                    await mcp_ctx.report_progress(done, total, message)
+                except Exception:  # a vanished client must not fail the query
+                    log.debug("progress notification not delivered", exc_info=True)
+        return self.service.context(self.service.principal(self.caller()), progress=progress)
+
+    async def call(self, tool: str, mcp_ctx: Context | None, fn: Callable[[QueryContext], Awaitable[T]]) -> T:
+        try:
+            return await fn(self.context(mcp_ctx))
+        except _FORWARDED as exc:
+            raise ToolError(str(exc)) from None
+        except CanopyError:
+            log.exception("%s failed", tool)
+            raise ToolError(f"The language model endpoint failed during {tool}; see server log. "
+                            "basic_search and drill_down work without it.") from None
+        except Exception:
+            log.exception("%s failed", tool)
+            raise ToolError(f"Internal error in {tool}; see server log") from None
+
+    async def read(self, uri: str, fn: Callable[[QueryContext], str]) -> str:
+        try:
+            return fn(self.context())
+        except NotFound as exc:
+            raise ResourceNotFoundError(str(exc)) from None
+        except _FORWARDED as exc:
+            raise ResourceError(str(exc)) from None
+        except Exception:
+            log.exception("reading %s failed", uri)
+            raise ResourceError(f"Internal error reading {uri}; see server log") from None
+
+
+def build_server(
+    service: CanopyService,
+    *,
+    principal_name: str | None = None,
+    auth: TokenVerifier | None = None,
+    auth_settings: AuthSettings | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+) -> MCPServer:
+    """The Canopy MCP server over one opened index.
+
+    `principal_name` is the caller over stdio (and over HTTP when `auth` is None). `auth` verifies
+    HTTP bearer tokens; its `AccessToken.subject` (or `client_id`) names the caller's principal.
+    `auth_settings` defaults to this server as its own resource at http://host:port/mcp.
+    """
+    if auth is not None and auth_settings is None:
+        base = f"http://{host}:{port}"
+        auth_settings = AuthSettings(issuer_url=base, resource_server_url=f"{base}/mcp",
+                                     validate_token_resource=False)
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    server = MCPServer(
+        "canopy", title="Canopy", instructions=INSTRUCTIONS, version=_version(),
+        token_verifier=auth, auth=auth_settings if auth is not None else None,
+        log_level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "WARNING",
+    )
+    gw = _Gateway(service, principal_name)
+    _add_search_tools(server, gw)
+    _add_navigation(server, gw)
+    return server
+
+
+def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
+    @server.tool(title="Global search", annotations=READ_ONLY)
+    async def global_search(
+        query: QUERY,
+        ctx: Context,
+        community_level: Annotated[int | None, Field(
+            ge=0, le=10, description="Hierarchy level of the reports to read: 0 = a few broad communities, "
+                                     "higher = more and narrower ones (index_status lists the levels). "
+                                     "Omit for dynamic selection, which descends only into relevant ones")] = None,
+        response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    ) -> Annotated[CallToolResult, SearchResult]:
+        """Returns an answer about the corpus as a whole, citing the community reports it drew on.
+
+        Use it for themes, summaries, comparisons and "what are the main ..." questions that need
+        many documents at once. For a specific person, organization or fact use local_search; when
+        a broad question also needs specific detail use drift_search.
+        Cost: one map call per batch of reports (concurrent) plus one reduce call when an LLM is
+        configured; sends progress notifications during the map phase. Without an LLM it returns
+        the best-matching report excerpts and an extractive answer for you to synthesize from.
+        Cited report ids open with drill_down(community_id=...). If `truncated` is true, `note` says
+        how to narrow or continue (e.g. a deeper community_level)."""
+        r = await gw.call("global_search", ctx, lambda q: engines.global_search(
+            q, query, community_level=community_level, response_type=response_type))
+        return _result(r, search_text(r))
+
+    @server.tool(title="Local search", annotations=READ_ONLY)
+    async def local_search(query: QUERY, ctx: Context,
+                           response_type: RESPONSE_TYPE = DEFAULT_RESPONSE) -> Annotated[CallToolResult, SearchResult]:
+        """Returns an answer about specific entities and facts, citing entities, relationships,
+        reports and source text units.
+
+        Use it for "who / what / where / how much" questions about named things: it finds the
+        entities nearest the question, then their relationships, community reports and the text
+        they came from. For corpus-wide themes use global_search; for plain passages use basic_search.
+        Cost: one LLM call when configured (none otherwise: extractive answer plus the context).
+        Text units open as canopy://units/<id>; truncation is flagged in `truncated` and `note`."""
+        r = await gw.call("local_search", ctx, lambda q: engines.local_search(q, query, response_type=response_type))
+        return _result(r, search_text(r))
+
+    @server.tool(title="DRIFT search", annotations=READ_ONLY)
+    async def drift_search(query: QUERY, ctx: Context,
+                           response_type: RESPONSE_TYPE = DEFAULT_RESPONSE) -> Annotated[CallToolResult, SearchResult]:
+        """Returns an answer to a question needing both breadth and detail, with citations.
+
+        It starts from the most similar community reports, drafts an intermediate answer and
+        follow-up questions, answers those with local search for a bounded depth, then combines.
+        Use it when global_search is too general and local_search too narrow. Costs several times
+        more LLM calls than local_search and sends progress notifications; deterministic for a
+        given index. Truncation is flagged in `truncated` and `note`."""
+        r = await gw.call("drift_search", ctx, lambda q: engines.drift_search(q, query, response_type=response_type))
+        return _result(r, search_text(r))
+
+    @server.tool(title="Basic search", annotations=READ_ONLY)
+    async def basic_search(
+        query: QUERY,
+        ctx: Context,
+        k: Annotated[int, Field(ge=1, le=50, description="Number of text passages to retrieve")] = 10,
+        response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    ) -> Annotated[CallToolResult, SearchResult]:
+        """Returns an answer from the k most similar source passages, each cited with its document.
+
+        Plain vector retrieval over text units, no graph: use it for point questions whose answer
+        sits in one or two passages (a number, a date, a quote), or to find where something is
+        written. For anything about relationships or themes prefer local_search or global_search.
+        Cost: at most one LLM call; raise k (up to 50) for more passages."""
+        r = await gw.call("basic_search", ctx, lambda q: engines.basic_search(
+            q, query, k=k, response_type=response_type))
+        return _result(r, search_text(r))
+
+
+def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
+    @server.tool(title="Drill down", annotations=READ_ONLY)
+    async def drill_down(
+        ctx: Context,
+        community_id: Annotated[str | None, Field(
+            max_length=200, description="A community or report id (from a citation or an earlier drill_down)")] = None,
+        entity: Annotated[str | None, Field(
+            max_length=300, description="An entity name or id: shows it and the communities it belongs to")] = None,
+        finding: Annotated[int | None, Field(
+            ge=0, le=1000, description="With community_id: number of one of its findings, to get the "
+                                       "source text behind that finding")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="Most entities, relationships, children "
+                                                              "and sources to list")] = 10,
+    ) -> Annotated[CallToolResult, DrillResult]:
+        """Returns one point of the community hierarchy: a community's report, findings, parents,
+        children, member entities, relationships and source text.
+
+        Use it to navigate and verify, not to answer: with no arguments it lists the top-level
+        communities; with community_id it opens that community (roll up via `parents`, drill into
+        `children`); add finding=N for the text units behind finding N; with entity it shows that
+        entity and where it sits. Use it to check citations from the search tools. No LLM cost.
+        Lists are cut at `limit`; `truncated` and `note` say when there is more."""
+        r = await gw.call("drill_down", ctx, lambda q: engines.drill_down(
+            q, community_id=community_id, entity=entity, finding=finding, limit=limit))
+        return _result(r, drill_text(r))
+
+    @server.tool(name="index_status", title="Index status", annotations=READ_ONLY)
+    async def index_status_tool() -> Annotated[CallToolResult, IndexStatus]:
+        """Returns what the index holds: counts of documents, text units, entities, relationships,
+        communities by level and reports, the provider, and skipped or failed items.
+
+        Use it first to learn which community levels exist (for global_search) and whether an LLM
+        is configured (otherwise answers are extractive). Counts cover what you may see. No cost."""
+
+        async def status(q: QueryContext) -> IndexStatus:
+            policy = gw.service.ws.policy
+            principal = q.vis.principal
+            return status_for_caller(index_status(gw.service.store), q,
+                                     lambda path: policy.readable(policy.labels_for(path), principal))
+
+        st = await gw.call("index_status", None, status)
+        return _result(st, status_text(st))
+
+    @server.resource("canopy://reports/{community_id}", name="report", title="Community report",
+                     mime_type="text/markdown",
+                     description="A community report as markdown: title, summary, rating, findings")
+    async def report(community_id: str) -> str:
+        return await gw.read(f"canopy://reports/{community_id}",
+                             lambda q: engines.report_markdown(q, community_id))
+
+    @server.resource("canopy://units/{unit_id}", name="text_unit", title="Source text unit",
+                     mime_type="text/plain",
+                     description="The source text of a text unit, with its document path and character span")
+    async def unit(unit_id: str) -> str:
+        return await gw.read(f"canopy://units/{unit_id}", lambda q: span_text(engines.source_span(q, unit_id)))
+
+    @server.resource("canopy://reports", name="reports", title="Community reports",
+                     mime_type="application/json",
+                     description="The community reports you may read: id, level, title, summary, rating, "
+                                 "size. Open one as canopy://reports/<id>")
+    async def reports() -> str:
+        def listing(q: QueryContext) -> str:
+            cards = engines.list_servable_reports(q)
+            return _CardList(reports=cards).model_dump_json(indent=1)
+        return await gw.read("canopy://reports", listing)
+
+
+class _CardList(BaseModel):
+    reports: list[CommunityCard]
+
+
+def run_stdio(server: MCPServer) -> None:
+    server.run("stdio")
+
+
+def run_http(server: MCPServer, host: str, port: int) -> None:
+    """Streamable HTTP at http://host:port/mcp (DNS-rebinding protection on for loopback hosts)."""
+    server.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")

@@ -1,0 +1,131 @@
+"""Readable text for tool results: what an agent host shows the model next to `structuredContent`.
+
+The structured result is the full record (its schema is the tool's output schema); the text is
+written to be read: the answer, then the sources with the exact call or resource that opens each,
+then usage and any truncation note naming the next call. Nothing here decides what a caller may
+see: it renders results the engines already filtered.
+"""
+
+from __future__ import annotations
+
+from server.results import Citation, CommunityCard, DrillResult, SearchResult, SourceSpan, UsageInfo
+from server.status import IndexStatus
+
+__all__ = ["drill_text", "search_text", "span_text", "status_text"]
+
+MAX_CITATIONS = 25  # listed in the text; the structured result carries all of them
+CONTEXT_CHARS = 6000  # extractive answers come with this much of their context
+SPAN_CHARS = 1500  # per source span inside a drill_down text
+
+
+def _trim(text: str, limit: int, where: str) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f"\n… (trimmed; the full text is in {where})"
+
+
+def _usage(u: UsageInfo) -> str:
+    parts = [f"{u.llm_calls} LLM call{'s' if u.llm_calls != 1 else ''}"]
+    if u.prompt_tokens or u.completion_tokens:
+        parts.append(f"{u.prompt_tokens} prompt + {u.completion_tokens} completion tokens")
+    parts.append(f"{u.elapsed_ms} ms")
+    return f"Usage: {', '.join(parts)} (provider {u.provider})"
+
+
+def _how_to_open(c: Citation) -> str:
+    if c.kind == "report":
+        return f"drill_down(community_id=\"{c.id}\") or canopy://reports/{c.id}"
+    if c.kind == "text_unit":
+        return f"canopy://units/{c.id}"
+    if c.kind == "entity" and c.title:
+        return f"drill_down(entity=\"{c.title}\")"
+    return ""
+
+
+def _citation_line(c: Citation) -> str:
+    label = c.title or c.id
+    if c.document and c.document != label:
+        label = f"{label} ({c.document})" if c.title else c.document
+    line = f"- [{c.kind} {c.id}] {label}"
+    how = _how_to_open(c)
+    return f"{line} -> {how}" if how else line
+
+
+def search_text(r: SearchResult) -> str:
+    out = [r.answer.strip() or "(no answer: nothing relevant was found)"]
+    if r.citations:
+        out.append("\nSources:")
+        out += [_citation_line(c) for c in r.citations[:MAX_CITATIONS]]
+        if len(r.citations) > MAX_CITATIONS:
+            out.append(f"- … and {len(r.citations) - MAX_CITATIONS} more in structuredContent.citations")
+    if r.usage.provider == "builtin" and r.context.strip():
+        # No LLM wrote the answer: give the calling agent the retrieved context to synthesize from.
+        out.append("\nRetrieved context (extractive mode, no LLM configured):")
+        out.append(_trim(r.context, CONTEXT_CHARS, "structuredContent.context"))
+    level = "" if r.method != "global" else (
+        f"; community level {r.community_level}" if r.community_level is not None else "; dynamic level selection")
+    out.append(f"\n{_usage(r.usage)}; method {r.method}{level}")
+    if r.truncated:
+        out.append(f"Truncated: {r.note or 'the result was cut to fit the size limit.'}")
+    return "\n".join(out)
+
+
+def _card(c: CommunityCard) -> str:
+    rating = f", rating {c.rating:g}" if c.rating is not None else ""
+    return f"{c.id} (level {c.level}, {c.size} entities{rating}): {c.title}"
+
+
+def span_text(s: SourceSpan, limit: int | None = None) -> str:
+    head = f"[text_unit {s.text_unit_id}] {s.document}, characters {s.char_start}-{s.char_end}"
+    body = s.text.strip() if limit is None else _trim(s.text, limit, f"canopy://units/{s.text_unit_id}")
+    return f"{head}\n{body}"
+
+
+def drill_text(r: DrillResult) -> str:
+    out: list[str] = []
+    if r.community is None:
+        out.append("Top of the community hierarchy. Pass one of these ids as drill_down(community_id=...):")
+    else:
+        out.append(f"Community {_card(r.community)}")
+        if r.community.summary:
+            out.append(r.community.summary.strip())
+    if r.parents:
+        out.append("\nParents (root first): " + " > ".join(f"{p.id} {p.title}" for p in r.parents))
+    if r.findings:
+        out.append("\nFindings (pass the number as drill_down(community_id=..., finding=N) for sources):")
+        for i, f in enumerate(r.findings):
+            units = f" [units: {', '.join(f.text_unit_ids[:5])}]" if f.text_unit_ids else ""
+            out.append(f"{i}. {f.summary}: {f.explanation}{units}")
+    if r.children:
+        if r.community is not None:
+            out.append("\nSub-communities:")
+        out += [f"- {_card(c)}" for c in r.children]
+    if r.entities:
+        out.append("\nEntities:")
+        out += [f"- {e.name} ({e.type}, degree {e.degree}) [{e.id}]: {e.description}" for e in r.entities]
+    if r.relationships:
+        out.append("\nRelationships:")
+        out += [f"- {x.source} — {x.target} (weight {x.weight:g}) [{x.id}]: {x.description}"
+                for x in r.relationships]
+    if r.sources:
+        out.append("\nSource text:")
+        out += [span_text(s, SPAN_CHARS) for s in r.sources]
+    if r.usage.llm_calls:
+        out.append(f"\n{_usage(r.usage)}")
+    if r.truncated:
+        out.append(f"\nTruncated: {r.note or 'raise limit to see more.'}")
+    return "\n".join(out).strip()
+
+
+def status_text(s: IndexStatus) -> str:
+    provider = "builtin (offline, no LLM endpoint configured)" if s.provider == "builtin" else s.provider
+    out = [
+        f"Index generation {s.generation}; provider {provider}; embeddings {s.embedder}",
+        f"documents {s.documents}, text units {s.text_units}",
+        f"entities {s.entities}, relationships {s.relationships}, claims {s.claims}",
+        f"communities {s.communities} by level {s.communities_by_level}, reports {s.reports}",
+    ]
+    out += [f"skipped {k.path}: {k.reason}" for k in s.skipped]
+    out += [f"failed {f.task} {f.id}: {f.error}" for f in s.failures]
+    return "\n".join(out)

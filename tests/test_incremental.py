@@ -1,0 +1,205 @@
+"""Incremental indexing equals a rebuild, costs what changed, and survives kill -9 (design §4)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canopy.store import Store
+from indexer.communities import is_partition, level_partition, levels
+from server.runtime import Workspace, build_index, open_workspace
+from tests.conftest import EXAMPLES, REPO, carol_text
+
+
+def canonical(index_dir: Path) -> dict[str, Any]:
+    """The index with document ids factored out (a renamed file keeps its id incrementally but
+    gets a path-derived one in a fresh build): units by (path, text), provenance likewise."""
+    store = Store(index_dir)
+    try:
+        docs, units, g = store.documents(), store.text_units(), store.graph()
+    finally:
+        store.close()
+    key = {u.id: (docs[u.document_id].path, u.text) for u in units.values()}
+
+    def prov(ids: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(key[i] for i in ids))
+
+    return {
+        "documents": sorted((d.path, d.content_hash, d.labels) for d in docs.values()),
+        "units": sorted(key.values()),
+        "entities": sorted((e.id, e.name, e.type, e.description, e.degree, prov(e.text_unit_ids)) for e in g.entities.values()),
+        "relationships": sorted((r.id, r.source, r.target, r.description, r.weight, prov(r.text_unit_ids))
+                                for r in g.relationships.values()),
+        "claims": sorted((c.subject, c.object, c.type, c.description, prov(c.text_unit_ids)) for c in g.claims.values()),
+    }
+
+
+def assert_community_invariants(index_dir: Path) -> None:
+    store = Store(index_dir)
+    try:
+        g, live = store.graph(), set(store.text_units())
+    finally:
+        store.close()
+    for level in levels(g.communities):
+        assert is_partition([c.entity_ids for c in level_partition(g.communities, level)], set(g.entities))
+    for c in g.communities.values():
+        for k in c.children:
+            assert set(g.communities[k].entity_ids) <= set(c.entity_ids)
+    assert set(g.reports) == set(g.communities)
+    for r in g.reports.values():
+        assert r.text_unit_ids and set(r.text_unit_ids) <= live
+
+
+class Corpus:
+    """A small folder of documents mutated by seeded random add/edit/rename/delete steps."""
+
+    def __init__(self, root: Path, seed: int) -> None:
+        self.root = root
+        self.rng = random.Random(seed)
+        shutil.copytree(EXAMPLES / "projects", root / "projects")
+        shutil.copytree(EXAMPLES / "suppliers", root / "suppliers")
+        paras = [p for p in carol_text().split("\n\n") if len(p) > 200]
+        self.pool = [paras[i : i + 6] for i in range(0, 120, 6)]
+        self.added = 0
+
+    def files(self) -> list[Path]:
+        return sorted(p for p in self.root.rglob("*.*") if ".canopy" not in p.parts and p.is_file())
+
+    def step(self) -> str:
+        op = self.rng.choice(["add", "edit", "rename", "delete"])
+        files = self.files()
+        if op == "add" or len(files) < 3:
+            self.added += 1
+            (self.root / f"added_{self.added}.md").write_text("\n\n".join(self.rng.choice(self.pool)), encoding="utf-8")
+            return "add"
+        victim = self.rng.choice(files)
+        if op == "edit":
+            paras = victim.read_text(encoding="utf-8").split("\n\n")
+            i = self.rng.randrange(len(paras))
+            paras[i] = paras[i] + " Later, Maria Okafor visited Lisbon with Ebenezer Scrooge."
+            victim.write_text("\n\n".join(paras), encoding="utf-8")
+        elif op == "rename":
+            victim.rename(victim.with_name("renamed_" + victim.name))
+        else:
+            victim.unlink()
+        return op
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_edit_sequences_give_the_same_graph_as_a_fresh_build(tmp_path: Path, seed: int) -> None:
+    corpus = Corpus(tmp_path / "docs", seed)
+    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
+    build_index(ws)
+    ops = [corpus.step() for _ in range(4)]
+    for _ in range(2):
+        build_index(ws)
+    fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh")
+    build_index(fresh)
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir), f"ops {ops}"
+    assert_community_invariants(ws.index_dir)
+
+
+def test_each_step_applied_one_at_a_time_also_matches(tmp_path: Path) -> None:
+    corpus = Corpus(tmp_path / "docs", 11)
+    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
+    build_index(ws)
+    for _ in range(5):
+        corpus.step()
+        build_index(ws)
+        assert_community_invariants(ws.index_dir)
+    fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh")
+    build_index(fresh)
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+
+
+def test_an_edit_reextracts_only_the_changed_units_and_a_noop_does_nothing(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "carol.txt").write_text(carol_text(), encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    first = build_index(ws)
+    noop = build_index(ws)
+    assert noop.stats["units_extracted"] == 0 and noop.stats["reports_generated"] == 0
+    assert noop.stats["embedded"] == 0
+    text = carol_text().split("\n\n")
+    i = len(text) // 2
+    text[i] = text[i] + " An editor added this sentence about Jacob Marley."
+    (docs / "carol.txt").write_text("\n\n".join(text), encoding="utf-8")
+    edit = build_index(ws)
+    assert 1 <= edit.stats["units_extracted"] <= 2
+    assert edit.stats["reports_generated"] < first.stats["reports_generated"] / 2
+
+
+def test_a_rename_reuses_units_extractions_and_reports(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    before = canonical(ws.index_dir)
+    (docs / "helio_cells.md").rename(docs / "helio-cells-ltd.md")
+    result = build_index(ws)
+    assert result.stats["units_extracted"] == 0
+    assert result.stats["reports_generated"] == 0
+    after = canonical(ws.index_dir)
+    assert len(after["units"]) == len(before["units"]) and after["entities"] != []
+
+
+def test_a_policy_edit_relabels_units_without_reextraction(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    (docs / "canopy.toml").write_text(
+        '[acl]\ndefault = ["staff"]\n[[acl.rules]]\nglob = "finance/**"\nlabels = ["finance"]\n', encoding="utf-8")
+    result = build_index(open_workspace(docs, index_dir=tmp_path / "idx"))
+    assert result.stats["units_extracted"] == 0 and result.stats["embedded"] == 0
+    store = Store(ws.index_dir)
+    try:
+        labels = {d.path: d.labels for d in store.documents().values()}
+    finally:
+        store.close()
+    assert labels["finance/budget_2025.md"] == ("finance",)
+    assert labels["overview.md"] == ("staff",)
+
+
+def _spawn_index(docs: Path, index_dir: Path, base_url: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CANOPY_LLM_BASE_URL": base_url, "CANOPY_LLM__CONCURRENCY": "2",
+           "CANOPY_LLM__BACKOFF_S": "0.01", "CANOPY_EXTRACT__MAX_GLEANINGS": "0"}
+    return subprocess.Popen([sys.executable, "-m", "server.cli", "index", str(docs), "--index-dir", str(index_dir)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_kill_9_mid_update_then_rerun_equals_a_clean_build(tmp_path: Path) -> None:
+    from tests.fakes.openai_server import FakeOpenAI
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    llm = {"max_retries": 2, "backoff_s": 0.01}
+    with FakeOpenAI(latency=0.05) as fake:
+        proc = _spawn_index(docs, tmp_path / "killed", fake.base_url)
+        deadline = time.monotonic() + 60
+        while fake.count("extract") < 4 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert proc.poll() is None, "indexing finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        resumed = open_workspace(docs, index_dir=tmp_path / "killed", llm={"base_url": fake.base_url, **llm},
+                                 extract={"max_gleanings": 0})
+        result = build_index(resumed)
+        # Extractions finished before the kill were kept and not requested again.
+        assert result.stats["units_extracted"] < result.stats["text_units"]
+    with FakeOpenAI() as fake2:
+        clean = open_workspace(docs, index_dir=tmp_path / "clean", llm={"base_url": fake2.base_url, **llm},
+                               extract={"max_gleanings": 0})
+        build_index(clean)
+    assert canonical(resumed.index_dir) == canonical(clean.index_dir)
+    assert_community_invariants(resumed.index_dir)

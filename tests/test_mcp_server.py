@@ -1,0 +1,461 @@
+"""The MCP server end to end, through the SDK's own client: in memory, over stdio (a `canopy
+serve` subprocess) and over Streamable HTTP; plus the MCP Inspector CLI where Node is available.
+
+The example corpus is indexed once per module with the builtin (offline) provider.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import uvicorn
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server import MCPServer
+from mcp.server.auth.provider import AccessToken
+
+from server import engines
+from server.mcp_app import build_server
+from server.runtime import build_index, open_workspace
+from server.service import CanopyService
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "docs"
+TOOLS = {"global_search", "local_search", "drift_search", "basic_search", "drill_down", "index_status"}
+MISSING_REPORT = "c1-0000000000"
+MISSING_UNIT = "tu-0000000000000000"
+
+# One call per tool, with a question each answers well on examples/docs and a fact to look for.
+CALLS: list[tuple[str, dict[str, Any], str]] = [
+    ("global_search", {"query": "What are the main risks across the supply chain?"}, "Helio Cells"),
+    ("local_search", {"query": "Who leads Project Kestrel?"}, "Maria Okafor"),
+    ("drift_search", {"query": "What caused the Tern recall and how many packs did it affect?"}, "340"),
+    ("basic_search", {"query": "How many Tern T2 packs were recalled?", "k": 5}, "340"),
+    ("drill_down", {}, "level 0"),
+    ("index_status", {}, "documents 17"),
+]
+
+pytestmark = pytest.mark.anyio
+
+ACL_TOML = """
+[acl]
+default = ["staff"]
+
+[[acl.rules]]
+glob = "finance/**"
+labels = ["finance"]
+
+[acl.principals]
+cfo = ["staff", "finance"]
+intern = ["staff"]
+"""
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@contextmanager
+def _clean_environment() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        for key in list(os.environ):
+            if key.startswith(("CANOPY_", "OPENAI_")):
+                mp.delenv(key)
+        yield
+
+
+@pytest.fixture(scope="module")
+def example_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    index_dir = tmp_path_factory.mktemp("examples-index")
+    with _clean_environment():
+        build_index(open_workspace(EXAMPLES, index_dir=index_dir))
+    return index_dir
+
+
+@pytest.fixture(scope="module")
+def service(example_index: Path) -> Iterator[CanopyService]:
+    with _clean_environment():
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index))
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="module")
+def mcp_server(service: CanopyService) -> MCPServer:
+    return build_server(service)
+
+
+@pytest.fixture(scope="module")
+def acl_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CanopyService]:
+    """Part of the corpus under a policy: finance/ is readable by `cfo` only; `intern` reads the rest."""
+    docs = tmp_path_factory.mktemp("acl-docs")
+    for name in ("finance", "projects", "events"):
+        shutil.copytree(EXAMPLES / name, docs / name)
+    (docs / "canopy.toml").write_text(ACL_TOML, encoding="utf-8")
+    with _clean_environment():
+        ws = open_workspace(docs, index_dir=docs.parent / f"{docs.name}-index")
+        build_index(ws)
+        svc = CanopyService(ws)
+    yield svc
+    svc.close()
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+def hidden_from_intern(svc: CanopyService) -> tuple[str, str]:
+    """A report id and a text unit id that exist but derive from finance/ documents."""
+    view = svc.views.get()
+    finance_units = {u.id for u in view.units.values() if view.documents[u.document_id].path.startswith("finance/")}
+    report = next(r.community_id for r in view.graph.reports.values() if finance_units & set(r.text_unit_ids))
+    return report, sorted(finance_units)[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on port {port}")
+
+
+async def check_listing(client: Client) -> None:
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.input_schema["type"] == "object"
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+        assert tool.annotations is not None
+        assert tool.annotations.read_only_hint is True and tool.annotations.destructive_hint is False
+        assert tool.annotations.idempotent_hint is True and tool.annotations.open_world_hint is False
+        assert tool.description and tool.description.startswith("Returns")
+    assert set(tools["global_search"].input_schema["properties"]) == {"query", "community_level", "response_type"}
+    assert set(tools["drill_down"].input_schema["properties"]) == {"community_id", "entity", "finding", "limit"}
+    assert set(tools["basic_search"].input_schema["properties"]) == {"query", "k", "response_type"}
+    templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+    assert templates == {"canopy://reports/{community_id}", "canopy://units/{unit_id}"}
+    assert [r.uri for r in (await client.list_resources()).resources] == ["canopy://reports"]
+
+
+async def check_every_tool(client: Client) -> None:
+    for name, args, fact in CALLS:
+        result = await client.call_tool(name, args)
+        assert not result.is_error, (name, text_of(result))
+        assert fact in text_of(result), (name, text_of(result)[:2000])
+        assert result.structured_content is not None
+        if name.endswith("_search"):
+            assert result.structured_content["method"] == name.removesuffix("_search")
+            assert result.structured_content["citations"], name
+
+
+# ---- in memory ------------------------------------------------------------------------------
+
+
+async def test_tools_are_listed_with_schemas_and_read_only_annotations(mcp_server: MCPServer) -> None:
+    async with Client(mcp_server) as client:
+        await check_listing(client)
+
+
+async def test_every_tool_answers_an_example_question_with_text_and_structured_content(
+    mcp_server: MCPServer,
+) -> None:
+    async with Client(mcp_server) as client:
+        await check_every_tool(client)
+
+
+async def test_search_text_is_the_answer_with_its_sources_not_a_json_dump(mcp_server: MCPServer) -> None:
+    async with Client(mcp_server) as client:
+        result = await client.call_tool("local_search", {"query": "Who leads Project Kestrel?"})
+    text, data = text_of(result), result.structured_content
+    assert text.startswith(data["answer"].strip()[:200])
+    assert "Sources:" in text and not text.lstrip().startswith("{")
+    assert all(c["id"] in text for c in data["citations"][:25])
+
+
+async def test_citations_resolve_through_drill_down_and_the_resources(mcp_server: MCPServer) -> None:
+    async with Client(mcp_server) as client:
+        cites = []
+        for name, args, _ in CALLS[:4]:
+            cites += (await client.call_tool(name, args)).structured_content["citations"]
+        reports = {c["id"] for c in cites if c["kind"] == "report"}
+        units = {c["id"]: c["document"] for c in cites if c["kind"] == "text_unit"}
+        assert reports and units
+        for rid in sorted(reports)[:8]:
+            drilled = await client.call_tool("drill_down", {"community_id": rid})
+            assert not drilled.is_error, text_of(drilled)
+            assert drilled.structured_content["community"]["id"] == rid
+            markdown = (await client.read_resource(f"canopy://reports/{rid}")).contents[0].text
+            assert drilled.structured_content["community"]["title"] in markdown
+        for uid, document in sorted(units.items())[:8]:
+            text = (await client.read_resource(f"canopy://units/{uid}")).contents[0].text
+            assert uid in text and document in text
+
+
+async def test_drill_down_goes_from_the_roots_to_a_finding_and_its_source_text(mcp_server: MCPServer) -> None:
+    async with Client(mcp_server) as client:
+        roots = (await client.call_tool("drill_down", {})).structured_content
+        assert roots["community"] is None and roots["children"]
+        top = roots["children"][0]["id"]
+        opened = (await client.call_tool("drill_down", {"community_id": top})).structured_content
+        assert opened["findings"]
+        sourced = await client.call_tool("drill_down", {"community_id": top, "finding": 0, "limit": 3})
+        assert not sourced.is_error, text_of(sourced)
+        spans = sourced.structured_content["sources"]
+        assert spans and len(spans) <= 3
+        unit = (await client.read_resource(f"canopy://units/{spans[0]['text_unit_id']}")).contents[0].text
+        assert spans[0]["document"] in unit
+
+
+async def test_the_reports_resource_lists_every_servable_report(mcp_server: MCPServer, service: CanopyService) -> None:
+    async with Client(mcp_server) as client:
+        listing = json.loads((await client.read_resource("canopy://reports")).contents[0].text)
+    assert {r["id"] for r in listing["reports"]} == set(service.views.get().graph.reports)
+
+
+@pytest.mark.parametrize(("tool", "args", "expected"), [
+    ("global_search", {"query": ""}, "query"),
+    ("local_search", {"query": "   "}, "query must not be empty"),
+    ("global_search", {"query": "risks", "community_level": 99}, "community_level"),
+    ("basic_search", {"query": "risks", "k": 0}, "k"),
+    ("drill_down", {"community_id": MISSING_REPORT}, MISSING_REPORT),
+    ("drill_down", {"community_id": "c0-x", "limit": 500}, "limit"),
+])
+async def test_bad_input_gives_an_error_result_the_agent_can_read(
+    mcp_server: MCPServer, tool: str, args: dict[str, Any], expected: str
+) -> None:
+    async with Client(mcp_server) as client:
+        result = await client.call_tool(tool, args)
+    assert result.is_error
+    assert expected in text_of(result)
+    assert "Traceback" not in text_of(result)
+
+
+async def test_an_unknown_resource_id_is_a_not_found_error(mcp_server: MCPServer) -> None:
+    async with Client(mcp_server) as client:
+        for uri in (f"canopy://reports/{MISSING_REPORT}", f"canopy://units/{MISSING_UNIT}"):
+            with pytest.raises(MCPError):
+                await client.read_resource(uri)
+
+
+async def test_an_unexpected_exception_reaches_the_agent_as_a_generic_message(
+    mcp_server: MCPServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret path /srv/private/finance.md")
+
+    monkeypatch.setattr(engines, "local_search", broken)
+    async with Client(mcp_server) as client:
+        result = await client.call_tool("local_search", {"query": "Who leads Project Kestrel?"})
+    assert result.is_error
+    assert "Internal error in local_search; see server log" in text_of(result)
+    assert "secret" not in text_of(result)
+    logged = [r for r in caplog.records if r.name == "server.mcp_app" and r.exc_info]
+    assert logged and "secret path" in str(logged[0].exc_info[1])
+
+
+async def test_global_search_sends_progress_notifications(mcp_server: MCPServer) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async with Client(mcp_server) as client:
+        result = await client.call_tool("global_search", {"query": "What themes run through the projects?"},
+                                        progress_callback=progress)
+    assert not result.is_error
+    assert seen, "no progress notifications arrived"
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
+
+
+async def test_an_openai_compatible_llm_writes_the_answers(example_index: Path, fake_openai: Any) -> None:
+    """Same index (built offline), but queries go to the fake endpoint through the real openai client."""
+    ws = open_workspace(EXAMPLES, index_dir=example_index,
+                        llm={"base_url": fake_openai.base_url, "model": "fake", "api_key": "test"})
+    svc = CanopyService(ws)
+    try:
+        async with Client(build_server(svc)) as client:
+            for name, args, _ in CALLS[:4]:
+                result = await client.call_tool(name, args)
+                assert not result.is_error, (name, text_of(result))
+                usage = result.structured_content["usage"]
+                assert usage["llm_calls"] >= 1 and usage["provider"].startswith("openai:"), (name, usage)
+                assert "extractive mode" not in text_of(result)
+    finally:
+        svc.close()
+    assert fake_openai.count("map") >= 1 and fake_openai.count("answer") >= 1
+
+
+# ---- callers and visibility -----------------------------------------------------------------
+
+
+async def test_hidden_and_nonexistent_ids_give_identical_errors(acl_service: CanopyService) -> None:
+    hidden_report, hidden_unit = hidden_from_intern(acl_service)
+    async with Client(build_server(acl_service, principal_name="intern")) as client:
+        a = await client.call_tool("drill_down", {"community_id": hidden_report})
+        b = await client.call_tool("drill_down", {"community_id": MISSING_REPORT})
+        assert a.is_error and b.is_error
+        assert text_of(a).replace(hidden_report, "<id>") == text_of(b).replace(MISSING_REPORT, "<id>")
+        for template, hidden, missing in (("canopy://reports/{}", hidden_report, MISSING_REPORT),
+                                          ("canopy://units/{}", hidden_unit, MISSING_UNIT)):
+            errors = []
+            for ident in (hidden, missing):
+                with pytest.raises(MCPError) as info:
+                    await client.read_resource(template.format(ident))
+                errors.append((info.value.error.code, info.value.error.message.replace(ident, "<id>")))
+            assert errors[0] == errors[1]
+    async with Client(build_server(acl_service, principal_name="cfo")) as client:
+        assert not (await client.call_tool("drill_down", {"community_id": hidden_report})).is_error
+
+
+async def test_index_status_counts_only_what_the_caller_may_see(acl_service: CanopyService) -> None:
+    async def status(principal: str, **args: Any) -> dict[str, Any]:
+        async with Client(build_server(acl_service, principal_name=principal)) as client:
+            return (await client.call_tool("index_status", args)).structured_content
+
+    cfo, intern = await status("cfo"), await status("intern")
+    assert cfo["documents"] == 8 and intern["documents"] == 6
+    assert intern["text_units"] < cfo["text_units"] and intern["entities"] < cfo["entities"]
+    assert intern["last_run"] == {} and intern["llm_usage"] == {}
+    assert await status("intern", principal="cfo") == intern  # identity never comes from arguments
+    assert (await status("nobody"))["documents"] == 0
+
+
+class TokenTable:
+    """A stand-in for the bearer-token verifier a later issue adds: token -> principal."""
+
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self.tokens = tokens
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        name = self.tokens.get(token)
+        return AccessToken(token=token, client_id=name, scopes=[]) if name else None
+
+
+@contextmanager
+def uvicorn_thread(app: Any, port: int) -> Iterator[None]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port(port)
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@asynccontextmanager
+async def http_client(url: str, headers: dict[str, str]) -> AsyncIterator[Client]:
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
+
+
+async def test_http_callers_are_identified_by_their_bearer_token(acl_service: CanopyService) -> None:
+    port = free_port()
+    server = build_server(acl_service, principal_name="cfo", port=port,
+                          auth=TokenTable({"tok-cfo": "cfo", "tok-intern": "intern"}))
+    url = f"http://127.0.0.1:{port}/mcp"
+    with uvicorn_thread(server.streamable_http_app(host="127.0.0.1"), port):
+        documents = {}
+        for token in ("tok-cfo", "tok-intern"):
+            # The header naming another principal is ignored: only the verified token counts.
+            async with http_client(url, {"Authorization": f"Bearer {token}", "X-Canopy-Principal": "cfo"}) as c:
+                documents[token] = (await c.call_tool("index_status", {})).structured_content["documents"]
+        assert documents == {"tok-cfo": 8, "tok-intern": 6}
+        async with httpx2.AsyncClient() as http:
+            refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert refused.status_code == 401
+
+
+# ---- real transports --------------------------------------------------------------------------
+
+
+def serve_args(docs: Path, index_dir: Path, *extra: str) -> list[str]:
+    return ["-m", "server.cli", "serve", str(docs), "--index-dir", str(index_dir), *extra]
+
+
+async def test_the_stdio_server_lists_and_answers_every_tool(example_index: Path) -> None:
+    params = StdioServerParameters(command=sys.executable, args=serve_args(EXAMPLES, example_index),
+                                   env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    async with Client(params) as client:
+        await check_listing(client)
+        await check_every_tool(client)
+        bad = await client.call_tool("drill_down", {"community_id": MISSING_REPORT})
+        assert bad.is_error and MISSING_REPORT in text_of(bad)
+
+
+async def test_the_http_server_builds_a_missing_index_then_answers_every_tool(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    log = (tmp_path / "server.log").open("wb")
+    proc = subprocess.Popen([sys.executable, *serve_args(docs, tmp_path / "index", "--http", "--port", str(port))],
+                            cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc, timeout=60)
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            await check_listing(client)
+            await check_every_tool(client)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+    assert "building it first" in (tmp_path / "server.log").read_text()
+
+
+def test_the_mcp_inspector_cli_lists_the_tools(example_index: Path) -> None:
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("Node (npx) is not installed")
+    cmd = [npx, "-y", "@modelcontextprotocol/inspector", "--cli",
+           sys.executable, *serve_args(EXAMPLES, example_index), "--method", "tools/list"]
+    try:
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    except subprocess.TimeoutExpired:
+        pytest.skip("npx did not fetch and run the MCP Inspector within 240 s")
+    if done.returncode != 0 and ("npm ERR" in done.stderr or "npm error" in done.stderr):
+        pytest.skip(f"npx could not fetch the MCP Inspector: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    tools = json.loads(done.stdout)["tools"]
+    assert {t["name"] for t in tools} == TOOLS
+    assert all(t["annotations"]["readOnlyHint"] for t in tools)
+
+
+def test_canopy_demo_calls_every_tool_over_stdio(example_index: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    done = subprocess.run([sys.executable, "-m", "server.cli", "demo", "--index-dir", str(example_index)],
+                          cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for tool in TOOLS:
+        assert f"── {tool}(" in done.stdout
+    assert "[error" not in done.stdout
+    assert "canopy://units/" in done.stdout
