@@ -39,10 +39,10 @@ def build_communities(
 ) -> dict[str, Community]:
     """Communities with parents, children, members and provenance; fingerprints left empty.
 
-    With `previous`, Leiden starts from the previous level-0 partition (new entities as
-    singletons), so a small graph change moves few members and most reports stay valid; if that
-    partition's modularity falls more than `modularity_drift` below a fresh clustering's, the
-    fresh clustering is used instead (the quality guard of design §4)."""
+    With `previous`, the previous hierarchy is updated locally (`_local_update`): communities
+    whose members did not change keep their exact membership; if the updated partition's
+    modularity falls more than `modularity_drift` below a fresh clustering's, the fresh clustering
+    is used instead (the quality guard of design §4)."""
     memberships = _clustering(relationships, max_cluster_size, seed, max_levels, previous, modularity_drift)
     clustered = {n for _, _, _, nodes in memberships for n in nodes}
     by_unit: dict[str, list[str]] = defaultdict(list)
@@ -117,27 +117,15 @@ def _clustering(
     edges = _edges(relationships)
     if not edges:
         return []
-    fresh = _leiden(edges, max_cluster_size, seed, max_levels, None)
+    fresh = _leiden(edges, max_cluster_size, seed, max_levels)
     if not previous:
         return fresh
-    nodes = sorted({n for a, b, _ in edges for n in (a, b)})
-    roots = sorted((c for c in previous.values() if c.level == 0), key=lambda c: c.id)
-    start: dict[str, int] = {}
-    for i, c in enumerate(roots):
-        for e in c.entity_ids:
-            start[e] = i
-    nxt = len(roots)
-    for n in nodes:
-        if n not in start:
-            start[n] = nxt
-            nxt += 1
-    start = {n: start[n] for n in nodes}
-    warm = _leiden(edges, max_cluster_size, seed, max_levels, start)
-    warm_q, fresh_q = _root_modularity(edges, warm), _root_modularity(edges, fresh)
-    if warm_q < fresh_q - drift:
-        log.info("community guard: warm-start modularity %.3f < fresh %.3f - %.2f; re-clustered", warm_q, fresh_q, drift)
+    local = _local_update(edges, previous, max_cluster_size, seed, max_levels)
+    local_q, fresh_q = _root_modularity(edges, local), _root_modularity(edges, fresh)
+    if local_q < fresh_q - drift:
+        log.info("community guard: local-update modularity %.3f < fresh %.3f - %.2f; re-clustered", local_q, fresh_q, drift)
         return fresh
-    return warm
+    return local
 
 
 def _root_modularity(edges: list[tuple[str, str, float]], memberships: list[_Membership]) -> float:
@@ -145,24 +133,116 @@ def _root_modularity(edges: list[tuple[str, str, float]], memberships: list[_Mem
     return float(gn.modularity(edges=edges, communities=part))
 
 
-def _leiden(
-    edges: list[tuple[str, str, float]], max_cluster_size: int, seed: int, max_levels: int,
-    starting: dict[str, int] | None,
-) -> list[_Membership]:
-    result = gn.hierarchical_leiden(edges=edges, starting_communities=starting, max_cluster_size=max_cluster_size,
-                                    seed=seed)
-    nodes: dict[tuple[int, int], list[str]] = defaultdict(list)
-    parent: dict[tuple[int, int], int | None] = {}
-    for hc in result:
-        if hc.level >= max_levels:
-            continue
-        nodes[(hc.level, hc.cluster)].append(hc.node)
-        parent[(hc.level, hc.cluster)] = hc.parent_cluster
-    out = []
-    for (level, cluster), members in nodes.items():
-        p = parent[(level, cluster)]
-        out.append((level, f"L{level}:{cluster}", f"L{level - 1}:{p}" if p is not None and level > 0 else None, sorted(members)))
+def _leiden(edges: list[tuple[str, str, float]], max_cluster_size: int, seed: int, max_levels: int) -> list[_Membership]:
+    """Hierarchical Leiden as a per-level recursion: level 0 over the whole graph, then each
+    community larger than `max_cluster_size` split by Leiden on its own subgraph."""
+    nodes = sorted({n for a, b, _ in edges for n in (a, b)})
+    out: list[_Membership] = []
+    for members in _partition(nodes, edges, seed):
+        _split(members, edges, 0, None, max_cluster_size, seed, max_levels, out)
     return out
+
+
+def _partition(nodes: list[str], edges: list[tuple[str, str, float]], seed: int) -> list[list[str]]:
+    """Leiden groups of `nodes` over `edges` restricted to them; nodes without an edge among
+    them come back as one extra group."""
+    inside = set(nodes)
+    sub = [e for e in edges if e[0] in inside and e[1] in inside]
+    groups: dict[int, list[str]] = defaultdict(list)
+    if sub:
+        _, part = gn.leiden(edges=sub, seed=seed)
+        for node, cluster in part.items():
+            groups[cluster].append(node)
+    loose = sorted(inside - {n for g in groups.values() for n in g})
+    if loose:
+        groups[-1] = loose
+    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
+
+
+def _split(
+    members: list[str], edges: list[tuple[str, str, float]], level: int, parent: str | None,
+    max_cluster_size: int, seed: int, max_levels: int, out: list[_Membership],
+) -> None:
+    key = f"L{level}:{members[0]}"
+    out.append((level, key, parent, members))
+    if len(members) <= max_cluster_size or level + 1 >= max_levels:
+        return
+    inside = set(members)
+    sub = [e for e in edges if e[0] in inside and e[1] in inside]
+    groups = _partition(members, sub, seed)
+    if len(groups) < 2:
+        return  # Leiden found no finer structure: this community is a leaf
+    for g in groups:
+        _split(g, sub, level + 1, key, max_cluster_size, seed, max_levels, out)
+
+
+def _local_update(
+    edges: list[tuple[str, str, float]], previous: dict[str, Community], max_cluster_size: int, seed: int,
+    max_levels: int,
+) -> list[_Membership]:
+    """Update the previous hierarchy in place of re-clustering it (design §4).
+
+    At every level, each previous community keeps its surviving members; new entities join the
+    community they are most strongly connected to (or are clustered among themselves); then the
+    same rule runs inside each community for its children. A community whose members and their
+    edges did not change therefore keeps its exact membership, and so its report. The caller's
+    modularity guard re-clusters from scratch when these local decisions drift too far."""
+    out: list[_Membership] = []
+    nodes = sorted({n for a, b, _ in edges for n in (a, b)})
+    roots = [c for c in previous.values() if c.level == 0]
+    adjacency: dict[str, dict[str, float]] = defaultdict(dict)
+    for a, b, w in edges:
+        adjacency[a][b] = w
+        adjacency[b][a] = w
+    _update_level(nodes, edges, adjacency, 0, None, roots, previous, max_cluster_size, seed, max_levels, out)
+    return out
+
+
+def _update_level(
+    members: list[str], edges: list[tuple[str, str, float]], adjacency: dict[str, dict[str, float]], level: int,
+    parent: str | None, prev_here: list[Community], previous: dict[str, Community],
+    max_cluster_size: int, seed: int, max_levels: int, out: list[_Membership],
+) -> None:
+    inside = set(members)
+    groups: list[tuple[set[str], Community | None]] = []
+    owner: dict[str, int] = {}
+    for c in sorted(prev_here, key=lambda c: c.id):
+        kept = inside.intersection(c.entity_ids)
+        if kept:
+            for n in kept:
+                owner[n] = len(groups)
+            groups.append((kept, c))
+    pending = sorted(inside - set(owner))
+    changed = True
+    while pending and changed:  # newcomers join their most strongly connected group
+        changed = False
+        still = []
+        for n in pending:
+            weights: dict[int, float] = defaultdict(float)
+            for m, w in adjacency[n].items():
+                if m in owner:
+                    weights[owner[m]] += w
+            if weights:
+                g = min(weights, key=lambda i: (-weights[i], i))
+                groups[g][0].add(n)
+                owner[n] = g
+                changed = True
+            else:
+                still.append(n)
+        pending = still
+    for new_group in _partition(pending, edges, seed) if pending else []:
+        groups.append((set(new_group), None))
+    for group, prev in sorted(groups, key=lambda g: min(g[0])):
+        ordered = sorted(group)
+        sub = [e for e in edges if e[0] in group and e[1] in group]
+        if prev is not None and prev.children:
+            key = f"L{level}:{ordered[0]}"
+            out.append((level, key, parent, ordered))
+            if level + 1 < max_levels:
+                _update_level(ordered, sub, adjacency, level + 1, key, [previous[k] for k in prev.children], previous,
+                              max_cluster_size, seed, max_levels, out)
+        else:
+            _split(ordered, sub, level, parent, max_cluster_size, seed, max_levels, out)
 
 
 def _stable_ids(level: int, new: list[tuple[str, list[str]]], old: list[Community]) -> dict[str, str]:

@@ -179,7 +179,8 @@ async def run_index(
         communities = build_communities(
             merged.entities, merged.relationships, max_cluster_size=settings.communities.max_cluster_size,
             seed=settings.communities.seed, max_levels=settings.communities.max_levels,
-            previous=None if full else previous.communities, modularity_drift=settings.communities.modularity_drift,
+            previous=None if full else previous.communities,
+            modularity_drift=settings.communities.modularity_drift,
         )
     communities = community_fingerprints(communities, merged.entities, merged.relationships, merged.claims)
 

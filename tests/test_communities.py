@@ -104,3 +104,15 @@ class TestDeterminismAndStability:
         second = build_communities(ents2, rels2, seed=3, previous=first)
         kept = set(first) & set(second)
         assert len(kept) >= len(first) * 0.6
+        # Communities that did not gain the newcomer keep their exact membership.
+        untouched = [c for c in first.values() if "n0_1" not in c.entity_ids]
+        assert all(second.get(c.id) is not None and second[c.id].entity_ids == c.entity_ids for c in untouched)
+
+    def test_the_local_update_keeps_every_level_a_partition(self) -> None:
+        ents, rels = _big_graph()
+        first = build_communities(ents, rels, seed=3)
+        ents2 = {k: v for k, v in ents.items() if k != "n1_3"}
+        rels2 = {k: r for k, r in rels.items() if "n1_3" not in (r.source, r.target)}
+        second = build_communities(ents2, rels2, seed=3, previous=first)
+        for level in levels(second):
+            assert is_partition([c.entity_ids for c in level_partition(second, level)], set(ents2))
