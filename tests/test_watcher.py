@@ -1,0 +1,94 @@
+"""The watcher turns file activity into debounced incremental updates."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from canopy.store import Store
+from indexer.watcher import Watcher, is_ignored
+from server.runtime import build_index, open_workspace
+from tests.conftest import EXAMPLES
+
+
+def _wait(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_index_folder_vcs_and_editor_temp_files_are_ignored(tmp_path: Path) -> None:
+    docs, index = tmp_path / "docs", tmp_path / "docs" / ".canopy"
+    assert is_ignored(index / "canopy.sqlite", docs, index)
+    assert is_ignored(docs / ".git" / "HEAD", docs, index)
+    for name in ("notes.md.swp", "notes.md~", ".#notes.md", "#notes.md#", "draft.tmp", "4913"):
+        assert is_ignored(docs / name, docs, index), name
+    assert not is_ignored(docs / "notes.md", docs, index)
+    assert not is_ignored(docs / "canopy.toml", docs, index)
+
+
+def test_edits_renames_and_deletions_are_applied_in_debounced_batches(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    applied: list[tuple[set[Path], object]] = []
+    watcher = Watcher(docs, ws.index_dir, lambda: build_index(open_workspace(docs, index_dir=ws.index_dir)),
+                      debounce=0.3, on_applied=lambda paths, r: applied.append((paths, r))).start()
+    try:
+        # A burst of writes to one file (as editors do) becomes one batch.
+        target = docs / "helio_cells.md"
+        for i in range(5):
+            target.write_text(target.read_text(encoding="utf-8") + f"\n\nUpdate {i}: Quentin Marsh joined Helio Cells Ltd.",
+                              encoding="utf-8")
+            time.sleep(0.02)
+        (docs / "notes.md.swp").write_bytes(b"\x00swap")
+        assert _wait(lambda: len(applied) >= 1)
+        time.sleep(0.6)
+        assert len(applied) == 1, "a burst of edits should apply as one batch"
+
+        def names() -> set[str]:
+            store = Store(ws.index_dir)
+            try:
+                return {e.name for e in store.graph().entities.values()}
+            finally:
+                store.close()
+
+        assert "Quentin Marsh" in names()
+        (docs / "bluewater_logistics.txt").rename(docs / "bluewater.txt")
+        target.unlink()
+        assert _wait(lambda: len(applied) >= 2 and "Quentin Marsh" not in names())
+        store = Store(ws.index_dir)
+        try:
+            paths = {d.path for d in store.documents().values()}
+        finally:
+            store.close()
+        assert "bluewater.txt" in paths and "helio_cells.md" not in paths
+    finally:
+        watcher.stop()
+
+
+def test_a_failing_update_is_logged_and_the_watcher_keeps_going(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    calls: list[int] = []
+
+    def apply() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("endpoint down")
+        return len(calls)
+
+    watcher = Watcher(docs, tmp_path / "idx", apply, debounce=0.1).start()
+    try:
+        (docs / "a.md").write_text("one", encoding="utf-8")
+        assert _wait(lambda: len(calls) == 1)
+        time.sleep(0.3)
+        (docs / "b.md").write_text("two", encoding="utf-8")
+        assert _wait(lambda: len(calls) == 2 and watcher.batches == 1)
+    finally:
+        watcher.stop()
