@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 import logging
@@ -44,14 +44,7 @@ def build_communities(
     modularity falls more than `modularity_drift` below a fresh clustering's, the fresh clustering
     is used instead (the quality guard of design §4)."""
     memberships = _clustering(relationships, max_cluster_size, seed, max_levels, previous, modularity_drift)
-    clustered = {n for _, _, _, nodes in memberships for n in nodes}
-    by_unit: dict[str, list[str]] = defaultdict(list)
-    for e in sorted(entities.values(), key=lambda e: e.id):
-        if e.id not in clustered:
-            by_unit[min(e.text_unit_ids) if e.text_unit_ids else ""].append(e.id)
-    for unit, members in sorted(by_unit.items()):
-        for i in range(0, len(members), max_cluster_size):
-            memberships.append((0, f"iso:{unit}:{i}", None, members[i : i + max_cluster_size]))
+    _attach_isolated(memberships, entities, max_cluster_size)
 
     # Assign ids level by level so a child's parent id is known.
     ids: dict[str, str] = {}
@@ -66,6 +59,43 @@ def build_communities(
     placed = [(level, ids[key], ids[parent_key] if parent_key is not None else None, nodes)
               for level, key, parent_key, nodes in memberships]
     return _assemble(placed, entities, relationships)
+
+
+def _attach_isolated(memberships: list[_Membership], entities: dict[str, Entity], max_cluster_size: int) -> None:
+    """Give entities without relationships a community (in place).
+
+    An isolated entity joins the deepest community holding most of the connected entities that
+    share a text unit with it (and that community's ancestors); entities of units with no
+    connected entity at all are grouped by unit. Every entity ends up in exactly one community
+    per level, without one low-value report per lonely name."""
+    clustered = {n for _, _, _, nodes in memberships for n in nodes}
+    index = {key: i for i, (_, key, _, _) in enumerate(memberships)}
+    deepest: dict[str, int] = {}
+    for i, (level, _, _, nodes) in enumerate(memberships):
+        for n in nodes:
+            if n not in deepest or memberships[deepest[n]][0] < level:
+                deepest[n] = i
+    by_unit_connected: dict[str, list[str]] = defaultdict(list)
+    for e in entities.values():
+        if e.id in clustered:
+            for u in e.text_unit_ids:
+                by_unit_connected[u].append(e.id)
+    lonely: dict[str, list[str]] = defaultdict(list)
+    for e in sorted(entities.values(), key=lambda e: e.id):
+        if e.id in clustered:
+            continue
+        votes: Counter[int] = Counter(deepest[n] for u in e.text_unit_ids for n in by_unit_connected.get(u, ()))
+        if not votes:
+            lonely[min(e.text_unit_ids) if e.text_unit_ids else ""].append(e.id)
+            continue
+        i: int | None = min(votes, key=lambda j: (-votes[j], memberships[j][1]))
+        while i is not None:
+            memberships[i][3].append(e.id)
+            parent = memberships[i][2]
+            i = index[parent] if parent is not None else None
+    for unit, members in sorted(lonely.items()):
+        for k in range(0, len(members), max_cluster_size):
+            memberships.append((0, f"iso:{unit}:{k}", None, members[k : k + max_cluster_size]))
 
 
 def refresh_communities(
