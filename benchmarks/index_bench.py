@@ -8,17 +8,23 @@
 Corpora: A Christmas Carol (../shared/eval-data/books) and the MultiHop-RAG news articles
 (../shared/eval-data/multihop-rag/corpus.json, written once to a temp folder as one .md per article).
 Modes: `builtin` (the offline provider) and `fake` (the test suite's fake OpenAI-compatible server at
-zero latency, hosted in this driver process so its CPU and memory are not charged to the run).
+zero latency, hosted in its own process so its CPU and memory are not charged to the run).
 
 Every (corpus, mode) pair is indexed in a fresh Python subprocess, so peak RSS is per run, and then
 indexed again in another fresh subprocess against the same index: that no-op rerun must cost ~0 LLM
 calls. Results: a markdown table on stdout, JSON in benchmarks/results/index_bench.json.
+
+Peak memory: Linux keeps `ru_maxrss` across fork+exec, so a child's figure is at least its parent's
+RSS at spawn time. The driver therefore stays small (the fake server does not live in it), and each
+run also reports VmHWM from /proc/self/status, which starts again at exec.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -38,8 +44,13 @@ RESULTS = REPO / "benchmarks" / "results"
 
 # Microsoft GraphRAG 3.3.0, measured by the project on this machine: `graphrag index` over A Christmas
 # Carol against a zero-latency mock LLM (the same setting as mode `fake` here).
-GRAPHRAG_REFERENCE = {"system": "Microsoft GraphRAG 3.3.0", "corpus": "carol", "wall_s": 82.0,
-                      "peak_rss_mb": 725.0, "llm_requests": 276}
+GRAPHRAG_REFERENCE = {
+    "system": "Microsoft GraphRAG 3.3.0",
+    "corpus": "carol",
+    "wall_s": 82.0,
+    "peak_rss_mb": 725.0,
+    "llm_requests": 276,
+}
 
 FAKE_LLM = {"max_retries": 2, "backoff_s": 0.01, "concurrency": 8}
 # stage boundaries, taken from the pipeline's progress callback (the first call of each stage)
@@ -60,6 +71,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     def rss_mb() -> float:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+    def hwm_mb() -> float | None:  # this address space's peak only (Linux)
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return None
+        m = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+        return int(m.group(1)) / 1024 if m else None
 
     rss_imports = rss_mb()
     overrides: dict[str, Any] = {}
@@ -98,6 +117,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "wall_s": round(t1 - t0, 3),
         "startup_s": round(t0 - t_start, 3),
         "peak_rss_mb": round(rss_mb(), 1),
+        "vm_hwm_mb": None if (h := hwm_mb()) is None else round(h, 1),
         "rss_after_imports_mb": round(rss_imports, 1),
         "stages_s": stages,
         "stats": result.stats,
@@ -106,6 +126,57 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "skips": len(result.skips),
         "provider": "openai" if ws.settings.llm.enabled else "builtin",
     }
+
+
+# ---- the fake endpoint, in its own process -------------------------------------------------------
+
+
+def _fake_host(conn: Any) -> None:
+    """Serve FakeOpenAI and answer the driver's commands over a pipe: reset, stats, stop."""
+    sys.path.insert(0, str(REPO))
+    from tests.fakes.openai_server import FakeOpenAI
+
+    fake = FakeOpenAI(latency=0.0).start()
+    conn.send(fake.base_url)
+    cpu0 = time.process_time()
+    while True:
+        cmd = conn.recv()
+        if cmd == "reset":
+            fake.reset()
+            cpu0 = time.process_time()
+            conn.send(None)
+        elif cmd == "stats":
+            conn.send(
+                {
+                    "requests": len(fake.requests),
+                    "by_task": dict(sorted(fake.calls.items())),
+                    "max_in_flight": fake.max_in_flight,
+                    "cpu_s": round(time.process_time() - cpu0, 3),
+                }
+            )
+        else:
+            fake.stop()
+            conn.send(None)
+            return
+
+
+class FakeHost:
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, theirs = ctx.Pipe()
+        self._proc = ctx.Process(target=_fake_host, args=(theirs,), daemon=True, name="fake-openai")
+        self._proc.start()
+        self.base_url: str = self._conn.recv()
+
+    def call(self, cmd: str) -> Any:
+        self._conn.send(cmd)
+        return self._conn.recv()
+
+    def stop(self) -> None:
+        try:
+            self.call("stop")
+        finally:
+            self._proc.join(timeout=10)
 
 
 # ---- driver ------------------------------------------------------------------------------------
@@ -122,7 +193,9 @@ def materialize_multihop(dest: Path, n: int | None) -> int:
         articles = articles[:n]
     dest.mkdir(parents=True, exist_ok=True)
     for i, a in enumerate(articles):
-        (dest / f"{i:04d}-{slug(a['title'])}.md").write_text(f"# {a['title']}\n\n{a['body']}\n", encoding="utf-8")
+        (dest / f"{i:04d}-{slug(a['title'])}.md").write_text(
+            f"# {a['title']}\n\n{a['body']}\n", encoding="utf-8"
+        )
     return len(articles)
 
 
@@ -137,11 +210,26 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
         out = Path(fh.name)
     try:
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec),
-                               "--_out", str(out)], cwd=REPO, env=child_env(), capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--_child",
+                json.dumps(spec),
+                "--_out",
+                str(out),
+            ],
+            cwd=REPO,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         elapsed = time.perf_counter() - t0
         if proc.returncode != 0:
-            raise RuntimeError(f"run {spec['label']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+            raise RuntimeError(
+                f"run {spec['label']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+            )
         data = json.loads(out.read_text())
     finally:
         out.unlink(missing_ok=True)
@@ -155,8 +243,14 @@ def profile_summary(path: Path, top: int = 15) -> list[dict[str, Any]]:
     st = pstats.Stats(str(path))
     rows = []
     for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
-        rows.append({"where": f"{_short(file)}:{line}:{func}", "tottime_s": round(tt, 3),
-                     "cumtime_s": round(ct, 3), "calls": nc})
+        rows.append(
+            {
+                "where": f"{_short(file)}:{line}:{func}",
+                "tottime_s": round(tt, 3),
+                "cumtime_s": round(ct, 3),
+                "calls": nc,
+            }
+        )
     rows.sort(key=lambda r: r["tottime_s"], reverse=True)
     return rows[:top]
 
@@ -182,12 +276,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             n = materialize_multihop(work / "multihop-docs", args.articles)
             docs[corpus], names[corpus] = work / "multihop-docs", f"MultiHop-RAG ({n} articles)"
 
-    fake = None
-    if "fake" in modes:
-        sys.path.insert(0, str(REPO))
-        from tests.fakes.openai_server import FakeOpenAI
-
-        fake = FakeOpenAI(latency=0.0).start()
+    fake = FakeHost() if "fake" in modes else None
     runs: list[dict[str, Any]] = []
     try:
         for corpus in corpora:
@@ -196,25 +285,44 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 for run in ("build", "rerun"):
                     label = f"{corpus}/{mode}/{run}"
                     print(f"[index_bench] {label} ...", file=sys.stderr, flush=True)
-                    spec: dict[str, Any] = {"label": label, "docs": str(docs[corpus]), "index_dir": str(index_dir),
-                                            "base_url": fake.base_url if fake and mode == "fake" else None}
+                    spec: dict[str, Any] = {
+                        "label": label,
+                        "docs": str(docs[corpus]),
+                        "index_dir": str(index_dir),
+                        "base_url": fake.base_url if fake and mode == "fake" else None,
+                    }
                     if args.profile:
                         spec["profile"] = str(RESULTS / f"index_bench-{corpus}-{mode}-{run}.prof")
                     if fake is not None:
-                        fake.reset()
+                        fake.call("reset")
                     data = run_child(spec)
                     if fake is not None and mode == "fake":
-                        data["fake_requests"] = len(fake.requests)
-                        data["fake_requests_by_task"] = dict(sorted(fake.calls.items()))
-                        data["fake_max_in_flight"] = fake.max_in_flight
+                        st = fake.call("stats")
+                        data["fake_requests"] = st["requests"]
+                        data["fake_requests_by_task"] = st["by_task"]
+                        data["fake_max_in_flight"] = st["max_in_flight"]
+                        data["fake_server_cpu_s"] = st["cpu_s"]
                     if args.profile:
                         data["profile_top"] = profile_summary(Path(spec["profile"]))
                         data["profile_file"] = spec["profile"]
                     units = data["stats"].get("text_units", 0)
-                    data["units_per_s"] = round(units / data["wall_s"], 2) if data["wall_s"] else None
-                    runs.append({"corpus": corpus, "corpus_name": names[corpus], "mode": mode, "run": run, **data})
-                    print(f"[index_bench] {label}: {data['wall_s']:.2f} s, {data['peak_rss_mb']:.0f} MB",
-                          file=sys.stderr, flush=True)
+                    data["units_per_s"] = (
+                        round(units / data["wall_s"], 2) if data["wall_s"] else None
+                    )
+                    runs.append(
+                        {
+                            "corpus": corpus,
+                            "corpus_name": names[corpus],
+                            "mode": mode,
+                            "run": run,
+                            **data,
+                        }
+                    )
+                    print(
+                        f"[index_bench] {label}: {data['wall_s']:.2f} s, {data['peak_rss_mb']:.0f} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     finally:
         if fake is not None:
             fake.stop()
@@ -222,16 +330,36 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[index_bench] kept index folders under {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
-    return {"machine": machine(), "settings": {"fake_llm": FAKE_LLM, "articles": args.articles},
-            "runs": runs, "reference": reference(runs)}
+    return {
+        "machine": machine(),
+        "settings": {"fake_llm": FAKE_LLM, "articles": args.articles},
+        "runs": runs,
+        "reference": reference(runs),
+    }
 
 
 def machine() -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True)
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "commit": commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else ""),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    diff = subprocess.run(["git", "diff", "HEAD"], cwd=REPO, capture_output=True, check=False)
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "commit": commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else ""),
+        "tracked_diff_sha256": hashlib.sha256(diff.stdout).hexdigest()[:12]
+        if diff.stdout
+        else None,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def reference(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -239,9 +367,11 @@ def reference(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for r in runs:
         if r["corpus"] != "carol" or r["run"] != "build":
             continue
-        ratios = {"time_index_only": round(r["wall_s"] / ref["wall_s"], 4),
-                  "time_whole_process": round(r["process_s"] / ref["wall_s"], 4),
-                  "memory": round(r["peak_rss_mb"] / ref["peak_rss_mb"], 4)}
+        ratios = {
+            "time_index_only": round(r["wall_s"] / ref["wall_s"], 4),
+            "time_whole_process": round(r["process_s"] / ref["wall_s"], 4),
+            "memory": round(r["peak_rss_mb"] / ref["peak_rss_mb"], 4),
+        }
         if "fake_requests" in r:
             ratios["requests"] = round(r["fake_requests"] / ref["llm_requests"], 4)
         ref["ratios"][r["mode"]] = ratios
@@ -254,7 +384,10 @@ def reference(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _calls(usage: dict[str, dict[str, int]]) -> str:
     if not usage:
         return "0"
-    parts = [f"{t} {u['calls']}" + (f" (+{u['cached']} cached)" if u.get("cached") else "") for t, u in usage.items()]
+    parts = [
+        f"{t} {u['calls']}" + (f" (+{u['cached']} cached)" if u.get("cached") else "")
+        for t, u in usage.items()
+    ]
     return f"{sum(u['calls'] for u in usage.values())}: " + ", ".join(parts)
 
 
@@ -269,52 +402,119 @@ def _tokens(usage: dict[str, dict[str, int]]) -> str:
 
 def render(report: dict[str, Any]) -> str:
     m = report["machine"]
-    lines = [f"## Canopy indexing benchmark ({m['date']}, commit {m['commit']}, Python {m['python']}, "
-             f"{m['cpus']} CPUs)", ""]
-    lines += ["| corpus | mode | run | wall s | process s | units/s | peak RSS MB | docs | units | entities "
-              "| rels | communities (by level) | reports | provider calls by task | tokens | fake reqs |",
-              "|" + "---|" * 16]
+    lines = [
+        (
+            f"## Canopy indexing benchmark ({m['date']}, commit {m['commit']}, Python {m['python']}, "
+            f"{m['cpus']} CPUs)"
+        ),
+        "",
+    ]
+    lines += [
+        (
+            "| corpus | mode | run | wall s | process s | units/s | peak RSS MB | docs | units | entities "
+            "| rels | communities (by level) | reports | provider calls by task | tokens | fake reqs |"
+        ),
+        "|" + "---|" * 16,
+    ]
     for r in report["runs"]:
         s = r["stats"]
-        levels = "/".join(str(v) for _, v in sorted(s.get("communities_by_level", {}).items(), key=lambda kv: int(kv[0])))
+        levels = "/".join(
+            str(v)
+            for _, v in sorted(s.get("communities_by_level", {}).items(), key=lambda kv: int(kv[0]))
+        )
         lines.append(
             f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {r['wall_s']:.2f} | {r['process_s']:.2f} "
             f"| {r['units_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {s['documents']} | {s['text_units']} "
             f"| {s['entities']} | {s['relationships']} | {s['communities']} ({levels}) | {s['reports']} "
-            f"| {_calls(r['usage'])} | {_tokens(r['usage'])} | {r.get('fake_requests', '-')} |")
-    lines += ["", "Stage times (s), from the pipeline's progress callbacks:", "",
-              "| corpus | mode | run | " + " | ".join(STAGE_LABELS) + " | RSS after imports MB |",
-              "|" + "---|" * (4 + len(STAGE_LABELS))]
+            f"| {_calls(r['usage'])} | {_tokens(r['usage'])} | {r.get('fake_requests', '-')} |"
+        )
+    lines += [
+        "",
+        "Stage times (s), from the pipeline's progress callbacks:",
+        "",
+        "| corpus | mode | run | "
+        + " | ".join(STAGE_LABELS)
+        + " | RSS after imports MB | VmHWM MB | fake server CPU s |",
+        "|" + "---|" * (6 + len(STAGE_LABELS)),
+    ]
     for r in report["runs"]:
-        cells = " | ".join(f"{r['stages_s'][k]:.2f}" if k in r["stages_s"] else "-" for k in STAGE_LABELS)
-        lines.append(f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {cells} | {r['rss_after_imports_mb']:.0f} |")
+        cells = " | ".join(
+            f"{r['stages_s'][k]:.2f}" if k in r["stages_s"] else "-" for k in STAGE_LABELS
+        )
+        hwm = "-" if r.get("vm_hwm_mb") is None else f"{r['vm_hwm_mb']:.0f}"
+        cpu = f"{r['fake_server_cpu_s']:.1f}" if "fake_server_cpu_s" in r else "-"
+        lines.append(
+            f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {cells} "
+            f"| {r['rss_after_imports_mb']:.0f} | {hwm} | {cpu} |"
+        )
     ref = report["reference"]
-    lines += ["", f"Reference: {ref['system']}, A Christmas Carol, zero-latency mock LLM, measured on this machine: "
-              f"{ref['wall_s']:.0f} s, {ref['peak_rss_mb']:.0f} MB peak RSS, {ref['llm_requests']} LLM requests.", ""]
+    lines += [
+        "",
+        (
+            f"Reference: {ref['system']}, A Christmas Carol, zero-latency mock LLM, measured on this machine: "
+            f"{ref['wall_s']:.0f} s, {ref['peak_rss_mb']:.0f} MB peak RSS, {ref['llm_requests']} LLM requests."
+        ),
+        "",
+    ]
     if ref["ratios"]:
-        lines += ["| Canopy mode | time ours/theirs (index only) | time ours/theirs (whole process) "
-                  "| memory ours/theirs | requests ours/theirs |", "|---|---|---|---|---|"]
+        lines += [
+            (
+                "| Canopy mode | time ours/theirs (index only) | time ours/theirs (whole process) "
+                "| memory ours/theirs | requests ours/theirs |"
+            ),
+            "|---|---|---|---|---|",
+        ]
         for mode, x in ref["ratios"].items():
             req = f"{x['requests']:.2f}" if "requests" in x else "- (no LLM)"
-            lines.append(f"| {mode} | {x['time_index_only']:.3f} | {x['time_whole_process']:.3f} "
-                         f"| {x['memory']:.2f} | {req} |")
+            lines.append(
+                f"| {mode} | {x['time_index_only']:.3f} | {x['time_whole_process']:.3f} "
+                f"| {x['memory']:.2f} | {req} |"
+            )
     profiled = [r for r in report["runs"] if r.get("profile_top")]
     for r in profiled:
-        lines += ["", f"Top self-time hotspots, {r['corpus_name']} / {r['mode']} / {r['run']} "
-                  f"({r['profile_file']}):", "", "| where | self s | cumulative s | calls |", "|---|---|---|---|"]
-        lines += [f"| `{h['where']}` | {h['tottime_s']:.2f} | {h['cumtime_s']:.2f} | {h['calls']} |"
-                  for h in r["profile_top"][:10]]
+        lines += [
+            "",
+            (
+                f"Top self-time hotspots, {r['corpus_name']} / {r['mode']} / {r['run']} "
+                f"({r['profile_file']}):"
+            ),
+            "",
+            "| where | self s | cumulative s | calls |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| `{h['where']}` | {h['tottime_s']:.2f} | {h['cumtime_s']:.2f} | {h['calls']} |"
+            for h in r["profile_top"][:10]
+        ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--corpus", choices=["carol", "multihop", "all"], default="all")
     p.add_argument("--mode", choices=["builtin", "fake", "all"], default="all")
-    p.add_argument("--articles", type=int, default=None, metavar="N", help="MultiHop-RAG: only the first N articles")
-    p.add_argument("--keep", action="store_true", help="keep the temp folder with the materialized corpus and indexes")
-    p.add_argument("--profile", action="store_true", help="cProfile each run; .prof files go to benchmarks/results/")
-    p.add_argument("--out", type=Path, default=RESULTS / "index_bench.json", help="JSON results file")
+    p.add_argument(
+        "--articles",
+        type=int,
+        default=None,
+        metavar="N",
+        help="MultiHop-RAG: only the first N articles",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temp folder with the materialized corpus and indexes",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile each run; .prof files go to benchmarks/results/",
+    )
+    p.add_argument(
+        "--out", type=Path, default=RESULTS / "index_bench.json", help="JSON results file"
+    )
     p.add_argument("--_child", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

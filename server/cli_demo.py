@@ -70,8 +70,10 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
             first = (tool.description or "").strip().splitlines()[0]
             echo(f"  {tool.name:<14} {first}")
 
+        notes: list[str] = []
+
         async def progress(done: float, total: float | None, message: str | None) -> None:
-            echo(f"    progress {done:g}/{total:g} {message or ''}" if total else f"    progress {done:g}")
+            notes.append(message or f"{done:g}")
 
         cited_report = cited_unit = None
         for name, args in CALLS:
@@ -80,9 +82,11 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
             shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
             echo(f"\n── {name}({shown}) " + "─" * max(0, 60 - len(name) - len(shown)))
             t0 = time.perf_counter()
+            notes.clear()
             result = await client.call_tool(name, args, progress_callback=progress)
             echo(_trim(_text(result), full))
-            echo(f"    [{'error' if result.is_error else 'ok'}, {time.perf_counter() - t0:.2f}s]")
+            seen = f", {len(notes)} progress notifications (last: {notes[-1]!r})" if notes else ""
+            echo(f"    [{'error' if result.is_error else 'ok'}, {time.perf_counter() - t0:.2f}s{seen}]")
             for c in (result.structured_content or {}).get("citations", []):
                 if c["kind"] == "report" and cited_report is None:
                     cited_report = c["id"]
@@ -96,7 +100,8 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
             echo(f"\n── read {uri} " + "─" * 30)
             res = await client.read_resource(uri)
             echo(_trim("\n".join(getattr(c, "text", "") for c in res.contents), full))
-    echo(f"\nDone in {time.perf_counter() - started:.1f}s. Next: see docs/agents.md to add Canopy to your agent.")
+    echo(f"\nDone in {time.perf_counter() - started:.1f}s. "
+         "Next: docs/agents.md shows how to add Canopy to your agent.")
 
 
 @main.command()

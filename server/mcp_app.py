@@ -12,8 +12,9 @@ readable rendering of it (`server.tool_text`).
 
 Errors: `InvalidArgument`, `NotFound`, `IndexMissing`, `ConfigError` and an unavailable endpoint
 become `ToolError`s carrying their message, which is written for the agent (a hidden id reads
-exactly like a missing one). Anything else is logged with its traceback on stderr and reaches the
-agent as "Internal error in <tool>; see server log": raw exception text never leaves the server.
+exactly like a missing one). Other provider failures get a fixed message. Anything else is logged
+with its traceback on stderr and reaches the agent as "Internal error in <tool>; see server log":
+raw exception text never leaves the server.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from canopy.errors import (
-    CanopyError,
     ConfigError,
     EndpointUnavailable,
     IndexMissing,
     InvalidArgument,
     NotFound,
+    ProviderError,
 )
 from server import engines
 from server.results import CommunityCard, DrillResult, SearchResult
@@ -52,7 +53,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
+                            openWorldHint=False)
 
 # Errors whose message is written for the agent and safe to forward as is.
 _FORWARDED = (InvalidArgument, NotFound, IndexMissing, ConfigError, EndpointUnavailable)
@@ -66,12 +68,18 @@ basic_search for plain passage retrieval; drill_down to browse the hierarchy, ch
 read source text. Citations carry ids: report ids go to drill_down(community_id=...), text units
 open as canopy://units/<id>. index_status says what the index holds."""
 
-QUERY = Annotated[str, Field(min_length=1, max_length=4000,
-                             description="The question, in natural language (any language the documents use)")]
+QUERY = Annotated[str, Field(
+    min_length=1, max_length=4000,
+    description="The question, in natural language (any language the documents use)")]
 RESPONSE_TYPE = Annotated[str, Field(
     min_length=1, max_length=200,
     description="Desired form of the answer, e.g. 'multiple paragraphs', 'single paragraph', "
                 "'bullet list', 'one sentence'")]
+LEVEL = Annotated[int | None, Field(
+    ge=0, le=10,
+    description="Hierarchy level of the reports to read: 0 = a few broad communities, higher = more "
+                "and narrower ones (index_status lists the levels). Omit for dynamic selection, which "
+                "descends only into communities relevant to the question")]
 DEFAULT_RESPONSE = "multiple paragraphs"
 
 
@@ -85,6 +93,33 @@ def _version() -> str:
 def _result(model: BaseModel, text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=model.model_dump(mode="json"))
+
+
+class _Progress:
+    """Forwards engine progress as MCP progress notifications, whose value must always increase.
+
+    Engines count each phase from zero (rate reports, map, reduce); a count that goes back starts
+    a new phase, which continues one step above the last value sent. The message names the phase.
+    """
+
+    def __init__(self, mcp_ctx: Context) -> None:
+        self.mcp_ctx = mcp_ctx
+        self.base = 0.0
+        self.done = 0.0
+        self.last: float | None = None
+
+    async def __call__(self, done: float, total: float | None, message: str) -> None:
+        if self.last is not None and done < self.done:
+            self.base = self.last + 1 - done
+        self.done = done
+        value = self.base + done
+        if self.last is not None and value <= self.last:
+            return
+        self.last = value
+        try:
+            await self.mcp_ctx.report_progress(value, None if total is None else self.base + total, message)
+        except Exception:  # a vanished client must not fail the query
+            log.debug("progress notification not delivered", exc_info=True)
 
 
 class _Gateway:
@@ -102,24 +137,19 @@ class _Gateway:
         return self.principal_name
 
     def context(self, mcp_ctx: Context | None = None) -> QueryContext:
-        progress = None
-        if mcp_ctx is not None:
-            async def progress(done: float, total: float | None, message: str) -> None:
-                try:
-                    await mcp_ctx.report_progress(done, total, message)
-                except Exception:  # a vanished client must not fail the query
-                    log.debug("progress notification not delivered", exc_info=True)
+        progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         return self.service.context(self.service.principal(self.caller()), progress=progress)
 
-    async def call(self, tool: str, mcp_ctx: Context | None, fn: Callable[[QueryContext], Awaitable[T]]) -> T:
+    async def call(self, tool: str, mcp_ctx: Context | None,
+                   fn: Callable[[QueryContext], Awaitable[T]]) -> T:
         try:
             return await fn(self.context(mcp_ctx))
         except _FORWARDED as exc:
             raise ToolError(str(exc)) from None
-        except CanopyError:
+        except ProviderError:  # its text may quote model output: keep it in the log
             log.exception("%s failed", tool)
             raise ToolError(f"The language model endpoint failed during {tool}; see server log. "
-                            "basic_search and drill_down work without it.") from None
+                            "drill_down and the canopy:// resources work without it.") from None
         except Exception:
             log.exception("%s failed", tool)
             raise ToolError(f"Internal error in {tool}; see server log") from None
@@ -172,10 +202,7 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
     async def global_search(
         query: QUERY,
         ctx: Context,
-        community_level: Annotated[int | None, Field(
-            ge=0, le=10, description="Hierarchy level of the reports to read: 0 = a few broad communities, "
-                                     "higher = more and narrower ones (index_status lists the levels). "
-                                     "Omit for dynamic selection, which descends only into relevant ones")] = None,
+        community_level: LEVEL = None,
         response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Returns an answer about the corpus as a whole, citing the community reports it drew on.
@@ -183,55 +210,62 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
         Use it for themes, summaries, comparisons and "what are the main ..." questions that need
         many documents at once. For a specific person, organization or fact use local_search; when
         a broad question also needs specific detail use drift_search.
-        Cost: one map call per batch of reports (concurrent) plus one reduce call when an LLM is
-        configured; sends progress notifications during the map phase. Without an LLM it returns
-        the best-matching report excerpts and an extractive answer for you to synthesize from.
-        Cited report ids open with drill_down(community_id=...). If `truncated` is true, `note` says
-        how to narrow or continue (e.g. a deeper community_level)."""
+        Cost with an LLM: dynamic selection makes one small rating call per report it considers
+        (a fixed community_level skips these), then one map call per batch of reports (run
+        concurrently) and one reduce call; progress notifications follow each phase. Without an
+        LLM the answer is extractive and the retrieved report text comes with it.
+        Cited report ids open with drill_down(community_id=...). If `truncated` is true, `note`
+        names the call that continues."""
         r = await gw.call("global_search", ctx, lambda q: engines.global_search(
             q, query, community_level=community_level, response_type=response_type))
         return _result(r, search_text(r))
 
     @server.tool(title="Local search", annotations=READ_ONLY)
-    async def local_search(query: QUERY, ctx: Context,
-                           response_type: RESPONSE_TYPE = DEFAULT_RESPONSE) -> Annotated[CallToolResult, SearchResult]:
+    async def local_search(
+        query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    ) -> Annotated[CallToolResult, SearchResult]:
         """Returns an answer about specific entities and facts, citing entities, relationships,
         reports and source text units.
 
         Use it for "who / what / where / how much" questions about named things: it finds the
         entities nearest the question, then their relationships, community reports and the text
-        they came from. For corpus-wide themes use global_search; for plain passages use basic_search.
-        Cost: one LLM call when configured (none otherwise: extractive answer plus the context).
-        Text units open as canopy://units/<id>; truncation is flagged in `truncated` and `note`."""
-        r = await gw.call("local_search", ctx, lambda q: engines.local_search(q, query, response_type=response_type))
+        they came from. For corpus-wide themes use global_search; for plain passages basic_search.
+        Cost: one LLM call when an LLM is configured; otherwise an extractive answer plus the
+        retrieved context. Text units open as canopy://units/<id>. If `truncated` is true, `note`
+        names the call that continues."""
+        r = await gw.call("local_search", ctx, lambda q: engines.local_search(
+            q, query, response_type=response_type))
         return _result(r, search_text(r))
 
     @server.tool(title="DRIFT search", annotations=READ_ONLY)
-    async def drift_search(query: QUERY, ctx: Context,
-                           response_type: RESPONSE_TYPE = DEFAULT_RESPONSE) -> Annotated[CallToolResult, SearchResult]:
-        """Returns an answer to a question needing both breadth and detail, with citations.
+    async def drift_search(
+        query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    ) -> Annotated[CallToolResult, SearchResult]:
+        """Returns an answer to a question that needs both breadth and detail, with citations.
 
         It starts from the most similar community reports, drafts an intermediate answer and
-        follow-up questions, answers those with local search for a bounded depth, then combines.
-        Use it when global_search is too general and local_search too narrow. Costs several times
-        more LLM calls than local_search and sends progress notifications; deterministic for a
-        given index. Truncation is flagged in `truncated` and `note`."""
-        r = await gw.call("drift_search", ctx, lambda q: engines.drift_search(q, query, response_type=response_type))
+        follow-up questions, answers those with local search for a bounded depth, then combines
+        them. Use it when global_search is too general and local_search too narrow.
+        Cost: several times the LLM calls of local_search (one per follow-up, plus primer and
+        reduce); progress notifications follow each step; deterministic for a given index.
+        If `truncated` is true, `note` names the call that continues."""
+        r = await gw.call("drift_search", ctx, lambda q: engines.drift_search(
+            q, query, response_type=response_type))
         return _result(r, search_text(r))
 
     @server.tool(title="Basic search", annotations=READ_ONLY)
     async def basic_search(
         query: QUERY,
         ctx: Context,
-        k: Annotated[int, Field(ge=1, le=50, description="Number of text passages to retrieve")] = 10,
+        k: Annotated[int, Field(ge=1, le=100, description="Number of text passages to retrieve")] = 10,
         response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Returns an answer from the k most similar source passages, each cited with its document.
 
-        Plain vector retrieval over text units, no graph: use it for point questions whose answer
-        sits in one or two passages (a number, a date, a quote), or to find where something is
-        written. For anything about relationships or themes prefer local_search or global_search.
-        Cost: at most one LLM call; raise k (up to 50) for more passages."""
+        Plain retrieval over text units (vector plus keyword), no graph: use it for point
+        questions whose answer sits in one or two passages (a number, a date, a quote), or to find
+        where something is written. For relationships or themes prefer local_search or
+        global_search. Cost: at most one LLM call; raise k (up to 100) for more passages."""
         r = await gw.call("basic_search", ctx, lambda q: engines.basic_search(
             q, query, k=k, response_type=response_type))
         return _result(r, search_text(r))
@@ -242,23 +276,28 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
     async def drill_down(
         ctx: Context,
         community_id: Annotated[str | None, Field(
-            max_length=200, description="A community or report id (from a citation or an earlier drill_down)")] = None,
+            max_length=200,
+            description="A community (report) id, from a citation or an earlier drill_down")] = None,
         entity: Annotated[str | None, Field(
-            max_length=300, description="An entity name or id: shows it and the communities it belongs to")] = None,
+            max_length=300,
+            description="An entity name or id: opens the deepest community it belongs to")] = None,
         finding: Annotated[int | None, Field(
-            ge=0, le=1000, description="With community_id: number of one of its findings, to get the "
-                                       "source text behind that finding")] = None,
-        limit: Annotated[int, Field(ge=1, le=100, description="Most entities, relationships, children "
-                                                              "and sources to list")] = 10,
+            ge=0, le=1000,
+            description="With community_id or entity: index of one finding (0 = first), to get "
+                        "the source text behind it")] = None,
+        limit: Annotated[int, Field(
+            ge=1, le=100,
+            description="Most entities, relationships, children and sources to list")] = 10,
     ) -> Annotated[CallToolResult, DrillResult]:
         """Returns one point of the community hierarchy: a community's report, findings, parents,
         children, member entities, relationships and source text.
 
-        Use it to navigate and verify, not to answer: with no arguments it lists the top-level
-        communities; with community_id it opens that community (roll up via `parents`, drill into
-        `children`); add finding=N for the text units behind finding N; with entity it shows that
-        entity and where it sits. Use it to check citations from the search tools. No LLM cost.
-        Lists are cut at `limit`; `truncated` and `note` say when there is more."""
+        Use it to navigate and verify rather than to answer: with no arguments it lists the
+        top-level communities; with community_id (or entity, not both) it opens one community, so
+        you can roll up via `parents` or drill into `children`; add finding=N for the text units
+        behind finding N. Use it to check the citations of the search tools. No LLM cost.
+        Lists stop at `limit`; `truncated` and `note` say when there is more and which call
+        shows it."""
         r = await gw.call("drill_down", ctx, lambda q: engines.drill_down(
             q, community_id=community_id, entity=entity, finding=finding, limit=limit))
         return _result(r, drill_text(r))
@@ -289,9 +328,10 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
 
     @server.resource("canopy://units/{unit_id}", name="text_unit", title="Source text unit",
                      mime_type="text/plain",
-                     description="The source text of a text unit, with its document path and character span")
+                     description="The source text of a text unit, with its document path and span")
     async def unit(unit_id: str) -> str:
-        return await gw.read(f"canopy://units/{unit_id}", lambda q: span_text(engines.source_span(q, unit_id)))
+        return await gw.read(f"canopy://units/{unit_id}",
+                             lambda q: span_text(engines.source_span(q, unit_id)))
 
     @server.resource("canopy://reports", name="reports", title="Community reports",
                      mime_type="application/json",

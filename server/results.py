@@ -91,6 +91,7 @@ class FindingCard(BaseModel):
 
 class DrillResult(BaseModel):
     community: CommunityCard | None = Field(None, description="The community at this point (None at the roots)")
+    entity: EntityCard | None = Field(None, description="The entity asked about (drill_down(entity=...))")
     findings: list[FindingCard] = Field(default_factory=list)
     parents: list[CommunityCard] = Field(default_factory=list, description="Chain from the root down to the parent")
     children: list[CommunityCard] = Field(default_factory=list, description="Sub-communities (or the roots)")

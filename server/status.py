@@ -70,7 +70,9 @@ def index_status(store: Store) -> IndexStatus:
     )
 
 
-def status_for_caller(full: IndexStatus, ctx: QueryContext, readable_path: Callable[[str], bool]) -> IndexStatus:
+def status_for_caller(
+    full: IndexStatus, ctx: QueryContext, readable_path: Callable[[str], bool]
+) -> IndexStatus:
     """The status as one caller may see it (design §5: counts never reveal hidden items).
 
     An unrestricted caller gets `full` unchanged. Anyone else gets counts of what they can be

@@ -8,6 +8,8 @@ see: it renders results the engines already filtered.
 
 from __future__ import annotations
 
+import json
+
 from server.results import Citation, CommunityCard, DrillResult, SearchResult, SourceSpan, UsageInfo
 from server.status import IndexStatus
 
@@ -39,7 +41,7 @@ def _how_to_open(c: Citation) -> str:
     if c.kind == "text_unit":
         return f"canopy://units/{c.id}"
     if c.kind == "entity" and c.title:
-        return f"drill_down(entity=\"{c.title}\")"
+        return f"drill_down(entity={json.dumps(c.title, ensure_ascii=False)})"
     return ""
 
 
@@ -63,8 +65,10 @@ def search_text(r: SearchResult) -> str:
         # No LLM wrote the answer: give the calling agent the retrieved context to synthesize from.
         out.append("\nRetrieved context (extractive mode, no LLM configured):")
         out.append(_trim(r.context, CONTEXT_CHARS, "structuredContent.context"))
-    level = "" if r.method != "global" else (
-        f"; community level {r.community_level}" if r.community_level is not None else "; dynamic level selection")
+    level = ""
+    if r.method == "global":
+        level = ("; dynamic level selection" if r.community_level is None
+                 else f"; community level {r.community_level}")
     out.append(f"\n{_usage(r.usage)}; method {r.method}{level}")
     if r.truncated:
         out.append(f"Truncated: {r.note or 'the result was cut to fit the size limit.'}")
@@ -84,6 +88,10 @@ def span_text(s: SourceSpan, limit: int | None = None) -> str:
 
 def drill_text(r: DrillResult) -> str:
     out: list[str] = []
+    entity = r.entity  # set by drill_down(entity=...)
+    if entity is not None:
+        out.append(f"Entity {entity.name} ({entity.type}, degree {entity.degree}) [{entity.id}]: "
+                   f"{entity.description}\n")
     if r.community is None:
         out.append("Top of the community hierarchy. Pass one of these ids as drill_down(community_id=...):")
     else:
@@ -97,6 +105,9 @@ def drill_text(r: DrillResult) -> str:
         for i, f in enumerate(r.findings):
             units = f" [units: {', '.join(f.text_unit_ids[:5])}]" if f.text_unit_ids else ""
             out.append(f"{i}. {f.summary}: {f.explanation}{units}")
+    if r.sources:
+        out.append("\nSource text:")
+        out += [span_text(s, SPAN_CHARS) for s in r.sources]
     if r.children:
         if r.community is not None:
             out.append("\nSub-communities:")
@@ -108,9 +119,6 @@ def drill_text(r: DrillResult) -> str:
         out.append("\nRelationships:")
         out += [f"- {x.source} — {x.target} (weight {x.weight:g}) [{x.id}]: {x.description}"
                 for x in r.relationships]
-    if r.sources:
-        out.append("\nSource text:")
-        out += [span_text(s, SPAN_CHARS) for s in r.sources]
     if r.usage.llm_calls:
         out.append(f"\n{_usage(r.usage)}")
     if r.truncated:

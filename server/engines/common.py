@@ -31,7 +31,7 @@ NOTHING_FOUND = (
     "drill_down()."
 )
 EMBED_TASK = "embed"  # the embedding client's task name; counted apart from chat calls
-_NOTE_RESERVE = 120  # tokens kept free for the truncation note
+_SLACK = 30  # tokens kept free for numbers that change after measuring (usage, note counts)
 
 
 def tokenizer() -> Tokenizer:
@@ -129,11 +129,17 @@ def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchR
     if tok.count(result.model_dump_json()) <= limit:
         return result
     n_citations, context_tokens = len(result.citations), tok.count(result.context)
+    # The note is written (with the largest numbers it can hold) before measuring, so the
+    # measured size includes it; _SLACK covers the final usage numbers and note digits.
+    result.truncated = True
+    result.note = _note(limit, context_tokens, context_tokens, n_citations, n_citations, more)
     bare = result.model_copy(update={"context": "", "citations": []})
-    room = limit - tok.count(bare.model_dump_json()) - _NOTE_RESERVE
-    if room < 0:  # even the answer is too long
-        answer = tok.truncate(result.answer, max(tok.count(result.answer) + room, 0)) + " …"
-        result.answer, room = answer, 0
+    room = limit - tok.count(bare.model_dump_json()) - _SLACK
+    if room < limit // 4:  # the answer itself is long: keep a quarter for citations and context
+        short = max(tok.count(result.answer) - (limit // 4 - room), 0)
+        result.answer = tok.truncate(result.answer, short) + " …"
+        room = limit - tok.count(result.model_copy(update={"context": "", "citations": []})
+                                 .model_dump_json()) - _SLACK
     keep, spent = [], 0
     for c in result.citations:
         n = tok.count(c.model_dump_json()) + 1
@@ -145,17 +151,23 @@ def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchR
     budget = room - spent
     context = result.context
     for _ in range(5):  # JSON escaping makes the count a little larger than the raw text's
-        result.context = tok.truncate(context, max(budget, 0)) + (" …" if budget < context_tokens else "")
-        over = tok.count(result.model_dump_json()) + _NOTE_RESERVE - limit
+        ellipsis = " …" if budget < context_tokens else ""
+        result.context = tok.truncate(context, max(budget, 0)) + ellipsis
+        over = tok.count(result.model_dump_json()) + _SLACK - limit
         if over <= 0:
             break
         budget -= over + 10
-    cut = []
-    if result.context != context:
-        cut.append(f"context cut from {context_tokens} to about {max(budget, 0)} tokens")
-    if len(keep) < n_citations:
-        cut.append(f"citations cut from {n_citations} to {len(keep)}")
-    result.truncated = True
-    result.note = (f"Result cut to fit the {limit}-token limit ({'; '.join(cut) or 'answer cut'}). "
-                   f"For more, {more}")
+    result.note = _note(limit, context_tokens, tok.count(result.context), n_citations, len(keep),
+                        more)
     return result
+
+
+def _note(limit: int, context_was: int, context_now: int, citations_were: int,
+          citations_now: int, more: str) -> str:
+    cut = []
+    if context_now < context_was:
+        cut.append(f"context cut from {context_was} to {context_now} tokens")
+    if citations_now < citations_were:
+        cut.append(f"citations cut from {citations_were} to {citations_now}")
+    return (f"Result cut to fit the {limit}-token limit ({'; '.join(cut) or 'answer cut'}). "
+            f"For more, {more}")

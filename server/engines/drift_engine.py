@@ -16,7 +16,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from canopy.ids import normalize_name
-from canopy.providers.base import ContextBlock, MapPoint, render_blocks
+from canopy.providers.base import ContextBlock, DriftOut, MapPoint, render_blocks
 from server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -44,6 +44,10 @@ class _Step:
     blocks: list[ContextBlock] = field(default_factory=list)
     follow_ups: list[str] = field(default_factory=list)
 
+    def take(self, out: DriftOut) -> None:
+        self.answer, self.score, self.follow_ups = (
+            out.intermediate_answer, out.score, out.follow_up_queries)
+
 
 async def drift_search(
     ctx: QueryContext, query: str, *, response_type: str = "multiple paragraphs"
@@ -57,7 +61,8 @@ async def drift_search(
         await ctx.report_progress(0, total, "drift: primer over the most similar community reports")
         steps = [await _primer(ctx, query)]
         done = 1
-        await ctx.report_progress(done, total, f"drift: primer raised {len(steps[0].follow_ups)} follow-ups")
+        raised = len(steps[0].follow_ups)
+        await ctx.report_progress(done, total, f"drift: primer raised {raised} follow-ups")
         asked = {normalize_name(query)}
         for level in range(1, depth + 1):
             chosen = _next_questions(steps, asked, breadth)
@@ -69,7 +74,8 @@ async def drift_search(
                 nonlocal done
                 step = await _follow_up(ctx, question, level)
                 done += 1
-                await ctx.report_progress(done, total, f"drift: depth {level}: answered {question!r}")
+                await ctx.report_progress(done, total,
+                                          f"drift: depth {level}: answered {question!r}")
                 return step
 
             steps += await asyncio.gather(*(follow(q) for q in chosen))
@@ -100,8 +106,7 @@ async def _primer(ctx: QueryContext, query: str) -> _Step:
     blocks, _ = pack_blocks([report_block(r) for r in reports], ctx.settings.local_context_tokens)
     step = _Step(query, 0, blocks=blocks)
     if blocks:
-        out = await ctx.provider.drift(query, blocks)
-        step.answer, step.score, step.follow_ups = out.intermediate_answer, out.score, out.follow_up_queries
+        step.take(await ctx.provider.drift(query, blocks))
     return step
 
 
@@ -109,8 +114,7 @@ async def _follow_up(ctx: QueryContext, question: str, depth: int) -> _Step:
     local = await build_local_context(ctx, question, budget=ctx.settings.local_context_tokens)
     step = _Step(question, depth, blocks=local.blocks)
     if local.blocks:
-        out = await ctx.provider.drift(question, local.blocks)
-        step.answer, step.score, step.follow_ups = out.intermediate_answer, out.score, out.follow_up_queries
+        step.take(await ctx.provider.drift(question, local.blocks))
     return step
 
 

@@ -32,7 +32,13 @@ from server.engines.serving import root_ids, servable_report, servable_tops
 from server.results import Citation, SearchResult
 from server.service import QueryContext
 
-__all__ = ["RELEVANCE_THRESHOLD", "global_search", "map_batches", "reports_at_level", "select_reports"]
+__all__ = [
+    "RELEVANCE_THRESHOLD",
+    "global_search",
+    "map_batches",
+    "reports_at_level",
+    "select_reports",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +53,10 @@ async def global_search(
     community_level: int | None = None,
     response_type: str = "multiple paragraphs",
 ) -> SearchResult:
-    """Answer a question about the whole corpus from community reports (map-reduce)."""
+    """Answer a question about the whole corpus from community reports (map-reduce).
+
+    `community_level` None means ctx.settings.community_level, and dynamic selection when that
+    is None too."""
     query = check_query(query)
     response_type = check_response_type(response_type)
     level = community_level if community_level is not None else ctx.settings.community_level
@@ -109,7 +118,7 @@ async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
         rated.update(r.community_id for r in reports)
         total = done + len(reports)
 
-        async def rate(report: Report) -> int:
+        async def rate(report: Report, total: int = total) -> int:
             nonlocal done
             try:
                 score = await ctx.provider.rate(query, report)
@@ -160,8 +169,11 @@ def map_batches(reports: list[Report], *, seed: int, batch_tokens: int) -> list[
     return batches
 
 
-async def _map(ctx: QueryContext, query: str, reports: list[Report], response_type: str) -> list[MapPoint]:
-    batches = map_batches(reports, seed=ctx.settings.seed, batch_tokens=ctx.settings.map_batch_tokens)
+async def _map(
+    ctx: QueryContext, query: str, reports: list[Report], response_type: str
+) -> list[MapPoint]:
+    batches = map_batches(reports, seed=ctx.settings.seed,
+                          batch_tokens=ctx.settings.map_batch_tokens)
     total = len(batches)
     done = 0
     await ctx.report_progress(0, total, f"map: {len(reports)} reports in {total} batches")

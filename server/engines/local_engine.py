@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 from canopy.ids import normalize_name
 from canopy.model import Entity, Relationship, Report
 from canopy.providers.base import ContextBlock, render_blocks
@@ -42,7 +44,8 @@ TOP_UNITS_SEARCHED = 20
 # Shares of the context budget (GraphRAG's community_prop / text_unit_prop); unused budget of
 # one part passes to the next, in this order.
 REPORT_SHARE = 0.25
-GRAPH_SHARE = 0.25  # entities, relationships, claims; text units get the rest
+GRAPH_SHARE = 0.25  # entities (at most half of it), then claims and relationships
+# text units get the rest
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
 
@@ -87,10 +90,14 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
     relationships = _relationships_of(ctx, chosen)
     reports = _reports_of(ctx, [e.id for e in entities])
 
-    report_blocks, used = pack_blocks([report_block(r) for r in reports], int(budget * REPORT_SHARE))
+    report_blocks, used = pack_blocks([report_block(r) for r in reports],
+                                      int(budget * REPORT_SHARE))
     graph_budget = int(budget * (REPORT_SHARE + GRAPH_SHARE)) - used
-    graph_blocks, used_graph = pack_blocks(_graph_blocks(ctx, entities, relationships), graph_budget)
-    used += used_graph
+    entity_blocks, used_entities = pack_blocks(_entity_blocks(entities), graph_budget // 2)
+    graph_blocks, used_graph = pack_blocks(_relation_blocks(ctx, entities, relationships),
+                                           graph_budget - used_entities)
+    graph_blocks = entity_blocks + graph_blocks
+    used += used_entities + used_graph
 
     included = [b.id for b in graph_blocks if b.kind in ("entity", "relationship")]
     support: Counter[str] = Counter()
@@ -141,9 +148,10 @@ def named_entities(ctx: QueryContext, query: str) -> list[str]:
     return [eid for *_, eid in sorted(found)]
 
 
-def _select_entities(ctx: QueryContext, query: str, vector: object, hidden: list[str]) -> list[Entity]:
+def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray,
+                     hidden: list[str]) -> list[Entity]:
     hits = ctx.view.vectors.search("entities", vector=vector, text=query, k=2 * TOP_ENTITIES,
-                                   hidden_acl=hidden)  # type: ignore[arg-type]
+                                   hidden_acl=hidden)
     ids = list(dict.fromkeys([*named_entities(ctx, query), *(h.id for h in hits)]))
     entities = [e for i in ids if (e := servable_entity(ctx, i)) is not None]
     return entities[:TOP_ENTITIES]
@@ -177,16 +185,21 @@ def _reports_of(ctx: QueryContext, entity_ids: list[str]) -> list[Report]:
     for e in entity_ids:
         count.update(ctx.view.communities_of.get(e, []))
     reports = [r for cid in count if (r := servable_report(ctx, cid)) is not None]
-    return sorted(reports, key=lambda r: (-count[r.community_id], -r.rating, -r.level, r.community_id))
+    return sorted(reports,
+                  key=lambda r: (-count[r.community_id], -r.rating, -r.level, r.community_id))
 
 
-def _graph_blocks(ctx: QueryContext, entities: list[Entity],
-                  relationships: list[Relationship]) -> list[ContextBlock]:
-    """Entities, their claims, then relationships (packing stops at the first that does not
-    fit, so the few claims go before the many relationships)."""
+def _entity_blocks(entities: list[Entity]) -> list[ContextBlock]:
+    return [ContextBlock("entity", e.id, e.name, e.description) for e in entities]
+
+
+def _relation_blocks(ctx: QueryContext, entities: list[Entity],
+                     relationships: list[Relationship]) -> list[ContextBlock]:
+    """Claims about the entities, then relationships (packing stops at the first block that
+    does not fit, so the few claims go before the many relationships)."""
     names = {e.id: e.name for e in ctx.view.graph.entities.values()}
-    blocks = [ContextBlock("entity", e.id, e.name, e.description) for e in entities]
     chosen = {e.id for e in entities}
+    blocks = []
     for c in sorted(ctx.view.graph.claims.values(), key=lambda c: c.id):
         if (c.subject in chosen or c.object in chosen) and servable_claim(ctx, c.id) is not None:
             blocks.append(ContextBlock("claim", c.id, f"{names.get(c.subject, c.subject)}: "

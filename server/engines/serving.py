@@ -77,7 +77,8 @@ def servable_claim(ctx: QueryContext, claim_id: str) -> Claim | None:
         return None
     if servable_entity(ctx, claim.subject) is None:
         return None
-    if claim.object and claim.object in ctx.view.graph.entities and servable_entity(ctx, claim.object) is None:
+    obj = claim.object
+    if obj and obj in ctx.view.graph.entities and servable_entity(ctx, obj) is None:
         return None
     return claim
 
@@ -95,7 +96,7 @@ def servable_tops(ctx: QueryContext, community_ids: Iterable[str]) -> list[str]:
     A report covers a subset of its community's units, so a hidden parent may have visible
     children; they take its place, and navigation never dead-ends at a hidden node."""
     out: list[str] = []
-    stack = list(reversed(sorted(community_ids)))
+    stack = sorted(community_ids, reverse=True)
     communities = ctx.view.graph.communities
     while stack:
         cid = stack.pop()
@@ -128,7 +129,8 @@ def finding_card(ctx: QueryContext, index: int, report: Report) -> FindingCard:
     return FindingCard(
         summary=f.summary, explanation=f.explanation,
         entity_ids=[e for e in f.entity_ids if servable_entity(ctx, e) is not None],
-        relationship_ids=[r for r in f.relationship_ids if servable_relationship(ctx, r) is not None],
+        relationship_ids=[r for r in f.relationship_ids
+                          if servable_relationship(ctx, r) is not None],
         text_unit_ids=[u for u in f.text_unit_ids if servable_unit(ctx, u) is not None],
     )
 

@@ -1,0 +1,34 @@
+"""The query engines behind the MCP tools and `canopy query` (design §6).
+
+Each engine takes a `QueryContext` (the committed index view, the caller's visibility, the
+provider and the query settings) and returns a result model from `server.results`. Every
+artifact they read passes the serving rule through `server.engines.serving`.
+
+- `global_search`: map-reduce over community reports, for questions about the whole corpus;
+- `local_search`: an entity's neighbourhood, for questions about particular things;
+- `drift_search`: a global primer refined by local follow-ups;
+- `basic_search`: plain vector + BM25 retrieval over text units;
+- `drill_down`, `source_span`, `report_markdown`, `list_servable_reports`: navigation.
+"""
+
+from __future__ import annotations
+
+from server.engines.basic_engine import basic_search
+from server.engines.drift_engine import drift_search
+from server.engines.drill import drill_down, list_servable_reports, report_markdown, source_span
+from server.engines.global_engine import global_search
+from server.engines.local_engine import local_search
+from server.engines.serving import servable_entity, servable_report
+
+__all__ = [
+    "basic_search",
+    "drift_search",
+    "drill_down",
+    "global_search",
+    "list_servable_reports",
+    "local_search",
+    "report_markdown",
+    "servable_entity",
+    "servable_report",
+    "source_span",
+]

@@ -1,0 +1,54 @@
+"""Basic search: plain retrieval-augmented answering over text units (design §6), the baseline
+the paper compares against and the quickest way to a specific fact stated in one passage."""
+
+from __future__ import annotations
+
+from canopy.errors import InvalidArgument
+from canopy.providers.base import render_blocks
+from server.engines.common import (
+    NOTHING_FOUND,
+    check_query,
+    check_response_type,
+    fit_result,
+    metered,
+    pack_blocks,
+)
+from server.engines.local_engine import unit_block
+from server.engines.serving import block_citation, servable_unit
+from server.results import SearchResult
+from server.service import QueryContext
+
+__all__ = ["MAX_K", "basic_search"]
+
+MAX_K = 100
+
+
+async def basic_search(
+    ctx: QueryContext, query: str, *, k: int = 10, response_type: str = "multiple paragraphs"
+) -> SearchResult:
+    """Answer from the k text units most similar to the question (hybrid vector + BM25)."""
+    query = check_query(query)
+    response_type = check_response_type(response_type)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidArgument(f"k must be an integer from 1 to {MAX_K} (text units to retrieve).")
+    with metered(ctx) as meter:
+        await ctx.report_progress(0, 2, "basic search: retrieving passages")
+        vector = await ctx.view.embed_query(query)
+        hits = ctx.view.vectors.search("text_units", vector=vector, text=query, k=k,
+                                       hidden_acl=list(ctx.vis.hidden_acl))
+        units = [unit_block(ctx, h.id) for h in hits if servable_unit(ctx, h.id) is not None]
+        blocks, _ = pack_blocks(units, ctx.settings.local_context_tokens)
+        await ctx.report_progress(1, 2, f"basic search: answering from {len(blocks)} passages")
+        if blocks:
+            answer = await ctx.provider.answer(query, blocks, response_type=response_type)
+        else:
+            answer = NOTHING_FOUND
+        await ctx.report_progress(2, 2, "basic search: done")
+        result = SearchResult(method="basic", query=query, answer=answer,
+                              citations=[block_citation(b) for b in blocks],
+                              context=render_blocks(blocks))
+        result = fit_result(ctx, result, more=(
+            f"call basic_search with k={max(1, len(blocks) // 2)} or a narrower question, or "
+            "local_search for the entities involved."))
+        result.usage = meter.info()
+        return result

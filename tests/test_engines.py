@@ -1,0 +1,413 @@
+"""The query engines over the example corpus, built once per module with the builtin provider.
+
+Each engine must answer, cite only what resolves (drill_down for report ids, source_span for
+text units), obey the serving rule, stay under the result limit, and count only its own usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from acl.policy import Principal
+from acl.visibility import Visibility
+from canopy.errors import InvalidArgument, NotFound
+from canopy.llm import ChatClient
+from canopy.providers.llm import LLMProvider
+from canopy.settings import LLMSettings
+from indexer.communities import level_partition
+from server.cli import main
+from server.engines import (
+    basic_search,
+    drift_search,
+    drill_down,
+    global_search,
+    list_servable_reports,
+    local_search,
+    report_markdown,
+    source_span,
+)
+from server.engines.common import NOTHING_FOUND, tokenizer
+from server.engines.global_engine import map_batches, reports_at_level
+from server.results import SearchResult
+from server.runtime import Workspace, build_index, open_workspace
+from server.service import CanopyService, QueryContext
+from tests.conftest import EXAMPLES
+
+SUPPLY_RISKS = "What are the main risks across the supply chain?"
+CELLS = "Which supplier makes the battery cells?"
+HIDDEN_DOC = "suppliers/helio_cells.md"
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    with pytest.MonkeyPatch.context() as mp:
+        for key in list(os.environ):
+            if key.startswith(("CANOPY_", "OPENAI_")):
+                mp.delenv(key)
+        ws = open_workspace(EXAMPLES, tmp_path_factory.mktemp("engines") / "index")
+        build_index(ws)
+    return ws
+
+
+@pytest.fixture(scope="module")
+def service(workspace: Workspace) -> Iterator[CanopyService]:
+    svc = CanopyService(workspace)
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def ctx(service: CanopyService) -> QueryContext:
+    return service.context(service.principal(None))
+
+
+@pytest.fixture
+def restricted(ctx: QueryContext) -> QueryContext:
+    """A caller who may not read the Helio Cells supplier profile."""
+    hidden_doc = next(d.id for d in ctx.view.documents.values() if d.path == HIDDEN_DOC)
+    readable = frozenset(u.id for u in ctx.view.units.values() if u.document_id != hidden_doc)
+    docs = frozenset(d for d in ctx.view.documents if d != hidden_doc)
+    vis = Visibility(Principal("bob", frozenset({"staff"})), readable, (), docs)
+    return QueryContext(ctx.view, vis, ctx.provider, ctx.settings)
+
+
+def hidden_units(ctx: QueryContext) -> set[str]:
+    return {u.id for u in ctx.view.units.values() if ctx.view.document_of(u.id).path == HIDDEN_DOC}
+
+
+def assert_citations_resolve(ctx: QueryContext, result: SearchResult) -> None:
+    assert result.citations, "an answer with no citations"
+    for c in result.citations:
+        if c.kind == "report":
+            assert run(drill_down(ctx, community_id=c.id)).community.id == c.id
+        elif c.kind == "text_unit":
+            span = source_span(ctx, c.id)
+            assert span.document == c.document and span.text
+        elif c.kind == "entity":
+            assert run(drill_down(ctx, entity=c.id)).entity.id == c.id
+
+
+def provenance(ctx: QueryContext, kind: str, item_id: str) -> tuple[str, ...]:
+    g = ctx.view.graph
+    table = {"report": g.reports, "entity": g.entities, "relationship": g.relationships,
+             "claim": g.claims}
+    return (item_id,) if kind == "text_unit" else table[kind][item_id].text_unit_ids
+
+
+class TestGlobalSearch:
+    def test_a_fixed_level_answers_from_the_level_partition_and_cites_resolvable_reports(self, ctx):
+        result = run(global_search(ctx, SUPPLY_RISKS, community_level=1))
+        assert result.method == "global" and result.community_level == 1
+        assert result.answer.strip() and result.answer != NOTHING_FOUND
+        partition = {c.id for c in level_partition(ctx.view.graph.communities, 1)}
+        assert {c.id for c in result.citations} <= partition
+        assert all(c.kind == "report" for c in result.citations)
+        assert_citations_resolve(ctx, result)
+
+    def test_level_l_means_communities_at_l_plus_childless_shallower_ones(self, ctx):
+        ids = {r.community_id for r in reports_at_level(ctx, 1)}
+        communities = ctx.view.graph.communities.values()
+        assert ids == {c.id for c in communities
+                       if c.level == 1 or (c.level == 0 and not c.children)}
+
+    def test_dynamic_selection_rates_from_the_roots_and_reports_progress(self, ctx):
+        seen: list[tuple[float, float | None, str]] = []
+
+        async def progress(done: float, total: float | None, message: str) -> None:
+            seen.append((done, total, message))
+
+        ctx.progress = progress
+        result = run(global_search(ctx, SUPPLY_RISKS))
+        assert result.community_level is None and result.answer != NOTHING_FOUND
+        assert_citations_resolve(ctx, result)
+        assert any("rating" in m for *_, m in seen) and any("map" in m for *_, m in seen)
+        roots = [c for c in ctx.view.graph.communities.values() if c.level == 0]
+        assert result.usage.llm_calls >= len(roots) + 2  # ratings, >= 1 map, reduce
+
+    def test_a_question_about_nothing_in_the_corpus_says_nothing_relevant_was_found(self, ctx):
+        for level in (None, 0):
+            result = run(global_search(ctx, "What is the capital of Mongolia?",
+                                       community_level=level))
+            assert result.answer == NOTHING_FOUND and "No relevant information" in result.answer
+            assert result.citations == []
+
+    def test_batches_are_a_seeded_shuffle_within_the_token_budget(self, ctx):
+        reports = reports_at_level(ctx, 1)
+        a = map_batches(reports, seed=7, batch_tokens=1500)
+        assert a == map_batches(list(reversed(reports)), seed=7, batch_tokens=1500)
+        assert sorted(r.community_id for b in a for r in b) == sorted(
+            r.community_id for r in reports)
+        assert len(a) > 1
+        assert [r.community_id for b in a for r in b] != [
+            r.community_id for b in map_batches(reports, seed=8, batch_tokens=1500) for r in b]
+
+
+class TestLocalSearch:
+    def test_finds_helio_cells_context_for_the_battery_cell_question(self, ctx):
+        result = run(local_search(ctx, CELLS))
+        assert "Helio Cells Ltd" in result.answer
+        assert any(c.kind == "entity" and c.title == "Helio Cells Ltd" for c in result.citations)
+        assert_citations_resolve(ctx, result)
+
+    def test_context_mixes_every_kind_within_the_budget(self, ctx):
+        result = run(local_search(ctx, "Who leads Project Kestrel?"))
+        kinds = {c.kind for c in result.citations}
+        assert {"report", "entity", "relationship", "text_unit"} <= kinds
+        assert tokenizer().count(result.context) <= ctx.settings.local_context_tokens * 1.05
+        assert result.usage.llm_calls == 1 and result.usage.provider == "builtin"
+
+    def test_exact_entity_names_in_the_question_come_first(self, ctx):
+        result = run(local_search(ctx, "Who leads Project Kestrel?"))
+        first_entity = next(c for c in result.citations if c.kind == "entity")
+        assert first_entity.title == "Project Kestrel"
+
+
+class TestDriftAndBasic:
+    def test_drift_follows_up_with_local_searches_and_is_deterministic(self, ctx):
+        seen: list[str] = []
+
+        async def progress(done: float, total: float | None, message: str) -> None:
+            seen.append(message)
+
+        ctx.progress = progress
+        first = run(drift_search(ctx, "What caused the Tern recall?"))
+        ctx.progress = None
+        second = run(drift_search(ctx, "What caused the Tern recall?"))
+        assert first.answer == second.answer and first.citations == second.citations
+        assert "HC-2311" in first.answer
+        assert any("depth 1" in m for m in seen)
+        # hyde + primer + follow-ups + reduce
+        assert first.usage.llm_calls >= 3 + min(ctx.settings.drift_breadth, 1)
+        assert_citations_resolve(ctx, first)
+
+    def test_basic_search_answers_from_cited_text_units(self, ctx):
+        result = run(basic_search(ctx, "How many Tern packs were recalled?", k=5))
+        assert "340" in result.answer
+        assert {c.kind for c in result.citations} == {"text_unit"} and len(result.citations) <= 5
+        assert_citations_resolve(ctx, result)
+
+
+class TestDrillDown:
+    def test_no_arguments_lists_the_roots(self, ctx):
+        result = run(drill_down(ctx, limit=100))
+        assert result.community is None and result.children
+        assert {c.id for c in result.children} == {
+            c.id for c in ctx.view.graph.communities.values() if c.parent is None}
+
+    def test_a_community_shows_its_report_parents_children_and_members(self, ctx):
+        child = next(c for c in ctx.view.graph.communities.values() if c.level == 2)
+        result = run(drill_down(ctx, community_id=child.parent))
+        assert result.community.id == child.parent and result.findings
+        assert child.id in {c.id for c in result.children}
+        assert [p.id for p in result.parents] == [ctx.view.graph.communities[child.parent].parent]
+        assert result.entities and result.relationships
+        below = run(drill_down(ctx, community_id=child.id))
+        assert [p.id for p in below.parents][-1] == child.parent
+
+    def test_an_entity_leads_to_its_deepest_community_and_its_card(self, ctx):
+        result = run(drill_down(ctx, entity="  helio CELLS ltd. "))
+        assert result.entity.name == "Helio Cells Ltd"
+        deepest = ctx.view.communities_of[result.entity.id][0]
+        assert result.community.id == deepest
+        supporting = ctx.view.graph.entities[result.entity.id].text_unit_ids
+        assert result.sources and all(s.text_unit_id in supporting for s in result.sources)
+
+    def test_a_leaf_community_shows_the_source_spans_behind_it(self, ctx):
+        leaf = next(c for c in sorted(ctx.view.graph.communities.values(), key=lambda c: c.id)
+                    if not c.children and c.level > 0)
+        result = run(drill_down(ctx, community_id=leaf.id, limit=3))
+        assert 0 < len(result.sources) <= 3
+        for span in result.sources:
+            unit = ctx.view.units[span.text_unit_id]
+            assert span.char_end - span.char_start == len(span.text)
+            assert unit.text.endswith(span.text)
+
+    def test_a_finding_shows_the_sources_that_support_it(self, ctx):
+        report = next(r for r in ctx.view.graph.reports.values()
+                      if r.findings and r.findings[0].text_unit_ids)
+        result = run(drill_down(ctx, community_id=report.community_id, finding=0, limit=100))
+        assert {s.text_unit_id for s in result.sources} == set(report.findings[0].text_unit_ids)
+
+    def test_lists_are_capped_by_limit_with_a_note_naming_the_next_call(self, ctx):
+        big = max(ctx.view.graph.communities.values(), key=lambda c: len(c.entity_ids))
+        result = run(drill_down(ctx, community_id=big.id, limit=1))
+        assert len(result.entities) == 1 and len(result.relationships) == 1
+        assert result.truncated and f"drill_down(community_id={big.id!r}, limit=" in result.note
+
+    def test_reports_are_listed_and_rendered_as_markdown(self, ctx):
+        cards = list_servable_reports(ctx)
+        assert len(cards) == len(ctx.view.graph.reports)
+        md = report_markdown(ctx, cards[0].id)
+        assert md.startswith(f"# {cards[0].title}") and cards[0].id in md
+
+
+class TestServingRule:
+    def test_hidden_and_unknown_ids_give_the_same_not_found_message(self, restricted):
+        hidden = hidden_units(restricted)
+        graph = restricted.view.graph
+        report = next(r for r in graph.reports.values() if hidden & set(r.text_unit_ids))
+        entity = next(e for e in graph.entities.values() if hidden & set(e.text_unit_ids))
+        unit = min(hidden)
+        pairs = [
+            (lambda i: run(drill_down(restricted, community_id=i)), report.community_id,
+             "c9-0000000000"),
+            (lambda i: run(drill_down(restricted, entity=i)), entity.name, "Nobody Such"),
+            (lambda i: report_markdown(restricted, i), report.community_id, "c1-ffffffffff"),
+            (lambda i: source_span(restricted, i), unit, "tu-0000000000000000"),
+        ]
+        for call, hidden_id, unknown_id in pairs:
+            messages = []
+            for i in (hidden_id, unknown_id):
+                with pytest.raises(NotFound) as err:
+                    call(i)
+                messages.append(str(err.value).replace(repr(i), "<id>"))
+            assert messages[0] == messages[1]
+
+    def test_no_engine_serves_anything_derived_from_an_unreadable_document(self, restricted):
+        hidden = hidden_units(restricted)
+        results = [
+            run(global_search(restricted, SUPPLY_RISKS, community_level=1)),
+            run(global_search(restricted, SUPPLY_RISKS)),
+            run(local_search(restricted, CELLS)),
+            run(drift_search(restricted, "What caused the Tern recall?")),
+            run(basic_search(restricted, CELLS)),
+        ]
+        for result in results:
+            for c in result.citations:
+                assert not hidden & set(provenance(restricted, c.kind, c.id)), (result.method, c)
+        drilled = [run(drill_down(restricted, limit=100))]
+        drilled += [run(drill_down(restricted, community_id=c.id, limit=100))
+                    for c in list_servable_reports(restricted)]
+        for d in drilled:
+            for card in [*d.children, *d.parents, *([d.community] if d.community else [])]:
+                assert not hidden & set(restricted.view.graph.reports[card.id].text_unit_ids)
+            for e in d.entities:
+                assert not hidden & set(restricted.view.graph.entities[e.id].text_unit_ids)
+            assert not hidden & {s.text_unit_id for s in d.sources}
+
+
+class TestArgumentsAndLimits:
+    @pytest.mark.parametrize("call", [
+        lambda c: global_search(c, "  "),
+        lambda c: local_search(c, ""),
+        lambda c: drift_search(c, "\n"),
+        lambda c: basic_search(c, " "),
+        lambda c: global_search(c, SUPPLY_RISKS, community_level=99),
+        lambda c: global_search(c, SUPPLY_RISKS, community_level=-1),
+        lambda c: basic_search(c, CELLS, k=0),
+        lambda c: drill_down(c, limit=0),
+        lambda c: drill_down(c, community_id="x", entity="y"),
+        lambda c: drill_down(c, finding=0),
+    ])
+    def test_bad_arguments_raise_invalid_argument(self, ctx, call):
+        with pytest.raises(InvalidArgument):
+            run(call(ctx))
+
+    def test_a_finding_out_of_range_is_an_invalid_argument(self, ctx):
+        report = next(iter(ctx.view.graph.reports.values()))
+        with pytest.raises(InvalidArgument, match="finding must be from 0"):
+            run(drill_down(ctx, community_id=report.community_id, finding=len(report.findings)))
+
+    @pytest.mark.parametrize("method", ["global", "local", "drift", "basic"])
+    def test_a_tiny_result_limit_truncates_and_names_the_next_call(self, ctx, method):
+        ctx.settings = ctx.settings.model_copy(update={"result_token_limit": 600})
+        engine = {"global": global_search, "local": local_search, "drift": drift_search,
+                  "basic": basic_search}[method]
+        result = run(engine(ctx, SUPPLY_RISKS))
+        assert result.truncated and result.note
+        assert any(call in result.note for call in ("drill_down(", "local_search(", "basic_search"))
+        assert tokenizer().count(result.model_dump_json()) <= 600
+
+    def test_a_tiny_result_limit_shortens_drill_down_sources(self, ctx):
+        ctx.settings = ctx.settings.model_copy(update={"result_token_limit": 1500})
+        result = run(drill_down(ctx, entity="Helio Cells Ltd", limit=5))
+        assert result.truncated and "canopy://units/tu-" in result.note
+        assert tokenizer().count(result.model_dump_json()) <= 1500
+
+
+class TestUsage:
+    def test_concurrent_calls_on_one_provider_count_only_their_own_calls(self, ctx):
+        async def both():  # type: ignore[no-untyped-def]
+            return await asyncio.gather(global_search(ctx, SUPPLY_RISKS, community_level=0),
+                                        local_search(ctx, CELLS))
+
+        alone = [run(global_search(ctx, SUPPLY_RISKS, community_level=0)),
+                 run(local_search(ctx, CELLS))]
+        together = run(both())
+        assert [r.usage.llm_calls for r in together] == [r.usage.llm_calls for r in alone]
+        assert together[1].usage.llm_calls == 1
+
+    def test_global_map_calls_to_an_llm_run_concurrently(self, ctx, fake_openai):
+        """With 0.3 s per request, the map batches must overlap: the wall time stays far below
+        the sum of the request latencies, and each result counts only its own requests."""
+        fake_openai.latency = 0.3
+        endpoint = LLMSettings(base_url=fake_openai.base_url, model="fake", concurrency=16)
+        client = ChatClient(endpoint, backoff_base=0.01)
+        settings = ctx.settings.model_copy(update={"map_batch_tokens": 500})
+        llm = QueryContext(ctx.view, ctx.vis, LLMProvider(client), settings)
+        n_batches = len(map_batches(reports_at_level(llm, 1), seed=settings.seed, batch_tokens=500))
+        assert n_batches >= 4
+
+        start = time.perf_counter()
+        first = run(global_search(llm, SUPPLY_RISKS, community_level=1))
+        wall = time.perf_counter() - start
+        assert fake_openai.count("map") == n_batches
+        n_requests = len(fake_openai.requests)
+        assert first.usage.llm_calls == n_requests == n_batches + fake_openai.count("reduce")
+        assert wall < 0.5 * 0.3 * first.usage.llm_calls
+        assert fake_openai.max_in_flight >= 4
+        assert first.usage.prompt_tokens > 0 and first.usage.provider == "openai:fake"
+
+        before = len(fake_openai.requests)
+
+        async def pair():  # type: ignore[no-untyped-def]
+            return await asyncio.gather(
+                global_search(llm, SUPPLY_RISKS, community_level=1),
+                global_search(llm, "Who supplies the motors?", community_level=0))
+
+        a, b = run(pair())
+        assert a.usage.llm_calls == first.usage.llm_calls
+        assert a.usage.llm_calls + b.usage.llm_calls == len(fake_openai.requests) - before
+        assert sum(u.calls for u in llm.provider.usage().values()) == len(fake_openai.requests)
+
+
+class TestCli:
+    def test_query_prints_the_answer_then_its_sources(self, workspace):
+        args = ["query", str(EXAMPLES), "--index-dir", str(workspace.index_dir), "-m", "local",
+                CELLS]
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 0, out.output
+        answer, _, sources = out.stdout.partition("\nSources:\n")
+        assert "Helio Cells Ltd" in answer and "[text_unit tu-" in sources
+
+    def test_query_json_is_a_search_result(self, workspace):
+        args = ["query", str(EXAMPLES), "--index-dir", str(workspace.index_dir), "--level", "0",
+                "--json", SUPPLY_RISKS]
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 0, out.output
+        data = json.loads(out.stdout)
+        assert data["method"] == "global" and data["community_level"] == 0 and data["citations"]
+
+    def test_query_errors_are_one_line_without_a_traceback(self, workspace):
+        args = ["query", str(EXAMPLES), "--index-dir", str(workspace.index_dir), "--level", "9",
+                "x"]
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 1 and "community_level must be" in out.output
+        assert "Traceback" not in out.output
+
+    def test_an_unknown_principal_under_no_policy_still_reads_everything(self, workspace):
+        args = ["query", str(EXAMPLES), "--index-dir", str(workspace.index_dir), "-m", "basic",
+                "--principal", "nobody", "--json", CELLS]
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 0 and json.loads(out.stdout)["citations"]
