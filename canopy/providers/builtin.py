@@ -131,10 +131,14 @@ class BuiltinProvider:
         good = sorted((p for p in points if p.score > 0), key=lambda p: (-p.score, p.description))
         if not good:
             return NO_INFORMATION
-        lines = [f"- {p.description}" for p in good[:MAX_REDUCE_POINTS]]
-        head = ("Extractive answer (builtin provider, no language model): the most relevant points "
-                "from the community reports, best first.")
-        return head + "\n\n" + "\n".join(lines)
+        lines: list[str] = []
+        for p in good:
+            for line in _bullets(p.description):
+                if line not in lines:
+                    lines.append(line)
+        head = ("Extractive answer (builtin provider, no language model): the most relevant points, "
+                "best first.")
+        return head + "\n\n" + "\n".join(lines[:MAX_REDUCE_POINTS])
 
     async def answer(self, query: str, blocks: list[ContextBlock], *, response_type: str) -> str:
         self._count("answer")
@@ -222,3 +226,14 @@ def _subject(query: str) -> str:
     skip = lx.STOPWORDS | lx.GENERIC_QUERY_WORDS
     content = [w for w in words if w and w.lower() not in skip]
     return " ".join(content[:6])
+
+
+def _bullets(description: str) -> list[str]:
+    """A map point as bullet lines; a point that is itself an extractive answer (DRIFT's
+    intermediate answers) contributes its bullets without its header."""
+    if description.startswith("Extractive answer") and "\n\n" in description:
+        description = description.split("\n\n", 1)[1]
+    lines = [ln.strip() for ln in description.splitlines() if ln.strip()]
+    if lines and all(ln.startswith("- ") for ln in lines):
+        return lines
+    return [f"- {description.strip()}"]
