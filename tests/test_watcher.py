@@ -92,3 +92,44 @@ def test_a_failing_update_is_logged_and_the_watcher_keeps_going(tmp_path: Path) 
         assert _wait(lambda: len(calls) == 2 and watcher.batches == 1)
     finally:
         watcher.stop()
+
+
+def test_the_watcher_applies_an_edit_while_the_server_keeps_answering(tmp_path: Path) -> None:
+    import asyncio
+
+    from server.engines import basic_search
+    from server.service import CanopyService
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    service = CanopyService(ws)
+    watcher = Watcher(docs, ws.index_dir, lambda: build_index(open_workspace(docs, index_dir=ws.index_dir)),
+                      debounce=0.2).start()
+
+    async def serve_while_editing() -> tuple[int, bool]:
+        answered = 0
+        seen_edit = False
+        edited = False
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not seen_edit:
+            ctx = service.context(service.principal(None))
+            result = await basic_search(ctx, "Who is Ophelia Grantham at Helio Cells Ltd?", k=5)
+            answered += 1
+            seen_edit = "Ophelia Grantham" in result.context
+            if not edited and answered >= 3:
+                (docs / "helio_cells.md").write_text(
+                    (docs / "helio_cells.md").read_text(encoding="utf-8")
+                    + "\n\nOphelia Grantham became head of quality at Helio Cells Ltd.", encoding="utf-8")
+                edited = True
+            await asyncio.sleep(0.05)
+        return answered, seen_edit
+
+    try:
+        answered, seen_edit = asyncio.run(serve_while_editing())
+    finally:
+        watcher.stop()
+        service.close()
+    assert seen_edit, "the edit never became visible to queries"
+    assert answered > 3
