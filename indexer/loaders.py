@@ -106,6 +106,9 @@ def decode_bytes(raw: bytes) -> str:
     return _decode(raw).replace("\r\n", "\n").replace("\r", "\n")
 
 
+_SINGLE_BYTE_LATIN = ("cp125", "cp437", "cp775", "cp85", "cp86", "iso8859", "latin", "mac_")
+
+
 def _decode(raw: bytes) -> str:
     if raw.startswith(b"\xef\xbb\xbf"):
         return raw[3:].decode("utf-8")
@@ -126,12 +129,12 @@ def _decode(raw: bytes) -> str:
     if not results or results[0].chaos > 0.2:
         raise _SkipFile("undecodable: not UTF-8 and no confident encoding guess")
     try:
-        western = raw.decode("cp1252")
+        western: str | None = raw.decode("cp1252")
     except UnicodeDecodeError:
         western = None
-    if western is not None and results[0].chaos <= 0.05 and len(raw) < 50_000 or western is not None and any(
-        m.encoding in ("cp1252", "latin_1", "iso8859_15") for m in results[:3]
-    ):
+    # Among single-byte Latin code pages the detector's pick is a coin toss on short texts; a
+    # multi-byte guess (GBK, Shift-JIS, EUC-KR...) is trusted as is.
+    if western is not None and results[0].encoding.startswith(_SINGLE_BYTE_LATIN):
         return western
     return str(results[0])
 

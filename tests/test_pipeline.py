@@ -105,6 +105,7 @@ def test_bad_files_are_skipped_with_reasons_and_never_stop_the_rest(tmp_path: Pa
     (docs / "binary.txt").write_bytes(b"\x00\x01\x02binary" * 100)
     (docs / "empty.txt").write_text("   \n", encoding="utf-8")
     (docs / "latin1.txt").write_bytes("Café society met José Álvarez in Málaga.".encode("latin-1"))
+    (docs / "gbk.txt").write_bytes(("深圳华光传感器有限公司为项目提供摄像头模组。" * 20).encode("gbk"))
     (docs / "big.txt").write_text("x" * 5000, encoding="utf-8")
     (docs / "canopy.toml").write_text("[input]\nmax_file_bytes = 4000\n", encoding="utf-8")
     (docs / "rows.csv").write_text("name,city\nAlice Smith,Paris\nBob Jones,Berlin\n", encoding="utf-8")
@@ -119,8 +120,9 @@ def test_bad_files_are_skipped_with_reasons_and_never_stop_the_rest(tmp_path: Pa
     assert "canopy.toml" not in skipped and not any(p.startswith(".canopy") for p in skipped)
     _, units, docs_ = _graph(ws)
     paths = {d.path for d in docs_.values()}
-    assert paths == {"good.md", "latin1.txt", "rows.csv", "notes.jsonl", "page.html"}
+    assert paths == {"good.md", "latin1.txt", "gbk.txt", "rows.csv", "notes.jsonl", "page.html"}
     text = " ".join(u.text for u in units.values())
+    assert "深圳华光传感器有限公司" in text
     assert "José Álvarez" in text and "x()" not in text and "Dana Reed" in text
 
 
