@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 from functools import lru_cache
 from importlib import resources
 
@@ -20,10 +21,13 @@ __all__ = ["Tokenizer", "get_tokenizer"]
 _VOCAB_FILES = {"o200k_base": "o200k_base.tiktoken.gz", "cl100k_base": "cl100k_base.tiktoken.gz"}
 
 
-def _load_ranks(encoding: str) -> dict[bytes, int]:
-    data = resources.files("bpe_openai.data").joinpath(_VOCAB_FILES[encoding]).read_bytes()
+def _load_ranks(encoding: str, expected_hash: str | None) -> dict[bytes, int]:
+    data = gzip.decompress(resources.files("bpe_openai.data").joinpath(_VOCAB_FILES[encoding]).read_bytes())
+    # The same check tiktoken applies to its download: the bundled file must be byte-identical.
+    if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
+        raise RuntimeError(f"bundled {encoding} vocabulary differs from tiktoken's; upgrade bpe-openai")
     ranks: dict[bytes, int] = {}
-    for line in gzip.decompress(data).splitlines():
+    for line in data.splitlines():
         if line:
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
@@ -36,7 +40,9 @@ def _encoding(encoding: str) -> tiktoken.Encoding:
         raise ValueError(f"unsupported encoding {encoding!r}; use one of {sorted(_VOCAB_FILES)}")
     # tiktoken's constructor for this encoding, with the loader pointed at the bundled file.
     original = openai_public.load_tiktoken_bpe
-    openai_public.load_tiktoken_bpe = lambda *_a, **_k: _load_ranks(encoding)  # type: ignore[assignment]
+    openai_public.load_tiktoken_bpe = (  # type: ignore[assignment]
+        lambda _url, expected_hash=None: _load_ranks(encoding, expected_hash)
+    )
     try:
         spec = getattr(openai_public, encoding)()
     finally:

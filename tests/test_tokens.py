@@ -1,0 +1,33 @@
+"""Offline token counts are tiktoken's: same vocabulary (hash-checked), same pattern."""
+
+from __future__ import annotations
+
+import bpe_openai
+import pytest
+
+from canopy.tokens import get_tokenizer
+from tests.conftest import carol_text
+
+SAMPLES = [
+    "Hello world, 你好世界 Scrooge!",
+    "Maria Okafor negotiated the cell supply contract with Helio Cells Ltd for Project Kestrel.",
+    "  leading spaces\n\n\ttabs and\r\nCRLF   trailing   ",
+    "数字 12345678 and émojis 🌲🌳 and ümlauts",
+    "",
+]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_counts_match_an_independent_bpe_implementation(encoding: str) -> None:
+    tok = get_tokenizer(encoding)
+    other = bpe_openai.get_encoding(encoding)
+    for text in [*SAMPLES, carol_text()[:20000]]:
+        assert tok.encode(text) == list(other.encode(text))
+
+
+def test_truncate_and_decode_round_trip() -> None:
+    tok = get_tokenizer()
+    text = "The quick brown fox jumps over the lazy dog. " * 10
+    cut = tok.truncate(text, 12)
+    assert tok.count(cut) == 12 and text.startswith(cut)
+    assert tok.decode(tok.encode(text)) == text
