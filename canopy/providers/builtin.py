@@ -102,7 +102,8 @@ class BuiltinProvider:
             for f in r.findings:
                 head = set(terms(f.summary))
                 items += [(s, set(terms(s)) | head) for s in split_sentences(f.explanation)]
-            per_report.append(items)
+            seen: set[str] = set()  # summaries and findings often repeat a sentence
+            per_report.append([it for it in items if not (it[0] in seen or seen.add(it[0]))])
         scorer = Scorer(query, [t for items in per_report for _, t in items])
         points: list[MapPoint] = []
         for r, items in zip(reports, per_report):
