@@ -8,23 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from canopy.ids import content_hash
 from canopy.model import Document, TextUnit
+from canopy.providers.base import Embedder
 from canopy.store import Graph, Store
 from canopy.vectors import VectorRow, VectorStore, acl_class
 
-__all__ = ["EmbedResult", "Embedder", "artifact_texts", "embed_artifacts"]
-
-
-class Embedder(Protocol):
-    name: str
-    dims: int | None
-
-    async def embed(self, texts: list[str]) -> np.ndarray: ...
+__all__ = ["EmbedResult", "artifact_texts", "embed_artifacts"]
 
 
 @dataclass

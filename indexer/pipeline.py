@@ -29,7 +29,8 @@ from canopy.tokens import get_tokenizer
 from canopy.vectors import VectorStore
 from indexer.chunking import chunk_document
 from indexer.communities import build_communities, refresh_communities
-from indexer.embeddings import Embedder, embed_artifacts
+from canopy.providers.base import Embedder
+from indexer.embeddings import embed_artifacts
 from indexer.graph import merge_extractions, summarize_descriptions
 from indexer.loaders import LoadedDocument, scan_folder
 from indexer.reports import community_fingerprints, generate_reports

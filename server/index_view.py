@@ -17,7 +17,7 @@ import numpy as np
 from canopy.model import Community, Document, Entity, TextUnit
 from canopy.store import Graph, Store
 from canopy.vectors import VectorStore
-from indexer.embeddings import Embedder
+from canopy.providers.base import Embedder
 
 __all__ = ["IndexView", "ViewCache"]
 

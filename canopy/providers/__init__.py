@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 from canopy.settings import Settings
 
 if TYPE_CHECKING:
-    from canopy.providers.base import Provider
+    from canopy.providers.base import Embedder, Provider
     from canopy.store import Store
-    from indexer.embeddings import Embedder  # noqa: F401 - typing only
 
 __all__ = ["make_embedder", "make_provider"]
 
@@ -26,7 +25,7 @@ def make_provider(settings: Settings, store: Store | None = None) -> Provider:
     return BuiltinProvider()
 
 
-def make_embedder(settings: Settings):  # type: ignore[no-untyped-def]
+def make_embedder(settings: Settings) -> Embedder:
     """An OpenAI-compatible embedder when [embed] base_url is set, else the builtin hashing one.
 
     The chat endpoint is not assumed to serve embeddings (many local servers do not)."""

@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from canopy.model import Claim, Entity, Extraction, Relationship, Report, TextUnit
@@ -27,6 +28,7 @@ __all__ = [
     "AnswerOut",
     "ContextBlock",
     "DriftOut",
+    "Embedder",
     "ExtractionOut",
     "MapOut",
     "MapPoint",
@@ -232,6 +234,15 @@ def record_usage(task: str, **counts: int) -> None:
             usage = scope.setdefault(task, Usage())
             for name, n in counts.items():
                 setattr(usage, name, getattr(usage, name) + n)
+
+
+class Embedder(Protocol):
+    """Text -> L2-normalised float32 rows. `dims` may be None until the first reply (endpoints)."""
+
+    name: str
+    dims: int | None
+
+    async def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
 class Provider(Protocol):
