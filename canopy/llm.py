@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import hashlib
 import json
 import logging
@@ -266,6 +267,7 @@ class UsageCounter:
 # ---- structured output helpers ----------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
 def json_schema_for(model: type[BaseModel]) -> dict[str, Any]:
     """The model's JSON schema in the shape strict structured-output decoders accept:
     references inlined, every property required, no additional properties, no defaults/titles."""

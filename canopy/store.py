@@ -84,6 +84,25 @@ def m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m002_acl_views(db: sqlite3.Connection) -> None:
+    """Per-caller views (design §2, "fallback views"): derived data keyed by content, so a row
+    is never stale, only unused. Written outside generations, like the LLM cache."""
+    _statements(
+        db,
+        """
+        CREATE TABLE acl_views (
+            key TEXT PRIMARY KEY, kind TEXT NOT NULL, artifact_id TEXT NOT NULL,
+            fingerprint TEXT NOT NULL, visible TEXT NOT NULL, provider TEXT NOT NULL,
+            payload TEXT NOT NULL, created REAL NOT NULL);
+        CREATE INDEX acl_views_artifact ON acl_views(artifact_id);
+        """
+    )
+
+
+_COUNTABLE = frozenset({"documents", "text_units", "entities", "relationships", "claims", "communities", "reports"})
+
+
 def _statements(db: sqlite3.Connection, script: str) -> None:
     """Run a DDL script inside the caller's transaction (executescript would commit it)."""
     for stmt in script.split(";"):
@@ -228,6 +247,15 @@ class Store:
             g.reports[r[0]] = Report(r[0], r[1], r[2], r[3], r[4], r[5], findings, _t(r[7]), r[8], r[9], _t(r[10]))
         return g
 
+    def count(self, table: str) -> int:
+        if table not in _COUNTABLE:
+            raise ValueError(table)
+        return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # noqa: S608 - whitelisted
+
+    def communities_by_level(self) -> dict[str, int]:
+        rows = self._db.execute("SELECT level, COUNT(*) FROM communities GROUP BY level ORDER BY level")
+        return {str(level): n for level, n in rows}
+
     def runs(self, limit: int = 5) -> list[RunRecord]:
         rows = self._db.execute(
             "SELECT id, started, finished, generation, stats, usage FROM runs ORDER BY id DESC LIMIT ?", (limit,)
@@ -257,6 +285,44 @@ class Store:
     def embeddings_put(self, rows: dict[str, bytes]) -> None:
         with self._lock:
             self._db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", rows.items())
+
+    def extractions_of(self, unit_ids: Iterable[str]) -> dict[str, Extraction]:
+        """Stored extractions of the given units only (views read a few units at a time)."""
+        ids = sorted(set(unit_ids))
+        out: dict[str, Extraction] = {}
+        with self._lock:
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                q = f"SELECT unit_id, payload, passes FROM extractions WHERE unit_id IN ({','.join('?' * len(part))})"
+                out.update({r[0]: _extraction_from_json(r[0], r[1], r[2]) for r in self._db.execute(q, part)})
+        return out
+
+    def view_get(self, key: str) -> tuple[str, str] | None:
+        """(kind, payload) of a cached per-caller view (acl.views), or None."""
+        with self._lock:
+            row = self._db.execute("SELECT kind, payload FROM acl_views WHERE key=?", (key,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def view_put(self, key: str, *, kind: str, artifact_id: str, fingerprint: str, visible: str,
+                 provider: str, payload: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO acl_views VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, kind, artifact_id, fingerprint, visible, provider, payload, time.time()),
+            )
+
+    def view_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._db.execute("SELECT kind, COUNT(*) FROM acl_views GROUP BY kind").fetchall())
+
+    def views_prune(self, live_artifact_ids: set[str]) -> int:
+        """Drop cached views of artifacts that no longer exist; returns how many."""
+        with self._lock:
+            ids = [r[0] for r in self._db.execute("SELECT DISTINCT artifact_id FROM acl_views")]
+            gone = [(i,) for i in ids if i not in live_artifact_ids]
+            before = self._db.total_changes
+            self._db.executemany("DELETE FROM acl_views WHERE artifact_id=?", gone)
+            return self._db.total_changes - before
 
     def save_extraction(self, ex: Extraction) -> None:
         """Per-unit extraction is saved as soon as it exists, so a crash never loses LLM work."""

@@ -134,13 +134,15 @@ async def summarize_descriptions(
         else:
             r = g.relationships[element_id]
             name = f"{g.entities[r.source].name} -- {g.entities[r.target].name}"
-        kept, used = [], 0
-        for d in descs:
-            n = tok.count(d)
-            if used + n > _MAX_SUMMARY_INPUT_TOKENS and kept:
-                break
-            kept.append(d)
-            used += n
+        kept, used = descs, 0
+        if sum(len(d) for d in descs) > _MAX_SUMMARY_INPUT_TOKENS:  # a token spans >= 1 character
+            kept = []
+            for d in descs:
+                n = tok.count(d)
+                if used + n > _MAX_SUMMARY_INPUT_TOKENS and kept:
+                    break
+                kept.append(d)
+                used += n
         key = "summary:" + content_hash(provider.name, str(max_tokens), name, *kept, length=32)
         text = memo.cache_get(key) if memo else None
         if text is None:

@@ -81,6 +81,20 @@ def plan_documents(
     return docs, texts
 
 
+def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embedder) -> str:
+    """What the index content depends on besides the documents: a change forces a real run."""
+    sections = [settings.chunking, settings.extract, settings.communities, settings.reports]
+    return content_hash(provider.name, embedder.name, *(s.model_dump_json() for s in sections))
+
+
+def _noop_stats(store: Store) -> dict[str, Any]:
+    counts = {t: store.count(t) for t in ("documents", "text_units", "entities", "relationships", "claims",
+                                          "communities", "reports")}
+    return {**counts, "noop": True, "documents_rechunked": 0, "skipped": len(store.skips()), "units_extracted": 0,
+            "units_failed": 0, "reports_generated": 0, "reports_reused": counts["reports"], "embedded": 0,
+            "communities_by_level": store.communities_by_level()}
+
+
 def _same_graph(previous: Graph, entities: dict[str, Entity], relationships: dict[str, Relationship]) -> bool:
     """True when clustering input is unchanged: same entities, same weighted edges."""
     def edges(rels: dict[str, Relationship]) -> set[tuple[str, float]]:
@@ -103,14 +117,20 @@ async def run_index(
     t0 = time.perf_counter()
     progress = progress or _noop_progress
     tok = get_tokenizer(settings.chunking.encoding)
-    run_id = store.start_run()
-
     # 1. scan + plan documents
     scanned = list(scan_folder(docs_dir, settings.input, store.index_dir))
     loaded = [d for d in scanned if isinstance(d, LoadedDocument)]
     skips = [s for s in scanned if isinstance(s, Skip)]
     prev_docs = store.documents()
     docs, texts = plan_documents(loaded, prev_docs, labeler)
+    fingerprint = settings_fingerprint(settings, provider, embedder)
+    if (not full and store.generation > 0 and docs == prev_docs and not store.failures()
+            and store.get_meta("revoking") != "1"
+            and store.get_meta("settings_fingerprint") == fingerprint and skips == store.skips()):
+        # Nothing to do: same documents, labels and settings, no failed units to retry, and the
+        # last update finished (a revocation commit alone leaves regeneration to resume).
+        return IndexResult(store.generation, time.perf_counter() - t0, _noop_stats(store), {}, skips, [])
+    run_id = store.start_run()
 
     # 2. chunk changed documents; unchanged ones keep their units
     prev_units = store.text_units()
@@ -215,7 +235,7 @@ async def run_index(
     gen = store.commit_generation(
         documents=docs, units=units, graph=graph, failures=failures, skips=skips,
         meta={"provider": provider.name, "embedder": embedder.name, "lance_versions": json.dumps(emb.versions),
-              "docs_dir": str(docs_dir.resolve()), "revoking": "0"},
+              "docs_dir": str(docs_dir.resolve()), "revoking": "0", "settings_fingerprint": fingerprint},
         run_id=run_id, stats=stats, usage=usage,
     )
     return IndexResult(gen, time.perf_counter() - t0, stats, usage, skips, failures)

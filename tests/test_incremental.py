@@ -203,3 +203,36 @@ def test_kill_9_mid_update_then_rerun_equals_a_clean_build(tmp_path: Path) -> No
         build_index(clean)
     assert canonical(resumed.index_dir) == canonical(clean.index_dir)
     assert_community_invariants(resumed.index_dir)
+
+
+def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(tmp_path: Path) -> None:
+    """Deletion commits first; if regeneration then fails, a rerun must finish it, not skip."""
+    import asyncio
+
+    from canopy.errors import EndpointUnavailable
+    from canopy.providers import make_embedder
+    from canopy.providers.builtin import BuiltinProvider
+    from indexer.pipeline import run_index
+
+    class ReportsDown(BuiltinProvider):
+        async def report(self, context, *, max_tokens):  # type: ignore[no-untyped-def]
+            raise EndpointUnavailable("LLM endpoint down (test)")
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    (docs / "helio_cells.md").unlink()
+    store = Store(ws.index_dir)
+    try:
+        with pytest.raises(EndpointUnavailable):
+            asyncio.run(run_index(docs, store, ws.settings, ReportsDown(), make_embedder(ws.settings)))
+        assert "helio_cells.md" not in {d.path for d in store.documents().values()}  # revoked at once
+    finally:
+        store.close()
+    result = build_index(ws)
+    assert not result.stats.get("noop")
+    fresh = open_workspace(docs, index_dir=tmp_path / "fresh")
+    build_index(fresh)
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+    assert_community_invariants(ws.index_dir)

@@ -12,6 +12,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from functools import lru_cache
 
 import numpy as np
 
@@ -27,6 +28,7 @@ _STOP = frozenset(
 )
 
 
+@lru_cache(maxsize=200_000)
 def _stem(w: str) -> str:
     for suf in ("ingly", "edly", "ing", "ies", "ied", "es", "ed", "ly", "s"):
         if len(w) > len(suf) + 3 and w.endswith(suf):
