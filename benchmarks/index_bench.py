@@ -42,8 +42,8 @@ CAROL_DIR = EVAL_DATA / "books"
 MULTIHOP_JSON = EVAL_DATA / "multihop-rag" / "corpus.json"
 RESULTS = REPO / "benchmarks" / "results"
 
-# Microsoft GraphRAG 3.3.0, measured by the project on this machine: `graphrag index` over A Christmas
-# Carol against a zero-latency mock LLM (the same setting as mode `fake` here).
+# Microsoft GraphRAG 3.3.0, measured by the project on this machine: indexing A Christmas Carol against
+# a zero-latency mock LLM (the same setting as mode `fake` here).
 GRAPHRAG_REFERENCE = {
     "system": "Microsoft GraphRAG 3.3.0",
     "corpus": "carol",
@@ -87,9 +87,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     ws = open_workspace(Path(spec["docs"]), index_dir=Path(spec["index_dir"]), **overrides)
 
     marks: dict[str, float] = {}
+    hwm_marks: dict[str, float | None] = {}  # peak RSS so far, when each stage starts
 
     def progress(stage: str, total: int):  # type: ignore[no-untyped-def]
-        marks.setdefault(stage, time.perf_counter())
+        if stage not in marks:
+            marks[stage] = time.perf_counter()
+            hwm_marks[stage] = hwm_mb()
         return lambda n: None
 
     profiler = None
@@ -105,21 +108,27 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         profiler.disable()
         profiler.dump_stats(spec["profile"])
 
-    bounds = [t0] + [marks.get(s) for s in STAGES] + [t1]
+    hwm_end = hwm_mb()
+    bounds = [*(marks.get(s) for s in STAGES), t1]
+    hwm_bounds = [*(hwm_marks.get(s) for s in STAGES), hwm_end]
     stages: dict[str, float] = {}
+    hwm_after: dict[str, float] = {}  # peak RSS reached by the end of each stage (Linux)
     last = t0
-    for label, mark in zip(STAGE_LABELS, bounds[1:], strict=True):
+    for label, mark, hwm in zip(STAGE_LABELS, bounds, hwm_bounds, strict=True):
         if mark is None:  # a stage with nothing to do may not call progress
             continue
         stages[label] = round(mark - last, 3)
+        if hwm is not None:
+            hwm_after[label] = round(hwm, 1)
         last = mark
     return {
         "wall_s": round(t1 - t0, 3),
         "startup_s": round(t0 - t_start, 3),
         "peak_rss_mb": round(rss_mb(), 1),
-        "vm_hwm_mb": None if (h := hwm_mb()) is None else round(h, 1),
+        "vm_hwm_mb": None if hwm_end is None else round(hwm_end, 1),
         "rss_after_imports_mb": round(rss_imports, 1),
         "stages_s": stages,
+        "peak_rss_after_stage_mb": hwm_after,
         "stats": result.stats,
         "usage": result.usage,
         "failures": len(result.failures),
@@ -237,26 +246,35 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def profile_summary(path: Path, top: int = 15) -> list[dict[str, Any]]:
+def profile_summary(path: Path, top: int = 15) -> dict[str, list[dict[str, Any]]]:
+    """Top functions by self time (anywhere), and by cumulative time among the project's own."""
     import pstats
 
     st = pstats.Stats(str(path))
     rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+        where = func if file == "~" else f"{_short(file)}:{line}:{func}"
+        own = file.startswith(str(REPO) + os.sep)
         rows.append(
             {
-                "where": f"{_short(file)}:{line}:{func}",
+                "where": where,
+                "own": own,
                 "tottime_s": round(tt, 3),
                 "cumtime_s": round(ct, 3),
                 "calls": nc,
             }
         )
-    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
-    return rows[:top]
+    by_self = sorted(rows, key=lambda r: r["tottime_s"], reverse=True)[:top]
+    by_cum = sorted((r for r in rows if r["own"]), key=lambda r: r["cumtime_s"], reverse=True)[:top]
+    return {"self": by_self, "cumulative_own": by_cum}
 
 
 def _short(file: str) -> str:
-    for root in (str(REPO) + os.sep, "site-packages" + os.sep):
+    for root in (
+        str(REPO) + os.sep,
+        "site-packages" + os.sep,
+        os.path.dirname(os.__file__) + os.sep,
+    ):
         if root in file:
             return file.split(root, 1)[1]
     return file
@@ -269,12 +287,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     docs: dict[str, Path] = {}
     names: dict[str, str] = {}
+    sizes: dict[str, str] = {}  # in .prof file names, so a quick run does not overwrite a full one
     for corpus in corpora:
         if corpus == "carol":
-            docs[corpus], names[corpus] = CAROL_DIR, "A Christmas Carol"
+            docs[corpus], names[corpus], sizes[corpus] = CAROL_DIR, "A Christmas Carol", ""
         else:
             n = materialize_multihop(work / "multihop-docs", args.articles)
             docs[corpus], names[corpus] = work / "multihop-docs", f"MultiHop-RAG ({n} articles)"
+            sizes[corpus] = str(n)
 
     fake = FakeHost() if "fake" in modes else None
     runs: list[dict[str, Any]] = []
@@ -292,10 +312,15 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                         "base_url": fake.base_url if fake and mode == "fake" else None,
                     }
                     if args.profile:
-                        spec["profile"] = str(RESULTS / f"index_bench-{corpus}-{mode}-{run}.prof")
+                        spec["profile"] = str(
+                            RESULTS / f"index_bench-{corpus}{sizes[corpus]}-{mode}-{run}.prof"
+                        )
                     if fake is not None:
                         fake.call("reset")
+                    load_before = os.getloadavg()[0]
                     data = run_child(spec)
+                    # other processes on the machine skew timings: keep the 1-min load average
+                    data["loadavg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
                     if fake is not None and mode == "fake":
                         st = fake.call("stats")
                         data["fake_requests"] = st["requests"]
@@ -400,6 +425,18 @@ def _tokens(usage: dict[str, dict[str, int]]) -> str:
     return f"{total_p:,} in / {total_c:,} out ({', '.join(parts)})"
 
 
+def _biggest_growth(after: dict[str, float], start: float) -> str | None:
+    """The stage that raised peak RSS the most, with how much."""
+    best, last = None, start
+    for label in STAGE_LABELS:
+        if label in after:
+            grow = after[label] - last
+            if best is None or grow > best[1]:
+                best = (label, grow)
+            last = after[label]
+    return f"+{best[1]:.0f} in {best[0]}" if best else None
+
+
 def render(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
@@ -434,18 +471,22 @@ def render(report: dict[str, Any]) -> str:
         "",
         "| corpus | mode | run | "
         + " | ".join(STAGE_LABELS)
-        + " | RSS after imports MB | VmHWM MB | fake server CPU s |",
-        "|" + "---|" * (6 + len(STAGE_LABELS)),
+        + " | RSS after imports MB | VmHWM MB (largest rise) | fake server CPU s | load avg before/after |",
+        "|" + "---|" * (7 + len(STAGE_LABELS)),
     ]
     for r in report["runs"]:
         cells = " | ".join(
             f"{r['stages_s'][k]:.2f}" if k in r["stages_s"] else "-" for k in STAGE_LABELS
         )
         hwm = "-" if r.get("vm_hwm_mb") is None else f"{r['vm_hwm_mb']:.0f}"
+        grew = _biggest_growth(r.get("peak_rss_after_stage_mb", {}), r["rss_after_imports_mb"])
+        if grew:
+            hwm += f" ({grew})"
         cpu = f"{r['fake_server_cpu_s']:.1f}" if "fake_server_cpu_s" in r else "-"
         lines.append(
             f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {cells} "
-            f"| {r['rss_after_imports_mb']:.0f} | {hwm} | {cpu} |"
+            f"| {r['rss_after_imports_mb']:.0f} | {hwm} | {cpu} "
+            f"| {'/'.join(str(x) for x in r.get('loadavg_1m', [])) or '-'} |"
         )
     ref = report["reference"]
     lines += [
@@ -472,20 +513,21 @@ def render(report: dict[str, Any]) -> str:
             )
     profiled = [r for r in report["runs"] if r.get("profile_top")]
     for r in profiled:
-        lines += [
-            "",
-            (
-                f"Top self-time hotspots, {r['corpus_name']} / {r['mode']} / {r['run']} "
-                f"({r['profile_file']}):"
-            ),
-            "",
-            "| where | self s | cumulative s | calls |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| `{h['where']}` | {h['tottime_s']:.2f} | {h['cumtime_s']:.2f} | {h['calls']} |"
-            for h in r["profile_top"][:10]
-        ]
+        for kind, title in (
+            ("self", "self time, any code"),
+            ("cumulative_own", "cumulative time, Canopy code"),
+        ):
+            lines += [
+                "",
+                f"Top by {title}: {r['corpus_name']} / {r['mode']} / {r['run']} ({r['profile_file']}):",
+                "",
+                "| where | self s | cumulative s | calls |",
+                "|---|---|---|---|",
+            ]
+            lines += [
+                f"| `{h['where']}` | {h['tottime_s']:.2f} | {h['cumtime_s']:.2f} | {h['calls']} |"
+                for h in r["profile_top"][kind][:10]
+            ]
     return "\n".join(lines)
 
 
