@@ -9,6 +9,7 @@ OPENAI_BASE_URL / OPENAI_API_KEY) and CANOPY_EMBED_BASE_URL / CANOPY_EMBED_MODEL
 from __future__ import annotations
 
 import os
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pydantic_settings import (
 __all__ = [
     "AclRule",
     "AclSettings",
+    "AuthSettings",
     "ChunkSettings",
     "CommunitySettings",
     "EmbedSettings",
@@ -127,6 +129,38 @@ class AclSettings(BaseModel):
     principals: dict[str, list[str]] = Field({}, description="principal -> labels it may read")
 
 
+class AuthSettings(BaseModel):
+    """Who an HTTP caller is (`canopy serve --http`): a static token file, JWTs, or both.
+
+    Relative paths are relative to the folder of canopy.toml (the documents folder by default).
+    Keep the token file outside the documents folder (or name it with a leading dot) so it is
+    never indexed. Over stdio the caller is `--principal` / CANOPY_PRINCIPAL instead.
+    """
+
+    tokens_file: Path | None = Field(
+        None, description="JSON-lines file of hashed bearer tokens -> principal (`canopy token add`)")
+    principal_claim: str = Field("sub", min_length=1, description="JWT claim naming the caller's principal")
+    jwt_issuer: str | None = Field(None, description="Required `iss` of JWTs; setting it turns JWT checks on")
+    jwt_audience: str | None = Field(None, description="Required `aud` of JWTs (this server's identifier)")
+    jwt_jwks_url: str | None = Field(None, description="JWKS endpoint of the identity provider (keys cached)")
+    jwt_key: SecretStr | None = Field(None, description="Shared secret for HS256/384/512 JWTs")
+    jwt_public_key_file: Path | None = Field(None, description="PEM public key for RS/PS/ES/EdDSA JWTs")
+    jwt_algorithms: list[str] = Field(
+        [], description="Accepted JWT algorithms; [] = HS256 with jwt_key, else RS256 and ES256")
+    jwt_leeway_s: float = Field(30.0, ge=0, le=600, description="Clock skew allowed on exp/nbf/iat")
+    resource_url: str | None = Field(
+        None, description="Public URL of this server's /mcp endpoint, advertised to OAuth clients")
+
+    @property
+    def jwt_enabled(self) -> bool:
+        return bool(self.jwt_issuer or self.jwt_audience or self.jwt_jwks_url or self.jwt_key
+                    or self.jwt_public_key_file)
+
+    @property
+    def enabled(self) -> bool:
+        return self.tokens_file is not None or self.jwt_enabled
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CANOPY_", env_nested_delimiter="__", extra="ignore", toml_file=None
@@ -141,6 +175,7 @@ class Settings(BaseSettings):
     reports: ReportSettings = ReportSettings()
     query: QuerySettings = QuerySettings()
     acl: AclSettings = AclSettings()
+    auth: AuthSettings = AuthSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -161,6 +196,7 @@ class Settings(BaseSettings):
 # pydantic-settings reads the TOML path from class config; a module slot lets load_settings pick
 # the file per call without subclassing.
 _CONFIG_PATH: dict[str, Path | None] = {"path": None}
+_CONFIG_LOCK = threading.Lock()
 
 
 class _AliasEnvSource(PydanticBaseSettingsSource):
@@ -204,11 +240,12 @@ def load_settings(docs_dir: Path | None = None, config: Path | None = None, **ov
     if path is not None:
         with path.open("rb") as fh:
             acl_present = "acl" in tomllib.load(fh)
-    _CONFIG_PATH["path"] = path
-    try:
-        settings = Settings(**overrides)
-    finally:
-        _CONFIG_PATH["path"] = None
+    with _CONFIG_LOCK:  # serving and watching threads may load settings at once
+        _CONFIG_PATH["path"] = path
+        try:
+            settings = Settings(**overrides)
+        finally:
+            _CONFIG_PATH["path"] = None
     if acl_present and not settings.acl.enabled:
         settings.acl.enabled = True
     return settings

@@ -83,7 +83,7 @@ def plan_documents(
 
 def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embedder) -> str:
     """What the index content depends on besides the documents: a change forces a real run."""
-    sections = [settings.chunking, settings.extract, settings.communities, settings.reports]
+    sections = [settings.chunking, settings.extract, settings.communities, settings.reports, settings.acl]
     return content_hash(provider.name, embedder.name, *(s.model_dump_json() for s in sections))
 
 

@@ -20,6 +20,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 import uvicorn
@@ -122,11 +123,14 @@ def text_of(result: Any) -> str:
 
 
 def hidden_from_intern(svc: CanopyService) -> tuple[str, str]:
-    """A report id and a text unit id that exist but derive from finance/ documents."""
+    """A report id and a text unit id that exist but derive from finance/ documents only (a
+    report that also draws on other documents is served to intern as a view of them)."""
     view = svc.views.get()
+    g = view.graph
     finance_units = {u.id for u in view.units.values()
                      if view.documents[u.document_id].path.startswith("finance/")}
-    report = next(r.community_id for r in view.graph.reports.values() if finance_units & set(r.text_unit_ids))
+    report = next(r.community_id for r in g.reports.values() if all(
+        set(g.entities[e].text_unit_ids) <= finance_units for e in g.communities[r.community_id].entity_ids))
     return report, min(finance_units)
 
 
@@ -487,3 +491,24 @@ def test_canopy_demo_calls_every_tool_over_stdio(example_index: Path, tmp_path: 
         assert f"── {tool}(" in done.output
     assert "[error" not in done.output
     assert "canopy://units/" in done.output
+
+
+async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path) -> None:
+    """`canopy serve --watch`: one process serves over stdio and commits new generations."""
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    params = StdioServerParameters(command=sys.executable, args=serve_args(docs, tmp_path / "idx", "--watch"),
+                                   env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    async with Client(params) as client:
+        before = await client.call_tool("basic_search", {"query": "Who is Perpetua Lindgren?", "k": 3})
+        assert not before.is_error and "Perpetua Lindgren" not in text_of(before)
+        (docs / "new_hire.md").write_text("# New hire\n\nPerpetua Lindgren joined Helio Cells Ltd as CFO.",
+                                          encoding="utf-8")
+        deadline = time.monotonic() + 60
+        seen = False
+        while time.monotonic() < deadline and not seen:
+            await anyio.sleep(0.5)
+            result = await client.call_tool("basic_search", {"query": "Who is Perpetua Lindgren?", "k": 3})
+            assert not result.is_error
+            seen = "Perpetua Lindgren" in text_of(result)
+        assert seen, "the watcher's update never reached the serving process"
