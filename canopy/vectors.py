@@ -59,12 +59,14 @@ def _schema(dims: int) -> pa.Schema:
     ])
 
 
-def rrf(*rankings: list[str], k: int = _RRF_K) -> list[Hit]:
-    """Reciprocal rank fusion of several ranked id lists (ties broken by id)."""
+def rrf(*rankings: list[str], k: int = _RRF_K, weights: list[float] | None = None) -> list[Hit]:
+    """Reciprocal rank fusion of several ranked id lists (ties broken by id); `weights` scale
+    each ranking's contribution (default 1 each)."""
     scores: dict[str, float] = {}
-    for ranking in rankings:
+    for i, ranking in enumerate(rankings):
+        w = 1.0 if weights is None else weights[i]
         for rank, rid in enumerate(ranking):
-            scores[rid] = scores.get(rid, 0.0) + 1.0 / (k + rank + 1)
+            scores[rid] = scores.get(rid, 0.0) + w / (k + rank + 1)
     return [Hit(i, s) for i, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
@@ -152,8 +154,13 @@ class VectorStore:
         hidden_acl: list[str] | None = None,
         level: int | None = None,
         exclude_units: list[str] | None = None,
+        vector_weight: float = 1.0,
     ) -> list[Hit]:
-        """Hybrid top-k over rows the caller may see (prefiltered), fused by RRF."""
+        """Hybrid top-k over rows the caller may see (prefiltered), fused by RRF.
+
+        `vector_weight` scales the vector ranking against the full-text one (1: equal). A
+        lexical embedder such as the builtin one is best given a small weight: its ranking then
+        orders the rows full-text search missed, after those it found."""
         t = self._table(name)
         if t is None or k <= 0:
             return []
@@ -166,11 +173,13 @@ class VectorStore:
             clauses.append(f"level = {int(level)}")
         where = " AND ".join(clauses) or None
         rankings: list[list[str]] = []
+        weights: list[float] = []
         if vector is not None:
             q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id", "_distance"])
             if where:
                 q = q.where(where, prefilter=True)
             rankings.append([r["id"] for r in q.to_list()])
+            weights.append(vector_weight)
         words = " ".join(_WORD.findall(text or ""))
         if words:
             try:
@@ -178,6 +187,7 @@ class VectorStore:
                 if where:
                     q = q.where(where, prefilter=True)
                 rankings.append([r["id"] for r in q.to_list()])
+                weights.append(1.0)
             except Exception as exc:  # e.g. a query made only of FTS syntax characters
                 log.debug("full-text search skipped: %s", exc)
-        return rrf(*rankings)[:k]
+        return rrf(*rankings, weights=weights)[:k]

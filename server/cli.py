@@ -137,6 +137,7 @@ def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: boo
 from server import cli_watch  # noqa: E402,F401
 from server import cli_demo, cli_serve  # noqa: E402,F401  (register `demo` and `serve` on `main`)
 from server import cli_query  # noqa: E402,F401  (registers `query`)
+from server import cli_warm  # noqa: E402,F401  (registers `warm`)
 
 if __name__ == "__main__":  # `python -m server.cli`: run the group the command modules registered on
     from server.cli import main as registered_main

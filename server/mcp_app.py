@@ -155,8 +155,8 @@ class _Gateway:
             raise ToolError(f"Internal error in {tool}; see server log") from None
 
     async def read(self, uri: str, fn: Callable[[QueryContext], str]) -> str:
-        try:
-            return fn(self.context())
+        try:  # per-caller views a resource needs are built first (server.engines.serving)
+            return await engines.run_with_views(self.context(), fn)
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from None
         except _FORWARDED as exc:

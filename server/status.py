@@ -75,16 +75,23 @@ def status_for_caller(
 ) -> IndexStatus:
     """The status as one caller may see it (design §5: counts never reveal hidden items).
 
-    An unrestricted caller gets `full` unchanged. Anyone else gets counts of what they can be
-    served (documents and units they can read; entities, relationships, claims, communities and
-    reports whose provenance they can read), skips of paths they could read, failures of units or
-    communities they can see, and no corpus-wide run statistics or LLM usage.
+    A caller who reads every live unit of a generation whose artifacts are all live gets `full`
+    unchanged. Anyone else (a restricted caller, or anyone during a revocation generation) gets
+    counts of what they can be served, canonical or as views (server.engines.serving): documents
+    and units they can read; entities, relationships, claims, communities and reports that exist
+    for them; skips of paths they could read, failures of units or communities they can see, and
+    no corpus-wide run statistics or LLM usage (a caller who reads every document keeps those).
+    Counts thus depend only on what the caller can see (communities are clustered on the whole
+    graph: design §2's residual channel).
     """
+    from server.engines.serving import caller_views_of
+
     vis = ctx.vis
-    if vis.everything:
+    cv = caller_views_of(ctx)
+    if cv.trivial:
         return full
     g = ctx.view.graph
-    communities = [c for c in g.communities.values() if vis.can_see(c.text_unit_ids)]
+    communities = [c for c in g.communities.values() if any(cv.entity_state(e) for e in c.entity_ids)]
     levels = Counter(c.level for c in communities)
 
     def failure_visible(f: FailureInfo) -> bool:
@@ -95,14 +102,14 @@ def status_for_caller(
     return full.model_copy(update={
         "documents": len(vis.readable_docs),
         "text_units": len(vis.readable_units),
-        "entities": sum(vis.can_see(e.text_unit_ids) for e in g.entities.values()),
-        "relationships": sum(vis.can_see(r.text_unit_ids) for r in g.relationships.values()),
-        "claims": sum(vis.can_see(c.text_unit_ids) for c in g.claims.values()),
+        "entities": sum(1 for e in g.entities if cv.entity_state(e)),
+        "relationships": sum(1 for r in g.relationships if cv.relationship_state(r)),
+        "claims": sum(1 for c in g.claims.values() if cv.claim_visible(c)),
         "communities": len(communities),
         "communities_by_level": {str(k): v for k, v in sorted(levels.items())},
-        "reports": sum(vis.can_see(r.text_unit_ids) for r in g.reports.values()),
+        "reports": sum(1 for c in g.communities if cv.community_state(c)),
         "skipped": [s for s in full.skipped if readable_path(s.path)],
         "failures": [f for f in full.failures if failure_visible(f)],
-        "last_run": {},
-        "llm_usage": {},
+        "last_run": full.last_run if vis.everything else {},
+        "llm_usage": full.llm_usage if vis.everything else {},
     })

@@ -36,21 +36,31 @@ def _stem(w: str) -> str:
     return w
 
 
+@lru_cache(maxsize=200_000)
+def _word_terms(w: str) -> tuple[str, ...]:
+    """The terms of one lower-cased word (memoized: a corpus has far fewer distinct words)."""
+    if _CJK.search(w):
+        chars = [c for c in w if _CJK.match(c)]
+        return tuple(a + b for a, b in zip(chars, chars[1:], strict=False)) or tuple(chars)
+    if w in _STOP or len(w) <= 1:
+        return ()
+    return (_stem(w),)
+
+
 def lexical_terms(text: str) -> list[str]:
     """Lower-cased, stemmed content words; CJK runs become character bigrams."""
     out: list[str] = []
-    for m in _WORD.finditer(text.lower()):
-        w = m.group()
-        if _CJK.search(w):
-            chars = [c for c in w if _CJK.match(c)]
-            out += [a + b for a, b in zip(chars, chars[1:], strict=False)] or chars
-        elif w not in _STOP and len(w) > 1:
-            out.append(_stem(w))
+    for w in _WORD.findall(text.lower()):
+        out += _word_terms(w)
     return out
 
 
 class HashEmbedder:
     """L2-normalised hashed bag of terms and term bigrams (sublinear tf)."""
+
+    # Lexical, not semantic: query engines rank by full-text evidence and use these vectors for
+    # candidates only (server/engines/evidence.py; benchmarks/retrieval_eval.py measures why).
+    lexical = True
 
     def __init__(self, dims: int = 384) -> None:
         self.dims = dims

@@ -1,10 +1,13 @@
 """Basic search: plain retrieval-augmented answering over text units (design §6), the baseline
-the paper compares against and the quickest way to a specific fact stated in one passage."""
+the paper compares against and the quickest way to a specific fact stated in one passage.
+
+Hybrid search fuses full-text (BM25) and vector rankings; with the builtin embedder, which is
+lexical, the vector ranking gets a small weight (server.engines.evidence.vector_weight)."""
 
 from __future__ import annotations
 
 from canopy.errors import InvalidArgument
-from canopy.providers.base import render_blocks
+from canopy.providers.base import ContextBlock, render_blocks
 from server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -13,12 +16,13 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
+from server.engines.evidence import vector_weight
 from server.engines.local_engine import unit_block
 from server.engines.serving import block_citation, servable_unit
 from server.results import SearchResult
 from server.service import QueryContext
 
-__all__ = ["MAX_K", "basic_search"]
+__all__ = ["MAX_K", "basic_context", "basic_search"]
 
 MAX_K = 100
 
@@ -33,11 +37,7 @@ async def basic_search(
         raise InvalidArgument(f"k must be an integer from 1 to {MAX_K} (text units to retrieve).")
     with metered(ctx) as meter:
         await ctx.report_progress(0, 2, "basic search: retrieving passages")
-        vector = await ctx.view.embed_query(query)
-        hits = ctx.view.vectors.search("text_units", vector=vector, text=query, k=k,
-                                       hidden_acl=list(ctx.vis.hidden_acl))
-        units = [unit_block(ctx, h.id) for h in hits if servable_unit(ctx, h.id) is not None]
-        blocks, _ = pack_blocks(units, ctx.settings.local_context_tokens)
+        blocks = await basic_context(ctx, query, k=k)
         await ctx.report_progress(1, 2, f"basic search: answering from {len(blocks)} passages")
         if blocks:
             answer = await ctx.provider.answer(query, blocks, response_type=response_type)
@@ -52,3 +52,14 @@ async def basic_search(
             "local_search for the entities involved."))
         result.usage = meter.info()
         return result
+
+
+async def basic_context(ctx: QueryContext, query: str, *, k: int) -> list[ContextBlock]:
+    """The k best text units for `query` (servable ones), as many as fit the context budget."""
+    vector = await ctx.view.embed_query(query)
+    hits = ctx.view.vectors.search("text_units", vector=vector, text=query, k=k,
+                                   hidden_acl=list(ctx.vis.hidden_acl),
+                                   vector_weight=vector_weight(ctx))
+    units = [unit_block(ctx, h.id) for h in hits if servable_unit(ctx, h.id) is not None]
+    blocks, _ = pack_blocks(units, ctx.settings.local_context_tokens)
+    return blocks

@@ -109,10 +109,11 @@ def report_markdown(ctx: QueryContext, community_id: str) -> str:
     parent = community.parent and servable_report(ctx, community.parent)
     if parent:
         lines += ["", f"Parent: `{parent.community_id}` {parent.title}"]
-    children = servable_tops(ctx, community.children)
+    children = [r for c in servable_tops(ctx, community.children)
+                if (r := servable_report(ctx, c)) is not None]
     if children:
         lines += ["", "Sub-communities:"]
-        lines += [f"- `{c}` {ctx.view.graph.reports[c].title}" for c in children]
+        lines += [f"- `{c.community_id}` {c.title}" for c in children]
     for i, _ in enumerate(report.findings):
         card = finding_card(ctx, i, report)
         lines += ["", f"## {i}. {card.summary}", "", card.explanation]
@@ -123,7 +124,7 @@ def report_markdown(ctx: QueryContext, community_id: str) -> str:
 
 def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
     """Every report the caller may read, broadest level first."""
-    reports = (servable_report(ctx, cid) for cid in ctx.view.graph.reports)
+    reports = (servable_report(ctx, cid) for cid in ctx.view.graph.communities)
     cards = [community_card(ctx, r) for r in reports if r is not None]
     return sorted(cards, key=lambda c: (c.level, c.id))
 
@@ -169,8 +170,8 @@ def _community(ctx: QueryContext, report: Report, finding: int | None, limit: in
         if (p := servable_report(ctx, parent)) is not None:
             parents.insert(0, community_card(ctx, p))
         parent = graph.communities[parent].parent
-    children = [community_card(ctx, graph.reports[c])
-                for c in servable_tops(ctx, community.children)]
+    children = [community_card(ctx, r) for c in servable_tops(ctx, community.children)
+                if (r := servable_report(ctx, c)) is not None]
     members = [e for eid in community.entity_ids if (e := servable_entity(ctx, eid)) is not None]
     members.sort(key=lambda e: (-e.degree, e.name))
     if entity is None:
@@ -227,7 +228,7 @@ def _entity(ctx: QueryContext, name: str, finding: int | None, limit: int,
 
 def _relationships_of(ctx: QueryContext, entity: Entity) -> list[Relationship]:
     rels = (r for r in ctx.view.graph.relationships.values() if entity.id in (r.source, r.target))
-    servable = [r for r in rels if servable_relationship(ctx, r.id) is not None]
+    servable = [s for r in rels if (s := servable_relationship(ctx, r.id)) is not None]
     return sorted(servable, key=lambda r: (-r.weight, r.id))
 
 

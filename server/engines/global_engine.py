@@ -28,7 +28,13 @@ from server.engines.common import (
     metered,
     tokenizer,
 )
-from server.engines.serving import root_ids, servable_report, servable_tops
+from server.engines.serving import (
+    community_exists,
+    ensure_views,
+    root_ids,
+    servable_report,
+    servable_tops,
+)
 from server.results import Citation, SearchResult
 from server.service import QueryContext
 
@@ -62,6 +68,9 @@ async def global_search(
     level = community_level if community_level is not None else ctx.settings.community_level
     with metered(ctx) as meter:
         if level is not None:
+            _check_level(ctx, level)
+            await ensure_views(ctx, reports=[
+                c.id for c in level_partition(ctx.view.graph.communities, level)])
             reports = reports_at_level(ctx, level)
         else:
             reports = await select_reports(ctx, query)
@@ -92,14 +101,20 @@ async def global_search(
 def reports_at_level(ctx: QueryContext, level: int) -> list[Report]:
     """The servable reports standing for `level` (communities at it plus childless shallower)."""
     communities = ctx.view.graph.communities
-    top = max((c.level for c in communities.values()), default=0)
+    _check_level(ctx, level)
+    reports = (servable_report(ctx, c.id) for c in level_partition(communities, level))
+    return [r for r in reports if r is not None]
+
+
+def _check_level(ctx: QueryContext, level: int) -> None:
+    communities = ctx.view.graph.communities
+    # The caller's deepest level: levels made only of hidden communities do not exist for them.
+    top = max((c.level for c in communities.values() if community_exists(ctx, c.id)), default=0)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= top:
         raise InvalidArgument(
             f"community_level must be an integer from 0 (broadest) to {top} (most specific) "
             "in this index, or omitted for dynamic selection."
         )
-    reports = (servable_report(ctx, c.id) for c in level_partition(communities, level))
-    return [r for r in reports if r is not None]
 
 
 async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
@@ -114,6 +129,7 @@ async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
     done = 0
     level = 0
     while queue:
+        await ensure_views(ctx, reports=queue)
         reports = [r for cid in queue if (r := servable_report(ctx, cid)) is not None]
         rated.update(r.community_id for r in reports)
         total = done + len(reports)

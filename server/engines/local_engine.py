@@ -1,9 +1,17 @@
 """Local search: a question about particular entities, answered from their neighbourhood
 (design §6; GraphRAG's mixed local context).
 
-Query -> entities (exact names in the query, then a hybrid vector + full-text search over entity
+Query -> entities (names written in the query, then a hybrid vector + full-text search over entity
 descriptions) -> their relationships, claims, community reports and supporting text units, mixed
 under one token budget by proportions -> one answer call over the cited blocks.
+
+Text units: the units supporting the selected entities and relationships join the candidates of
+a full-text and vector search for the question and for each of its clauses; all are ranked by how
+well they state what the question asks (server/engines/evidence.py). Multi-hop questions need
+several articles, so the first DIVERSE_DOCS units come from distinct documents, and every unit
+longer than its share of the text budget is cut to its sentences that best match the question:
+CONTEXT_UNITS units fit the default budget instead of ~4 whole ones. Measured on MultiHop-RAG by
+benchmarks/retrieval_eval.py.
 """
 
 from __future__ import annotations
@@ -17,7 +25,6 @@ import numpy as np
 from canopy.ids import normalize_name
 from canopy.model import Entity, Relationship, Report
 from canopy.providers.base import ContextBlock, render_blocks
-from canopy.vectors import rrf
 from server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -26,13 +33,16 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
+from server.engines.evidence import excerpt, per_view, rank_units
 from server.engines.serving import (
     block_citation,
+    entity_name,
     servable_claim,
     servable_entity,
     servable_relationship,
     servable_report,
     servable_unit,
+    settle_views,
 )
 from server.results import SearchResult
 from server.service import QueryContext
@@ -40,7 +50,10 @@ from server.service import QueryContext
 __all__ = ["LocalContext", "build_local_context", "local_search", "report_block", "unit_block"]
 
 TOP_ENTITIES = 10
-TOP_UNITS_SEARCHED = 20
+SUPPORT_UNITS = 30  # units behind the selected entities and relationships that join the ranking
+DIVERSE_DOCS = 10  # the first units of the context come from this many distinct documents
+CONTEXT_UNITS = 12  # units the text-unit share is divided among (longer units are excerpted)
+MIN_EXCERPT_TOKENS = 150
 # Shares of the context budget (GraphRAG's community_prop / text_unit_prop); unused budget of
 # one part passes to the next, in this order.
 REPORT_SHARE = 0.25
@@ -101,18 +114,35 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
 
     included = [b.id for b in graph_blocks if b.kind in ("entity", "relationship")]
     support: Counter[str] = Counter()
-    graph = ctx.view.graph
-    for item_id in included:
-        item = graph.entities.get(item_id) or graph.relationships.get(item_id)
+    for item_id in included:  # as served: a view's provenance is the caller's visible units
+        item = servable_entity(ctx, item_id) or servable_relationship(ctx, item_id)
         if item is not None:
             support.update(item.text_unit_ids)
     by_support = [u for u, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))]
-    hits = ctx.view.vectors.search("text_units", vector=vector, text=query, k=TOP_UNITS_SEARCHED,
-                                   hidden_acl=hidden)
-    ranked = [h.id for h in rrf(by_support, [h.id for h in hits])]
-    units = [unit_block(ctx, u) for u in ranked if servable_unit(ctx, u) is not None]
-    unit_blocks, _ = pack_blocks(units, budget - used)
+    ranked = rank_units(ctx, query, vector, support=by_support[:SUPPORT_UNITS])
+    units = _diverse(ctx, [u for u in ranked if servable_unit(ctx, u) is not None])
+    text_budget = budget - used
+    share = max(MIN_EXCERPT_TOKENS, text_budget // CONTEXT_UNITS)
+    blocks = [unit_block(ctx, u, text=excerpt(ctx, u, query, share))
+              for u in units[:max(1, text_budget // MIN_EXCERPT_TOKENS)]]
+    unit_blocks, _ = pack_blocks(blocks, text_budget)
+    await settle_views(ctx)  # views found missing: built, then this call runs again
     return LocalContext(entities, report_blocks + graph_blocks + unit_blocks)
+
+
+def _diverse(ctx: QueryContext, ranked: list[str]) -> list[str]:
+    """`ranked` with the best unit of each of the first DIVERSE_DOCS documents first."""
+    head: list[str] = []
+    tail: list[str] = []
+    docs: set[str] = set()
+    for u in ranked:
+        doc = ctx.view.units[u].document_id
+        if doc not in docs and len(docs) < DIVERSE_DOCS:
+            docs.add(doc)
+            head.append(u)
+        else:
+            tail.append(u)
+    return head + tail
 
 
 def report_block(report: Report) -> ContextBlock:
@@ -121,38 +151,74 @@ def report_block(report: Report) -> ContextBlock:
                         "\n\n".join([report.summary, *findings]))
 
 
-def unit_block(ctx: QueryContext, unit_id: str) -> ContextBlock:
-    """A servable text unit as a block titled by its document."""
+def unit_block(ctx: QueryContext, unit_id: str, *, text: str | None = None) -> ContextBlock:
+    """A servable text unit as a block titled by its document (`text`: an excerpt of it)."""
     unit = ctx.view.units[unit_id]
     doc = ctx.view.document_of(unit_id)
     assert doc is not None
-    return ContextBlock("text_unit", unit_id, doc.title, unit.text, source=doc.path)
+    return ContextBlock("text_unit", unit_id, doc.title, unit.text if text is None else text,
+                        source=doc.path)
 
 
 def named_entities(ctx: QueryContext, query: str) -> list[str]:
     """Ids of servable entities whose (normalized) name occurs in the query as whole words;
-    names written capitalized in the query first, then longer names first."""
-    padded = f" {normalize_name(query)} "
+    names written capitalized in the query first, then longer names first. A name found only
+    inside a longer found name ("Verge" in "The Verge") is left out."""
+    return [eid for eid, _ in _named(ctx, query)]
+
+
+def _named(ctx: QueryContext, query: str) -> list[tuple[str, bool]]:
+    """named_entities with, for each, whether the query writes it capitalized (or in CJK)."""
+    names = per_view(ctx, "entity_names", lambda: _NameIndex(ctx.view.entity_by_name))
+    normalized = normalize_name(query)
+    words = normalized.split()
+    spans: list[tuple[int, int, str]] = []  # word positions [start, end); -1 for CJK names
+    for n in range(min(names.longest, len(words)), 0, -1):
+        for i in range(len(words) - n + 1):
+            name = " ".join(words[i:i + n])
+            if len(name) >= 2 and name in names.latin:
+                spans.append((i, i + n, name))
+    if _CJK.search(query):
+        spans += [(-1, -1, name) for name in names.cjk if name in normalized]
     found: list[tuple[bool, int, str]] = []
-    for name, eid in ctx.view.entity_by_name.items():
-        if len(name) < 2:
+    kept: list[tuple[int, int]] = []
+    for start, end, name in spans:  # longest first
+        if start >= 0 and any(a <= start and end <= b for a, b in kept):
             continue
-        if not (name in padded if _CJK.search(name) else f" {name} " in padded):
-            continue
+        eid = ctx.view.entity_by_name[name]
         if servable_entity(ctx, eid) is None:
             continue
+        kept.append((start, end))
         pattern = r"\W+".join(re.escape(w) for w in name.split())
         written = re.search(pattern, query, re.IGNORECASE)
         proper = bool(written and (written.group(0)[:1].isupper() or _CJK.search(name)))
         found.append((not proper, -len(name), eid))
-    return [eid for *_, eid in sorted(found)]
+    out: dict[str, bool] = {}
+    for lower, _, eid in sorted(found):
+        out.setdefault(eid, not lower)
+    return list(out.items())
+
+
+class _NameIndex:
+    """Entity names by script: word n-grams of the query look up Latin names; CJK names are
+    matched as substrings (CJK text is not space-delimited)."""
+
+    def __init__(self, by_name: dict[str, str]) -> None:
+        self.cjk = sorted(n for n in by_name if _CJK.search(n))
+        self.latin = {n for n in by_name if not _CJK.search(n)}
+        self.longest = max((len(n.split()) for n in self.latin), default=1)
 
 
 def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray,
                      hidden: list[str]) -> list[Entity]:
+    """Entities the query names (written capitalized, or in CJK), then those of the hybrid
+    search over entity descriptions, then names the query writes in lower case (often common
+    words that happen to be entity names)."""
     hits = ctx.view.vectors.search("entities", vector=vector, text=query, k=2 * TOP_ENTITIES,
                                    hidden_acl=hidden)
-    ids = list(dict.fromkeys([*named_entities(ctx, query), *(h.id for h in hits)]))
+    named = _named(ctx, query)
+    ids = list(dict.fromkeys([*(e for e, proper in named if proper), *(h.id for h in hits),
+                              *(e for e, _ in named)]))
     entities = [e for i in ids if (e := servable_entity(ctx, i)) is not None]
     return entities[:TOP_ENTITIES]
 
@@ -160,13 +226,15 @@ def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray,
 def _relationships_of(ctx: QueryContext, chosen: set[str]) -> list[Relationship]:
     """Relationships among the chosen entities (heaviest first), then those leading out of
     them, ranked by how many chosen entities the outside endpoint links to (GraphRAG)."""
+    adjacency = per_view(ctx, "relationships_by_entity", lambda: _adjacency(ctx))
     inside: list[Relationship] = []
     outside: list[tuple[Relationship, str]] = []
     links: Counter[str] = Counter()
-    for r in ctx.view.graph.relationships.values():
-        a, b = r.source in chosen, r.target in chosen
-        if not (a or b) or servable_relationship(ctx, r.id) is None:
+    for rid in sorted({r for e in chosen for r in adjacency.get(e, ())}):
+        r = servable_relationship(ctx, rid)  # as served (a view where part of it is hidden)
+        if r is None:
             continue
+        a, b = r.source in chosen, r.target in chosen
         if a and b:
             inside.append(r)
         else:
@@ -176,6 +244,14 @@ def _relationships_of(ctx: QueryContext, chosen: set[str]) -> list[Relationship]
     inside.sort(key=lambda r: (-r.weight, r.id))
     outside.sort(key=lambda ro: (-links[ro[1]], -ro[0].weight, ro[0].id))
     return inside + [r for r, _ in outside]
+
+
+def _adjacency(ctx: QueryContext) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in ctx.view.graph.relationships.values():
+        out.setdefault(r.source, []).append(r.id)
+        out.setdefault(r.target, []).append(r.id)
+    return out
 
 
 def _reports_of(ctx: QueryContext, entity_ids: list[str]) -> list[Report]:
@@ -197,12 +273,17 @@ def _relation_blocks(ctx: QueryContext, entities: list[Entity],
                      relationships: list[Relationship]) -> list[ContextBlock]:
     """Claims about the entities, then relationships (packing stops at the first block that
     does not fit, so the few claims go before the many relationships)."""
-    names = {e.id: e.name for e in ctx.view.graph.entities.values()}
+    names = {e.id: e.name for e in entities}  # names as served to the caller
+    for r in relationships:
+        for end in (r.source, r.target):
+            if end not in names:
+                names[end] = entity_name(ctx, end)
     chosen = {e.id for e in entities}
     blocks = []
     for c in sorted(ctx.view.graph.claims.values(), key=lambda c: c.id):
         if (c.subject in chosen or c.object in chosen) and servable_claim(ctx, c.id) is not None:
-            blocks.append(ContextBlock("claim", c.id, f"{names.get(c.subject, c.subject)}: "
+            subject = names.get(c.subject) or entity_name(ctx, c.subject)
+            blocks.append(ContextBlock("claim", c.id, f"{subject}: "
                                        f"{c.type} ({c.status})", c.description))
     blocks += [ContextBlock("relationship", r.id, f"{names[r.source]} — {names[r.target]}",
                             r.description) for r in relationships]
