@@ -19,8 +19,10 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client
 
+import acl.view_cache
 import acl.views
-from acl.views import FULL, NONE, VIEW, ViewsPending
+from acl.view_cache import ViewsPending
+from acl.views import FULL, NONE, VIEW
 from canopy.errors import EndpointUnavailable, InvalidArgument, NotFound
 from canopy.ids import normalize_name
 from canopy.llm import ChatClient
@@ -425,7 +427,7 @@ def test_during_an_endpoint_outage_views_are_written_offline_and_not_kept(servic
     assert down.calls["report"] >= 1 and offline.community.id == cid
     assert service.store.view_counts().get("report", 0) == 0
     assert run(engines.drill_down(ctx, community_id=cid)).community.title == offline.community.title
-    monkeypatch.setattr(acl.views, "PROVISIONAL_S", 0.0)  # what was written offline expires
+    monkeypatch.setattr(acl.view_cache, "PROVISIONAL_S", 0.0)  # what was written offline expires
     up = Counting()
     again = run(engines.drill_down(ctx_for(service, "staff", up), community_id=cid))
     assert up.calls["report"] >= 1 and again.community.id == cid

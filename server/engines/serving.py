@@ -35,18 +35,8 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from acl.views import (
-    VIEW,
-    CallerViews,
-    ViewBook,
-    ViewParams,
-    book_for,
-    call_scope,
-    caller_views,
-    collecting,
-    forget_views,
-    pending_views,
-)
+from acl.view_cache import ViewBook, ViewParams, book_for, call_scope, collecting, pending_views
+from acl.views import VIEW, CallerViews, caller_views, forget_views
 from canopy.errors import InvalidOutput
 from canopy.model import Claim, Community, Entity, Relationship, Report, TextUnit
 from canopy.providers import base as _provider_base
