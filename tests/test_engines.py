@@ -507,3 +507,36 @@ class TestLocalRanking:
         fused = [h.id for h in rrf(["v1", "both"], text, weights=[0.1, 1.0])]
         assert fused[-1] == "v1"  # vector-only rows follow every full-text row
         assert fused.index("both") < text.index("both")  # rows found by both move up
+
+
+def test_dynamic_selection_rates_at_most_the_cap_per_step_most_similar_first(
+        ctx: QueryContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rating every root costs one call per root; the descent rates only the most similar."""
+    import dataclasses
+
+    import server.engines.global_engine as ge
+
+    rated: list[str] = []
+    inner = ctx.provider
+
+    class CountingRates:
+        name = inner.name
+
+        def __getattr__(self, attr: str):  # type: ignore[no-untyped-def]
+            return getattr(inner, attr)
+
+        async def rate(self, query: str, report):  # type: ignore[no-untyped-def]
+            rated.append(report.community_id)
+            return await inner.rate(query, report)
+
+    monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 2)
+    counting = dataclasses.replace(ctx, provider=CountingRates())
+    run(ge.select_reports(counting, "Which supplier makes the battery cells?"))
+    roots = [c for c in ctx.view.graph.communities.values() if c.level == 0]
+    assert len(roots) > 2
+    levels = {ctx.view.graph.communities[c].level for c in rated}
+    assert rated and len(rated) <= 2 * (len(levels) + ge.DYNAMIC_FALLBACK_MAX_LEVEL + 1)
+    rank = run(ge._similarity_rank(ctx, "Which supplier makes the battery cells?"))
+    first_step = [c for c in rated if ctx.view.graph.communities[c].level == 0][:2]
+    best_roots = sorted((c.id for c in roots), key=lambda cid: (rank.get(cid, len(rank)), cid))[:2]
+    assert first_step == best_roots

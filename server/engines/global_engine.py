@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 
 RELEVANCE_THRESHOLD = 5  # a report rated at least this (0-10) is relevant to the query
 DYNAMIC_FALLBACK_MAX_LEVEL = 2  # when no root is relevant, rate whole levels down to this one
+# Reports rated per step of the descent, the most query-similar first (hybrid search over the
+# reports table). Without a cap a corpus with ~1000 root communities costs ~1000 rating calls
+# per question; similarity decides which candidates are worth a rating call.
+DYNAMIC_RATE_LIMIT = 32
+SIMILARITY_SHORTLIST = 256
 
 
 async def global_search(
@@ -128,7 +133,9 @@ async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
     rated: set[str] = set()
     done = 0
     level = 0
+    rank = await _similarity_rank(ctx, query)
     while queue:
+        queue = sorted(queue, key=lambda cid: (rank.get(cid, len(rank)), cid))[:DYNAMIC_RATE_LIMIT]
         await ensure_views(ctx, reports=queue)
         reports = [r for cid in queue if (r := servable_report(ctx, cid)) is not None]
         rated.update(r.community_id for r in reports)
@@ -162,6 +169,15 @@ async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
             queue = sorted(c.id for c in graph.communities.values()
                            if c.level == level and c.id not in rated)
     return sorted(relevant.values(), key=lambda r: r.community_id)
+
+
+async def _similarity_rank(ctx: QueryContext, query: str) -> dict[str, int]:
+    """Rank of each report by hybrid (vector + BM25) similarity to the query, prefiltered to
+    what the caller may see; reports outside the shortlist rank after all of it."""
+    vector = await ctx.view.embed_query(query)
+    hits = ctx.view.vectors.search("reports", vector=vector, text=query, k=SIMILARITY_SHORTLIST,
+                                   hidden_acl=list(ctx.vis.hidden_acl))
+    return {h.id: i for i, h in enumerate(hits)}
 
 
 def map_batches(reports: list[Report], *, seed: int, batch_tokens: int) -> list[list[Report]]:
