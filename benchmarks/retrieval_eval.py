@@ -270,6 +270,12 @@ def table(split: str, n: int, results: dict[str, dict[str, Any]]) -> str:
                      f"{r['all@10']:.3f} | {r['articles']} | {r['ms_per_query']} |")
     for label, value in REFERENCE.items():
         lines.append(f"| {label} | | {value:.3f} | | | | |")
+    types = sorted({t for r in results.values() for t in r["by_type"]})
+    lines += ["", "Hits@10 by question type:", "",
+              "| system | " + " | ".join(types) + " |", "|---|" + "---|" * len(types)]
+    for name, r in results.items():
+        lines.append(f"| {name} | " + " | ".join(f"{r['by_type'].get(t, 0):.3f}" for t in types)
+                     + " |")
     return "\n".join(lines)
 
 

@@ -12,11 +12,14 @@ facts that are each stated in one sentence of a different article, so a unit is 
                                     M_c that of the whole clause: one window stating one clause
 
 Candidates are pooled from full-text search for the question and for each of its clauses,
-vector search, and the supporting units of the graph items the caller passes (local search's
-entities); every candidate is scored alike, so a source adds recall, never noise. With a semantic
-embedder (an endpoint), the vector ranking is then fused in by reciprocal rank fusion; the
-builtin embedder is lexical (signed feature hashing) and adds nothing over this score
-(benchmarks/retrieval_eval.py), so it only contributes candidates.
+vector search, and the units behind the graph items the caller passes (local search's entities
+and relationships); every candidate is scored alike: a source adds candidates, not votes. With a
+semantic embedder (an endpoint) the vector ranking is then fused in by reciprocal rank fusion;
+the builtin embedder is lexical (signed feature hashing) and any weight of its ranking lowered
+Hits@10, so it only contributes candidates. Weighting units by the entities the question names
+(idf-weighted entity support) lowered Hits@10 too with the builtin (heuristic) graph, so the
+graph contributes candidates, not score. Measured with benchmarks/retrieval_eval.py on the DEV
+split of MultiHop-RAG; the weights below are not sensitive (+-0.005 Hits@10 over a grid).
 
 Terms are canopy.providers.hashing.lexical_terms (stemmed words, CJK bigrams). Document
 frequencies are counted over the view's units once per index generation, on first use; a unit's
@@ -64,7 +67,7 @@ CLAUSE = 2.0
 WINDOW = 2  # sentences per window
 _K1, _B = 1.2, 0.75
 # RRF weight of a lexical embedder's ranking against full-text search's (hybrid searches): with
-# the builtin embedder, equal fusion loses 0.12 Hits@10 on MultiHop-RAG against BM25 alone, and
+# the builtin embedder, equal fusion loses 0.11 Hits@10 on MultiHop-RAG against BM25 alone, and
 # 0.1 costs nothing while keeping vector-only rows (e.g. CJK text) after the full-text ones.
 LEXICAL_VECTOR_WEIGHT = 0.1
 _CACHE_UNITS = 50_000  # unit analyses kept per view
@@ -90,6 +93,7 @@ class UnitEvidence:
     tf: Counter[str]  # term counts of title + text
     bigrams: frozenset[tuple[str, str]]
     length: int  # terms of title + text
+    sentence_tokens: list[int] | None = None  # tokens of each sentence, when first needed
 
 
 class CorpusStats:
@@ -111,11 +115,21 @@ class CorpusStats:
         self.lengths = lengths
         self._units: OrderedDict[str, UnitEvidence] = OrderedDict()
         self._lock = threading.Lock()
+        self._mask: tuple[frozenset[str], np.ndarray] | None = None
+
+    def _readable(self, ctx: QueryContext) -> np.ndarray:
+        """Which units (in self.order) the caller may read; the last caller's is kept."""
+        readable = ctx.vis.readable_units
+        last = self._mask
+        if last is not None and last[0] is readable:
+            return last[1]
+        mask = np.fromiter((u in readable for u in self.order), dtype=bool, count=len(self.order))
+        self._mask = (readable, mask)
+        return mask
 
     def weights(self, ctx: QueryContext, terms: Iterable[str]) -> tuple[dict[str, float], float]:
         """BM25 idf of each term over the units the caller may read, and their mean length."""
-        readable = ctx.vis.readable_units
-        mask = np.fromiter((u in readable for u in self.order), dtype=bool, count=len(self.order))
+        mask = self._readable(ctx)
         n = int(mask.sum())
         avg = float(self.lengths[mask].sum()) / n if n else 1.0
         out = {}
@@ -189,19 +203,20 @@ class _Query:
 
     @staticmethod
     def mass(terms: frozenset[str], weights: dict[str, float]) -> float:
-        return sum(w for t, w in weights.items() if t in terms)
+        return sum(weights[t] for t in terms & weights.keys())
 
     def score(self, ev: UnitEvidence) -> float:
         norm = _K1 * (1 - _B + _B * ev.length / self.avg_length)
         bm25 = sum(w * tf * (_K1 + 1) / (tf + norm)
                    for t, w in self.weights.items() if (tf := ev.tf.get(t, 0)))
         bigrams = len(self.bigrams & ev.bigrams)
-        best = max(self.mass(win, self.weights) for win in ev.windows)
+        matched = [win & self.weights.keys() for win in ev.windows]
+        best = max(sum(self.weights[t] for t in m) for m in matched)
         clause = 0.0
         for weights in self.clauses:
             total = sum(weights.values())
             if total > 0:
-                m = max(self.mass(win, weights) for win in ev.windows)
+                m = max(sum(weights.get(t, 0.0) for t in terms) for terms in matched)
                 clause = max(clause, m * m / total)
         return bm25 + BIGRAM * bigrams + SENTENCE * best + CLAUSE * clause
 
@@ -244,10 +259,14 @@ def excerpt(ctx: QueryContext, unit_id: str, query: str, max_tokens: int) -> str
 
     text = ctx.view.units[unit_id].text
     tok = tokenizer()
-    if tok.count(text) <= max_tokens:
+    if len(text) <= max_tokens:  # a token has at least one character
         return text
     stats = corpus_stats(ctx)
     ev = stats.unit(ctx, unit_id)
+    if ev.sentence_tokens is None:
+        ev.sentence_tokens = [tok.count(s) + 1 for s in ev.sentences]
+    if sum(ev.sentence_tokens) <= max_tokens and tok.count(text) <= max_tokens:
+        return text
     weights, _ = stats.weights(ctx, lexical_terms(query))
     ranked = sorted((-_Query.mass(terms, weights), i) for i, terms in enumerate(ev.sentence_terms))
     chosen: set[int] = set()
@@ -256,7 +275,7 @@ def excerpt(ctx: QueryContext, unit_id: str, query: str, max_tokens: int) -> str
         if neg >= 0 and chosen:
             break  # the rest match nothing
         for j in ((i - 1, i) if i > 0 else (i,)):
-            n = tok.count(ev.sentences[j]) + 1
+            n = ev.sentence_tokens[j]
             if j in chosen or used + n > max_tokens:
                 continue
             chosen.add(j)
