@@ -25,6 +25,7 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
+from server.engines.evidence import vector_weight
 from server.engines.local_engine import build_local_context, report_block
 from server.engines.serving import block_citation, ensure_views, servable_report
 from server.results import SearchResult
@@ -101,7 +102,7 @@ async def _primer(ctx: QueryContext, query: str) -> _Step:
     hypothetical = await ctx.provider.hyde(query)
     vector = await ctx.view.embed_query(hypothetical or query)
     hits = ctx.view.vectors.search("reports", vector=vector, text=query, k=PRIMER_REPORTS,
-                                   hidden_acl=list(ctx.vis.hidden_acl))
+                                   hidden_acl=list(ctx.vis.hidden_acl), vector_weight=vector_weight(ctx))
     await ensure_views(ctx, reports=[h.id for h in hits])
     reports = [r for h in hits if (r := servable_report(ctx, h.id)) is not None]
     blocks, _ = pack_blocks([report_block(r) for r in reports], ctx.settings.local_context_tokens)

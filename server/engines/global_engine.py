@@ -28,6 +28,7 @@ from server.engines.common import (
     metered,
     tokenizer,
 )
+from server.engines.evidence import vector_weight
 from server.engines.serving import (
     community_exists,
     ensure_views,
@@ -176,7 +177,7 @@ async def _similarity_rank(ctx: QueryContext, query: str) -> dict[str, int]:
     what the caller may see; reports outside the shortlist rank after all of it."""
     vector = await ctx.view.embed_query(query)
     hits = ctx.view.vectors.search("reports", vector=vector, text=query, k=SIMILARITY_SHORTLIST,
-                                   hidden_acl=list(ctx.vis.hidden_acl))
+                                   hidden_acl=list(ctx.vis.hidden_acl), vector_weight=vector_weight(ctx))
     return {h.id: i for i, h in enumerate(hits)}
 
 
