@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from server.cli import main
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
+from tests.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI = REPO / "examples" / "multi-tenant"
@@ -65,24 +65,6 @@ def anyio_backend() -> str:
 
 def text_of(result: Any) -> str:
     return "\n".join(getattr(block, "text", "") for block in result.content)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on port {port}")
 
 
 def clean_env() -> dict[str, str]:

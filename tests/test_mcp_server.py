@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from server.cli import main
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
+from tests.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "docs"
@@ -132,24 +132,6 @@ def hidden_from_intern(svc: CanopyService) -> tuple[str, str]:
     report = next(r.community_id for r in g.reports.values() if all(
         set(g.entities[e].text_unit_ids) <= finance_units for e in g.communities[r.community_id].entity_ids))
     return report, min(finance_units)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on port {port}")
 
 
 async def check_listing(client: Client) -> None:
