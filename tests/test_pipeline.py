@@ -195,3 +195,15 @@ def test_a_christmas_carol_indexes_offline_with_two_levels_and_a_report_per_comm
     g, _, _ = _graph(ws)
     assert set(g.reports) == set(g.communities)
     assert json.loads(json.dumps(result.stats))  # the summary is plain data
+
+
+def test_docx_files_are_loaded_paragraph_by_paragraph(tmp_path: Path) -> None:
+    docx = pytest.importorskip("docx")
+    from indexer.loaders import load_file
+
+    doc = docx.Document()
+    doc.add_paragraph("Quarterly review")
+    doc.add_paragraph("Maria Okafor presented Project Kestrel to Verdant Grocers.")
+    path = tmp_path / "review.docx"
+    doc.save(str(path))
+    assert load_file(path) == "Quarterly review\n\nMaria Okafor presented Project Kestrel to Verdant Grocers."
