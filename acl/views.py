@@ -50,9 +50,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from acl.view_cache import (
-    BuiltView,
     PENDING_VIEWS,
     PROVISIONAL_S,
+    BuiltView,
     ViewBook,
     ViewsPending,
     close_books,
@@ -75,12 +75,12 @@ from canopy.providers.base import Provider
 from canopy.store import Graph, Store
 from canopy.tokens import get_tokenizer
 from canopy.vectors import acl_class
+from indexer.graph import most_frequent, summary_input, summary_key
 
 __all__ = ["FULL", "NONE", "VIEW", "CallerViews", "caller_views", "forget_views"]
 
 log = logging.getLogger(__name__)
 
-SUMMARY_INPUT_TOKENS = 4000  # as indexer.graph: descriptions beyond this are not summarized
 
 NONE, VIEW, FULL = 0, 1, 2  # what an artifact is for a caller: absent, a view, the canonical one
 
@@ -470,8 +470,8 @@ class CallerViews:
         names, types, _, used = parts
         e = self.graph.entities[eid]
         units = tuple(sorted(used)) or tuple(sorted(self._visible(e.text_unit_ids)))
-        name = _pick(names) if names else ""
-        kind = _pick(types) if types else e.type
+        name = most_frequent(names) if names else ""
+        kind = most_frequent(types) if types else e.type
         return Entity(eid, name, kind, description, units, 0)
 
     def _relationship_parts(self, rid: str) -> tuple[float, list[str], list[str]]:
@@ -501,18 +501,10 @@ class CallerViews:
     async def _summary(self, name: str, descs: list[str], provider: Provider) -> tuple[str, bool]:
         """The summary of several visible descriptions, and whether it is durable (False when
         written offline because the endpoint is down: then it is not cached for long)."""
-        tok = get_tokenizer()
         max_tokens = self.book.params.summary_max_tokens
-        kept: list[str] = []
-        used = 0
-        for d in descs:
-            n = tok.count(d)
-            if used + n > SUMMARY_INPUT_TOKENS and kept:
-                break
-            kept.append(d)
-            used += n
+        kept = summary_input(descs, get_tokenizer())
         # The indexer's memo key: a visible subset summarized before costs nothing.
-        memo = "summary:" + content_hash(provider.name, str(max_tokens), name, *kept, length=32)
+        memo = summary_key(provider.name, max_tokens, name, kept)
         text = self.book.store.cache_get(memo)
         if text is None:
             try:
@@ -543,7 +535,7 @@ class CallerViews:
             descs = parts[2]
             if len(descs) <= 1:
                 return BuiltView(self._entity_view(eid, parts, descs[0] if descs else ""), persist=False)
-            name = _pick(parts[0]) if parts[0] else ""
+            name = most_frequent(parts[0]) if parts[0] else ""
             text, durable = await self._summary(name, descs, provider)
             view = self._entity_view(eid, parts, text)
             return BuiltView(view, persist=durable, fingerprint=key,
@@ -714,8 +706,3 @@ def _offline() -> Provider:
     from canopy.providers.builtin import BuiltinProvider
 
     return BuiltinProvider()
-
-
-def _pick(counter: Counter[str]) -> str:
-    """The most frequent form, ties to the smallest (as indexer.graph)."""
-    return min(counter.items(), key=lambda kv: (-kv[1], kv[0]))[0]

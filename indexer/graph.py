@@ -20,7 +20,8 @@ from canopy.model import Claim, Entity, Extraction, Relationship
 from canopy.providers.base import Provider
 from canopy.tokens import Tokenizer
 
-__all__ = ["MergedGraph", "merge_extractions", "summarize_descriptions"]
+__all__ = ["MergedGraph", "merge_extractions", "most_frequent", "summarize_descriptions", "summary_input",
+           "summary_key"]
 
 _MAX_SUMMARY_INPUT_TOKENS = 4000
 
@@ -34,8 +35,30 @@ class MergedGraph:
     pending: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _pick(counter: Counter[str]) -> str:
+def most_frequent(counter: Counter[str]) -> str:
+    """The most frequent form, ties to the smallest: deterministic whatever the visit order."""
     return min(counter.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def summary_input(descs: list[str], tok: Tokenizer) -> list[str]:
+    """The descriptions a summary is written from: in order, within the input budget."""
+    if sum(len(d) for d in descs) <= _MAX_SUMMARY_INPUT_TOKENS:  # a token spans >= 1 character
+        return descs
+    kept: list[str] = []
+    used = 0
+    for d in descs:
+        n = tok.count(d)
+        if used + n > _MAX_SUMMARY_INPUT_TOKENS and kept:
+            break
+        kept.append(d)
+        used += n
+    return kept
+
+
+def summary_key(provider_name: str, max_tokens: int, name: str, kept: list[str]) -> str:
+    """Memo key of one summary; shared with per-caller views (acl.views), so a visible subset
+    summarized once is never summarized again."""
+    return "summary:" + content_hash(provider_name, str(max_tokens), name, *kept, length=32)
 
 
 def merge_extractions(extractions: dict[str, Extraction], order: dict[str, str] | None = None) -> MergedGraph:
@@ -94,7 +117,7 @@ def merge_extractions(extractions: dict[str, Extraction], order: dict[str, str] 
     for key in names:
         eid = entity_id(key)
         descs = ent_desc[key]
-        g.entities[eid] = Entity(eid, _pick(names[key]), _pick(types[key]), descs[0] if len(descs) == 1 else "",
+        g.entities[eid] = Entity(eid, most_frequent(names[key]), most_frequent(types[key]), descs[0] if len(descs) == 1 else "",
                                  tuple(sorted(ent_units[key])), degree[key])
         if len(descs) > 1:
             g.pending[eid] = descs
@@ -134,16 +157,8 @@ async def summarize_descriptions(
         else:
             r = g.relationships[element_id]
             name = f"{g.entities[r.source].name} -- {g.entities[r.target].name}"
-        kept, used = descs, 0
-        if sum(len(d) for d in descs) > _MAX_SUMMARY_INPUT_TOKENS:  # a token spans >= 1 character
-            kept = []
-            for d in descs:
-                n = tok.count(d)
-                if used + n > _MAX_SUMMARY_INPUT_TOKENS and kept:
-                    break
-                kept.append(d)
-                used += n
-        key = "summary:" + content_hash(provider.name, str(max_tokens), name, *kept, length=32)
+        kept = summary_input(descs, tok)
+        key = summary_key(provider.name, max_tokens, name, kept)
         text = memo.cache_get(key) if memo else None
         if text is None:
             try:
