@@ -11,11 +11,14 @@ units; (e) makes 0 calls.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 import sys
 import tempfile
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -30,11 +33,23 @@ def slug(i: int, title: str) -> str:
     return f"{i:03d}-" + re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:50] + ".md"
 
 
-def write_articles(folder: Path, articles: list[dict[str, str]], start: int = 0) -> list[Path]:
+def write_articles(folder: Path, articles: list[dict[str, str]], start: int = 0, *,
+                   front_matter: bool = False) -> list[Path]:
+    """One "# {title}\n\n{body}" .md file per article; with `front_matter`, the article's
+    corpus metadata (title, source, author, published date, category, url) opens the file as
+    YAML front matter, the way a team's exported articles or notes usually carry it."""
     out = []
     for i, a in enumerate(articles, start):
         p = folder / slug(i, a["title"])
-        p.write_text(f"# {a['title']}\n\n{a['body']}", encoding="utf-8")
+        head = ""
+        if front_matter:
+            fields = {"title": a["title"], "source": a.get("source"), "author": a.get("author"),
+                      "published": (dt.date.fromisoformat(a["published_at"][:10])
+                                    if a.get("published_at") else None),
+                      "category": a.get("category"), "url": a.get("url")}
+            head = "---\n" + yaml.safe_dump({k: v for k, v in fields.items() if v}, sort_keys=False,
+                                             allow_unicode=True, width=1000) + "---\n"
+        p.write_text(f"{head}# {a['title']}\n\n{a['body']}", encoding="utf-8")
         out.append(p)
     return out
 

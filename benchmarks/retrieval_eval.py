@@ -7,8 +7,9 @@ against basic_search's and against plain BM25 / vector / hybrid retrieval over t
     python benchmarks/retrieval_eval.py --index-dir /tmp/mh/idx  # reuse an index (built if missing)
 
 Corpus and index: the 609 MultiHop-RAG articles (../shared/eval-data/multihop-rag/corpus.json),
-one .md per article, "# {title}\\n\\n{body}" (benchmarks/incremental_bench.py:write_articles),
-indexed with the builtin offline provider and the builtin embedder. Without --index-dir the index
+one .md per article, "# {title}\\n\\n{body}" (benchmarks/incremental_bench.py:write_articles;
+with --front-matter, the article's source, author, date and category open it as YAML front
+matter, which Canopy puts in every unit's header), indexed with the builtin offline provider and the builtin embedder. Without --index-dir the index
 is built into a temp folder (~1 min) and removed afterwards.
 
 Questions: MultiHopRAG.json, 2,556 queries. Split by a hash of the query text: DEV is every query
@@ -101,7 +102,7 @@ def _clean_env() -> None:
 
 
 @contextmanager
-def multihop_index(index_dir: Path | None) -> Iterator[tuple[Path, Path]]:
+def multihop_index(index_dir: Path | None, front_matter: bool = False) -> Iterator[tuple[Path, Path]]:
     """(docs folder, index folder) of the 609-article builtin index: `index_dir` if it holds
     one (its docs folder is taken from the index), else built there, or in a temp folder that
     is removed afterwards."""
@@ -120,7 +121,7 @@ def multihop_index(index_dir: Path | None) -> Iterator[tuple[Path, Path]]:
             articles = json.loads(CORPUS.read_text(encoding="utf-8"))
             docs.mkdir(parents=True, exist_ok=True)
             if not any(docs.glob("*.md")):
-                write_articles(docs, articles)
+                write_articles(docs, articles, front_matter=front_matter)
             print(f"building the index of {len(articles)} articles in {index_dir} …",
                   file=sys.stderr)
             t0 = time.perf_counter()
@@ -299,15 +300,22 @@ def main() -> None:
     ap.add_argument("--split", choices=["dev", "heldout", "both"], default="dev")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of "
                     + ", ".join(SYSTEMS))
+    ap.add_argument("--front-matter", action="store_true",
+                    help="write each article with its corpus metadata (source, author, date, category) "
+                    "as YAML front matter; default: title and body only, as in the issue's references")
     ap.add_argument("--limit", type=int, default=None, help="first N questions of each split")
-    ap.add_argument("--out", type=Path, default=RESULTS / "retrieval_eval.json")
+    ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/"
+                    "retrieval_eval.json (retrieval_eval_front_matter.json with --front-matter)")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     splits = ["dev", "heldout"] if args.split == "both" else [args.split]
+    if args.out is None:
+        args.out = RESULTS / ("retrieval_eval_front_matter.json" if args.front_matter
+                              else "retrieval_eval.json")
 
     t0 = time.perf_counter()
     report: dict[str, Any] = {"machine": machine(), "splits": {}}
-    with multihop_index(args.index_dir) as (docs, index_dir):
+    with multihop_index(args.index_dir, args.front_matter) as (docs, index_dir):
         service, ctx = open_context(docs, index_dir)
         article = article_of_units(ctx)
         for split in splits:
@@ -318,6 +326,7 @@ def main() -> None:
             print(table(split, len(questions), results))
         service.close()
     report["settings"] = {"local_context_tokens": ctx.settings.local_context_tokens,
+                          "front_matter": args.front_matter,
                           "depth": DEPTH, "limit": args.limit}
     report["reference_hits@10"] = REFERENCE
     report["seconds"] = round(time.perf_counter() - t0, 1)

@@ -34,6 +34,24 @@ class Document:
     title: str
     n_chars: int
     labels: tuple[str, ...] = ()  # ACL labels from the policy; () with no policy
+    # (field, value) pairs of the document's front matter, as rendered for search and context
+    metadata: tuple[tuple[str, str], ...] = ()
+
+    def metadata_line(self) -> str:
+        """"source: X · date: Y": the metadata as one line ("" without metadata)."""
+        return " · ".join(f"{k}: {v}" for k, v in self.metadata)
+
+    def header(self) -> str:
+        """What every text unit of the document is indexed and shown under: its title and,
+        on a second line, its metadata. A unit from the middle of an article still matches
+        "the TechCrunch article of October 6" that way."""
+        line = self.metadata_line()
+        return f"{self.title}\n{line}" if line else self.title
+
+    def label(self) -> str:
+        """The title with its metadata in parentheses, on one line (context block titles)."""
+        line = self.metadata_line()
+        return f"{self.title} ({line})" if line else self.title
 
 
 @dataclass(frozen=True)

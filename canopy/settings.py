@@ -79,6 +79,11 @@ class InputSettings(BaseModel):
     exclude: list[str] = Field(
         ["**/.git/**", "**/node_modules/**", "**/.*"], description="Glob patterns never indexed"
     )
+    front_matter: bool = Field(
+        True, description="Read YAML front matter of Markdown files: its title names the document and its "
+        "other fields (source, author, date...) head every text unit for search and context")
+    metadata_fields: list[str] = Field(
+        [], description="Front-matter fields to keep (empty: every scalar or list field that is not a link)")
 
 
 class ChunkSettings(BaseModel):

@@ -100,6 +100,12 @@ def m002_acl_views(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m003_document_metadata(db: sqlite3.Connection) -> None:
+    """Front-matter metadata of documents (a JSON list of [field, value] pairs)."""
+    db.execute("ALTER TABLE documents ADD COLUMN metadata TEXT NOT NULL DEFAULT '[]'")
+
+
 _COUNTABLE = frozenset({"documents", "text_units", "entities", "relationships", "claims", "communities", "reports"})
 
 
@@ -202,8 +208,9 @@ class Store:
     # ---- reads ----------------------------------------------------------------------------
 
     def documents(self) -> dict[str, Document]:
-        rows = self._db.execute("SELECT id, path, content_hash, title, n_chars, labels FROM documents")
-        return {r[0]: Document(r[0], r[1], r[2], r[3], r[4], _t(r[5])) for r in rows}
+        rows = self._db.execute("SELECT id, path, content_hash, title, n_chars, labels, metadata FROM documents")
+        return {r[0]: Document(r[0], r[1], r[2], r[3], r[4], _t(r[5]), tuple(tuple(kv) for kv in json.loads(r[6])))
+                for r in rows}
 
     def text_units(self, document_ids: Iterable[str] | None = None) -> dict[str, TextUnit]:
         sql = "SELECT id, document_id, ordinal, text, n_tokens, char_start, char_end FROM text_units"
@@ -353,7 +360,8 @@ class Store:
         dropped; the LLM response cache still holds that work."""
         with self.transaction() as db:
             gen = self.generation + 1
-            _sync(db, "documents", "id", documents, lambda d: (d.id, d.path, d.content_hash, d.title, d.n_chars, _j(d.labels)))
+            _sync(db, "documents", "id", documents, lambda d: (d.id, d.path, d.content_hash, d.title, d.n_chars, _j(d.labels),
+                                                                    _j(d.metadata)))
             _sync(db, "text_units", "id", units, lambda u: (u.id, u.document_id, u.ordinal, u.text, u.n_tokens, u.char_start, u.char_end))
             keep = set(units) if keep_extractions is None else keep_extractions
             stale = [r[0] for r in db.execute("SELECT unit_id FROM extractions") if r[0] not in keep]

@@ -36,9 +36,10 @@ class _Item:
 
 
 def artifact_texts(units: dict[str, TextUnit], docs: dict[str, Document], graph: Graph) -> list[_Item]:
-    """What each searchable artifact is indexed by. Units carry their document title, which
-    measurably helps retrieval of news-like corpora."""
-    items = [_Item("text_units", u.id, f"{docs[u.document_id].title}\n{u.text}", (u.id,)) for u in units.values()]
+    """What each searchable artifact is indexed by. Units carry their document's header (title and
+    front-matter metadata), which measurably helps retrieval of news-like corpora."""
+    items = [_Item("text_units", u.id, f"{docs[u.document_id].header()}\n{u.text}", (u.id,))
+             for u in units.values()]
     items += [_Item("entities", e.id, f"{e.name}: {e.description}", e.text_unit_ids) for e in graph.entities.values()]
     items += [_Item("reports", r.community_id, r.full_text(), r.text_unit_ids, r.level) for r in graph.reports.values()]
     return items

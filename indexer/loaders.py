@@ -12,16 +12,21 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
+import datetime as dt
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from canopy.model import Skip
 from canopy.settings import CONFIG_FILENAME, INDEX_DIRNAME, InputSettings
 
-__all__ = ["LoadedDocument", "load_file", "scan_folder"]
+__all__ = ["LoadedDocument", "front_matter", "load_file", "metadata_pairs", "scan_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +35,8 @@ log = logging.getLogger(__name__)
 class LoadedDocument:
     path: str  # relative POSIX path
     title: str
-    text: str
+    text: str  # for Markdown with front matter: the body after it
+    metadata: tuple[tuple[str, str], ...] = ()  # rendered front-matter fields (metadata_pairs)
 
 
 class _SkipFile(Exception):
@@ -53,9 +59,15 @@ def scan_folder(root: Path, settings: InputSettings, index_dir: Path | None = No
             if size > settings.max_file_bytes:
                 raise _SkipFile(f"larger than max_file_bytes ({size} > {settings.max_file_bytes})")
             text = load_file(path)
+            fields: dict[str, Any] = {}
+            if settings.front_matter and path.suffix.lower() in _MARKDOWN:
+                fields, text = front_matter(text, rel)
             if not text.strip():
                 raise _SkipFile("no text content")
-            yield LoadedDocument(rel, _title(path, text), text)
+            title = fields.get("title")
+            title = " ".join(str(title).split())[:120] if _scalar(title) and str(title).strip() else ""
+            yield LoadedDocument(rel, title or _title(path, text), text,
+                                 metadata_pairs(fields, settings.metadata_fields))
         except _SkipFile as exc:
             yield Skip(rel, str(exc))
         except FileNotFoundError:
@@ -74,6 +86,70 @@ def _excluded(path: Path, rel: str, root: Path, index_dir: Path, settings: Input
     except ValueError:
         pass
     return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch("/" + rel, pat) for pat in settings.exclude)
+
+
+_MARKDOWN = frozenset({".md", ".markdown"})
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+MAX_VALUE_CHARS = 200  # a longer value is cut: the header repeats in every unit's context block
+MAX_FIELDS = 12
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][0-9:.]+(Z|[+-]\d{2}:?\d{2})?)?$")
+_LINK = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|mailto:|www\.)", re.IGNORECASE)
+
+
+def front_matter(text: str, rel: str = "") -> tuple[dict[str, Any], str]:
+    """(fields, body) of a Markdown text that opens with a YAML front-matter block; ({}, text)
+    when it has none, or when the block is not a YAML mapping (then it stays part of the text)."""
+    m = _FRONT_MATTER.match(text)
+    if not m:
+        return {}, text
+    try:
+        fields = yaml.safe_load(m.group(1) or "")
+    except yaml.YAMLError as exc:
+        log.warning("%s: front matter is not valid YAML, kept as text (%s)", rel, str(exc).splitlines()[0])
+        return {}, text
+    if fields is None:
+        fields = {}
+    if not isinstance(fields, dict):
+        return {}, text
+    return {str(k): v for k, v in fields.items()}, text[m.end():]
+
+
+def metadata_pairs(fields: dict[str, Any], keep: list[str] | None = None) -> tuple[tuple[str, str], ...]:
+    """Front-matter fields as (field, value) text pairs: scalars, dates written out ("October 6,
+    2023", as people ask for them) and lists of scalars; not the title (the document's name),
+    flags, nested mappings or links (their words would match every question about the web)."""
+    wanted = {k.lower() for k in keep or []}
+    out: list[tuple[str, str]] = []
+    for key, value in fields.items():
+        name = " ".join(key.split())
+        if not name or name.lower() == "title" or (wanted and name.lower() not in wanted):
+            continue
+        items = value if isinstance(value, list) else [value]
+        rendered = [r for r in (_render(v) for v in items) if r]
+        if rendered:
+            text = ", ".join(rendered)
+            if len(text) > MAX_VALUE_CHARS:
+                text = text[:MAX_VALUE_CHARS].rstrip() + "…"
+            out.append((name, text))
+    return tuple(out[:MAX_FIELDS])
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float, dt.date)) and not isinstance(value, bool)
+
+
+def _render(value: Any) -> str:
+    if not _scalar(value):
+        return ""
+    if isinstance(value, str) and _ISO_DATE.match(value.strip()):  # a quoted date
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            pass
+    if isinstance(value, dt.date):  # datetime is a date too; the time of day is dropped
+        return f"{value:%B} {value.day}, {value.year}"
+    text = " ".join(str(value).split())
+    return "" if _LINK.match(text) else text
 
 
 def _title(path: Path, text: str) -> str:

@@ -76,7 +76,7 @@ def plan_documents(
         doc_id = old.id if old is not None else "doc-" + content_hash(ld.path)
         while doc_id in docs:  # a renamed file's old path reused by another file
             doc_id = "doc-" + content_hash(doc_id, ld.path)
-        docs[doc_id] = Document(doc_id, ld.path, h, ld.title, len(ld.text), labeler(ld.path))
+        docs[doc_id] = Document(doc_id, ld.path, h, ld.title, len(ld.text), labeler(ld.path), ld.metadata)
         texts[doc_id] = ld.text
     return docs, texts
 

@@ -51,9 +51,12 @@ class SearchResult(BaseModel):
 class SourceSpan(BaseModel):
     text_unit_id: str
     document: str = Field(description="Document path relative to the indexed folder")
-    char_start: int
+    char_start: int = Field(description="Offset in the document's text as loaded (for Markdown, "
+                            "after its front matter; for HTML, PDF and DOCX, in the extracted text)")
     char_end: int
     text: str
+    metadata: dict[str, str] = Field(default_factory=dict, description="The document's front-matter "
+                                     "fields (source, author, date...), when it has any")
 
 
 class EntityCard(BaseModel):

@@ -60,12 +60,18 @@ LABELS = ("board", "hr", "legal", "lab", "exec")
 # path -> (text, canaries). Canaries occur in that document only; each shares sentences with
 # public entities (Helio Cells Ltd, Maria Okafor, Eindhoven, ...).
 RESTRICTED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "restricted/board/zephyr.md": ("""# Project Zephyr: acquisition memo
+    "restricted/board/zephyr.md": ("""---
+title: "Project Zephyr: acquisition memo"
+source: Board desk, file CANARY-8b6d
+date: 2024-05-14
+---
+# Project Zephyr: acquisition memo
 
 Zebulon Quartzfield leads Project Zephyr, a confidential acquisition study at Northwind Robotics. Zebulon Quartzfield met Maria Okafor in Eindhoven in May 2024 to discuss Okonkwo Brightwater Holdings. The code word for the deal is CANARY-7f3a, and CANARY-7f3a must never appear outside the board.
 
 Okonkwo Brightwater Holdings offered to buy Helio Cells Ltd for 41 million pounds. Zebulon Quartzfield told Sofia Brandt that Okonkwo Brightwater Holdings would keep Line 3 in Sheffield running. Helio Cells Ltd and Okonkwo Brightwater Holdings signed a letter of intent in Rotterdam; CANARY-7f3a was the file name.
-""", ("Zebulon Quartzfield", "Okonkwo Brightwater Holdings", "Project Zephyr", "CANARY-7f3a")),
+""", ("Zebulon Quartzfield", "Okonkwo Brightwater Holdings", "Project Zephyr", "CANARY-7f3a",
+      "CANARY-8b6d")),  # the last only in its front matter: metadata is guarded like text
     "restricted/hr/review.md": ("""# Performance review: Project Tern
 
 Philippa Marrowgate reviewed Jonas Lindqvist for Project Tern in December 2024. Philippa Marrowgate hired Thistledown Vexley Partners to interview the Tern team in Eindhoven. The review is filed under CANARY-91bd.
@@ -89,7 +95,7 @@ Cobaltreach Meridian AG will ship Orion cells to Northwind Robotics through Blue
 QUERIES = [
     "What are the main risks across the supply chain?",
     "Who is Zebulon Quartzfield and what is Okonkwo Brightwater Holdings buying?",
-    "What is CANARY-7f3a? What do CANARY-91bd, CANARY-c04e and CANARY-5e21 refer to?",
+    "What is CANARY-7f3a? What do CANARY-91bd, CANARY-c04e, CANARY-5e21 and CANARY-8b6d refer to?",
     "What did Philippa Marrowgate and Thistledown Vexley Partners find about Jonas Lindqvist?",
     "Ignatius Fernhollow Quillon Sarabande Trust claim against Helio Cells Ltd",
     "Wilhelmina Ostrovane Cobaltreach Meridian AG Project Orion solid-state cells",
@@ -404,6 +410,7 @@ def test_canaries_are_indexed_and_reach_a_principal_who_may_read_them(leak_index
         t = asyncio.run(sweep(svc, "admin", queries=QUERIES[1:3], findings=False, entity_sample=10))
         answers = "\n".join(text for asked, text in t.outputs if "zebulon" not in asked).lower()
         assert "zebulon quartzfield" in answers and "canary-7f3a" in answers
+        assert "canary-8b6d" in answers  # front-matter metadata is indexed and served
         ctx = svc.context(svc.principal("staff"))
         tokens = forbidden(base_policy, "staff", docs)
         readable = ctx.vis.readable_units

@@ -4,7 +4,8 @@ Whole-unit BM25 favours units that mention many of a long question's words. A mu
 question ("Did the TechCrunch report on X and The Verge's article on Y both ...?") combines
 facts that are each stated in one sentence of a different article, so a unit is scored by
 
-    bm25(unit)                      over the question's terms (title + text, as indexed)
+    bm25(unit)                      over the question's terms (header + text, as indexed: the
+                                    header is the document's title and front-matter metadata)
   + BIGRAM   * question bigrams     pairs of adjacent content words found in the unit
   + SENTENCE * best window          idf mass of question terms in its best two-sentence window
   + CLAUSE   * best clause          max over the question's clauses c of m_c**2 / M_c, where m_c
@@ -107,7 +108,7 @@ class CorpusStats:
         lengths = np.zeros(len(self.order), dtype=np.float64)
         for i, uid in enumerate(self.order):
             doc = view.document_of(uid)
-            terms = lexical_terms(f"{doc.title if doc else ''}\n{view.units[uid].text}")
+            terms = lexical_terms(f"{doc.header() if doc else ''}\n{view.units[uid].text}")
             lengths[i] = len(terms)
             for t in set(terms):
                 postings.setdefault(t, []).append(i)
@@ -149,7 +150,7 @@ class CorpusStats:
         doc = ctx.view.document_of(unit_id)
         sentences = [s.strip() for s in _SENTENCE.split(unit.text) if s and s.strip()]
         terms = [lexical_terms(s) for s in sentences]
-        title = lexical_terms(doc.title) if doc else []
+        title = lexical_terms(doc.header()) if doc else []
         flat = title + [t for ts in terms for t in ts]
         sets = [frozenset(ts) for ts in terms] or [frozenset()]
         windows = [frozenset().union(*sets[i:i + WINDOW])

@@ -152,11 +152,12 @@ def report_block(report: Report) -> ContextBlock:
 
 
 def unit_block(ctx: QueryContext, unit_id: str, *, text: str | None = None) -> ContextBlock:
-    """A servable text unit as a block titled by its document (`text`: an excerpt of it)."""
+    """A servable text unit as a block titled by its document and the document's metadata, so
+    the answer can say which source and date a fact comes from (`text`: an excerpt of it)."""
     unit = ctx.view.units[unit_id]
     doc = ctx.view.document_of(unit_id)
     assert doc is not None
-    return ContextBlock("text_unit", unit_id, doc.title, unit.text if text is None else text,
+    return ContextBlock("text_unit", unit_id, doc.label(), unit.text if text is None else text,
                         source=doc.path)
 
 

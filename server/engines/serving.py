@@ -450,7 +450,7 @@ def span_of(ctx: QueryContext, unit: TextUnit) -> SourceSpan:
     own = unit.char_end - unit.char_start
     text = unit.text[len(unit.text) - own:] if 0 < own <= len(unit.text) else unit.text
     return SourceSpan(text_unit_id=unit.id, document=doc.path, char_start=unit.char_start,
-                      char_end=unit.char_end, text=text)
+                      char_end=unit.char_end, text=text, metadata=dict(doc.metadata))
 
 
 def block_citation(block: ContextBlock) -> Citation:
