@@ -498,6 +498,46 @@ class TestLocalRanking:
         assert bob[only_hidden] > everyone[only_hidden]  # df 0 for bob
         assert stats is corpus_stats(restricted)  # one per view, shared by callers
 
+    def test_each_clause_gets_a_unit_before_a_covered_clause_gets_a_second(self):
+        from server.engines.evidence import COVER, cover_clauses
+
+        # a1, b1 state clause 0 (the better matches); c1 states clause 1; a2 is a1's document.
+        ranked = ["a1", "a2", "b1", "c1"]
+        scores = {"a1": 10.0, "a2": 9.9, "b1": 9.5, "c1": 8.0}
+        masses = {"a1": [5.0, 0.0], "a2": [5.0, 0.0], "b1": [4.5, 0.0], "c1": [0.0, 3.0]}
+        doc = {"a1": "A", "a2": "A", "b1": "B", "c1": "C"}.__getitem__
+        assert 8.0 + COVER * 3.0 > 9.5
+        assert cover_clauses(ranked, scores, masses, doc) == ["a1", "c1", "b1", "a2"]
+        assert cover_clauses(ranked, scores, masses, doc, docs=1) == ["a1", "a2", "b1", "c1"]
+        no_clauses = {u: [] for u in ranked}
+        assert cover_clauses(ranked, scores, no_clauses, doc) == ranked
+
+    def test_the_document_header_counts_in_every_sentence_window(self, tmp_path):
+        """"According to the Nordwind Gazette, ... cranes": the source is in the front matter,
+        the fact in the third paragraph; the window scoring that clause sees both."""
+        from server.engines.evidence import corpus_stats
+
+        docs = tmp_path / "docs"
+        docs.mkdir()
+        (docs / "a.md").write_text("---\nsource: Nordwind Gazette\n---\n# Port news\n\n"
+                                   "Ships arrived. Weather was calm.\n\nThe union met.\n\n"
+                                   "Twelve cranes were moved along the quay.\n", encoding="utf-8")
+        (docs / "b.md").write_text("# Other\n\nCranes were moved at another quay.\n", encoding="utf-8")
+        ws = open_workspace(docs, index_dir=tmp_path / "idx")
+        build_index(ws)
+        svc = CanopyService(ws)
+        try:
+            c = svc.context(svc.principal(None))
+            unit = next(u for u in c.view.units.values() if "Twelve" in u.text)
+            ev = corpus_stats(c).unit(c, unit.id)
+            from canopy.providers.hashing import lexical_terms
+
+            clause = set(lexical_terms("the Nordwind Gazette cranes"))
+            assert any(clause <= w for w in ev.windows)
+            assert not any(clause <= set(lexical_terms(s)) for s in ev.sentences)
+        finally:
+            svc.close()
+
     def test_the_builtin_embedders_vectors_weigh_a_tenth_in_hybrid_search(self, ctx):
         from canopy.vectors import rrf
         from server.engines.evidence import LEXICAL_VECTOR_WEIGHT, vector_weight

@@ -8,9 +8,13 @@ facts that are each stated in one sentence of a different article, so a unit is 
                                     header is the document's title and front-matter metadata)
   + BIGRAM   * question bigrams     pairs of adjacent content words found in the unit
   + SENTENCE * best window          idf mass of question terms in its best two-sentence window
+                                    (windows include the header: it is said of every sentence)
   + CLAUSE   * best clause          max over the question's clauses c of m_c**2 / M_c, where m_c
                                     is the idf mass of c's terms in the unit's best window and
                                     M_c that of the whole clause: one window stating one clause
+
+The head of the ranking is then re-chosen greedily (cover_clauses): one unit per document, each
+adding the most clause mass not yet matched, so that every clause of the question gets its unit.
 
 Candidates are pooled from full-text search for the question and for each of its clauses,
 vector search, and the units behind the graph items the caller passes (local search's entities
@@ -49,6 +53,7 @@ __all__ = [
     "LEXICAL_VECTOR_WEIGHT",
     "UnitEvidence",
     "corpus_stats",
+    "cover_clauses",
     "excerpt",
     "per_view",
     "rank_units",
@@ -66,6 +71,8 @@ BIGRAM = 1.0
 SENTENCE = 1.0
 CLAUSE = 2.0
 WINDOW = 2  # sentences per window
+COVER = 3.0  # weight of the clause mass a unit adds to those already covered (cover_clauses)
+COVER_DOCS = 10
 _K1, _B = 1.2, 0.75
 # RRF weight of a lexical embedder's ranking against full-text search's (hybrid searches): with
 # the builtin embedder, equal fusion loses 0.11 Hits@10 on MultiHop-RAG against BM25 alone, and
@@ -90,7 +97,7 @@ def split_clauses(query: str) -> list[str]:
 class UnitEvidence:
     sentences: list[str]  # the unit's sentences (its text, not its title)
     sentence_terms: list[frozenset[str]]
-    windows: list[frozenset[str]]  # terms of each run of WINDOW consecutive sentences
+    windows: list[frozenset[str]]  # terms of each run of WINDOW consecutive sentences + header
     tf: Counter[str]  # term counts of title + text
     bigrams: frozenset[tuple[str, str]]
     length: int  # terms of title + text
@@ -153,7 +160,10 @@ class CorpusStats:
         title = lexical_terms(doc.header()) if doc else []
         flat = title + [t for ts in terms for t in ts]
         sets = [frozenset(ts) for ts in terms] or [frozenset()]
-        windows = [frozenset().union(*sets[i:i + WINDOW])
+        # The header (title, source, date...) is said of every sentence: "the TechCrunch
+        # article" plus a sentence's fact is one clause matched in one window.
+        header = frozenset(title)
+        windows = [frozenset().union(*sets[i:i + WINDOW]) | header
                    for i in range(max(1, len(sets) - WINDOW + 1))]
         bigrams = frozenset(p for ts in [title, *terms] for p in pairwise(ts))
         ev = UnitEvidence(sentences, sets, windows, Counter(flat), bigrams, len(flat))
@@ -206,7 +216,8 @@ class _Query:
     def mass(terms: frozenset[str], weights: dict[str, float]) -> float:
         return sum(weights[t] for t in terms & weights.keys())
 
-    def score(self, ev: UnitEvidence) -> float:
+    def score(self, ev: UnitEvidence) -> tuple[float, list[float]]:
+        """The unit's score, and the idf mass of each clause's terms in its best window."""
         norm = _K1 * (1 - _B + _B * ev.length / self.avg_length)
         bm25 = sum(w * tf * (_K1 + 1) / (tf + norm)
                    for t, w in self.weights.items() if (tf := ev.tf.get(t, 0)))
@@ -214,12 +225,42 @@ class _Query:
         matched = [win & self.weights.keys() for win in ev.windows]
         best = max(sum(self.weights[t] for t in m) for m in matched)
         clause = 0.0
+        masses: list[float] = []
         for weights in self.clauses:
             total = sum(weights.values())
+            m = max(sum(weights.get(t, 0.0) for t in terms) for terms in matched) if total else 0.0
+            masses.append(m)
             if total > 0:
-                m = max(sum(weights.get(t, 0.0) for t in terms) for terms in matched)
                 clause = max(clause, m * m / total)
-        return bm25 + BIGRAM * bigrams + SENTENCE * best + CLAUSE * clause
+        return bm25 + BIGRAM * bigrams + SENTENCE * best + CLAUSE * clause, masses
+
+
+def cover_clauses(ranked: list[str], scores: dict[str, float], masses: dict[str, list[float]],
+                  document_of: Callable[[str], str], *, docs: int = COVER_DOCS) -> list[str]:
+    """`ranked` with its head re-chosen greedily, one unit per document for `docs` documents:
+    each pick maximises score + COVER * the clause mass it adds over the clauses' best matches
+    so far. A question joining facts from several articles gets a unit for each clause before
+    a second, slightly better match of a clause already covered."""
+    if not ranked or not masses.get(ranked[0]):
+        return ranked
+    covered = [0.0] * len(masses[ranked[0]])
+    position = {u: i for i, u in enumerate(ranked)}
+    head: list[str] = []
+    seen: set[str] = set()
+    remaining = list(ranked)
+    while remaining and len(head) < docs:
+        best = max(remaining, key=lambda u: (
+            scores[u] + COVER * sum(max(0.0, m - c) for m, c in zip(masses[u], covered, strict=True)),
+            -position[u]))
+        remaining.remove(best)
+        doc = document_of(best)
+        if doc in seen:
+            continue
+        seen.add(doc)
+        head.append(best)
+        covered = [max(m, c) for m, c in zip(masses[best], covered, strict=True)]
+    chosen = set(head)
+    return head + [u for u in ranked if u not in chosen]
 
 
 def vector_weight(ctx: QueryContext) -> float:
@@ -245,8 +286,12 @@ def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
                                       hidden_acl=hidden)]
     pool += by_vector
     pool += [u for u in support if u in ctx.view.units and ctx.vis.can_see([u])]
-    scores = {u: q.score(stats.unit(ctx, u)) for u in dict.fromkeys(pool)}
+    scores: dict[str, float] = {}
+    masses: dict[str, list[float]] = {}
+    for u in dict.fromkeys(pool):
+        scores[u], masses[u] = q.score(stats.unit(ctx, u))
     ranked = [u for u in sorted(scores, key=lambda u: (-scores[u], u)) if scores[u] > 0]
+    ranked = cover_clauses(ranked, scores, masses, lambda u: ctx.view.units[u].document_id)
     if getattr(ctx.view.embedder, "lexical", False):
         return ranked + [u for u in by_vector if scores[u] <= 0]
     return [h.id for h in rrf(ranked, by_vector)]
