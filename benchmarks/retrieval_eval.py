@@ -37,6 +37,9 @@ Systems (same index, same builtin embeddings):
 - `basic_search`: the units basic_search (default k=10) puts into its context
   (basic_engine.basic_context: k units packed into ctx.settings.local_context_tokens);
 - `local_ranking`: local_search's text-unit ranking (evidence.rank_units) before the budget;
+- `minilm`, `bm25_minilm`, `local_minilm` (only with --minilm-model): a sentence-transformers
+  model's ranking of the units alone, fused with bm25 (the issue's "BM25 + MiniLM" reference
+  setup), and fused with local_ranking, by equal-weight reciprocal rank fusion;
 - `local_search`: the text units of local_search's context (build_local_context with
   ctx.settings.local_context_tokens, 8000 by default).
 `articles` in the table is the mean number of distinct articles a system returns: the context's
@@ -206,6 +209,14 @@ def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[
         def ranking(q: str) -> list[str]:
             return rank_units(ctx, q, ctx.view.embedder.embed_sync([q])[0])
         return ranking
+    if name in MINILM_SYSTEMS:
+        from canopy.vectors import rrf
+
+        minilm = _MINILM[0]
+        if name == "minilm":
+            return minilm.ranking
+        other = system_units(ctx, "bm25" if name == "bm25_minilm" else "local_ranking")
+        return lambda q: [h.id for h in rrf(other(q), minilm.ranking(q))]
     if name == "local_search":
         def local(q: str) -> list[str]:
             blocks = asyncio.run(build_local_context(ctx, q, budget=budget)).blocks
@@ -216,6 +227,40 @@ def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[
 
 SYSTEMS = ("bm25", "vector", "hybrid", "hybrid_weighted", "basic_search", "local_ranking",
            "local_search")
+MINILM_SYSTEMS = ("minilm", "bm25_minilm", "local_minilm")
+
+
+class MiniLM:
+    """A sentence-transformers model (e.g. all-MiniLM-L6-v2) over the index's text units, each
+    embedded as it is indexed ("{header}\\n{text}"; the model truncates at its max_seq_length).
+    Unit vectors are cached beside the index. Needs `pip install sentence-transformers` (and a
+    CPU torch); the model folder is given with --minilm-model."""
+
+    def __init__(self, ctx, model_dir: Path, cache: Path) -> None:  # type: ignore[no-untyped-def]
+        import numpy as np
+        from sentence_transformers import SentenceTransformer
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.model = SentenceTransformer(str(model_dir), device="cpu")
+        self.ids = sorted(ctx.view.units)
+        key = hashlib.sha256(("\n".join(self.ids) + str(model_dir)).encode()).hexdigest()[:16]
+        path = cache / f"minilm-units-{key}.npy"
+        if path.exists():
+            self.units = np.load(path)
+        else:
+            print(f"embedding {len(self.ids)} units with {model_dir} …", file=sys.stderr)
+            texts = [f"{ctx.view.document_of(u).header()}\n{ctx.view.units[u].text}" for u in self.ids]
+            self.units = self.model.encode(texts, batch_size=32, normalize_embeddings=True)
+            np.save(path, self.units)
+
+    def ranking(self, query: str, k: int = DEPTH) -> list[str]:
+        import numpy as np
+
+        q = self.model.encode([query], normalize_embeddings=True)[0]
+        return [self.ids[i] for i in np.argsort(-(self.units @ q))[:k]]
+
+
+_MINILM: list[MiniLM] = []
 
 
 # ---- scoring ------------------------------------------------------------------------------------
@@ -303,6 +348,9 @@ def main() -> None:
     ap.add_argument("--front-matter", action="store_true",
                     help="write each article with its corpus metadata (source, author, date, category) "
                     "as YAML front matter; default: title and body only, as in the issue's references")
+    ap.add_argument("--minilm-model", type=Path, default=None,
+                    help="a sentence-transformers model folder (e.g. all-MiniLM-L6-v2) for the systems "
+                    + ", ".join(MINILM_SYSTEMS) + " (needs sentence-transformers installed)")
     ap.add_argument("--limit", type=int, default=None, help="first N questions of each split")
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/"
                     "retrieval_eval.json (retrieval_eval_front_matter.json with --front-matter)")
@@ -318,6 +366,10 @@ def main() -> None:
     with multihop_index(args.index_dir, args.front_matter) as (docs, index_dir):
         service, ctx = open_context(docs, index_dir)
         article = article_of_units(ctx)
+        if any(s in MINILM_SYSTEMS for s in systems):
+            if args.minilm_model is None:
+                ap.error("the minilm systems need --minilm-model DIR")
+            _MINILM.append(MiniLM(ctx, args.minilm_model, index_dir))
         for split in splits:
             questions = load_questions(split)[: args.limit]
             print(f"{split}: {len(questions)} questions", file=sys.stderr)
