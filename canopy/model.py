@@ -6,6 +6,7 @@ derived from (`text_unit_ids`). Serving rules (design §2) are checked against e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -23,7 +24,13 @@ __all__ = [
     "Skip",
     "TextUnit",
     "UnitFailure",
+    "metadata_line",
 ]
+
+
+def metadata_line(pairs: Iterable[tuple[str, str]]) -> str:
+    """"source: X · date: Y": front-matter metadata as one line ("" without any)."""
+    return " · ".join(f"{k}: {v}" for k, v in pairs)
 
 
 @dataclass(frozen=True)
@@ -38,8 +45,7 @@ class Document:
     metadata: tuple[tuple[str, str], ...] = ()
 
     def metadata_line(self) -> str:
-        """"source: X · date: Y": the metadata as one line ("" without metadata)."""
-        return " · ".join(f"{k}: {v}" for k, v in self.metadata)
+        return metadata_line(self.metadata)
 
     def header(self) -> str:
         """What every text unit of the document is indexed and shown under: its title and,

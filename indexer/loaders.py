@@ -10,9 +10,9 @@ reason that `canopy status` shows.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import fnmatch
 import io
-import datetime as dt
 import json
 import logging
 import re

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from canopy.model import metadata_line
 from server.results import Citation, CommunityCard, DrillResult, SearchResult, SourceSpan, UsageInfo
 from server.status import IndexStatus
 
@@ -83,7 +84,7 @@ def _card(c: CommunityCard) -> str:
 def span_text(s: SourceSpan, limit: int | None = None) -> str:
     head = f"[text_unit {s.text_unit_id}] {s.document}, characters {s.char_start}-{s.char_end}"
     if s.metadata:
-        head += " (" + " · ".join(f"{k}: {v}" for k, v in s.metadata.items()) + ")"
+        head += f" ({metadata_line(s.metadata.items())})"
     body = s.text.strip() if limit is None else _trim(s.text, limit, f"canopy://units/{s.text_unit_id}")
     return f"{head}\n{body}"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from canopy.settings import InputSettings
 from canopy.store import Store
 from indexer.loaders import front_matter, load_file, metadata_pairs, scan_folder
-from canopy.settings import InputSettings
 from server.engines import basic_search, local_search, source_span
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
@@ -148,8 +148,8 @@ def _pdf_bytes(line: str) -> bytes:
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+         b"/Resources << /Font << /F1 5 0 R >> >> >>"),
         b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]

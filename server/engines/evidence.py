@@ -98,9 +98,9 @@ class UnitEvidence:
     sentences: list[str]  # the unit's sentences (its text, not its title)
     sentence_terms: list[frozenset[str]]
     windows: list[frozenset[str]]  # terms of each run of WINDOW consecutive sentences + header
-    tf: Counter[str]  # term counts of title + text
+    tf: Counter[str]  # term counts of header + text
     bigrams: frozenset[tuple[str, str]]
-    length: int  # terms of title + text
+    length: int  # terms of header + text
     sentence_tokens: list[int] | None = None  # tokens of each sentence, when first needed
 
 
@@ -157,15 +157,15 @@ class CorpusStats:
         doc = ctx.view.document_of(unit_id)
         sentences = [s.strip() for s in _SENTENCE.split(unit.text) if s and s.strip()]
         terms = [lexical_terms(s) for s in sentences]
-        title = lexical_terms(doc.header()) if doc else []
-        flat = title + [t for ts in terms for t in ts]
+        head = lexical_terms(doc.header()) if doc else []
+        flat = head + [t for ts in terms for t in ts]
         sets = [frozenset(ts) for ts in terms] or [frozenset()]
         # The header (title, source, date...) is said of every sentence: "the TechCrunch
         # article" plus a sentence's fact is one clause matched in one window.
-        header = frozenset(title)
+        header = frozenset(head)
         windows = [frozenset().union(*sets[i:i + WINDOW]) | header
                    for i in range(max(1, len(sets) - WINDOW + 1))]
-        bigrams = frozenset(p for ts in [title, *terms] for p in pairwise(ts))
+        bigrams = frozenset(p for ts in [head, *terms] for p in pairwise(ts))
         ev = UnitEvidence(sentences, sets, windows, Counter(flat), bigrams, len(flat))
         with self._lock:
             self._units[unit_id] = ev
