@@ -163,13 +163,15 @@ class Claim:
 
 @dataclass(frozen=True)
 class Community:
+    """A community with its members, as a report is written from it. The store keeps the
+    hierarchy and memberships in tables and assembles this on demand (canopy.store)."""
+
     id: str
     level: int
     parent: str | None
     children: tuple[str, ...]
     entity_ids: tuple[str, ...]
     relationship_ids: tuple[str, ...]  # relationships with both endpoints inside
-    text_unit_ids: tuple[str, ...]  # union of members' provenance
     fingerprint: str = ""  # hash of members' and children's content; reports regenerate on change
 
 

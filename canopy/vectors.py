@@ -1,42 +1,51 @@
-"""LanceDB tables for vector and full-text (BM25) retrieval; derived data, rebuilt from SQLite.
+"""LanceDB tables for vector and full-text (BM25) retrieval: derived data, rebuilt from SQLite.
 
-Three tables - `text_units`, `entities`, `reports` - share one schema. Each row carries the
-text-unit ids it derives from and its ACL classes (the distinct label sets of those units), so
-retrieval can *prefilter* by what a caller may read before ranking (design §5): scores, counts and
-top-k never reflect hidden rows.
+Three tables - `text_units`, `entities`, `reports` - share one schema. Each row carries the ACL
+classes of the units it derives from, so retrieval *prefilters* by what a caller may read before
+ranking (design §5): scores, counts and top-k never reflect hidden rows.
 
-Hybrid retrieval fuses the vector and full-text rankings with reciprocal rank fusion. Table
-versions are recorded with each committed generation; readers check out those versions, so a
-half-written update is never visible.
+Writes are diffs (rows of changed artifacts deleted and added); rows appended since the last
+index optimization are searched by a flat scan until `maintain` folds them into the full-text
+index, which happens when they pass a share of the table. Every committed generation records
+the table versions it was written with; readers check out exactly those (`reader`), and a
+writer first rolls the tables back to the committed versions (`restore`), so a crashed update
+leaves nothing behind that a later one could duplicate.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import lancedb
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Hit", "TABLES", "VectorRow", "VectorStore", "acl_class", "rrf"]
+__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
 _RRF_K = 60
 _WORD = re.compile(r"\w+", re.UNICODE)  # FTS query syntax characters are dropped, words kept
+# Unindexed rows are scanned flat: fold them into the FTS index past this share of the table.
+_UNINDEXED_SHARE = 0.1
+_UNINDEXED_MIN = 2000
+_KEEP_VERSIONS = timedelta(hours=1)  # readers hold a generation's versions for one request
 
 
 @dataclass(frozen=True)
 class VectorRow:
     id: str
     text: str  # what is embedded and full-text indexed
-    hash: str  # content hash of `text` (+ model); a changed hash replaces the row
+    hash: str  # content hash of the row (text, model, ACL classes)
     vector: np.ndarray
-    unit_ids: tuple[str, ...]
-    acl: tuple[str, ...]
+    acl: tuple[int, ...]  # ACL classes of the units the row derives from
     level: int = -1
 
 
@@ -46,16 +55,11 @@ class Hit:
     score: float
 
 
-def acl_class(labels: tuple[str, ...]) -> str:
-    """Canonical key of one label set ("" = unrestricted)."""
-    return "+".join(sorted(labels))
-
-
 def _schema(dims: int) -> pa.Schema:
     return pa.schema([
         ("id", pa.string()), ("text", pa.string()), ("hash", pa.string()),
-        ("vector", pa.list_(pa.float32(), dims)), ("unit_ids", pa.list_(pa.string())),
-        ("acl", pa.list_(pa.string())), ("level", pa.int32()),
+        ("vector", pa.list_(pa.float32(), dims)), ("acl", pa.list_(pa.int32())),
+        ("level", pa.int32()),
     ])
 
 
@@ -70,79 +74,124 @@ def rrf(*rankings: list[str], k: int = _RRF_K, weights: list[float] | None = Non
     return [Hit(i, s) for i, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def _quote(values: list[str]) -> str:
+def _quote(values: Iterable[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
 class VectorStore:
+    """The LanceDB tables of one index folder (the writer's side, and readers' factory)."""
+
     def __init__(self, index_dir: Path, dims: int) -> None:
-        self.path = index_dir / "lance"
+        self.path = Path(index_dir) / "lance"
         self.dims = dims
         self._db = lancedb.connect(str(self.path))
-        self._tables: dict[str, lancedb.table.Table] = {}
+        self._local = threading.local()
+        self._clearing: set[str] = set()
 
-    def _table(self, name: str, create: bool = False) -> lancedb.table.Table | None:
-        if name not in self._tables:
-            if name in self._db.list_tables().tables:
-                self._tables[name] = self._db.open_table(name)
-            elif create:
-                self._tables[name] = self._db.create_table(name, schema=_schema(self.dims))
-            else:
-                return None
-        return self._tables[name]
+    def _table(self, name: str) -> Any | None:
+        if name in self._db.list_tables().tables:
+            return self._db.open_table(name)
+        return None
 
     # ---- writing --------------------------------------------------------------------------
 
-    def existing_hashes(self, name: str) -> dict[str, str]:
-        t = self._table(name)
-        if t is None:
-            return {}
-        t.checkout_latest()
-        data = t.to_arrow().select(["id", "hash"]).to_pydict()
-        return dict(zip(data["id"], data["hash"], strict=True))
-
-    def sync(self, name: str, wanted: dict[str, str], rows: list[VectorRow]) -> int:
-        """Make table `name` hold exactly the ids in `wanted` (id -> hash); `rows` carries the
-        new or changed rows. Idempotent, so a crash between sync and commit is repaired by rerun.
-        Returns the table version to record with the generation."""
-        t = self._table(name, create=True)
-        assert t is not None
-        t.checkout_latest()
-        have = self.existing_hashes(name)
-        stale = [i for i, h in have.items() if wanted.get(i) != h]
-        for i in range(0, len(stale), 500):
-            t.delete(f"id IN ({_quote(stale[i:i + 500])})")
-        if rows:
-            t.add(pa.Table.from_pylist([
-                {"id": r.id, "text": r.text, "hash": r.hash, "vector": r.vector.astype(np.float32),
-                 "unit_ids": list(r.unit_ids), "acl": list(r.acl), "level": r.level}
-                for r in rows
-            ], schema=_schema(self.dims)))
-        if stale or rows or not t.list_indices():
-            t.create_fts_index("text", replace=True)
-        return int(t.version)
-
-    def delete_derived_from(self, unit_ids: list[str]) -> dict[str, int]:
-        """Drop every row derived from any of these units (revocation before regeneration);
-        returns the new table versions."""
-        versions: dict[str, int] = {}
+    def restore(self, versions: dict[str, int]) -> None:
+        """Roll each table back to the version its committed generation recorded (tables the
+        generation does not know are dropped): what a crashed update wrote is undone."""
         for name in TABLES:
             t = self._table(name)
             if t is None:
                 continue
-            t.checkout_latest()
-            for i in range(0, len(unit_ids), 200):
-                t.delete(f"array_has_any(unit_ids, [{_quote(unit_ids[i:i + 200])}])")
-            versions[name] = int(t.version)
-        return versions
+            version = versions.get(name)
+            if version is None:
+                self._db.drop_table(name)
+            elif t.version != version:
+                t.restore(version)
+
+    def clear(self) -> None:
+        """Empty every table before this writer's first write to it (a full rebuild). Rows are
+        deleted rather than tables dropped, so readers of the committed versions carry on; a
+        table whose vectors have another width (another embedder) is dropped."""
+        self._clearing = set(TABLES)
+
+    def _clear(self, name: str, t: Any) -> Any:
+        self._clearing.discard(name)
+        width = t.schema.field("vector").type.list_size if t is not None else None
+        if t is not None and width == self.dims:
+            t.delete("true")
+            return t
+        if t is not None:
+            self._db.drop_table(name)
+        return self._db.create_table(name, schema=_schema(self.dims)) if self.dims else None
+
+    def write(self, name: str, delete: Iterable[str], rows: list[VectorRow]) -> None:
+        """Delete rows with these ids, then add `rows` (ids of changed rows appear in both)."""
+        t = self._table(name)
+        if name in self._clearing:
+            t = self._clear(name, t)
+        if t is None:
+            if not rows or not self.dims:
+                return
+            t = self._db.create_table(name, schema=_schema(self.dims))
+        ids = sorted(set(delete))
+        for i in range(0, len(ids), 500):
+            t.delete(f"id IN ({_quote(ids[i:i + 500])})")
+        for i in range(0, len(rows), 5000):
+            t.add(pa.Table.from_pylist([
+                {"id": r.id, "text": r.text, "hash": r.hash, "vector": r.vector.astype(np.float32),
+                 "acl": list(r.acl), "level": r.level} for r in rows[i:i + 5000]
+            ], schema=_schema(self.dims)))
+
+    def maintain(self, name: str) -> None:
+        """Create the full-text index, or fold appended rows into it once they are many."""
+        t = self._table(name)
+        if t is None:
+            return
+        indices = list(t.list_indices())
+        if not indices:
+            if t.count_rows():
+                t.create_fts_index("text", replace=True)
+            return
+        stats = t.index_stats(indices[0].name)
+        unindexed = getattr(stats, "num_unindexed_rows", 0) or 0
+        if unindexed > max(_UNINDEXED_MIN, _UNINDEXED_SHARE * t.count_rows()):
+            t.optimize(cleanup_older_than=_KEEP_VERSIONS)
+
+    def versions(self) -> dict[str, int]:
+        """The tables' current versions (tables still waiting to be cleared are cleared)."""
+        for name in sorted(self._clearing):
+            self._clear(name, self._table(name))
+        out = {}
+        for name in TABLES:
+            t = self._table(name)
+            if t is not None:
+                out[name] = int(t.version)
+        return out
 
     # ---- reading --------------------------------------------------------------------------
 
-    def checkout(self, versions: dict[str, int]) -> None:
+    def reader(self, versions: dict[str, int]) -> VectorReader:
+        """This thread's reader of the tables at these versions (one generation)."""
+        key = tuple(sorted(versions.items()))
+        cached = getattr(self._local, "reader", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        tables = {}
         for name, version in versions.items():
             t = self._table(name)
-            if t is not None and t.version != version:
+            if t is not None:
                 t.checkout(version)
+                tables[name] = t
+        reader = VectorReader(tables)
+        self._local.reader = (key, reader)
+        return reader
+
+
+class VectorReader:
+    """Hybrid search over tables checked out at one generation's versions."""
+
+    def __init__(self, tables: dict[str, Any]) -> None:
+        self.tables = tables
 
     def search(
         self,
@@ -151,31 +200,28 @@ class VectorStore:
         vector: np.ndarray | None,
         text: str | None,
         k: int,
-        hidden_acl: list[str] | None = None,
+        hidden_acl: Iterable[int] = (),
         level: int | None = None,
-        exclude_units: list[str] | None = None,
         vector_weight: float = 1.0,
     ) -> list[Hit]:
-        """Hybrid top-k over rows the caller may see (prefiltered), fused by RRF.
-
-        `vector_weight` scales the vector ranking against the full-text one (1: equal). A
-        lexical embedder such as the builtin one is best given a small weight: its ranking then
-        orders the rows full-text search missed, after those it found."""
-        t = self._table(name)
+        """Top-k over rows the caller may see (prefiltered on ACL classes), vector and
+        full-text rankings fused by RRF. `vector_weight` scales the vector ranking against the
+        full-text one (1: equal); a lexical embedder such as the builtin one is best given a
+        small weight: its ranking then orders the rows full-text search missed."""
+        t = self.tables.get(name)
         if t is None or k <= 0:
             return []
         clauses = []
-        if hidden_acl:
-            clauses.append(f"NOT array_has_any(acl, [{_quote(hidden_acl)}])")
-        if exclude_units:
-            clauses.append(f"NOT array_has_any(unit_ids, [{_quote(exclude_units)}])")
+        hidden = sorted(set(hidden_acl))
+        if hidden:
+            clauses.append(f"NOT array_has_any(acl, [{', '.join(map(str, hidden))}])")
         if level is not None:
             clauses.append(f"level = {int(level)}")
         where = " AND ".join(clauses) or None
         rankings: list[list[str]] = []
         weights: list[float] = []
         if vector is not None:
-            q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id", "_distance"])
+            q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id"])
             if where:
                 q = q.where(where, prefilter=True)
             rankings.append([r["id"] for r in q.to_list()])

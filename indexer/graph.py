@@ -1,38 +1,45 @@
-"""Merge per-unit extractions into one entity/relationship graph (design §3.4).
+"""Merge extraction instances into entities and relationships (design §3.4).
 
-Instances of an entity merge by normalized name (case, whitespace, punctuation, NFKC). Order never
-depends on processing order: instances are sorted by text-unit id, so an incremental update and a
-from-scratch build of the same corpus produce identical rows. An element with several distinct
-descriptions gets one summary from the provider (cached by its full request on the LLM path).
+Instances of an entity merge by normalized name (case, whitespace, punctuation, NFKC). A merge is
+a function of the entity's instances in live units alone, visited in a fixed order (by the hash
+of the unit's text, then unit id, then position), so an incremental update that re-merges only
+the entities whose instances changed produces exactly the rows of a from-scratch build. An
+element with several distinct descriptions gets one summary from the provider, memoized by its
+full input, so an unchanged instance set is never summarized twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from canopy.errors import InvalidOutput
-from canopy.ids import content_hash, entity_id, normalize_name, relationship_id
-from canopy.model import Claim, Entity, Extraction, Relationship
+from canopy.ids import content_hash, entity_id
+from canopy.model import Entity, Relationship
 from canopy.providers.base import Provider
+from canopy.store.reads import EntityInstanceRow, RelationshipInstanceRow
+from canopy.store.rows import EntityRow, Gate, RelationshipRow
 from canopy.tokens import Tokenizer
 
-__all__ = ["MergedGraph", "merge_extractions", "most_frequent", "summarize_descriptions", "summary_input",
-           "summary_key"]
+__all__ = [
+    "EntityDraft",
+    "RelationshipDraft",
+    "SummaryMemo",
+    "acl_signature",
+    "describe",
+    "entity_row",
+    "merge_entities",
+    "merge_relationships",
+    "most_frequent",
+    "relationship_row",
+    "summary_input",
+    "summary_key",
+]
 
 _MAX_SUMMARY_INPUT_TOKENS = 4000
-
-
-@dataclass
-class MergedGraph:
-    entities: dict[str, Entity] = field(default_factory=dict)
-    relationships: dict[str, Relationship] = field(default_factory=dict)
-    claims: dict[str, Claim] = field(default_factory=dict)
-    # element id -> distinct descriptions (in unit-id order) awaiting a summary
-    pending: dict[str, list[str]] = field(default_factory=dict)
 
 
 def most_frequent(counter: Counter[str]) -> str:
@@ -61,74 +68,87 @@ def summary_key(provider_name: str, max_tokens: int, name: str, kept: list[str])
     return "summary:" + content_hash(provider_name, str(max_tokens), name, *kept, length=32)
 
 
-def merge_extractions(extractions: dict[str, Extraction], order: dict[str, str] | None = None) -> MergedGraph:
-    """Entities, relationships and claims from the extractions of the live units.
+def acl_signature(unit_acl: Iterable[tuple[str, int]]) -> str:
+    """Hash of an artifact's (unit, ACL class) pairs: it changes when a source unit is relabelled,
+    which keys per-caller views (acl.views) without touching content fingerprints."""
+    return content_hash(*(f"{u}:{a}" for u, a in sorted(set(unit_acl))))
 
-    Instances are visited in `order` (unit id -> sort key; the pipeline passes the hash of the
-    unit's text), which does not depend on document ids: a renamed document merges exactly as a
-    freshly indexed one would."""
-    names: dict[str, Counter[str]] = defaultdict(Counter)
-    types: dict[str, Counter[str]] = defaultdict(Counter)
-    ent_desc: dict[str, list[str]] = defaultdict(list)
-    ent_units: dict[str, set[str]] = defaultdict(set)
-    rel_desc: dict[str, list[str]] = defaultdict(list)
-    rel_units: dict[str, set[str]] = defaultdict(set)
-    rel_weight: dict[str, float] = defaultdict(float)
-    rel_ends: dict[str, tuple[str, str]] = {}
-    claims: dict[str, Claim] = {}
 
-    key = order or {}
-    for uid in sorted(extractions, key=lambda u: (key.get(u, ""), u)):
-        ex = extractions[uid]
-        for e in ex.entities:
-            key = normalize_name(e.name)
-            if not key:
-                continue
-            names[key][e.name.strip()] += 1
-            types[key][e.type.strip().lower()] += 1
-            if e.description.strip() and e.description.strip() not in ent_desc[key]:
-                ent_desc[key].append(e.description.strip())
-            ent_units[key].add(uid)
-        for r in ex.relationships:
-            s, t = normalize_name(r.source), normalize_name(r.target)
-            if not s or not t or s == t or s not in names or t not in names:
-                continue
-            a, b = sorted((s, t))
-            rid = relationship_id(a, b)
-            rel_ends[rid] = (a, b)
-            rel_weight[rid] += float(r.strength)
-            if r.description.strip() and r.description.strip() not in rel_desc[rid]:
-                rel_desc[rid].append(r.description.strip())
-            rel_units[rid].add(uid)
-        for c in ex.claims:
-            subj = normalize_name(c.subject)
-            if subj not in names:
-                continue
-            obj = normalize_name(c.object) if c.object else ""
-            cid = "cl-" + content_hash(uid, subj, obj, c.type, c.description)
-            claims[cid] = Claim(cid, entity_id(subj), entity_id(obj) if obj in names else "",
-                                c.type, c.status, c.description, (uid,))
+@dataclass(frozen=True)
+class EntityDraft:
+    """An entity merged from its instances, before its description is settled."""
 
-    g = MergedGraph()
-    degree: Counter[str] = Counter()
-    for rid, (a, b) in rel_ends.items():
-        degree[a] += 1
-        degree[b] += 1
-    for key in names:
-        eid = entity_id(key)
-        descs = ent_desc[key]
-        g.entities[eid] = Entity(eid, most_frequent(names[key]), most_frequent(types[key]), descs[0] if len(descs) == 1 else "",
-                                 tuple(sorted(ent_units[key])), degree[key])
-        if len(descs) > 1:
-            g.pending[eid] = descs
-    for rid, (a, b) in rel_ends.items():
-        descs = rel_desc[rid]
-        g.relationships[rid] = Relationship(rid, entity_id(a), entity_id(b), descs[0] if len(descs) == 1 else "",
-                                            rel_weight[rid], tuple(sorted(rel_units[rid])))
-        if len(descs) > 1:
-            g.pending[rid] = descs
-    g.claims = claims
-    return g
+    id: str
+    key: str
+    name: str
+    type: str
+    descriptions: tuple[str, ...]  # distinct, in merge order
+    unit_acl: tuple[tuple[str, int], ...]  # (unit id, ACL class), sorted
+
+
+@dataclass(frozen=True)
+class RelationshipDraft:
+    id: str
+    source: str  # entity id
+    target: str
+    descriptions: tuple[str, ...]
+    weight: float  # summed strength of instances
+    unit_acl: tuple[tuple[str, int], ...]
+
+
+def merge_entities(rows: Iterable[EntityInstanceRow]) -> dict[str, EntityDraft]:
+    """Drafts by normalized name from instance rows given in merge order (GraphReads order)."""
+    names: dict[str, Counter[str]] = {}
+    types: dict[str, Counter[str]] = {}
+    descs: dict[str, list[str]] = {}
+    units: dict[str, dict[str, int]] = {}
+    for r in rows:
+        names.setdefault(r.key, Counter())[r.name] += 1
+        types.setdefault(r.key, Counter())[r.type] += 1
+        kept = descs.setdefault(r.key, [])
+        if r.description and r.description not in kept:
+            kept.append(r.description)
+        units.setdefault(r.key, {})[r.unit_id] = r.acl
+    return {key: EntityDraft(entity_id(key), key, most_frequent(names[key]),
+                             most_frequent(types[key]), tuple(descs[key]),
+                             tuple(sorted(units[key].items())))
+            for key in names}
+
+
+def merge_relationships(rows: Iterable[RelationshipInstanceRow]) -> dict[str, RelationshipDraft]:
+    ends: dict[str, tuple[str, str]] = {}
+    weight: dict[str, float] = {}
+    descs: dict[str, list[str]] = {}
+    units: dict[str, dict[str, int]] = {}
+    for r in rows:
+        ends[r.rid] = (r.source_key, r.target_key)
+        weight[r.rid] = weight.get(r.rid, 0.0) + float(r.strength)
+        kept = descs.setdefault(r.rid, [])
+        if r.description and r.description not in kept:
+            kept.append(r.description)
+        units.setdefault(r.rid, {})[r.unit_id] = r.acl
+    return {rid: RelationshipDraft(rid, entity_id(a), entity_id(b), tuple(descs[rid]),
+                                   weight[rid], tuple(sorted(units[rid].items())))
+            for rid, (a, b) in ends.items()}
+
+
+def entity_row(d: EntityDraft, description: str, degree: int) -> EntityRow:
+    units = tuple(u for u, _ in d.unit_acl)
+    e = Entity(d.id, d.name, d.type, description, units, degree)
+    gate = Gate(frozenset(a for _, a in d.unit_acl), acl_signature(d.unit_acl), False)
+    return EntityRow(e, d.key, gate, entity_hash(e))
+
+
+def entity_hash(e: Entity) -> str:
+    """What a community report could be written from, for this entity (and its provenance)."""
+    return content_hash(e.id, e.name, e.type, e.description, str(e.degree), *e.text_unit_ids)
+
+
+def relationship_row(d: RelationshipDraft, description: str) -> RelationshipRow:
+    units = tuple(u for u, _ in d.unit_acl)
+    r = Relationship(d.id, d.source, d.target, description, d.weight, units)
+    gate = Gate(frozenset(a for _, a in d.unit_acl), acl_signature(d.unit_acl), False)
+    return RelationshipRow(r, gate, content_hash(r.id, r.description, f"{r.weight:g}", *units))
 
 
 class SummaryMemo(Protocol):
@@ -136,28 +156,27 @@ class SummaryMemo(Protocol):
     def cache_put(self, key: str, response: str) -> None: ...
 
 
-async def summarize_descriptions(
-    g: MergedGraph,
+async def describe(
+    pending: dict[str, tuple[str, tuple[str, ...]]],
     provider: Provider,
     tok: Tokenizer,
     *,
     max_tokens: int,
-    memo: SummaryMemo | None = None,
-    concurrency: int = 16,
+    memo: SummaryMemo | None,
+    concurrency: int,
     on_done: Callable[[], None] | None = None,
-) -> MergedGraph:
-    """Fill in the description of every element that has several: one provider call each,
-    unless this exact (provider, name, descriptions) was summarized before (`memo`): an element
-    whose instance set did not change is never re-summarized."""
+) -> dict[str, str]:
+    """One description per element id from `pending` (id -> (name, distinct descriptions)):
+    the only description as is, or a summary of several (one provider call each, unless this
+    exact input was summarized before)."""
     sem = asyncio.Semaphore(concurrency)
+    out: dict[str, str] = {}
 
-    async def one(element_id: str, descs: list[str]) -> tuple[str, str]:
-        if element_id in g.entities:
-            name = g.entities[element_id].name
-        else:
-            r = g.relationships[element_id]
-            name = f"{g.entities[r.source].name} -- {g.entities[r.target].name}"
-        kept = summary_input(descs, tok)
+    async def one(element_id: str, name: str, descs: tuple[str, ...]) -> None:
+        if len(descs) <= 1:
+            out[element_id] = descs[0] if descs else ""
+            return
+        kept = summary_input(list(descs), tok)
         key = summary_key(provider.name, max_tokens, name, kept)
         text = memo.cache_get(key) if memo else None
         if text is None:
@@ -170,13 +189,7 @@ async def summarize_descriptions(
                 memo.cache_put(key, text)
         if on_done:
             on_done()
-        return element_id, text.strip() or " ".join(kept)
+        out[element_id] = text.strip() or " ".join(kept)
 
-    results = await asyncio.gather(*(one(k, v) for k, v in sorted(g.pending.items())))
-    for element_id, text in results:
-        if element_id in g.entities:
-            g.entities[element_id] = replace(g.entities[element_id], description=text)
-        else:
-            g.relationships[element_id] = replace(g.relationships[element_id], description=text)
-    g.pending = {}
-    return g
+    await asyncio.gather(*(one(i, name, descs) for i, (name, descs) in sorted(pending.items())))
+    return out

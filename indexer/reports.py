@@ -1,113 +1,112 @@
-"""Community reports, bottom-up (Edge et al. 2024 §2.1.5).
+"""Community reports, bottom-up (Edge et al. 2024 §2.1.5), and the fingerprints that decide
+when one must be written again.
 
-Context rules:
+Context rules (`build_report_context`):
 - Leaf communities: relationships by prominence (source degree + target degree, descending), each
-  with its endpoints' descriptions and claims, added until the token budget is reached.
+  with its endpoints' descriptions and claims, added until the token budget is reached; then the
+  remaining entities by degree.
 - Higher levels: if all element descriptions fit, as for leaves. Otherwise sub-communities are
   ranked by the tokens of their elements, largest first, and their (shorter) reports substituted
   for their elements until the context fits.
-A report is regenerated iff its community's fingerprint changed; otherwise the previous report
-(looked up by fingerprint, so renamed community ids keep theirs) is reused with no LLM call.
+
+`write_report` is the one report writer: the indexer calls it for canonical reports and the
+per-caller views (acl.views) for a community's visible part.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 
 from canopy.errors import InvalidOutput
 from canopy.ids import content_hash
-from canopy.model import Claim, Community, Entity, Finding, Relationship, Report, UnitFailure
+from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
 from canopy.providers.base import Provider, ReportContext, ReportOut
 from canopy.tokens import Tokenizer
 
-__all__ = ["ReportBuild", "build_report_context", "community_fingerprints", "generate_reports"]
-
-
-def community_fingerprints(
-    communities: dict[str, Community],
-    entities: dict[str, Entity],
-    relationships: dict[str, Relationship],
-    claims: dict[str, Claim],
-) -> dict[str, Community]:
-    """Communities with `fingerprint` set: a hash of everything a report could be written from
-    (members' names, types, descriptions, relationship descriptions and weights, claims, and the
-    text units they come from, since a report's provenance must stay exact) and of the children's
-    fingerprints. Community ids are deliberately not part of it."""
-    claims_by_subject: dict[str, list[Claim]] = {}
-    for c in claims.values():
-        claims_by_subject.setdefault(c.subject, []).append(c)
-    out: dict[str, Community] = {}
-    for c in sorted(communities.values(), key=lambda c: -c.level):  # children first
-        parts = [str(c.level)]
-        parts += [f"{e.id}|{e.name}|{e.type}|{e.description}|{e.degree}|{','.join(e.text_unit_ids)}"
-                  for e in (entities[i] for i in c.entity_ids)]
-        parts += [f"{r.id}|{r.description}|{r.weight:g}|{','.join(r.text_unit_ids)}"
-                  for r in (relationships[i] for i in c.relationship_ids)]
-        parts += sorted(f"{cl.id}|{cl.status}" for i in c.entity_ids for cl in claims_by_subject.get(i, []))
-        parts += sorted(out[ch].fingerprint for ch in c.children)
-        out[c.id] = replace(c, fingerprint=content_hash(*parts, length=24))
-    return out
+__all__ = [
+    "CommunityContent",
+    "ElementSizes",
+    "build_report_context",
+    "fingerprint",
+    "to_report",
+    "write_report",
+]
 
 
 @dataclass
-class _Sizes:
-    tok: Tokenizer
+class CommunityContent:
+    """What a community's report is written from: the community, its elements, and its
+    children's memberships (for sub-report substitution)."""
+
+    community: Community
     entities: dict[str, Entity]
     relationships: dict[str, Relationship]
+    claims: list[Claim] = field(default_factory=list)
+    children: dict[str, Community] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+
+def fingerprint(level: int, entity_hashes: Iterable[str], relationship_hashes: Iterable[str],
+                claim_hashes: Iterable[str], child_fingerprints: Iterable[str]) -> str:
+    """A hash of everything a report could be written from: members (names, types, descriptions,
+    degrees, provenance), internal relationships, claims, and the children's fingerprints.
+    Community ids are deliberately not part of it, so a report survives a renumbering."""
+    return content_hash(str(level), *sorted(entity_hashes), *sorted(relationship_hashes),
+                        *sorted(claim_hashes), *sorted(child_fingerprints), length=24)
+
+
+class ElementSizes:
+    """Token sizes of elements as they appear in a report context (memoized)."""
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self.tok = tok
         self._cache: dict[str, int] = {}
 
-    def of(self, element_id: str) -> int:
-        if element_id not in self._cache:
-            if element_id in self.entities:
-                e = self.entities[element_id]
-                text = f"{e.name},{e.description},{e.degree}"
-            else:
-                r = self.relationships[element_id]
-                text = f"{r.source},{r.target},{r.description},{r.weight}"
-            self._cache[element_id] = self.tok.count(text) + 2
-        return self._cache[element_id]
+    def entity(self, e: Entity) -> int:
+        n = self._cache.get(e.id)
+        if n is None:
+            n = self._cache[e.id] = self.tok.count(f"{e.name},{e.description},{e.degree}") + 2
+        return n
+
+    def relationship(self, r: Relationship) -> int:
+        n = self._cache.get(r.id)
+        if n is None:
+            n = self._cache[r.id] = self.tok.count(
+                f"{r.source},{r.target},{r.description},{r.weight}") + 2
+        return n
 
 
-def build_report_context(
-    c: Community,
-    communities: dict[str, Community],
-    entities: dict[str, Entity],
-    relationships: dict[str, Relationship],
-    claims: dict[str, Claim],
-    child_reports: dict[str, Report],
-    sizes: _Sizes,
-    tok: Tokenizer,
-    budget: int,
-) -> ReportContext:
-    members = set(c.entity_ids)
-    rels = sorted(
-        (relationships[r] for r in c.relationship_ids),
-        key=lambda r: (-(entities[r.source].degree + entities[r.target].degree), r.id),
-    )
-    all_tokens = sum(sizes.of(e) for e in members) + sum(sizes.of(r.id) for r in rels)
+def build_report_context(content: CommunityContent, child_reports: dict[str, Report],
+                         sizes: ElementSizes, budget: int) -> ReportContext:
+    """The context of one report within `budget` tokens (see the module docstring)."""
+    c = content.community
+    entities, relationships = content.entities, content.relationships
+    tok = sizes.tok
+    members = set(entities)
+    rels = sorted((relationships[r] for r in c.relationship_ids if r in relationships),
+                  key=lambda r: (-(_degree(entities, r.source) + _degree(entities, r.target)), r.id))
+    all_tokens = sum(sizes.entity(e) for e in entities.values()) + sum(sizes.relationship(r) for r in rels)
     subs: list[Report] = []
     if c.children and all_tokens > budget:
         # Substitute child reports, largest child first, until the rest fits.
-        kids = [communities[k] for k in c.children if k in child_reports]
-        kids.sort(key=lambda k: (-sum(sizes.of(e) for e in k.entity_ids) - sum(sizes.of(r) for r in k.relationship_ids), k.id))
+        kids = [content.children[k] for k in c.children if k in child_reports and k in content.children]
+        kids.sort(key=lambda k: (-sum(sizes.entity(entities[e]) for e in k.entity_ids if e in entities)
+                                 - sum(sizes.relationship(relationships[r]) for r in k.relationship_ids
+                                       if r in relationships), k.id))
         covered: set[str] = set()
         sub_tokens = 0
         for k in kids:
             subs.append(child_reports[k.id])
             sub_tokens += tok.count(child_reports[k.id].full_text()) + 4
             covered |= set(k.entity_ids)
-            rest = sum(sizes.of(e) for e in members - covered) + sum(
-                sizes.of(r.id) for r in rels if not (r.source in covered and r.target in covered))
+            rest = sum(sizes.entity(entities[e]) for e in members - covered) + sum(
+                sizes.relationship(r) for r in rels if not (r.source in covered and r.target in covered))
             if sub_tokens + rest <= budget:
                 break
         while subs and sub_tokens > budget:  # even the reports alone are too long: drop the smallest
             dropped = subs.pop()
             sub_tokens -= tok.count(dropped.full_text()) + 4
-            covered -= set(communities[dropped.community_id].entity_ids)
+            covered -= set(content.children[dropped.community_id].entity_ids)
         members_left = members - covered
         rels = [r for r in rels if not (r.source in covered and r.target in covered)]
         budget -= sub_tokens
@@ -117,43 +116,46 @@ def build_report_context(
     # Pack relationships by prominence, each with its endpoints; then remaining entities.
     used = 0
     chosen_rels: list[Relationship] = []
-    chosen_ents: dict[str, Entity] = {}
+    chosen: dict[str, Entity] = {}
     for r in rels:
-        cost = sizes.of(r.id) + sum(sizes.of(x) for x in (r.source, r.target) if x not in chosen_ents and x in members)
+        cost = sizes.relationship(r) + sum(sizes.entity(entities[x]) for x in (r.source, r.target)
+                                           if x not in chosen and x in members)
         if used + cost > budget:
             break
         used += cost
         chosen_rels.append(r)
         for x in (r.source, r.target):
-            if x in members and x not in chosen_ents:
-                chosen_ents[x] = entities[x]
-    for e in sorted((entities[i] for i in members_left if i not in chosen_ents), key=lambda e: (-e.degree, e.id)):
-        if used + sizes.of(e.id) > budget:
+            if x in members and x not in chosen:
+                chosen[x] = entities[x]
+    for e in sorted((entities[i] for i in members_left if i not in chosen),
+                    key=lambda e: (-e.degree, e.id)):
+        if used + sizes.entity(e) > budget:
             break
-        used += sizes.of(e.id)
-        chosen_ents[e.id] = e
-    ent_list = sorted(chosen_ents.values(), key=lambda e: (-e.degree, e.id))
-    ent_claims = [cl for cl in claims.values() if cl.subject in chosen_ents]
-    return ReportContext(
-        community_id=c.id, level=c.level, entities=ent_list, relationships=chosen_rels,
-        claims=sorted(ent_claims, key=lambda cl: cl.id)[:50], sub_reports=subs,
-        degrees={e.id: e.degree for e in ent_list},
-    )
+        used += sizes.entity(e)
+        chosen[e.id] = e
+    ent_list = sorted(chosen.values(), key=lambda e: (-e.degree, e.id))
+    claims = sorted((cl for cl in content.claims if cl.subject in chosen), key=lambda cl: cl.id)[:50]
+    return ReportContext(community_id=c.id, level=c.level, entities=ent_list,
+                         relationships=chosen_rels, claims=claims, sub_reports=subs,
+                         degrees={e.id: e.degree for e in ent_list})
 
 
-def _to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: int) -> Report:
-    def units_of(ents: list[Entity], rels: list[Relationship], subs: list[Report]) -> tuple[str, ...]:
-        s: set[str] = set()
-        for e in ents:
-            s.update(e.text_unit_ids)
-        for r in rels:
-            s.update(r.text_unit_ids)
-        for sr in subs:
-            s.update(sr.text_unit_ids)
-        for cl in ctx.claims:
-            s.update(cl.text_unit_ids)
-        return tuple(sorted(s))
+def _degree(entities: dict[str, Entity], eid: str) -> int:
+    e = entities.get(eid)
+    return e.degree if e is not None else 0
 
+
+def to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: int) -> Report:
+    """The report of `out` with its findings' evidence mapped back to artifact ids and units."""
+    units: set[str] = set()
+    for e in ctx.entities:
+        units.update(e.text_unit_ids)
+    for r in ctx.relationships:
+        units.update(r.text_unit_ids)
+    for sr in ctx.sub_reports:
+        units.update(sr.text_unit_ids)
+    for cl in ctx.claims:
+        units.update(cl.text_unit_ids)
     findings = []
     for f in out.findings:
         ents = [ctx.entities[i] for i in f.entity_ids if 0 <= i < len(ctx.entities)]
@@ -162,68 +164,40 @@ def _to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens:
         fu: set[str] = set()
         for x in [*ents, *rels, *subs]:
             fu.update(x.text_unit_ids)
-        findings.append(Finding(f.summary, f.explanation, tuple(e.id for e in ents), tuple(r.id for r in rels), tuple(sorted(fu))))
+        findings.append(Finding(f.summary, f.explanation, tuple(e.id for e in ents),
+                                tuple(r.id for r in rels), tuple(sorted(fu))))
     return Report(
         community_id=c.id, level=c.level, title=out.title.strip() or c.id, summary=out.summary.strip(),
         rating=float(out.rating), rating_explanation=out.rating_explanation, findings=tuple(findings),
-        text_unit_ids=units_of(ctx.entities, ctx.relationships, ctx.sub_reports), fingerprint=c.fingerprint,
-        context_tokens=context_tokens, used_subreports=tuple(r.community_id for r in ctx.sub_reports),
+        text_unit_ids=tuple(sorted(units)), fingerprint=c.fingerprint, context_tokens=context_tokens,
+        used_subreports=tuple(r.community_id for r in ctx.sub_reports),
     )
 
 
-@dataclass
-class ReportBuild:
-    reports: dict[str, Report]
-    generated: int
-    reused: int
-    failures: list[UnitFailure]
-
-
-async def generate_reports(
-    communities: dict[str, Community],
-    entities: dict[str, Entity],
-    relationships: dict[str, Relationship],
-    claims: dict[str, Claim],
-    previous: dict[str, Report],
+async def write_report(
+    content: CommunityContent,
+    child_reports: Callable[[], Awaitable[dict[str, Report]]],
     provider: Provider,
-    tok: Tokenizer,
+    sizes: ElementSizes,
     *,
-    max_context_tokens: int,
-    max_report_tokens: int,
-    concurrency: int = 8,
-    on_done: Callable[[], None] | None = None,
-) -> ReportBuild:
-    """Reports for every community, deepest level first; unchanged fingerprints reuse old reports."""
-    by_fp = {r.fingerprint: r for r in previous.values()}
-    sizes = _Sizes(tok, entities, relationships)
-    reports: dict[str, Report] = {}
-    failures: list[UnitFailure] = []
-    generated = reused = 0
-    sem = asyncio.Semaphore(concurrency)
-
-    async def one(c: Community) -> None:
-        nonlocal generated, reused
-        old = by_fp.get(c.fingerprint)
-        if old is not None:
-            reports[c.id] = replace(old, community_id=c.id, level=c.level,
-                                    used_subreports=old.used_subreports)
-            reused += 1
-        else:
-            ctx = build_report_context(c, communities, entities, relationships, claims, reports, sizes, tok,
-                                       max_context_tokens)
-            ctx_tokens = tok.count(ctx.render())
-            try:
-                async with sem:
-                    out = await provider.report(ctx, max_tokens=max_report_tokens)
-            except InvalidOutput as exc:
-                failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
-                return
-            reports[c.id] = _to_report(c, ctx, out, ctx_tokens)
-            generated += 1
-        if on_done:
-            on_done()
-
-    for level in sorted({c.level for c in communities.values()}, reverse=True):
-        batch = sorted((c for c in communities.values() if c.level == level), key=lambda c: c.id)
-        await asyncio.gather(*(one(c) for c in batch))
-    return ReportBuild(reports, generated, reused, failures)
+    context_tokens: int,
+    max_tokens: int,
+    fallback: Provider | None = None,
+) -> Report:
+    """A report of `content`. `child_reports()` is awaited only when the elements do not fit
+    the budget (sub-report substitution needs the children's reports). Raises InvalidOutput
+    when the provider's output stays invalid, unless `fallback` (e.g. the offline provider,
+    for views that must exist whenever their community does) writes it instead."""
+    c = content.community
+    total = sum(sizes.entity(e) for e in content.entities.values()) + sum(
+        sizes.relationship(r) for r in content.relationships.values())
+    children = await child_reports() if c.children and total > context_tokens else {}
+    ctx = build_report_context(content, children, sizes, context_tokens)
+    tokens = sizes.tok.count(ctx.render())
+    try:
+        out: ReportOut = await provider.report(ctx, max_tokens=max_tokens)
+    except InvalidOutput:
+        if fallback is None:
+            raise
+        out = await fallback.report(ctx, max_tokens=max_tokens)
+    return to_report(c, ctx, out, tokens)

@@ -16,7 +16,7 @@ from canopy.errors import ConfigError, IndexMissing
 from canopy.providers import make_embedder, make_provider
 from canopy.settings import INDEX_DIRNAME, Settings, load_settings
 from canopy.store import Store
-from indexer.pipeline import IndexResult, ProgressFactory, run_index
+from indexer.pipeline import IndexResult, Progress, run_index
 
 __all__ = ["Workspace", "build_index", "open_workspace"]
 
@@ -58,13 +58,13 @@ def writer_lock(index_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def build_index(ws: Workspace, *, full: bool = False, progress: ProgressFactory | None = None) -> IndexResult:
+def build_index(ws: Workspace, *, full: bool = False, progress: Progress | None = None) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation."""
     with writer_lock(ws.index_dir):
         return _build(ws, full, progress)
 
 
-def _build(ws: Workspace, full: bool, progress: ProgressFactory | None) -> IndexResult:
+def _build(ws: Workspace, full: bool, progress: Progress | None) -> IndexResult:
     store = ws.store()
     try:
         provider = make_provider(ws.settings, store)

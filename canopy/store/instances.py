@@ -1,0 +1,65 @@
+"""Per-unit extraction output as instance rows: what entities and relationships are merged from.
+
+An extraction is saved as soon as it exists (outside generations), one row per entity,
+relationship and claim instance, keyed by normalized name. Rules that make merging a function of
+each unit alone, so an incremental update merges exactly as a full build does:
+- an instance with an empty name is dropped;
+- a relationship instance counts only when both endpoints are entities extracted from the same
+  unit (and are distinct); a claim only when its subject is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from canopy.ids import normalize_name, relationship_id
+from canopy.model import ClaimInstance, EntityInstance, Extraction, RelationshipInstance
+
+__all__ = ["InstanceRows", "extraction_rows", "payload_extraction"]
+
+
+@dataclass
+class InstanceRows:
+    entities: list[tuple[str, int, str, str, str, str]] = field(default_factory=list)
+    relationships: list[tuple[str, int, str, str, str, str, float]] = field(default_factory=list)
+    claims: list[tuple[str, int, str, str, str, str, str]] = field(default_factory=list)
+
+
+def extraction_rows(ex: Extraction) -> InstanceRows:
+    """The instance rows of one unit's extraction (see the module docstring for the rules)."""
+    out = InstanceRows()
+    keys: set[str] = set()
+    for pos, e in enumerate(ex.entities):
+        key = normalize_name(e.name)
+        if not key:
+            continue
+        keys.add(key)
+        out.entities.append((ex.unit_id, pos, key, e.name.strip(), e.type.strip().lower(),
+                             e.description.strip()))
+    for pos, r in enumerate(ex.relationships):
+        a, b = normalize_name(r.source), normalize_name(r.target)
+        if a == b or a not in keys or b not in keys:
+            continue
+        out.relationships.append((ex.unit_id, pos, relationship_id(a, b), *sorted((a, b)),
+                                  r.description.strip(), float(r.strength)))
+    for pos, c in enumerate(ex.claims):
+        subject = normalize_name(c.subject)
+        if subject not in keys:
+            continue
+        obj = normalize_name(c.object) if c.object else ""
+        out.claims.append((ex.unit_id, pos, subject, obj, c.type, c.status, c.description))
+    return out
+
+
+def payload_extraction(unit_id: str, payload: str, passes: int) -> Extraction:
+    """An extraction stored by schema versions before m004 (a JSON payload per unit)."""
+    d: dict[str, Any] = json.loads(payload)
+    return Extraction(
+        unit_id,
+        tuple(EntityInstance(*e) for e in d["entities"]),
+        tuple(RelationshipInstance(*r) for r in d["relationships"]),
+        tuple(ClaimInstance(*c) for c in d["claims"]),
+        passes,
+    )

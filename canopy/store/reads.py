@@ -1,0 +1,332 @@
+"""Read queries over one generation, in batches, through indexes: nothing here loads a whole table
+unless its name says so (`all_*`, used by the planner, status and export).
+
+The same queries serve two readers: the server reads the committed generation (the `main`
+tables), and the indexer reads the generation it is building (views overlaying its staged rows
+on the committed ones; canopy.store.staging). `Tables` names what each query reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from canopy.model import Document
+from canopy.store.rows import (
+    ClaimRow,
+    CommunityRow,
+    DocumentRow,
+    EntityRow,
+    RelationshipRow,
+    ReportRow,
+    UnitRow,
+)
+
+__all__ = ["COMMITTED", "EntityInstanceRow", "GraphReads", "RelationshipInstanceRow", "Tables"]
+
+
+@dataclass(frozen=True)
+class Tables:
+    documents: str
+    text_units: str
+    entities: str
+    relationships: str
+    claims: str
+    communities: str
+    community_members: str
+    reports: str
+    term_df: str
+    acl_stats: str
+
+    @staticmethod
+    def prefixed(schema: str, suffix: str = "") -> Tables:
+        return Tables(*(f"{schema}.{name}{suffix}" for name in (
+            "documents", "text_units", "entities", "relationships", "claims", "communities",
+            "community_members", "reports", "term_df", "acl_stats")))
+
+
+COMMITTED = Tables.prefixed("main")
+
+
+@dataclass(frozen=True)
+class EntityInstanceRow:
+    unit_id: str
+    sort_key: str
+    acl: int
+    key: str
+    name: str
+    type: str
+    description: str
+
+
+@dataclass(frozen=True)
+class RelationshipInstanceRow:
+    unit_id: str
+    sort_key: str
+    acl: int
+    rid: str
+    source_key: str
+    target_key: str
+    description: str
+    strength: float
+
+
+def _ids(values: Iterable[str]) -> str:
+    return json.dumps(sorted(set(values)))
+
+
+_IN = "IN (SELECT value FROM json_each(?))"
+
+
+class GraphReads:
+    """Batched reads of one generation (`tables`) over one connection."""
+
+    def __init__(self, db: sqlite3.Connection, tables: Tables = COMMITTED) -> None:
+        self.db = db
+        self.t = tables
+
+    def _rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        return self.db.execute(sql, args).fetchall()
+
+    # ---- documents and units -----------------------------------------------------------------
+
+    def documents(self, ids: Iterable[str]) -> dict[str, DocumentRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.documents} WHERE id {_IN}", _ids(ids))
+        return {r[0]: DocumentRow.of(r) for r in rows}
+
+    def all_documents(self) -> dict[str, DocumentRow]:
+        return {r[0]: DocumentRow.of(r) for r in self._rows(f"SELECT * FROM {self.t.documents}")}
+
+    def units(self, ids: Iterable[str]) -> dict[str, UnitRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.text_units} WHERE id {_IN}", _ids(ids))
+        return {r[0]: UnitRow.of(r) for r in rows}
+
+    def unit_acl(self, ids: Iterable[str]) -> dict[str, int]:
+        """ACL class of each live unit among `ids` (absent: not live)."""
+        sql = f"SELECT id, acl FROM {self.t.text_units} WHERE id {_IN}"
+        return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
+
+    def units_of_documents(self, document_ids: Iterable[str]) -> dict[str, list[UnitRow]]:
+        sql = f"SELECT * FROM {self.t.text_units} WHERE document_id {_IN} ORDER BY document_id, ordinal"
+        out: dict[str, list[UnitRow]] = defaultdict(list)
+        for r in self._rows(sql, _ids(document_ids)):
+            out[r[1]].append(UnitRow.of(r))
+        return dict(out)
+
+    def unit_ids_of_documents(self, document_ids: Iterable[str]) -> dict[str, list[str]]:
+        sql = f"SELECT document_id, id FROM {self.t.text_units} WHERE document_id {_IN}"
+        out: dict[str, list[str]] = defaultdict(list)
+        for doc, uid in self._rows(sql, _ids(document_ids)):
+            out[doc].append(uid)
+        return dict(out)
+
+    def unit_documents(self, unit_ids: Iterable[str]) -> dict[str, tuple[UnitRow, Document]]:
+        """Each live unit with its document (one join)."""
+        sql = (f"SELECT u.*, d.* FROM {self.t.text_units} u JOIN {self.t.documents} d "
+               f"ON d.id = u.document_id WHERE u.id {_IN}")
+        out = {}
+        for r in self._rows(sql, _ids(unit_ids)):
+            out[r[0]] = (UnitRow.of(r[:10]), DocumentRow.of(r[10:]).document)
+        return out
+
+    def iter_units(self, batch: int = 2000) -> Iterator[list[UnitRow]]:
+        """Every live unit, in batches (for full rebuilds of derived data)."""
+        last = ""
+        while True:
+            rows = self._rows(f"SELECT * FROM {self.t.text_units} WHERE id > ? ORDER BY id LIMIT ?",
+                              last, batch)
+            if not rows:
+                return
+            yield [UnitRow.of(r) for r in rows]
+            last = rows[-1][0]
+
+    # ---- entities, relationships, claims ---------------------------------------------------------
+
+    def entities(self, ids: Iterable[str]) -> dict[str, EntityRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.entities} WHERE id {_IN}", _ids(ids))
+        return {r[0]: EntityRow.of(r) for r in rows}
+
+    def entity_ids_by_key(self, keys: Iterable[str]) -> dict[str, str]:
+        """Entity id of each normalized name that names an entity."""
+        sql = f"SELECT key, id FROM {self.t.entities} WHERE key {_IN}"
+        return dict(self._rows(sql, _ids(keys)))  # type: ignore[arg-type]
+
+    def stale_ids(self, table: str) -> list[str]:
+        name = getattr(self.t, table)
+        return [r[0] for r in self._rows(f"SELECT id FROM {name} WHERE stale = 1")]
+
+    def relationships(self, ids: Iterable[str]) -> dict[str, RelationshipRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.relationships} WHERE id {_IN}", _ids(ids))
+        return {r[0]: RelationshipRow.of(r) for r in rows}
+
+    def relationship_ids_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Ids of the relationships incident to each entity."""
+        ids = _ids(entity_ids)
+        sql = (f"SELECT source, id FROM {self.t.relationships} WHERE source {_IN} UNION ALL "
+               f"SELECT target, id FROM {self.t.relationships} WHERE target {_IN}")
+        out: dict[str, list[str]] = defaultdict(list)
+        for eid, rid in self._rows(sql, ids, ids):
+            out[eid].append(rid)
+        return {e: sorted(set(rs)) for e, rs in out.items()}
+
+    def edges_of(self, entity_ids: Iterable[str]) -> list[tuple[str, str, str, float]]:
+        """(id, source, target, weight) of relationships incident to these entities."""
+        ids = _ids(entity_ids)
+        sql = (f"SELECT id, source, target, weight FROM {self.t.relationships} WHERE source {_IN} "
+               f"UNION SELECT id, source, target, weight FROM {self.t.relationships} "
+               f"WHERE target {_IN}")
+        return self._rows(sql, ids, ids)  # type: ignore[return-value]
+
+    def degrees(self, entity_ids: Iterable[str]) -> dict[str, int]:
+        ids = _ids(entity_ids)
+        sql = (f"SELECT e, COUNT(*) FROM (SELECT source AS e FROM {self.t.relationships} "
+               f"WHERE source {_IN} UNION ALL SELECT target FROM {self.t.relationships} "
+               f"WHERE target {_IN}) GROUP BY e")
+        return dict(self._rows(sql, ids, ids))  # type: ignore[arg-type]
+
+    def iter_edges(self, batch: int = 50_000) -> Iterator[list[tuple[str, str, float]]]:
+        """Every relationship as (source, target, weight), in batches (clustering)."""
+        last = ""
+        while True:
+            rows = self._rows(f"SELECT id, source, target, weight FROM {self.t.relationships} "
+                              "WHERE id > ? ORDER BY id LIMIT ?", last, batch)
+            if not rows:
+                return
+            yield [(r[1], r[2], float(r[3])) for r in rows]
+            last = rows[-1][0]
+
+    def claims_of(self, entity_ids: Iterable[str]) -> list[ClaimRow]:
+        """Claims whose subject or object is one of these entities."""
+        ids = _ids(entity_ids)
+        sql = (f"SELECT * FROM {self.t.claims} WHERE subject {_IN} UNION "
+               f"SELECT * FROM {self.t.claims} WHERE object {_IN}")
+        return sorted((ClaimRow.of(r) for r in self._rows(sql, ids, ids)), key=lambda c: c.claim.id)
+
+    def claims(self, ids: Iterable[str]) -> dict[str, ClaimRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.claims} WHERE id {_IN}", _ids(ids))
+        return {r[0]: ClaimRow.of(r) for r in rows}
+
+    # ---- communities ------------------------------------------------------------------------------
+
+    def communities(self, ids: Iterable[str]) -> dict[str, CommunityRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.communities} WHERE id {_IN}", _ids(ids))
+        return {r[0]: CommunityRow.of(r) for r in rows}
+
+    def children(self, ids: Iterable[str]) -> dict[str, list[str]]:
+        sql = f"SELECT parent, id FROM {self.t.communities} WHERE parent {_IN} ORDER BY id"
+        out: dict[str, list[str]] = defaultdict(list)
+        for parent, cid in self._rows(sql, _ids(ids)):
+            out[parent].append(cid)
+        return dict(out)
+
+    def members(self, ids: Iterable[str]) -> dict[str, list[str]]:
+        sql = (f"SELECT community_id, entity_id FROM {self.t.community_members} "
+               f"WHERE community_id {_IN} ORDER BY community_id, entity_id")
+        out: dict[str, list[str]] = defaultdict(list)
+        for cid, eid in self._rows(sql, _ids(ids)):
+            out[cid].append(eid)
+        return dict(out)
+
+    def communities_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Community ids of each entity, deepest first (one per level)."""
+        sql = (f"SELECT entity_id, community_id, level FROM {self.t.community_members} "
+               f"WHERE entity_id {_IN}")
+        out: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for eid, cid, level in self._rows(sql, _ids(entity_ids)):
+            out[eid].append((level, cid))
+        return {e: [c for _, c in sorted(cs, reverse=True)] for e, cs in out.items()}
+
+    def memberships(self, entity_ids: Iterable[str]) -> dict[str, dict[int, str]]:
+        """Each entity's community at every level it has one."""
+        sql = (f"SELECT entity_id, community_id, level FROM {self.t.community_members} "
+               f"WHERE entity_id {_IN}")
+        out: dict[str, dict[int, str]] = defaultdict(dict)
+        for eid, cid, level in self._rows(sql, _ids(entity_ids)):
+            out[eid][level] = cid
+        return dict(out)
+
+    def relationships_among(self, community_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Ids of the relationships with both endpoints in each community."""
+        m = self.t.community_members
+        sql = (f"SELECT a.community_id, r.id FROM {m} a "
+               f"JOIN {self.t.relationships} r ON r.source = a.entity_id "
+               f"JOIN {m} b ON b.community_id = a.community_id AND b.entity_id = r.target "
+               f"WHERE a.community_id {_IN} ORDER BY a.community_id, r.id")
+        out: dict[str, list[str]] = defaultdict(list)
+        for cid, rid in self._rows(sql, _ids(community_ids)):
+            out[cid].append(rid)
+        return dict(out)
+
+    def roots(self) -> list[CommunityRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.communities} WHERE parent IS NULL ORDER BY id")
+        return [CommunityRow.of(r) for r in rows]
+
+    def level_partition(self, level: int) -> list[CommunityRow]:
+        """The communities standing for `level` (Edge et al. 2024's C0..C3): those at it plus the
+        childless communities of shallower levels; read so, every level partitions the entities."""
+        sql = (f"SELECT * FROM {self.t.communities} WHERE level = ? OR (level < ? AND n_children = 0) "
+               "ORDER BY id")
+        return [CommunityRow.of(r) for r in self._rows(sql, level, level)]
+
+    def levels(self) -> list[int]:
+        return [r[0] for r in self._rows(f"SELECT DISTINCT level FROM {self.t.communities} ORDER BY 1")]
+
+    def communities_by_level(self) -> dict[str, int]:
+        rows = self._rows(f"SELECT level, COUNT(*) FROM {self.t.communities} GROUP BY level ORDER BY level")
+        return {str(level): n for level, n in rows}
+
+    # ---- reports -----------------------------------------------------------------------------------
+
+    def reports(self, ids: Iterable[str]) -> dict[str, ReportRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.reports} WHERE community_id {_IN}", _ids(ids))
+        return {r[0]: ReportRow.of(r) for r in rows}
+
+    def reports_by_fingerprint(self, fingerprints: Iterable[str]) -> dict[str, ReportRow]:
+        rows = self._rows(f"SELECT * FROM {self.t.reports} WHERE fingerprint {_IN}", _ids(fingerprints))
+        return {r[8]: ReportRow.of(r) for r in rows}
+
+    # ---- instances of live units -------------------------------------------------------------------
+
+    def entity_instances(self, keys: Iterable[str], *,
+                         classes: frozenset[int] | None = None) -> list[EntityInstanceRow]:
+        """Instances of these entities (normalized names) in live units (optionally only units of
+        these ACL classes), in merge order: by the hash of the unit's text, then unit id, then
+        position in the unit."""
+        sql = (f"SELECT i.unit_id, u.sort_key, u.acl, i.key, i.name, i.type, i.description "
+               f"FROM main.entity_instances i JOIN {self.t.text_units} u ON u.id = i.unit_id "
+               f"WHERE i.key {_IN} ORDER BY u.sort_key, i.unit_id, i.pos")
+        rows = [EntityInstanceRow(*r) for r in self._rows(sql, _ids(keys))]
+        return rows if classes is None else [r for r in rows if r.acl in classes]
+
+    def relationship_instances(self, rids: Iterable[str], *,
+                               classes: frozenset[int] | None = None) -> list[RelationshipInstanceRow]:
+        sql = (f"SELECT i.unit_id, u.sort_key, u.acl, i.rid, i.source_key, i.target_key, "
+               f"i.description, i.strength FROM main.relationship_instances i "
+               f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.rid {_IN} "
+               "ORDER BY u.sort_key, i.unit_id, i.pos")
+        rows = [RelationshipInstanceRow(*r) for r in self._rows(sql, _ids(rids))]
+        return rows if classes is None else [r for r in rows if r.acl in classes]
+
+    # ---- lexical statistics (BM25 over what a caller may read) -------------------------------------
+
+    def term_df(self, terms: Iterable[str], classes: Iterable[int]) -> dict[str, int]:
+        sql = (f"SELECT term, SUM(df) FROM {self.t.term_df} WHERE term {_IN} "
+               f"AND acl IN (SELECT value FROM json_each(?)) GROUP BY term")
+        return dict(self._rows(sql, _ids(terms), json.dumps(sorted(classes))))  # type: ignore[arg-type]
+
+    def unit_stats(self, classes: Iterable[int]) -> tuple[int, int]:
+        """(units, summed lexical terms) of live units of these classes."""
+        row = self._rows(f"SELECT COALESCE(SUM(units), 0), COALESCE(SUM(terms), 0) "
+                         f"FROM {self.t.acl_stats} WHERE acl IN (SELECT value FROM json_each(?))",
+                         json.dumps(sorted(classes)))[0]
+        return int(row[0]), int(row[1])
+
+    # ---- counts ------------------------------------------------------------------------------------
+
+    def count(self, table: str) -> int:
+        name = getattr(self.t, table)
+        return int(self._rows(f"SELECT COUNT(*) FROM {name}")[0][0])

@@ -1,0 +1,230 @@
+"""The index's schema, as ordered migrations recorded in `_migrations` (style: simonw/llm).
+
+Generation tables (documents ... term_df) hold one committed generation; their DDL is also run
+in the writer's staging database (canopy.store.staging), so staged rows have the very same
+columns. Instance tables and caches are written outside generations: they only ever save work.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+__all__ = ["GENERATION_TABLES", "MIGRATIONS", "generation_ddl", "migrate"]
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = []
+migration = MIGRATIONS.append
+
+
+def run_script(db: sqlite3.Connection, script: str) -> None:
+    """Run DDL inside the caller's transaction (executescript would commit it)."""
+    for stmt in script.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+
+
+# (table, key column) of every table that belongs to a generation; the writer stages rows of
+# exactly these and replaces them by key at commit.
+GENERATION_TABLES: tuple[tuple[str, str], ...] = (
+    ("documents", "id"),
+    ("text_units", "id"),
+    ("entities", "id"),
+    ("relationships", "id"),
+    ("claims", "id"),
+    ("communities", "id"),
+    ("community_members", "community_id"),
+    ("reports", "community_id"),
+)
+
+# Artifacts carry their provenance gate: `units` (JSON list of text-unit ids), `acl` (JSON list of
+# the ACL class ids of those units), `acl_sig` (hash of unit:class pairs, so a relabel is seen),
+# and `stale` (1 when a source unit was revoked and regeneration has not caught up yet).
+_GENERATION_DDL = """
+CREATE TABLE {p}documents (
+    id TEXT PRIMARY KEY, path TEXT NOT NULL, content_hash TEXT NOT NULL, title TEXT NOT NULL,
+    n_chars INTEGER NOT NULL, labels TEXT NOT NULL, metadata TEXT NOT NULL, acl INTEGER NOT NULL,
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);
+CREATE INDEX {p}documents_path ON documents(path);
+CREATE TABLE {p}text_units (
+    id TEXT PRIMARY KEY, document_id TEXT NOT NULL, ordinal INTEGER NOT NULL, text TEXT NOT NULL,
+    n_tokens INTEGER NOT NULL, char_start INTEGER NOT NULL, char_end INTEGER NOT NULL,
+    acl INTEGER NOT NULL, sort_key TEXT NOT NULL, n_terms INTEGER NOT NULL);
+CREATE INDEX {p}text_units_document ON text_units(document_id);
+CREATE TABLE {p}entities (
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL,
+    description TEXT NOT NULL, units TEXT NOT NULL, degree INTEGER NOT NULL, acl TEXT NOT NULL,
+    acl_sig TEXT NOT NULL, hash TEXT NOT NULL, stale INTEGER NOT NULL);
+CREATE INDEX {p}entities_key ON entities(key);
+CREATE INDEX {p}entities_stale ON entities(stale) WHERE stale = 1;
+CREATE TABLE {p}relationships (
+    id TEXT PRIMARY KEY, source TEXT NOT NULL, target TEXT NOT NULL, description TEXT NOT NULL,
+    weight REAL NOT NULL, units TEXT NOT NULL, acl TEXT NOT NULL, acl_sig TEXT NOT NULL,
+    hash TEXT NOT NULL, stale INTEGER NOT NULL);
+CREATE INDEX {p}relationships_source ON relationships(source);
+CREATE INDEX {p}relationships_target ON relationships(target);
+CREATE INDEX {p}relationships_stale ON relationships(stale) WHERE stale = 1;
+CREATE TABLE {p}claims (
+    id TEXT PRIMARY KEY, subject TEXT NOT NULL, object TEXT NOT NULL, type TEXT NOT NULL,
+    status TEXT NOT NULL, description TEXT NOT NULL, unit_id TEXT NOT NULL, acl TEXT NOT NULL,
+    hash TEXT NOT NULL, stale INTEGER NOT NULL);
+CREATE INDEX {p}claims_subject ON claims(subject);
+CREATE INDEX {p}claims_object ON claims(object);
+CREATE INDEX {p}claims_unit ON claims(unit_id);
+CREATE TABLE {p}communities (
+    id TEXT PRIMARY KEY, level INTEGER NOT NULL, parent TEXT, n_members INTEGER NOT NULL,
+    n_children INTEGER NOT NULL, acl TEXT NOT NULL, acl_sig TEXT NOT NULL,
+    fingerprint TEXT NOT NULL, stale INTEGER NOT NULL, w_in REAL NOT NULL, d_tot REAL NOT NULL);
+CREATE INDEX {p}communities_parent ON communities(parent);
+CREATE INDEX {p}communities_level ON communities(level);
+CREATE INDEX {p}communities_stale ON communities(stale) WHERE stale = 1;
+CREATE TABLE {p}community_members (
+    community_id TEXT NOT NULL, entity_id TEXT NOT NULL, level INTEGER NOT NULL,
+    PRIMARY KEY (community_id, entity_id)) WITHOUT ROWID;
+CREATE INDEX {p}community_members_entity ON community_members(entity_id);
+CREATE TABLE {p}reports (
+    community_id TEXT PRIMARY KEY, level INTEGER NOT NULL, title TEXT NOT NULL,
+    summary TEXT NOT NULL, rating REAL NOT NULL, rating_explanation TEXT NOT NULL,
+    findings TEXT NOT NULL, units TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    context_tokens INTEGER NOT NULL, used_subreports TEXT NOT NULL, acl TEXT NOT NULL,
+    stale INTEGER NOT NULL);
+CREATE INDEX {p}reports_fingerprint ON reports(fingerprint);
+CREATE TABLE {p}term_df (
+    term TEXT NOT NULL, acl INTEGER NOT NULL, df INTEGER NOT NULL,
+    PRIMARY KEY (term, acl)) WITHOUT ROWID;
+CREATE TABLE {p}acl_stats (acl INTEGER PRIMARY KEY, units INTEGER NOT NULL, terms INTEGER NOT NULL)
+"""
+
+
+def generation_ddl(schema: str = "") -> str:
+    """The generation tables' DDL, in `schema` ("stage." for the writer's staging database)."""
+    return _GENERATION_DDL.replace("{p}", schema)
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY)")
+    done = {r[0] for r in db.execute("SELECT name FROM _migrations")}
+    for m in MIGRATIONS:
+        if m.__name__ not in done:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                m(db)
+                db.execute("INSERT INTO _migrations VALUES (?)", (m.__name__,))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+
+@migration
+def m001_initial(db: sqlite3.Connection) -> None:
+    run_script(
+        db,
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE documents (
+            id TEXT PRIMARY KEY, path TEXT UNIQUE NOT NULL, content_hash TEXT NOT NULL,
+            title TEXT NOT NULL, n_chars INTEGER NOT NULL, labels TEXT NOT NULL);
+        CREATE TABLE text_units (
+            id TEXT PRIMARY KEY, document_id TEXT NOT NULL, ordinal INTEGER NOT NULL,
+            text TEXT NOT NULL, n_tokens INTEGER NOT NULL, char_start INTEGER NOT NULL,
+            char_end INTEGER NOT NULL);
+        CREATE INDEX text_units_doc ON text_units(document_id);
+        CREATE TABLE extractions (unit_id TEXT PRIMARY KEY, payload TEXT NOT NULL,
+            passes INTEGER NOT NULL);
+        CREATE TABLE failures (unit_id TEXT NOT NULL, task TEXT NOT NULL, error TEXT NOT NULL);
+        CREATE TABLE skips (path TEXT PRIMARY KEY, reason TEXT NOT NULL);
+        CREATE TABLE entities (
+            id TEXT PRIMARY KEY, name TEXT NOT NULL, type TEXT NOT NULL, description TEXT NOT NULL,
+            text_unit_ids TEXT NOT NULL, degree INTEGER NOT NULL);
+        CREATE TABLE relationships (
+            id TEXT PRIMARY KEY, source TEXT NOT NULL, target TEXT NOT NULL,
+            description TEXT NOT NULL, weight REAL NOT NULL, text_unit_ids TEXT NOT NULL);
+        CREATE TABLE claims (
+            id TEXT PRIMARY KEY, subject TEXT NOT NULL, object TEXT NOT NULL, type TEXT NOT NULL,
+            status TEXT NOT NULL, description TEXT NOT NULL, text_unit_ids TEXT NOT NULL);
+        CREATE TABLE communities (
+            id TEXT PRIMARY KEY, level INTEGER NOT NULL, parent TEXT, children TEXT NOT NULL,
+            entity_ids TEXT NOT NULL, relationship_ids TEXT NOT NULL, text_unit_ids TEXT NOT NULL,
+            fingerprint TEXT NOT NULL);
+        CREATE TABLE reports (
+            community_id TEXT PRIMARY KEY, level INTEGER NOT NULL, title TEXT NOT NULL,
+            summary TEXT NOT NULL, rating REAL NOT NULL, rating_explanation TEXT NOT NULL,
+            findings TEXT NOT NULL, text_unit_ids TEXT NOT NULL, fingerprint TEXT NOT NULL,
+            context_tokens INTEGER NOT NULL, used_subreports TEXT NOT NULL);
+        CREATE TABLE embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
+        CREATE TABLE llm_cache (key TEXT PRIMARY KEY, response TEXT NOT NULL);
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, started REAL NOT NULL, finished REAL,
+            generation INTEGER, stats TEXT NOT NULL, usage TEXT NOT NULL);
+        """,
+    )
+
+
+@migration
+def m002_acl_views(db: sqlite3.Connection) -> None:
+    run_script(
+        db,
+        """
+        CREATE TABLE acl_views (
+            key TEXT PRIMARY KEY, kind TEXT NOT NULL, artifact_id TEXT NOT NULL,
+            fingerprint TEXT NOT NULL, visible TEXT NOT NULL, provider TEXT NOT NULL,
+            payload TEXT NOT NULL, created REAL NOT NULL);
+        CREATE INDEX acl_views_artifact ON acl_views(artifact_id);
+        """,
+    )
+
+
+@migration
+def m003_document_metadata(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE documents ADD COLUMN metadata TEXT NOT NULL DEFAULT '[]'")
+
+
+@migration
+def m004_store_backed_graph(db: sqlite3.Connection) -> None:
+    """The graph moves from JSON lists loaded whole to indexed tables read on demand (issue 14).
+
+    Derived tables are recreated empty and the generation reset, so the next `canopy index`
+    rebuilds them; per-unit extractions become instance rows and the LLM response and embedding
+    caches are kept, so that rebuild repeats no extraction, summary, report or embedding call
+    that the cache can answer. Views are keyed differently now and are dropped."""
+    old = db.execute("SELECT unit_id, payload, passes FROM extractions").fetchall()
+    run_script(
+        db,
+        """
+        DROP TABLE documents; DROP TABLE text_units; DROP TABLE entities;
+        DROP TABLE relationships; DROP TABLE claims; DROP TABLE communities; DROP TABLE reports;
+        DROP TABLE extractions; DROP TABLE acl_views;
+        DELETE FROM meta WHERE key != 'created';
+        CREATE TABLE acl_classes (id INTEGER PRIMARY KEY, labels TEXT UNIQUE NOT NULL);
+        CREATE TABLE extracted (unit_id TEXT PRIMARY KEY, passes INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TABLE entity_instances (
+            unit_id TEXT NOT NULL, pos INTEGER NOT NULL, key TEXT NOT NULL, name TEXT NOT NULL,
+            type TEXT NOT NULL, description TEXT NOT NULL,
+            PRIMARY KEY (unit_id, pos)) WITHOUT ROWID;
+        CREATE INDEX entity_instances_key ON entity_instances(key);
+        CREATE TABLE relationship_instances (
+            unit_id TEXT NOT NULL, pos INTEGER NOT NULL, rid TEXT NOT NULL,
+            source_key TEXT NOT NULL, target_key TEXT NOT NULL, description TEXT NOT NULL,
+            strength REAL NOT NULL, PRIMARY KEY (unit_id, pos)) WITHOUT ROWID;
+        CREATE INDEX relationship_instances_rid ON relationship_instances(rid);
+        CREATE TABLE claim_instances (
+            unit_id TEXT NOT NULL, pos INTEGER NOT NULL, subject_key TEXT NOT NULL,
+            object_key TEXT NOT NULL, type TEXT NOT NULL, status TEXT NOT NULL,
+            description TEXT NOT NULL, PRIMARY KEY (unit_id, pos)) WITHOUT ROWID;
+        CREATE TABLE acl_views (
+            key TEXT PRIMARY KEY, kind TEXT NOT NULL, artifact_id TEXT NOT NULL,
+            payload TEXT NOT NULL, bytes INTEGER NOT NULL, created REAL NOT NULL);
+        CREATE INDEX acl_views_artifact ON acl_views(artifact_id);
+        """,
+    )
+    run_script(db, generation_ddl())
+    if old:
+        from canopy.store.instances import extraction_rows, payload_extraction
+
+        for unit_id, payload, passes in old:
+            rows = extraction_rows(payload_extraction(unit_id, payload, passes))
+            db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
+            db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           rows.relationships)
+            db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
+            db.execute("INSERT INTO extracted VALUES (?, ?)", (unit_id, passes))

@@ -1,0 +1,281 @@
+"""The index's source of truth: one SQLite database (WAL) in the index folder.
+
+- Readers take a `snapshot()`: a read transaction on a connection of their own thread, so one
+  request sees one committed generation from its first read to its last, however many writes
+  commit meanwhile, and requests on different threads read in parallel.
+- The writer (one per index, canopy's writer lock) stages a new generation beside the committed
+  one and swaps it in with one short transaction (canopy.store.staging).
+- Caches (LLM responses, embeddings, per-caller views) and per-unit extraction instances are
+  written outside generations on the store's own connection: they only ever save work.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from canopy.model import Extraction, Skip, UnitFailure
+from canopy.store.instances import extraction_rows
+from canopy.store.reads import COMMITTED, GraphReads
+from canopy.store.rows import dump
+from canopy.store.schema import migrate
+
+__all__ = ["DB_NAME", "RunRecord", "Snapshot", "Store"]
+
+DB_NAME = "canopy.sqlite"
+_TIMEOUT_S = 30.0
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=_TIMEOUT_S)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA temp_store=FILE")
+    return db
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: int
+    started: float
+    finished: float | None
+    generation: int | None
+    stats: dict[str, Any]
+    usage: dict[str, dict[str, Any]]
+
+
+class Snapshot(GraphReads):
+    """One committed generation, read through indexes (see GraphReads) plus its metadata."""
+
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    @property
+    def generation(self) -> int:
+        return int(self.meta("generation", "0") or 0)
+
+    def acl_classes(self) -> dict[int, tuple[str, ...]]:
+        return {i: tuple(json.loads(labels)) for i, labels in
+                self.db.execute("SELECT id, labels FROM acl_classes")}
+
+    def failures(self) -> list[UnitFailure]:
+        return [UnitFailure(*r) for r in self.db.execute("SELECT unit_id, task, error FROM failures")]
+
+    def skips(self) -> list[Skip]:
+        return [Skip(*r) for r in self.db.execute("SELECT path, reason FROM skips ORDER BY path")]
+
+
+class Store:
+    """SQLite access for one index folder. Safe to share between threads."""
+
+    def __init__(self, index_dir: Path) -> None:
+        self.index_dir = Path(index_dir)
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.index_dir / DB_NAME
+        self._db = connect(self.path)
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        with self._lock:
+            migrate(self._db)
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._readers:
+                db.close()
+            self._readers.clear()
+            self._db.close()
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = connect(self.path)
+            self._local.depth = 0
+            with self._lock:
+                self._readers.append(db)
+        return db
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """A consistent read of the committed generation, on this thread's connection; nested
+        snapshots on one thread share the outer one."""
+        db = self._reader()
+        outer = self._local.depth == 0
+        if outer:
+            db.execute("BEGIN")
+        self._local.depth += 1
+        try:
+            yield Snapshot(db, COMMITTED)
+        finally:
+            self._local.depth -= 1
+            if outer:
+                db.execute("COMMIT")
+
+    @property
+    def generation(self) -> int:
+        return int(self.get_meta("generation", "0") or 0)
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def failures(self) -> list[UnitFailure]:
+        with self.snapshot() as s:
+            return s.failures()
+
+    def skips(self) -> list[Skip]:
+        with self.snapshot() as s:
+            return s.skips()
+
+    def runs(self, limit: int = 5) -> list[RunRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, started, finished, generation, stats, usage FROM runs "
+                "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [RunRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5])) for r in rows]
+
+    # ---- writing (the writer's connection) ------------------------------------------------------
+
+    @property
+    def writer(self) -> sqlite3.Connection:
+        """The connection generations are staged and committed on (canopy.store.staging)."""
+        return self._db
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", values.items())
+
+    def acl_class(self, labels: Iterable[str]) -> int:
+        """The id of a label set (created on first use; ids are never reused)."""
+        key = dump(sorted(set(labels)))
+        with self._lock:
+            row = self._db.execute("SELECT id FROM acl_classes WHERE labels=?", (key,)).fetchone()
+            if row is not None:
+                return int(row[0])
+            cur = self._db.execute("INSERT INTO acl_classes (labels) VALUES (?)", (key,))
+            return int(cur.lastrowid or 0)
+
+    def finish_run(self, run_id: int, stats: dict[str, Any]) -> None:
+        """Record a committed run's final figures (counts are taken after its commit)."""
+        with self.transaction() as db:
+            db.execute("UPDATE runs SET stats=? WHERE id=?", (dump(stats), run_id))
+
+    def start_run(self) -> int:
+        with self.transaction() as db:
+            cur = db.execute("INSERT INTO runs (started, stats, usage) VALUES (?, '{}', '{}')",
+                             (time.time(),))
+            return int(cur.lastrowid or 0)
+
+    # ---- extraction instances (saved as soon as they exist) -------------------------------------
+
+    def save_extraction(self, ex: Extraction) -> None:
+        """One unit's extraction, replacing any earlier one; a crash later never loses it."""
+        rows = extraction_rows(ex)
+        with self.transaction() as db:
+            _drop_instances(db, [ex.unit_id])
+            db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
+            db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           rows.relationships)
+            db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
+            db.execute("INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes))
+
+    def extracted(self, unit_ids: Iterable[str]) -> set[str]:
+        """Which of these units have a stored extraction."""
+        with self._lock:
+            rows = self._db.execute("SELECT unit_id FROM extracted WHERE unit_id IN "
+                                    "(SELECT value FROM json_each(?))", (dump(sorted(set(unit_ids))),))
+            return {r[0] for r in rows}
+
+    def instance_keys(self, unit_ids: Iterable[str]) -> tuple[set[str], set[str]]:
+        """(entity keys, relationship ids) with an instance in these units."""
+        ids = dump(sorted(set(unit_ids)))
+        with self._lock:
+            keys = {r[0] for r in self._db.execute(
+                "SELECT DISTINCT key FROM entity_instances WHERE unit_id IN "
+                "(SELECT value FROM json_each(?))", (ids,))}
+            rids = {r[0] for r in self._db.execute(
+                "SELECT DISTINCT rid FROM relationship_instances WHERE unit_id IN "
+                "(SELECT value FROM json_each(?))", (ids,))}
+        return keys, rids
+
+    def claim_instances(self, unit_ids: Iterable[str]) -> list[tuple[str, int, str, str, str, str, str]]:
+        ids = dump(sorted(set(unit_ids)))
+        with self._lock:
+            return self._db.execute(
+                "SELECT unit_id, pos, subject_key, object_key, type, status, description FROM "
+                "claim_instances WHERE unit_id IN (SELECT value FROM json_each(?)) "
+                "ORDER BY unit_id, pos", (ids,)).fetchall()
+
+    # ---- caches (written outside generations: they only ever save work) -------------------------
+
+    def cache_get(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT response FROM llm_cache WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def cache_put(self, key: str, response: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO llm_cache VALUES (?, ?)", (key, response))
+
+    def embeddings_get(self, keys: Iterable[str]) -> dict[str, bytes]:
+        with self._lock:
+            rows = self._db.execute("SELECT key, vector FROM embeddings WHERE key IN "
+                                    "(SELECT value FROM json_each(?))", (dump(sorted(set(keys))),))
+            return dict(rows.fetchall())
+
+    def embeddings_put(self, rows: dict[str, bytes]) -> None:
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", rows.items())
+
+    def view_get(self, key: str) -> tuple[str, str] | None:
+        """(kind, payload) of a cached per-caller view (acl.view_cache), or None."""
+        with self._lock:
+            row = self._db.execute("SELECT kind, payload FROM acl_views WHERE key=?",
+                                   (key,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def view_put(self, key: str, *, kind: str, artifact_id: str, payload: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO acl_views VALUES (?, ?, ?, ?, ?, ?)",
+                             (key, kind, artifact_id, payload, len(payload), time.time()))
+
+    def view_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._db.execute("SELECT kind, COUNT(*) FROM acl_views GROUP BY kind"))
+
+    def views_prune(self, live: Iterable[str]) -> int:
+        """Drop cached views of artifacts not among `live` ids; returns how many."""
+        keep = dump(sorted(set(live)))
+        with self.transaction() as db:
+            cur = db.execute("DELETE FROM acl_views WHERE artifact_id NOT IN "
+                             "(SELECT value FROM json_each(?))", (keep,))
+            return cur.rowcount
+
+
+def _drop_instances(db: sqlite3.Connection, unit_ids: list[str]) -> None:
+    ids = dump(sorted(set(unit_ids)))
+    for table in ("entity_instances", "relationship_instances", "claim_instances", "extracted"):
+        db.execute(f"DELETE FROM {table} WHERE unit_id IN (SELECT value FROM json_each(?))",  # noqa: S608
+                   (ids,))

@@ -1,0 +1,201 @@
+"""The community hierarchy of the new generation: updated locally, or clustered afresh.
+
+A local update (indexer.communities.update_hierarchy) touches only communities whose members or
+internal edges changed. Its quality guard (design §4) is kept in step with the change too: the
+root partition's modularity is maintained from per-root aggregates (internal edge weight, summed
+degree) that only the roots the change touches recompute, and when it falls more than
+`modularity_drift` below the modularity of the last fresh clustering, the whole graph is
+clustered afresh (ids still reused by member overlap, reports by fingerprint).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from canopy.ids import entity_id
+from canopy.store import CommunityRow, Gate, GraphReads
+from canopy.store.rows import dump
+from indexer.communities import (
+    ClusterParams,
+    EdgeArrays,
+    GraphChange,
+    Hierarchy,
+    Isolated,
+    build_hierarchy,
+    modularity,
+    update_hierarchy,
+)
+from indexer.stages.context import Build
+from indexer.stages.graph import GraphDelta
+
+__all__ = ["HierarchyDelta", "stage_communities"]
+
+log = logging.getLogger(__name__)
+
+_IN = "IN (SELECT value FROM json_each(?))"
+
+
+@dataclass
+class HierarchyDelta:
+    written: set[str] = field(default_factory=set)  # communities placed anew (members/parent)
+    deleted: set[str] = field(default_factory=set)
+    replaced_all: bool = False
+    root_stats: dict[str, tuple[float, float]] = field(default_factory=dict)  # (w_in, d_tot)
+    meta: dict[str, str] = field(default_factory=dict)  # the guard's aggregates
+
+
+def _params(b: Build) -> ClusterParams:
+    c = b.settings.communities
+    return ClusterParams(c.max_cluster_size, c.seed, c.max_levels)
+
+
+def stage_communities(b: Build, g: GraphDelta) -> HierarchyDelta:
+    committed = b.committed
+    has_previous = bool(committed.roots()) if not b.full else False
+    if b.full or not has_previous:
+        return _fresh(b, previous=_previous_memberships(committed) if has_previous or b.full else None)
+    isolated = _isolated(b, sorted(g.new_entities - g.removed_entities))
+    change = GraphChange(frozenset(g.new_entities), frozenset(g.removed_entities),
+                         frozenset(g.changed_edges), isolated)
+    hierarchy = update_hierarchy(committed, b.reads, change, _params(b))
+    delta = _stage(b, hierarchy)
+    _guard_aggregates(b, g, delta)
+    q = float(delta.meta["q_local"])
+    reference = float(b.store.get_meta("q_reference", "0") or 0)
+    drift = b.settings.communities.modularity_drift
+    if q < reference - drift:
+        log.info("community guard: modularity %.3f fell below %.3f - %.2f after local updates; "
+                 "re-clustering the whole graph", q, reference, drift)
+        return _fresh(b, previous=_previous_memberships(committed))
+    return delta
+
+
+def _previous_memberships(committed: GraphReads) -> dict[int, dict[str, set[str]]]:
+    out: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for cid, eid, level in committed.db.execute(
+            "SELECT community_id, entity_id, level FROM main.community_members"):
+        out[level][cid].add(eid)
+    return {level: dict(m) for level, m in out.items()}
+
+
+def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> HierarchyDelta:
+    edges = EdgeArrays(e for batch in b.reads.iter_edges() for e in batch)
+    connected = set(edges.names)
+    isolated_ids = [r[0] for r in b.store.writer.execute(
+        "SELECT id FROM temp.entities_new WHERE degree = 0 ORDER BY id") if r[0] not in connected]
+    hierarchy = build_hierarchy(edges, _isolated(b, isolated_ids), _params(b), previous)
+    if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community
+        old = [r[0] for r in b.store.writer.execute("SELECT id FROM main.communities")]
+        b.staging.delete("communities", old)
+        b.staging.delete("community_members", old)
+    delta = _stage(b, hierarchy)
+    delta.replaced_all = True
+    # The guard's reference: the modularity of this fresh root partition.
+    root_of = np.full(edges.n_nodes, -1, dtype=np.int64)
+    roots = sorted(p.id for p in hierarchy.placements.values() if p.parent is None)
+    position = {cid: i for i, cid in enumerate(roots)}
+    for p in hierarchy.placements.values():
+        if p.parent is None:
+            for m in p.members:
+                i = edges.index.get(m)
+                if i is not None:
+                    root_of[i] = position[p.id]
+    w_in = np.zeros(len(roots))
+    d_tot = np.zeros(len(roots))
+    rs, rt = root_of[edges.src], root_of[edges.dst]
+    np.add.at(d_tot, rs, edges.w)
+    np.add.at(d_tot, rt, edges.w)
+    same = rs == rt
+    np.add.at(w_in, rs[same], edges.w[same])
+    delta.root_stats = {cid: (float(w_in[i]), float(d_tot[i])) for cid, i in position.items()}
+    m = float(edges.w.sum())
+    s_in, s_d2 = float(w_in.sum()), float((d_tot ** 2).sum())
+    q = modularity(s_in, s_d2, m)
+    delta.meta = {"q_reference": repr(q), "q_local": repr(q), "m_total": repr(m),
+                  "s_in": repr(s_in), "s_d2": repr(s_d2)}
+    return delta
+
+
+def _stage(b: Build, h: Hierarchy) -> HierarchyDelta:
+    """Stage placements (with provisional fingerprints, written for real by the reports stage)
+    and deletions."""
+    deleted = sorted(h.deleted - set(h.placements))
+    b.staging.delete("communities", deleted)
+    b.staging.delete("community_members", deleted)
+    b.staging.delete("reports", deleted)
+    rows = []
+    for p in sorted(h.placements.values(), key=lambda p: p.id):
+        rows.append(CommunityRow(p.id, p.level, p.parent, len(p.members), 0, "",
+                                 Gate(frozenset(), "", False)).values())
+        b.staging.put_members(p.id, p.level, p.members)
+    b.staging.put("communities", rows)
+    return HierarchyDelta(set(h.placements), set(deleted), h.replace_all)
+
+
+def _isolated(b: Build, candidates: list[str]) -> Isolated:
+    """For entities without relationships among `candidates`: the connected entities they share
+    units with, and their first unit."""
+    db = b.store.writer
+    units: dict[str, tuple[str, ...]] = {}
+    for start in range(0, len(candidates), 2000):
+        for eid, row in b.reads.entities(candidates[start:start + 2000]).items():
+            if row.entity.degree == 0:
+                units[eid] = row.entity.text_unit_ids
+    all_units = sorted({u for us in units.values() for u in us})
+    in_unit: dict[str, list[str]] = defaultdict(list)
+    for start in range(0, len(all_units), 2000):
+        for uid, key in db.execute(f"SELECT unit_id, key FROM entity_instances WHERE unit_id {_IN} "
+                                   "ORDER BY unit_id, pos", (dump(all_units[start:start + 2000]),)):
+            eid = entity_id(key)
+            if eid not in in_unit[uid]:
+                in_unit[uid].append(eid)
+    others = sorted({e for es in in_unit.values() for e in es} - set(units))
+    connected: set[str] = set()
+    for start in range(0, len(others), 2000):
+        connected |= {e for e, d in b.reads.degrees(others[start:start + 2000]).items() if d > 0}
+    cooccurring = {e: [n for u in us for n in in_unit.get(u, ()) if n in connected]
+                   for e, us in units.items()}
+    return Isolated(cooccurring, {e: min(us) for e, us in units.items() if us})
+
+
+def _guard_aggregates(b: Build, g: GraphDelta, delta: HierarchyDelta) -> None:
+    """Root aggregates of the roots this update touched, and the modularity they imply."""
+    reads, committed = b.reads, b.committed
+    touched = {e for edge in g.changed_edges for e in edge}
+    roots = {cid for cid, row in reads.communities(delta.written).items() if row.parent is None}
+    for chain in reads.memberships(touched).values():
+        if 0 in chain:
+            roots.add(chain[0])
+    old_rows = committed.communities(roots | delta.deleted)
+    get = b.store.get_meta
+    s_in = float(get("s_in", "0") or 0)
+    s_d2 = float(get("s_d2", "0") or 0)
+    m = float(get("m_total", "0") or 0)
+    for cid, row in old_rows.items():
+        if row.parent is None:
+            s_in -= row.w_in
+            s_d2 -= row.d_tot ** 2
+    members = reads.members(sorted(roots))
+    for cid in sorted(roots):
+        inside = set(members.get(cid, []))
+        if not inside:
+            continue
+        w_in = d_tot = 0.0
+        for _, s, t, w in reads.edges_of(sorted(inside)):
+            d_tot += w * ((s in inside) + (t in inside))
+            if s in inside and t in inside:
+                w_in += w
+        delta.root_stats[cid] = (w_in, d_tot)
+        s_in += w_in
+        s_d2 += d_tot ** 2
+    old_weights = committed.relationships(g.relationships | g.removed_relationships)
+    new_weights = reads.relationships(g.relationships)
+    m += sum(r.relationship.weight for r in new_weights.values())
+    m -= sum(r.relationship.weight for r in old_weights.values())
+    delta.meta = {"q_local": repr(modularity(s_in, s_d2, m)), "m_total": repr(m),
+                  "s_in": repr(s_in), "s_d2": repr(s_d2)}
+

@@ -1,0 +1,87 @@
+"""Extract entities, relationships and claims of the units that have no stored extraction.
+
+Workers pull units a batch at a time from the generation being built, so memory holds the units
+in flight, not the corpus. Each extraction is saved the moment it exists (canopy.store), so a
+crash or an outage never loses LLM work. A unit whose extraction fails (invalid output after
+repair, a refused request, or an endpoint that stays unavailable for it) is recorded as a failure,
+stays live, and is retried by the next run; the run goes on with the rest. Only when every unit
+of the run failed because the endpoint is unreachable does the run stop, with that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from canopy.errors import EndpointUnavailable, ProviderError
+from canopy.model import TextUnit, UnitFailure
+from indexer.stages.context import Build
+
+__all__ = ["ExtractOutcome", "extract_units"]
+
+log = logging.getLogger(__name__)
+
+_BATCH = 256
+
+
+@dataclass
+class ExtractOutcome:
+    extracted: list[str] = field(default_factory=list)
+    failures: list[UnitFailure] = field(default_factory=list)
+
+
+async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
+    """Extract these units (ids of units in the new generation), `concurrency` at a time."""
+    todo = sorted(set(unit_ids))
+    out = ExtractOutcome()
+    advance = b.progress("extract", len(todo))
+    x = b.settings.extract
+    unavailable: list[EndpointUnavailable] = []
+
+    async def one(unit: TextUnit) -> None:
+        try:
+            ex = await b.provider.extract(unit, entity_types=x.entity_types, claims=x.claims,
+                                          max_gleanings=x.max_gleanings)
+        except EndpointUnavailable as exc:
+            unavailable.append(exc)
+            out.failures.append(UnitFailure(unit.id, "extract", str(exc)[:300]))
+        except ProviderError as exc:  # invalid output after repair, or a refused request
+            out.failures.append(UnitFailure(unit.id, "extract", str(exc)[:300]))
+        else:
+            b.store.save_extraction(ex)
+            out.extracted.append(unit.id)
+        advance(1)
+
+    queue: asyncio.Queue[TextUnit] = asyncio.Queue(maxsize=2 * _BATCH)
+
+    async def feed() -> None:
+        for start in range(0, len(todo), _BATCH):
+            rows = b.reads.units(todo[start:start + _BATCH])
+            for uid in todo[start:start + _BATCH]:
+                if uid in rows:
+                    await queue.put(rows[uid].unit)
+
+    async def work() -> None:
+        while True:
+            unit = await queue.get()
+            try:
+                await one(unit)
+            finally:
+                queue.task_done()
+
+    workers = [asyncio.create_task(work()) for _ in range(max(1, b.concurrency))]
+    try:
+        await feed()
+        await queue.join()
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    if todo and unavailable and len(unavailable) == len(todo):
+        raise unavailable[0]  # nothing got through: say so instead of indexing nothing
+    if unavailable:
+        log.warning("%d of %d extractions failed because the endpoint was unavailable; they are "
+                    "recorded in `canopy status` and retried by the next run", len(unavailable), len(todo))
+    return out

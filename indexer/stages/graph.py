@@ -1,0 +1,192 @@
+"""Entities, relationships and claims of the new generation, re-merged where instances changed.
+
+Only entities and relationships with an instance in a changed unit (added, removed, relabelled or
+re-extracted) are merged again, plus those a revocation left stale; every other row is the
+committed one. Degrees follow the relationships that changed. Rows equal to the committed ones are
+not rewritten, so later stages see exactly what changed (`GraphDelta`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from canopy.ids import content_hash, entity_id
+from canopy.model import Claim
+from canopy.store import ClaimRow, EntityRow, Gate
+from canopy.store.rows import dump
+from indexer.graph import (
+    describe,
+    entity_hash,
+    entity_row,
+    merge_entities,
+    merge_relationships,
+    relationship_row,
+)
+from indexer.stages.context import Build
+
+__all__ = ["GraphDelta", "stage_graph"]
+
+_BATCH = 2000
+_IN = "IN (SELECT value FROM json_each(?))"
+
+
+@dataclass
+class GraphDelta:
+    """What the new generation's graph changed (full builds: everything is new)."""
+
+    entities: set[str] = field(default_factory=set)  # written: new or changed rows
+    removed_entities: set[str] = field(default_factory=set)
+    new_entities: set[str] = field(default_factory=set)  # absent from the committed generation
+    relationships: set[str] = field(default_factory=set)  # written
+    removed_relationships: set[str] = field(default_factory=set)
+    changed_edges: set[tuple[str, str]] = field(default_factory=set)  # endpoints, weight changed
+    claim_subjects: set[str] = field(default_factory=set)  # entities whose claims changed
+
+
+def _batches(items: list[str], size: int = _BATCH) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+async def stage_graph(b: Build, changed_units: Iterable[str]) -> GraphDelta:
+    """Merge and stage what `changed_units` (and stale rows) touch; everything in a full build."""
+    delta = GraphDelta()
+    changed_units = sorted(set(changed_units))
+    if b.full:
+        keys, rids = _all_instance_keys(b)
+    else:
+        keys, rids = b.store.instance_keys(changed_units)
+        committed = b.committed
+        keys |= {r.key for r in committed.entities(committed.stale_ids("entities")).values()}
+        rids |= set(committed.stale_ids("relationships"))
+    b.progress("summarize", len(keys) + len(rids))
+    await _stage_entities(b, sorted(keys), delta)
+    await _stage_relationships(b, sorted(rids), delta)
+    _settle_degrees(b, delta)
+    _stage_claims(b, changed_units, delta)
+    return delta
+
+
+def _all_instance_keys(b: Build) -> tuple[set[str], set[str]]:
+    db = b.store.writer
+    keys = {r[0] for r in db.execute(
+        "SELECT DISTINCT i.key FROM entity_instances i JOIN temp.text_units_new u ON u.id = i.unit_id")}
+    rids = {r[0] for r in db.execute(
+        "SELECT DISTINCT i.rid FROM relationship_instances i "
+        "JOIN temp.text_units_new u ON u.id = i.unit_id")}
+    return keys, rids
+
+
+async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta) -> None:
+    x = b.settings.extract
+    for batch in _batches(keys):
+        drafts = merge_entities(b.reads.entity_instances(batch))
+        ids = {entity_id(k) for k in batch}
+        before = {} if b.full else b.committed.entities(ids)
+        descriptions = await describe({d.id: (d.name, d.descriptions) for d in drafts.values()},
+                                      b.provider, b.tok, max_tokens=x.summary_max_tokens,
+                                      memo=b.store, concurrency=b.concurrency)
+        rows = []
+        for d in drafts.values():
+            old = before.get(d.id)
+            row = entity_row(d, descriptions[d.id], old.entity.degree if old else 0)
+            if old is None or old.values() != row.values():
+                rows.append(row.values())
+                delta.entities.add(d.id)
+            if old is None:
+                delta.new_entities.add(d.id)
+        b.staging.put("entities", rows)
+        gone = {i for i in before if i not in {d.id for d in drafts.values()}}
+        b.staging.delete("entities", gone)
+        delta.removed_entities |= gone
+
+
+async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta) -> None:
+    x = b.settings.extract
+    for batch in _batches(rids):
+        drafts = merge_relationships(b.reads.relationship_instances(batch))
+        before = {} if b.full else b.committed.relationships(batch)
+        names = {i: r.entity.name for i, r in b.reads.entities(
+            {e for d in drafts.values() for e in (d.source, d.target)}).items()}
+        descriptions = await describe(
+            {d.id: (f"{names.get(d.source, '')} -- {names.get(d.target, '')}", d.descriptions)
+             for d in drafts.values()},
+            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.store,
+            concurrency=b.concurrency)
+        rows = []
+        for d in drafts.values():
+            old = before.get(d.id)
+            row = relationship_row(d, descriptions[d.id])
+            if old is None or old.values() != row.values():
+                rows.append(row.values())
+                delta.relationships.add(d.id)
+                if old is None or old.relationship.weight != d.weight:
+                    delta.changed_edges.add((d.source, d.target))
+        b.staging.put("relationships", rows)
+        gone = [rid for rid in before if rid not in drafts]
+        b.staging.delete("relationships", gone)
+        for rid in gone:
+            r = before[rid].relationship
+            delta.changed_edges.add((r.source, r.target))
+        delta.removed_relationships |= set(gone)
+
+
+def _settle_degrees(b: Build, delta: GraphDelta) -> None:
+    """Degrees of entities whose relationships changed (all of them in a full build)."""
+    if b.full:
+        touched = sorted(delta.entities)
+    else:
+        touched = sorted(({e for edge in delta.changed_edges for e in edge} | delta.entities)
+                         - delta.removed_entities)
+    before = {} if b.full else None
+    for batch in _batches(touched):
+        degrees = b.reads.degrees(batch)
+        rows = b.reads.entities(batch)
+        committed = b.committed.entities(batch) if before is None else {}
+        out = []
+        for eid, row in rows.items():
+            degree = degrees.get(eid, 0)
+            if row.entity.degree == degree:
+                continue
+            e = replace(row.entity, degree=degree)
+            new = EntityRow(e, row.key, row.gate, entity_hash(e))
+            out.append(new.values())
+            old = committed.get(eid)
+            if old is None or old.values() != new.values():
+                delta.entities.add(eid)
+            else:
+                delta.entities.discard(eid)
+        b.staging.put("entities", out)
+
+
+def _stage_claims(b: Build, changed_units: list[str], delta: GraphDelta) -> None:
+    """Claims are per unit: those of changed units are rewritten, those of removed units go."""
+    db = b.store.writer
+    if b.full:
+        units = [r[0] for r in db.execute("SELECT id FROM temp.text_units_new ORDER BY id")]
+    else:
+        units = changed_units
+        old = [r[0] for r in db.execute(f"SELECT id FROM main.claims WHERE unit_id {_IN}",
+                                        (dump(units),))]
+        b.staging.delete("claims", old)
+        delta.claim_subjects |= {c.claim.subject for c in b.committed.claims(old).values()}
+    for batch in _batches(units):
+        live = b.reads.unit_acl(batch)
+        instances = b.store.claim_instances(u for u in batch if u in live)
+        if not instances:
+            continue
+        keys_by_unit: dict[str, set[str]] = {}
+        for uid, key in db.execute(
+                f"SELECT unit_id, key FROM entity_instances WHERE unit_id {_IN}", (dump(batch),)):
+            keys_by_unit.setdefault(uid, set()).add(key)
+        rows = []
+        for uid, _, subject, obj, kind, status, description in instances:
+            cid = "cl-" + content_hash(uid, subject, obj, kind, description)
+            obj_id = entity_id(obj) if obj and obj in keys_by_unit.get(uid, ()) else ""
+            claim = Claim(cid, entity_id(subject), obj_id, kind, status, description, (uid,))
+            rows.append(ClaimRow(claim, Gate(frozenset({live[uid]}), "", False),
+                                 content_hash(cid, status)).values())
+            delta.claim_subjects.add(claim.subject)
+        b.staging.put("claims", rows)
+

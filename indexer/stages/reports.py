@@ -1,0 +1,204 @@
+"""Fingerprints and reports of the communities the change touched, deepest level first.
+
+A community is recomputed when its members or place changed, a member entity or claim changed,
+a relationship inside it changed, a revocation left it stale, its report failed before, or a
+child of it was recomputed. Its fingerprint decides its report: unchanged, the report is kept
+(its ACL classes refreshed); else a report with that fingerprint is reused from anywhere in the
+committed generation (a renumbered community); else it is written. Communities are loaded and
+written a chunk at a time, so memory holds one chunk's elements, however large the index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+from dataclasses import dataclass, field, replace
+
+from canopy.errors import EndpointUnavailable, ProviderError
+from canopy.ids import content_hash
+from canopy.model import Community, Report, UnitFailure
+from canopy.store import CommunityRow, Gate, ReportRow
+from indexer.reports import CommunityContent, ElementSizes, fingerprint, write_report
+from indexer.stages.communities import HierarchyDelta
+from indexer.stages.context import Build
+from indexer.stages.graph import GraphDelta
+
+__all__ = ["ReportOutcome", "stage_reports"]
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 256
+
+
+@dataclass
+class ReportOutcome:
+    generated: int = 0
+    reused: int = 0
+    failures: list[UnitFailure] = field(default_factory=list)
+    communities: int = 0  # recomputed
+
+
+def _dirty(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> dict[int, set[str]]:
+    """Communities to recompute, by level (ancestors of recomputed ones included)."""
+    reads = b.reads
+    if b.full or h.replaced_all:
+        out: dict[int, set[str]] = defaultdict(set)
+        for cid, level in b.store.writer.execute("SELECT id, level FROM temp.communities_new"):
+            out[level].add(cid)
+        return out
+    dirty = set(h.written) | set(h.root_stats)
+    entities = g.entities | g.claim_subjects
+    for chain in reads.memberships(entities).values():
+        dirty.update(chain.values())
+    edges = reads.relationships(g.relationships)
+    old = b.committed.relationships(g.removed_relationships | g.relationships)
+    ends = {(r.relationship.source, r.relationship.target) for r in [*edges.values(), *old.values()]}
+    chains = reads.memberships({e for pair in ends for e in pair})
+    for s, t in ends:
+        cs, ct = chains.get(s, {}), chains.get(t, {})
+        dirty.update(c for level, c in cs.items() if ct.get(level) == c)
+    dirty |= set(b.committed.stale_ids("communities")) | set(retry)
+    rows = reads.communities(dirty)
+    frontier = {r.parent for r in rows.values() if r.parent}
+    while frontier:  # ancestors: a child's fingerprint is part of its parent's
+        frontier -= set(rows)
+        got = reads.communities(frontier)
+        rows.update(got)
+        frontier = {r.parent for r in got.values() if r.parent}
+    out = defaultdict(set)
+    for cid, row in rows.items():
+        out[row.level].add(cid)
+    return out
+
+
+async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> ReportOutcome:
+    dirty = _dirty(b, g, h, retry)
+    out = ReportOutcome()
+    total = sum(len(v) for v in dirty.values())
+    advance = b.progress("reports", total)
+    sizes = ElementSizes(b.tok)
+    sem = asyncio.Semaphore(b.concurrency)
+    for level in sorted(dirty, reverse=True):
+        ids = sorted(dirty[level])
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start:start + _CHUNK]
+            await _chunk(b, h, chunk, sizes, sem, out)
+            advance(len(chunk))
+            out.communities += len(chunk)
+    return out
+
+
+async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSizes,
+                 sem: asyncio.Semaphore, out: ReportOutcome) -> None:
+    reads = b.reads
+    rows = reads.communities(ids)
+    members = reads.members(ids)
+    children = reads.children(ids)
+    child_rows = reads.communities({c for cs in children.values() for c in cs})
+    entity_rows = reads.entities({e for es in members.values() for e in es})
+    among = reads.relationships_among(ids)
+    rel_rows = reads.relationships({r for rs in among.values() for r in rs})
+    claims_by_subject: dict[str, list[Any]] = defaultdict(list)
+    for c in reads.claims_of(entity_rows):
+        claims_by_subject[c.claim.subject].append(c)
+    committed_reports = b.committed.reports(ids)
+    staged: list[tuple[Any, ...]] = []
+    pending: list[CommunityContent] = []
+    for cid in ids:
+        row = rows.get(cid)
+        if row is None:
+            continue
+        mine = members.get(cid, [])
+        ents = [entity_rows[e] for e in mine if e in entity_rows]
+        rels = [rel_rows[r] for r in among.get(cid, []) if r in rel_rows]
+        claims = [c for e in mine for c in claims_by_subject.get(e, [])]
+        kids = children.get(cid, [])
+        fp = fingerprint(row.level, (e.hash for e in ents), (r.hash for r in rels),
+                         (c.hash for c in claims),
+                         (child_rows[k].fingerprint for k in kids if k in child_rows))
+        gate = Gate(frozenset(a for e in ents for a in e.gate.acl),
+                    content_hash(*sorted(e.gate.sig for e in ents)), False)
+        w_in, d_tot = h.root_stats.get(cid, (row.w_in, row.d_tot))
+        staged.append(CommunityRow(cid, row.level, row.parent, len(mine), len(kids), fp, gate,
+                                   w_in, d_tot).values())
+        community = Community(cid, row.level, row.parent, tuple(kids), tuple(mine),
+                              tuple(r.relationship.id for r in rels), fp)
+        content = CommunityContent(community, {e.entity.id: e.entity for e in ents},
+                                   {r.relationship.id: r.relationship for r in rels},
+                                   sorted((c.claim for c in claims), key=lambda c: c.id), {})
+        old = committed_reports.get(cid)
+        if old is not None and old.report.fingerprint == fp:
+            _keep(b, old, replace(old.report, level=row.level))
+            out.reused += 1
+        else:
+            pending.append(content)
+    b.staging.put("communities", staged)
+    by_fp = b.committed.reports_by_fingerprint(c.community.fingerprint for c in pending)
+    to_write = []
+    for content in pending:
+        c = content.community
+        found = by_fp.get(c.fingerprint)
+        if found is not None:
+            _keep(b, None, replace(found.report, community_id=c.id, level=c.level))
+            out.reused += 1
+        else:
+            to_write.append(content)
+    if to_write:
+        await _write(b, to_write, sizes, sem, out)
+
+
+def _keep(b: Build, committed: ReportRow | None, report: Report) -> None:
+    """Stage `report` (an existing one, perhaps renumbered) with its ACL classes recomputed;
+    nothing when it is exactly the committed row."""
+    acl = b.reads.unit_acl(report.text_unit_ids)
+    row = ReportRow(report, Gate(frozenset(acl.values()), "", False))
+    if committed is None or committed.values() != row.values():
+        b.staging.put("reports", [row.values()])
+
+
+async def _write(b: Build, contents: list[CommunityContent], sizes: ElementSizes,
+                 sem: asyncio.Semaphore, out: ReportOutcome) -> None:
+    r = b.settings.reports
+    written: list[Report] = []
+
+    async def one(content: CommunityContent) -> None:
+        c = content.community
+        kids = list(c.children)
+
+        async def child_reports() -> dict[str, Report]:
+            got = b.reads.reports(kids)
+            members = b.reads.members(kids)
+            for k in kids:
+                if k in members:
+                    inside = set(members[k])
+                    content.children[k] = Community(
+                        k, c.level + 1, c.id, (), tuple(members[k]),
+                        tuple(i for i, rel in content.relationships.items()
+                              if rel.source in inside and rel.target in inside))
+            return {k: v.report for k, v in got.items()}
+
+        try:
+            async with sem:
+                report = await write_report(content, child_reports, b.provider, sizes,
+                                            context_tokens=r.max_context_tokens,
+                                            max_tokens=r.max_report_tokens)
+        except EndpointUnavailable as exc:
+            unavailable.append(exc)
+            out.failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
+            return
+        except ProviderError as exc:  # invalid output after repair, or a refused request
+            out.failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
+            return
+        written.append(report)
+
+    unavailable: list[EndpointUnavailable] = []
+    await asyncio.gather(*(one(c) for c in contents))
+    if unavailable and not written:
+        raise unavailable[0]  # the endpoint is down: stop rather than commit reportless communities
+    for report in sorted(written, key=lambda r: r.community_id):
+        acl = b.reads.unit_acl(report.text_unit_ids)
+        b.staging.put("reports", [ReportRow(report, Gate(frozenset(acl.values()), "", False)).values()])
+    out.generated += len(written)

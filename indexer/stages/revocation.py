@@ -1,0 +1,95 @@
+"""Revocation first (design §2): deletions and relabels take effect before any regeneration.
+
+One short committed generation removes deleted documents and their units, gives relabelled
+documents and units their new ACL class, marks every artifact derived from those units `stale`
+(servable from then on only as a per-caller view of its live, readable part, or not at all), and
+drops their search rows. An edited document is not touched here: readers keep its old version
+until the new one commits with the rest of the update (issue 14, item 5). The regeneration that
+follows rewrites every stale artifact; if it is interrupted, the stale marks tell the next run
+what to finish.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+
+from canopy.ids import entity_id
+from canopy.store import GraphReads, Store
+from canopy.store.rows import dump
+from canopy.vectors import TABLES, VectorStore
+from indexer.stages.documents import DocumentPlan, unit_terms
+
+__all__ = ["revoke"]
+
+log = logging.getLogger(__name__)
+
+_IN = "IN (SELECT value FROM json_each(?))"
+
+
+def revoke(store: Store, plan: DocumentPlan) -> list[str]:
+    """Commit the deletions and relabels of `plan` at once; returns the units deleted."""
+    if not (plan.removed or plan.relabelled) or store.generation == 0:
+        return []
+    reads = GraphReads(store.writer)
+    docs = reads.documents(plan.removed | plan.relabelled)
+    units = reads.units_of_documents(plan.removed | plan.relabelled)
+    unit_ids = sorted(u.unit.id for us in units.values() for u in us)
+    keys, rids = store.instance_keys(unit_ids)
+    entities = sorted(entity_id(k) for k in keys)
+    communities = sorted({c for chain in reads.memberships(entities).values() for c in chain.values()})
+
+    df: Counter[tuple[str, int]] = Counter()
+    stats: Counter[tuple[int, int]] = Counter()  # (acl, 0) units, (acl, 1) terms
+    for doc_id, rows in units.items():
+        doc = docs[doc_id].document
+        new_acl = plan.documents[doc_id].acl if doc_id in plan.documents else None
+        for row in rows:
+            terms = unit_terms(doc, row.unit)
+            moves = [(row.acl, -1)] + ([(new_acl, 1)] if new_acl is not None else [])
+            for acl, sign in moves:
+                for t in set(terms):
+                    df[(t, acl)] += sign
+                stats[(acl, 0)] += sign
+                stats[(acl, 1)] += sign * len(terms)
+
+    versions = json.loads(store.get_meta("lance_versions", "{}") or "{}")
+    vectors = VectorStore(store.index_dir, 0)
+    vectors.restore(versions)
+    dropped = {"text_units": unit_ids, "entities": entities, "reports": communities}
+    for table in TABLES:
+        if table in versions:
+            vectors.write(table, dropped[table], [])
+    versions.update({k: v for k, v in vectors.versions().items() if k in versions})
+
+    with store.transaction() as db:
+        db.execute(f"UPDATE entities SET stale = 1 WHERE id {_IN}", (dump(entities),))
+        db.execute(f"UPDATE relationships SET stale = 1 WHERE id {_IN}", (dump(sorted(rids)),))
+        db.execute(f"UPDATE claims SET stale = 1 WHERE unit_id {_IN}", (dump(unit_ids),))
+        db.execute(f"UPDATE communities SET stale = 1 WHERE id {_IN}", (dump(communities),))
+        db.execute(f"UPDATE reports SET stale = 1 WHERE community_id {_IN}", (dump(communities),))
+        removed = dump(sorted(plan.removed))
+        db.execute(f"DELETE FROM text_units WHERE document_id {_IN}", (removed,))
+        db.execute(f"DELETE FROM documents WHERE id {_IN}", (removed,))
+        for doc_id in sorted(plan.relabelled):
+            row = plan.documents[doc_id]
+            db.execute("UPDATE documents SET labels = ?, acl = ? WHERE id = ?",
+                       (dump(row.document.labels), row.acl, doc_id))
+            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?", (row.acl, doc_id))
+        db.executemany("INSERT INTO term_df VALUES (?, ?, ?) ON CONFLICT(term, acl) "
+                       "DO UPDATE SET df = df + excluded.df",
+                       [(t, a, n) for (t, a), n in df.items() if n])
+        db.execute("DELETE FROM term_df WHERE df <= 0")
+        for acl in sorted({a for a, _ in stats}):
+            db.execute("INSERT INTO acl_stats VALUES (?, ?, ?) ON CONFLICT(acl) DO UPDATE SET "
+                       "units = units + excluded.units, terms = terms + excluded.terms",
+                       (acl, stats[(acl, 0)], stats[(acl, 1)]))
+        generation = int(db.execute("SELECT value FROM meta WHERE key='generation'").fetchone()[0]) + 1
+        db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+            ("generation", str(generation)), ("revoking", "1"),
+            ("lance_versions", json.dumps(versions))])
+    log.info("revoked %d documents and relabelled %d at once (generation %d): %d entities and %d "
+             "communities wait for regeneration", len(plan.removed), len(plan.relabelled),
+             generation, len(entities), len(communities))
+    return sorted(u.unit.id for d in plan.removed for u in units.get(d, []))
