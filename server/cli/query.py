@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from server.cli import CONFIG, DOCS, INDEX_DIR, main
+from server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 __all__ = ["query"]
 
@@ -19,7 +19,7 @@ METHODS = ("global", "local", "drift", "basic")
 log = logging.getLogger("canopy.query")
 
 
-@main.command()
+@click.command()
 @DOCS
 @click.argument("question")
 @click.option("--method", "-m", type=click.Choice(METHODS), default="global", show_default=True,
