@@ -75,8 +75,8 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
 
         notes: list[str] = []
 
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            notes.append(message or f"{done:g}")
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            notes.append(message or f"{progress:g}")  # parameter names as in mcp's ProgressFnT
 
         cited_report = cited_unit = None
         for name, args in CALLS:

@@ -156,13 +156,15 @@ def _http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, hos
         log.info("HTTP callers: bearer tokens from %s", resolve_path(auth.tokens_file, base_dir))
     shown = "localhost" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
-    issuer = (auth.jwt_issuer if (auth.jwt_issuer or "").startswith(("https://", "http://"))
-              else base)
+    issuer = auth.jwt_issuer or ""
+    if not issuer.startswith(("https://", "http://")):
+        issuer = base
     try:
-        # validate_token_resource=False: the verifier checks `aud` itself.
-        return verifier, McpAuthSettings(issuer_url=issuer,
-                                         resource_server_url=auth.resource_url or f"{base}/mcp",
-                                         validate_token_resource=False)
+        # Validated from plain strings (pydantic parses the URLs); validate_token_resource=False:
+        # the verifier checks `aud` itself.
+        return verifier, McpAuthSettings.model_validate(
+            {"issuer_url": issuer, "resource_server_url": auth.resource_url or f"{base}/mcp",
+             "validate_token_resource": False})
     except ValueError as exc:  # pydantic's ValidationError: a malformed URL in [auth]
         raise ConfigError(f"[auth] resource_url / jwt_issuer must be http(s) URLs: {exc}") from None
 

@@ -56,7 +56,7 @@ def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tu
     if principals:
         names: list[str | None] = list(principals)
     elif policy.enabled:
-        names = sorted(policy.settings.principals)
+        names = [*sorted(policy.settings.principals)]
     else:
         names = [None]  # no policy: the local user (views only during a revocation generation)
     unknown = [n for n in names if n is not None and n not in policy.settings.principals]
