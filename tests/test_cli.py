@@ -1,4 +1,4 @@
-"""The `canopy` group itself (its commands, `python -m server.cli`) and the index
+"""The `canopy` group itself (its commands, `--version`, `python -m server.cli`) and the index
 and status commands in process.
 
 The other commands are tested where their subject is: query in test_engines, serve and demo in
@@ -7,17 +7,27 @@ server.cli index` in a subprocess in test_incremental."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from server.cli import main
+from server.cli.common import DISTRIBUTION, canopy_version
 from tests.conftest import REPO
 
 COMMANDS = {"demo", "index", "query", "serve", "status", "token", "warm", "watch"}
+
+
+def _pyproject_version() -> str:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == DISTRIBUTION
+    return str(project["version"])
 
 
 def test_the_group_has_every_command() -> None:
@@ -28,8 +38,31 @@ def test_the_group_has_every_command() -> None:
         assert f"  {name} " in done.output
 
 
+def test_version_prints_the_installed_distribution() -> None:
+    try:
+        expected = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+        expected = _pyproject_version()
+    done = CliRunner().invoke(main, ["--version"])
+    assert done.exit_code == 0, done.output
+    assert done.output == f"canopy, version {expected}\n"
+
+
+def test_version_falls_back_to_pyproject_when_not_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert canopy_version() == _pyproject_version()
+
+
 def test_python_dash_m_runs_the_cli() -> None:
     """Tests and `canopy demo` spawn the server as `python -m server.cli`."""
+    out = subprocess.run([sys.executable, "-m", "server.cli", "--version"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("canopy, version ")
     usage = subprocess.run([sys.executable, "-m", "server.cli", "token", "--help"], cwd=REPO,
                            capture_output=True, text=True, timeout=120)
     assert usage.returncode == 0, usage.stderr

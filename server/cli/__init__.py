@@ -15,13 +15,15 @@ import sys
 import click
 
 from server.cli import demo, index, query, serve, tokens, warm, watch
-from server.cli.common import CanopyGroup
+from server.cli.common import CanopyGroup, canopy_version
 
 __all__ = ["main"]
 
 
 @click.group(cls=CanopyGroup)
 @click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
+@click.version_option(canopy_version(), "--version", prog_name="canopy",
+                      help="Show the installed Canopy version and exit.")
 def main(verbose: int) -> None:
     """Canopy: an incremental, permission-aware GraphRAG server for LLM agents."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG

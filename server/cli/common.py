@@ -1,5 +1,5 @@
 """What the `canopy` commands share: the DOCS / --index-dir / --config parameters, the progress
-bar factory, and the group class that turns Canopy errors into one line.
+bar factory, the group class that turns Canopy errors into one line, and the version.
 
 Every command module imports this module only, never the package `server.cli`: the package
 imports the command modules to assemble the group, so an import back would be a cycle
@@ -18,7 +18,10 @@ import click
 
 from canopy.errors import CanopyError
 
-__all__ = ["CONFIG", "DOCS", "INDEX_DIR", "CanopyGroup", "describe_batch", "tqdm_progress"]
+__all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "CanopyGroup", "canopy_version",
+           "describe_batch", "tqdm_progress"]
+
+DISTRIBUTION = "canopy-graphrag"  # the name in pyproject.toml, which `canopy --version` reports
 
 DOCS = click.argument("docs", type=click.Path(exists=True, file_okay=False, path_type=Path))
 INDEX_DIR = click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -58,6 +61,28 @@ def describe_batch(paths: set[Path], result: Any) -> str:
             f"{s['units_extracted']} units extracted, "
             f"{s['reports_generated']} reports regenerated, "
             f"{calls} provider calls, {result.elapsed_s:.1f}s")
+
+
+def canopy_version() -> str:
+    """The installed distribution's version; from a checkout that is not installed (PYTHONPATH),
+    the version in its pyproject.toml."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return _checkout_version()
+
+
+def _checkout_version() -> str:
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError):
+        return "unknown"
+    return str(project.get("version", "unknown"))
 
 
 class CanopyGroup(click.Group):
