@@ -1,4 +1,5 @@
-"""The import direction is one way: server -> (indexer, acl) -> canopy (kernel) -> prompts."""
+"""The import direction is one way: server -> (indexer, acl) -> canopy (kernel) -> prompts; within
+the CLI package, the command modules never import the package that assembles them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ ALLOWED = {
     "acl": {"canopy", "prompts", "indexer"},
     "server": {"canopy", "prompts", "indexer", "acl"},
 }
+CLI = REPO / "server" / "cli"
 
 
 def _imports(path: Path) -> set[str]:
@@ -42,7 +44,7 @@ def test_library_code_never_prints() -> None:
     """stdout is the MCP protocol under `canopy serve`; only CLI modules may write to it."""
     for package in ALLOWED:
         for path in (REPO / package).rglob("*.py"):
-            if path.name.startswith("cli"):
+            if path.is_relative_to(CLI):
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
@@ -54,3 +56,64 @@ def test_importing_the_server_writes_nothing_to_stdout() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
+
+
+def _imports_of_the_cli_package(path: Path) -> list[int]:
+    """Lines of `path` that import the package `server.cli` itself (its `__init__`), in any
+    spelling; imports of a submodule by its full name (`from server.cli.common import X`) are
+    fine."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            if any(a.name == "server.cli" for a in node.names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            absolute = node.level == 0 and (
+                node.module == "server.cli"
+                or (node.module == "server" and any(a.name == "cli" for a in node.names)))
+            relative = node.level == 1 and node.module is None  # `from . import x`
+            if absolute or relative:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_cli_command_modules_never_import_the_package() -> None:
+    """`server/cli/__init__.py` imports the command modules to assemble the group; if one of them
+    imported the package back, the import cycle of the old `server/cli_*.py` files would return."""
+    # The package assembles the group; `__main__` runs it, and nothing imports `__main__`.
+    modules = [p for p in sorted(CLI.glob("*.py")) if p.stem not in ("__init__", "__main__")]
+    assert {p.stem for p in modules} >= {"common", "index", "query", "serve", "tokens", "warm",
+                                         "watch", "demo"}
+    for path in modules:
+        lines = _imports_of_the_cli_package(path)
+        assert not lines, (f"{path.relative_to(REPO)}:{lines} imports the package server.cli: "
+                           "import from server.cli.common (or the command module) instead")
+
+
+def test_every_cli_module_imports_first_in_a_fresh_interpreter() -> None:
+    """Whichever module of the package is imported first (a test, `python -m server.cli`, an
+    entry point), the package and every command import completely: a cycle would fail here."""
+    names = sorted(f"server.cli.{p.stem}" for p in CLI.glob("*.py") if p.stem != "__init__")
+    code = ("import importlib, sys\n"
+            f"for name in {['server.cli', *names]!r}:\n"
+            "    for loaded in [m for m in sys.modules if m.startswith('server.cli')]:\n"
+            "        del sys.modules[loaded]\n"
+            "    importlib.import_module(name)\n"
+            "    assert sys.modules['server.cli'].main.commands, name\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+
+
+def test_importing_the_cli_loads_no_engine_store_or_mcp_code() -> None:
+    """The commands import what they need when they run, so `canopy --help` is quick and
+    `canopy serve` starts its stdio server sooner."""
+    heavy = ["acl", "indexer", "lancedb", "mcp", "openai", "canopy.settings", "canopy.store",
+             "server.engines", "server.mcp_app", "server.runtime", "server.service", "tqdm"]
+    code = ("import sys, server.cli\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -17,15 +17,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from canopy.errors import ConfigError
-from canopy.settings import find_config
-from server.cli import CONFIG, DOCS, INDEX_DIR, main, tqdm_progress
+from server.cli.common import CONFIG, DOCS, INDEX_DIR, describe_batch, tqdm_progress
 
 if TYPE_CHECKING:
-    from indexer.watcher import Watcher
     from mcp.server.auth.provider import TokenVerifier
     from mcp.server.auth.settings import AuthSettings as McpAuthSettings
 
+    from indexer.watcher import Watcher
     from server.runtime import Workspace
 
 __all__ = ["serve"]
@@ -42,7 +40,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-@main.command()
+@click.command()
 @DOCS
 @INDEX_DIR
 @CONFIG
@@ -50,11 +48,13 @@ def _is_loopback(host: str) -> bool:
               help="Serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="CANOPY_HOST",
               help="Interface to listen on with --http.")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535), envvar="CANOPY_PORT",
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535),
+              envvar="CANOPY_PORT",
               help="Port to listen on with --http.")
 @click.option("--principal", envvar="CANOPY_PRINCIPAL",
-              help="Who the caller is, as named in the [acl] policy: the stdio client, and every HTTP "
-                   "client while no token verification is configured. Ignored without a policy.")
+              help="Who the caller is, as named in the [acl] policy: the stdio client, and every "
+                   "HTTP client while no token verification is configured. Ignored without a "
+                   "policy.")
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Token file for --http (from `canopy token add`); overrides auth.tokens_file.")
 @click.option("--watch", is_flag=True,
@@ -62,8 +62,9 @@ def _is_loopback(host: str) -> bool:
 @click.option("--insecure-no-auth", is_flag=True,
               help="Allow --http on a non-loopback host with no token verification: every client "
                    "then acts as --principal. For trusted networks only.")
-def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: bool, host: str, port: int,
-          principal: str | None, tokens_file: Path | None, watch: bool, insecure_no_auth: bool) -> None:
+def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: bool, host: str,
+          port: int, principal: str | None, tokens_file: Path | None, watch: bool,
+          insecure_no_auth: bool) -> None:
     """Serve the index of DOCS to MCP clients (agents); build the index first if there is none.
 
     \b
@@ -80,7 +81,8 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
     from server.service import CanopyService
 
     if tokens_file is not None and not use_http:
-        raise click.UsageError("--tokens applies to --http only; over stdio the caller is --principal")
+        raise click.UsageError("--tokens applies to --http only; "
+                               "over stdio the caller is --principal")
     ws = open_workspace(docs, index_dir, config)
     verifier, auth_settings = None, None
     if use_http:  # settle who may call before building or opening anything
@@ -88,24 +90,26 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
         if verifier is None and not _is_loopback(host):
             if not insecure_no_auth:
                 raise click.ClickException(
-                    f"refusing to serve {docs} on {host} without authentication: set [auth] tokens_file "
-                    "or jwt_* in canopy.toml, pass --tokens FILE (see `canopy token add`), serve on "
-                    "127.0.0.1, or pass --insecure-no-auth if every client on this network may read "
-                    f"as {principal or 'the local user'}")
+                    f"refusing to serve {docs} on {host} without authentication: set [auth] "
+                    "tokens_file or jwt_* in canopy.toml, pass --tokens FILE (see `canopy token "
+                    "add`), serve on 127.0.0.1, or pass --insecure-no-auth if every client on "
+                    f"this network may read as {principal or 'the local user'}")
             log.warning("serving %s on %s without token verification: every HTTP client acts as %s",
                         docs, host, principal or "the local user")
     if not (ws.index_dir / "canopy.sqlite").exists():
         click.echo(f"No index at {ws.index_dir} yet: building it first.", err=True)
         result = build_index(ws, progress=tqdm_progress)
-        click.echo(f"Indexed {result.stats['documents']} documents in {result.elapsed_s:.1f}s.", err=True)
+        click.echo(f"Indexed {result.stats['documents']} documents in {result.elapsed_s:.1f}s.",
+                   err=True)
     service = CanopyService(ws, config=config)
     watcher = _start_watcher(docs, index_dir, config) if watch else None
     try:
-        server = build_server(service, principal_name=principal, auth=verifier, auth_settings=auth_settings,
-                              host=host, port=port)
+        server = build_server(service, principal_name=principal, auth=verifier,
+                              auth_settings=auth_settings, host=host, port=port)
         if use_http:
             how = "bearer tokens required" if verifier is not None else "no authentication"
-            click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how})", err=True)
+            click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how})",
+                       err=True)
             run_http(server, host, port)
         else:
             run_stdio(server)
@@ -119,12 +123,12 @@ def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> W
     """A watcher thread in the serving process: it commits new generations, which the service
     picks up on the next call (readers never wait for it)."""
     from indexer.watcher import Watcher
-    from server.cli_watch import describe_batch
     from server.runtime import build_index, open_workspace
 
     log.setLevel(logging.INFO)  # one line per applied batch, on stderr
     first = open_workspace(docs, index_dir, config)
-    return Watcher(first.docs_dir, first.index_dir, lambda: build_index(open_workspace(docs, index_dir, config)),
+    return Watcher(first.docs_dir, first.index_dir,
+                   lambda: build_index(open_workspace(docs, index_dir, config)),
                    on_applied=lambda paths, r: log.info("%s", describe_batch(paths, r))).start()
 
 
@@ -135,12 +139,15 @@ def _http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, hos
     from mcp.server.auth.settings import AuthSettings as McpAuthSettings
 
     from acl.auth import resolve_path, verifier_from_settings
+    from canopy.errors import ConfigError
+    from canopy.settings import find_config
 
     auth = ws.settings.auth
     if tokens_file is not None:
         auth = auth.model_copy(update={"tokens_file": tokens_file.resolve()})
     settings_file = find_config(ws.docs_dir, config)
-    base_dir = settings_file.resolve().parent if settings_file is not None else ws.docs_dir.resolve()
+    base_dir = (settings_file.resolve().parent if settings_file is not None
+                else ws.docs_dir.resolve())
     verifier = verifier_from_settings(auth, base_dir)
     if verifier is None:
         return None, None
@@ -149,16 +156,22 @@ def _http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, hos
         log.info("HTTP callers: bearer tokens from %s", resolve_path(auth.tokens_file, base_dir))
     shown = "localhost" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
-    issuer = auth.jwt_issuer if (auth.jwt_issuer or "").startswith(("https://", "http://")) else base
+    issuer = auth.jwt_issuer or ""
+    if not issuer.startswith(("https://", "http://")):
+        issuer = base
     try:
-        return verifier, McpAuthSettings(issuer_url=issuer, resource_server_url=auth.resource_url or f"{base}/mcp",
-                                         validate_token_resource=False)  # the verifier checks `aud` itself
+        # Validated from plain strings (pydantic parses the URLs); validate_token_resource=False:
+        # the verifier checks `aud` itself.
+        return verifier, McpAuthSettings.model_validate(
+            {"issuer_url": issuer, "resource_server_url": auth.resource_url or f"{base}/mcp",
+             "validate_token_resource": False})
     except ValueError as exc:  # pydantic's ValidationError: a malformed URL in [auth]
         raise ConfigError(f"[auth] resource_url / jwt_issuer must be http(s) URLs: {exc}") from None
 
 
 def _check_token_file(ws: Workspace, path: Path) -> None:
-    """Warnings for a token file that would be indexed, or that names principals the policy lacks."""
+    """Warnings for a token file that would be indexed, or that names principals the policy
+    lacks."""
     from acl.tokens import read_tokens
 
     docs = ws.docs_dir.resolve()
@@ -167,10 +180,9 @@ def _check_token_file(ws: Workspace, path: Path) -> None:
         log.warning("token file %s is inside the documents folder and will be indexed: move it out "
                     "or give it a name starting with '.'", path)
     if ws.policy.enabled:
-        unknown = sorted({r.principal for r in read_tokens(path)} - set(ws.policy.settings.principals))
+        named = {r.principal for r in read_tokens(path)}
+        unknown = sorted(named - set(ws.policy.settings.principals))
         if unknown:
             log.warning("token file %s names principals the [acl] policy does not list (they see "
                         "nothing): %s", path, ", ".join(unknown))
 
-
-from server import cli_token  # noqa: F401  (registers `canopy token`; imported last, after `serve`)

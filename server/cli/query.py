@@ -8,10 +8,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from server.cli import CONFIG, DOCS, INDEX_DIR, main
+from server.cli.common import CONFIG, DOCS, INDEX_DIR
+
+if TYPE_CHECKING:
+    from server.results import SearchResult
+    from server.service import QueryContext
 
 __all__ = ["query"]
 
@@ -19,7 +24,7 @@ METHODS = ("global", "local", "drift", "basic")
 log = logging.getLogger("canopy.query")
 
 
-@main.command()
+@click.command()
 @DOCS
 @click.argument("question")
 @click.option("--method", "-m", type=click.Choice(METHODS), default="global", show_default=True,
@@ -45,7 +50,6 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
       canopy query examples/docs -m global --level 1 --json "What themes run through the projects?"
       CANOPY_PRINCIPAL=alice canopy query docs/ -m drift "How did the recall change the budget?"
     """
-    from server import engines
     from server.runtime import open_workspace
     from server.service import CanopyService
 
@@ -55,12 +59,7 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
     service = CanopyService(ws)
     try:
         ctx = service.context(service.principal(principal), progress=_log_progress)
-        if method == "global":
-            call = engines.global_search(ctx, question, community_level=level)
-        else:
-            call = {"local": engines.local_search, "drift": engines.drift_search,
-                    "basic": engines.basic_search}[method](ctx, question)
-        result = asyncio.run(call)
+        result = asyncio.run(_search(ctx, method, question, level))
     finally:
         service.close()
     if as_json:
@@ -77,6 +76,16 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
     u = result.usage
     click.echo(f"[{result.method} search, provider {u.provider}: {u.llm_calls} calls, "
                f"{u.prompt_tokens}+{u.completion_tokens} tokens, {u.elapsed_ms} ms]", err=True)
+
+
+async def _search(ctx: QueryContext, method: str, question: str, level: int | None) -> SearchResult:
+    from server import engines
+
+    if method == "global":
+        return await engines.global_search(ctx, question, community_level=level)
+    search = {"local": engines.local_search, "drift": engines.drift_search,
+              "basic": engines.basic_search}[method]
+    return await search(ctx, question)
 
 
 async def _log_progress(done: float, total: float | None, message: str) -> None:

@@ -9,21 +9,12 @@ from typing import Any
 
 import click
 
-from server.cli import CONFIG, DOCS, INDEX_DIR, main
+from server.cli.common import CONFIG, DOCS, INDEX_DIR, describe_batch
 
-log = logging.getLogger("canopy.watch")
-
-
-def describe_batch(paths: set[Path], result: Any) -> str:
-    """One log line per applied batch: files, units extracted, reports regenerated, LLM calls."""
-    s = result.stats
-    calls = sum(u.get("calls", 0) for t, u in result.usage.items())
-    return (f"applied {len(paths)} changed path(s) -> generation {result.generation}: "
-            f"{s['units_extracted']} units extracted, {s['reports_generated']} reports regenerated, "
-            f"{calls} provider calls, {result.elapsed_s:.1f}s")
+__all__ = ["watch"]
 
 
-@main.command()
+@click.command()
 @DOCS
 @INDEX_DIR
 @CONFIG
@@ -47,10 +38,11 @@ def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: flo
         return build_index(open_workspace(docs, index_dir, config))
 
     first = apply()
-    click.echo(f"Indexed {first.stats['documents']} documents (generation {first.generation}); watching {docs} "
-               "- Ctrl-C to stop", err=True)
+    click.echo(f"Indexed {first.stats['documents']} documents (generation {first.generation}); "
+               f"watching {docs} - Ctrl-C to stop", err=True)
     watcher = Watcher(ws.docs_dir, ws.index_dir, apply, debounce=debounce,
-                      on_applied=lambda paths, r: click.echo(describe_batch(paths, r), err=True)).start()
+                      on_applied=lambda paths, r: click.echo(describe_batch(paths, r),
+                                                             err=True)).start()
     try:
         while True:
             time.sleep(1)

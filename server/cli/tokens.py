@@ -10,14 +10,12 @@ from pathlib import Path
 
 import click
 
-from server.cli import main
-
 __all__ = ["token"]
 
 TOKEN_FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 
 
-@main.group()
+@click.group()
 def token() -> None:
     """Manage the bearer tokens of HTTP callers (a file of hashed tokens -> principals).
 
@@ -62,13 +60,14 @@ def list_tokens(file: Path) -> None:
 @token.command("revoke")
 @TOKEN_FILE
 @click.argument("principal")
-@click.option("--id", "token_id", help="Revoke only the token whose id (from `list`) starts with this.")
+@click.option("--id", "token_id",
+              help="Revoke only the token whose id (from `list`) starts with this.")
 def revoke(file: Path, principal: str, token_id: str | None) -> None:
     """Revoke every token of PRINCIPAL (or one, with --id). Running servers refuse it at once."""
     from acl.tokens import revoke_tokens
 
     gone = revoke_tokens(file, principal, token_id)
     if not gone:
-        raise click.ClickException(f"no token of {principal!r}" + (f" with id {token_id}" if token_id else "")
-                                   + f" in {file}")
+        with_id = f" with id {token_id}" if token_id else ""
+        raise click.ClickException(f"no token of {principal!r}{with_id} in {file}")
     click.echo(f"Revoked {len(gone)} token(s) of {principal}: {', '.join(r.id for r in gone)}")

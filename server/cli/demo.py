@@ -18,14 +18,15 @@ from typing import Any
 import click
 
 import server
-from server.cli import INDEX_DIR, main, tqdm_progress
+from server.cli.common import INDEX_DIR, tqdm_progress
 
 __all__ = ["EXAMPLE_DOCS", "demo"]
 
 EXAMPLE_DOCS = Path(server.__file__).resolve().parents[1] / "examples" / "docs"
 TRIM = 900
 
-# (tool, arguments) in the order the demo calls them; None values are filled in from earlier answers.
+# (tool, arguments) in the order the demo calls them; drill_down's arguments come from an earlier
+# answer's citations.
 CALLS: list[tuple[str, dict[str, Any]]] = [
     ("index_status", {}),
     ("global_search", {"query": "What are the main risks across the supply chain?"}),
@@ -40,7 +41,8 @@ def _trim(text: str, full: bool) -> str:
     text = text.strip()
     if full or len(text) <= TRIM:
         return text
-    return text[:TRIM].rstrip() + f"\n… ({len(text) - TRIM} more characters; --full shows everything)"
+    more = len(text) - TRIM
+    return text[:TRIM].rstrip() + f"\n… ({more} more characters; --full shows everything)"
 
 
 def _text(result: Any) -> str:
@@ -54,7 +56,8 @@ def _server_params(docs: Path, index_dir: Path) -> Any:
     root = str(Path(server.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     return StdioServerParameters(command=sys.executable, env=env,
-                                 args=["-m", "server.cli", "serve", str(docs), "--index-dir", str(index_dir)])
+                                 args=["-m", "server.cli", "serve", str(docs),
+                                       "--index-dir", str(index_dir)])
 
 
 async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
@@ -72,8 +75,8 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
 
         notes: list[str] = []
 
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            notes.append(message or f"{done:g}")
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            notes.append(message or f"{progress:g}")  # parameter names as in mcp's ProgressFnT
 
         cited_report = cited_unit = None
         for name, args in CALLS:
@@ -86,7 +89,8 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
             result = await client.call_tool(name, args, progress_callback=progress)
             echo(_trim(_text(result), full))
             seen = f", {len(notes)} progress notifications (last: {notes[-1]!r})" if notes else ""
-            echo(f"    [{'error' if result.is_error else 'ok'}, {time.perf_counter() - t0:.2f}s{seen}]")
+            outcome = "error" if result.is_error else "ok"
+            echo(f"    [{outcome}, {time.perf_counter() - t0:.2f}s{seen}]")
             for c in (result.structured_content or {}).get("citations", []):
                 if c["kind"] == "report" and cited_report is None:
                     cited_report = c["id"]
@@ -94,7 +98,8 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
                     cited_unit = c["id"]
 
         resources = await client.list_resource_templates()
-        echo("\nResource templates: " + ", ".join(t.uri_template for t in resources.resource_templates))
+        echo("\nResource templates: "
+             + ", ".join(t.uri_template for t in resources.resource_templates))
         if cited_unit:
             uri = f"canopy://units/{cited_unit}"
             echo(f"\n── read {uri} " + "─" * 30)
@@ -104,8 +109,9 @@ async def _drive(docs: Path, index_dir: Path, full: bool) -> None:
          "Next: docs/agents.md shows how to add Canopy to your agent.")
 
 
-@main.command()
-@click.option("--docs", type=click.Path(exists=True, file_okay=False, path_type=Path), default=EXAMPLE_DOCS,
+@click.command()
+@click.option("--docs", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=EXAMPLE_DOCS,
               show_default="the bundled examples/docs", help="Documents folder to index and query.")
 @INDEX_DIR
 @click.option("--full", is_flag=True, help="Print whole tool results instead of their first lines.")
@@ -129,6 +135,7 @@ def demo(docs: Path, index_dir: Path | None, full: bool) -> None:
         result = build_index(ws, progress=tqdm_progress)
         s = result.stats
         click.echo(f"Indexed {s['documents']} documents of {docs} into {ws.index_dir} in "
-                   f"{time.perf_counter() - t0:.1f}s: {s['entities']} entities, {s['relationships']} "
-                   f"relationships, {s['communities']} communities with reports.")
+                   f"{time.perf_counter() - t0:.1f}s: {s['entities']} entities, "
+                   f"{s['relationships']} relationships, {s['communities']} communities with "
+                   "reports.")
         asyncio.run(_drive(docs, ws.index_dir, full))

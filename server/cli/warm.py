@@ -15,14 +15,14 @@ from pathlib import Path
 
 import click
 
-from server.cli import CONFIG, DOCS, INDEX_DIR, main
+from server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 __all__ = ["warm"]
 
 KINDS = ("report", "entity", "relationship")
 
 
-@main.command()
+@click.command()
 @DOCS
 @INDEX_DIR
 @CONFIG
@@ -33,7 +33,8 @@ KINDS = ("report", "entity", "relationship")
 @click.option("--reports-only", is_flag=True,
               help="Build report views only; entity and relationship views are then built as "
                    "those reports need them and on first use.")
-@click.option("--prune", is_flag=True, help="Also drop cached views of artifacts no longer indexed.")
+@click.option("--prune", is_flag=True,
+              help="Also drop cached views of artifacts no longer indexed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tuple[str, ...],
          all_principals: bool, reports_only: bool, prune: bool, as_json: bool) -> None:
@@ -55,7 +56,7 @@ def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tu
     if principals:
         names: list[str | None] = list(principals)
     elif policy.enabled:
-        names = sorted(policy.settings.principals)
+        names = [*sorted(policy.settings.principals)]
     else:
         names = [None]  # no policy: the local user (views only during a revocation generation)
     unknown = [n for n in names if n is not None and n not in policy.settings.principals]
@@ -94,7 +95,7 @@ def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tu
                    + f"; {r['seconds']:.1f}s")
     offline = sum(r.get("offline", 0) for r in rows)
     if offline:
-        click.echo(f"warning: the LLM endpoint was unavailable: {offline} views were written offline "
-                   "and not cached; run `canopy warm` again when it is back.", err=True)
+        click.echo(f"warning: the LLM endpoint was unavailable: {offline} views were written "
+                   "offline and not cached; run `canopy warm` again when it is back.", err=True)
     if pruned is not None:
         click.echo(f"pruned {pruned} cached views of artifacts no longer indexed")

@@ -1,0 +1,95 @@
+"""What the `canopy` commands share: the DOCS / --index-dir / --config parameters, the progress
+bar factory, the group class that turns Canopy errors into one line, and the version.
+
+Every command module imports this module only, never the package `server.cli`: the package
+imports the command modules to assemble the group, so an import back would be a cycle
+(tests/test_architecture.py checks it). Keep it light: `canopy serve` imports it before the MCP
+server starts, so heavy imports belong inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from canopy.errors import CanopyError
+
+__all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "CanopyGroup", "canopy_version",
+           "describe_batch", "tqdm_progress"]
+
+DISTRIBUTION = "canopy-graphrag"  # the name in pyproject.toml, which `canopy --version` reports
+
+DOCS = click.argument("docs", type=click.Path(exists=True, file_okay=False, path_type=Path))
+INDEX_DIR = click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path),
+                         envvar="CANOPY_INDEX_DIR",
+                         help="Index folder (default: DOCS/.canopy). "
+                              "Use it when DOCS is read-only.")
+CONFIG = click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
+                      envvar="CANOPY_CONFIG",
+                      help="Settings file (default: DOCS/canopy.toml if present).")
+
+
+def tqdm_progress(stage: str, total: int) -> Callable[[int], None]:
+    """A progress callback for `build_index`: a tqdm bar on stderr (stdout carries results only,
+    and is the MCP protocol under `serve`), shown only when stderr is a terminal."""
+    from tqdm import tqdm
+
+    if total <= 0:
+        return lambda n: None
+    bar = tqdm(total=total, desc=f"{stage:>9}", unit="it", file=sys.stderr, leave=False,
+               disable=not sys.stderr.isatty())
+
+    def advance(n: int) -> None:
+        bar.update(n)
+        if bar.n >= total:
+            bar.close()
+
+    return advance
+
+
+def describe_batch(paths: set[Path], result: Any) -> str:
+    """One log line per applied batch: files, units extracted, reports regenerated, LLM calls.
+
+    Shared by `canopy watch` and `canopy serve --watch`."""
+    s = result.stats
+    calls = sum(u.get("calls", 0) for t, u in result.usage.items())
+    return (f"applied {len(paths)} changed path(s) -> generation {result.generation}: "
+            f"{s['units_extracted']} units extracted, "
+            f"{s['reports_generated']} reports regenerated, "
+            f"{calls} provider calls, {result.elapsed_s:.1f}s")
+
+
+def canopy_version() -> str:
+    """The installed distribution's version; from a checkout that is not installed (PYTHONPATH),
+    the version in its pyproject.toml."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return _checkout_version()
+
+
+def _checkout_version() -> str:
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError):
+        return "unknown"
+    return str(project.get("version", "unknown"))
+
+
+class CanopyGroup(click.Group):
+    """Canopy errors become one clear line and exit code 1, with no traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except CanopyError as exc:
+            raise click.ClickException(str(exc)) from exc

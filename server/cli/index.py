@@ -1,0 +1,100 @@
+"""`canopy index` and `canopy status`: build or update the index of a folder, and show what it
+holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from server.cli.common import CONFIG, DOCS, INDEX_DIR, tqdm_progress
+
+__all__ = ["index", "status"]
+
+
+@click.command()
+@DOCS
+@INDEX_DIR
+@CONFIG
+@click.option("--full", is_flag=True,
+              help="Rebuild from scratch instead of updating incrementally.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
+          as_json: bool) -> None:
+    """Build or update the GraphRAG index of DOCS.
+
+    \b
+    Examples:
+      canopy index examples/docs
+      canopy index ~/papers --index-dir /tmp/papers-index
+      CANOPY_LLM_BASE_URL=http://localhost:11434/v1 CANOPY_LLM_MODEL=qwen2.5 canopy index docs/
+    """
+    from server.runtime import build_index, open_workspace
+
+    ws = open_workspace(docs, index_dir, config)
+    result = build_index(ws, full=full, progress=tqdm_progress)
+    if as_json:
+        click.echo(json.dumps({"generation": result.generation,
+                               "elapsed_s": round(result.elapsed_s, 3),
+                               "stats": result.stats, "llm_usage": result.usage,
+                               "skipped": [s.__dict__ for s in result.skips],
+                               "failures": [f.__dict__ for f in result.failures]}, indent=2))
+        return
+    s = result.stats
+    provider = ("builtin (offline)" if not ws.settings.llm.enabled
+                else f"openai-compatible {ws.settings.llm.model}")
+    click.echo(f"Indexed {s['documents']} documents into {ws.index_dir} in {result.elapsed_s:.1f}s "
+               f"(generation {result.generation}, provider: {provider})")
+    click.echo(f"  text units {s['text_units']} ({s['units_extracted']} extracted, "
+               f"{s['units_failed']} failed)")
+    click.echo(f"  entities {s['entities']}, relationships {s['relationships']}, "
+               f"claims {s['claims']}")
+    click.echo(f"  communities {s['communities']} by level {s['communities_by_level']}")
+    click.echo(f"  reports {s['reports']} ({s['reports_generated']} generated, "
+               f"{s['reports_reused']} reused)")
+    calls = sum(u["calls"] for u in result.usage.values())
+    if calls:
+        click.echo(f"  LLM calls {calls}: "
+                   + ", ".join(f"{t} {u['calls']}" for t, u in result.usage.items()))
+    for skip in result.skips:
+        click.echo(f"  skipped {skip.path}: {skip.reason}")
+    for f in result.failures:
+        click.echo(f"  failed {f.task} {f.unit_id}: {f.error}")
+
+
+@click.command()
+@DOCS
+@INDEX_DIR
+@CONFIG
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: bool) -> None:
+    """Show what the index of DOCS holds: counts, levels, skips, failures, provider, LLM usage."""
+    from server.runtime import open_workspace
+    from server.status import index_status
+
+    ws = open_workspace(docs, index_dir, config)
+    store = ws.store(must_exist=True)
+    try:
+        st = index_status(store)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(st.model_dump_json(indent=2))
+        return
+    configured = ("builtin (offline, no LLM endpoint configured)" if st.provider == "builtin"
+                  else st.provider)
+    click.echo(f"Index {st.index_dir} (generation {st.generation})")
+    click.echo(f"  provider: {configured}; embeddings: {st.embedder}")
+    click.echo(f"  documents {st.documents}, text units {st.text_units}")
+    click.echo(f"  entities {st.entities}, relationships {st.relationships}, claims {st.claims}")
+    click.echo(f"  communities {st.communities} by level {st.communities_by_level}, "
+               f"reports {st.reports}")
+    for task, u in st.llm_usage.items():
+        click.echo(f"  llm {task}: {u.get('calls', 0)} calls ({u.get('cached', 0)} cached), "
+                   f"{u.get('prompt_tokens', 0)} prompt + {u.get('completion_tokens', 0)} "
+                   "completion tokens")
+    for s in st.skipped:
+        click.echo(f"  skipped {s.path}: {s.reason}")
+    for f in st.failures:
+        click.echo(f"  failed {f.task} {f.id}: {f.error}")

@@ -1,0 +1,94 @@
+"""The `canopy` group itself (its commands, `--version`, `python -m server.cli`) and the index
+and status commands in process.
+
+The other commands are tested where their subject is: query in test_engines, serve and demo in
+test_mcp_server and test_auth, token in test_auth, warm in test_acl_views, and `python -m
+server.cli index` in a subprocess in test_incremental."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from server.cli import main
+from server.cli.common import DISTRIBUTION, canopy_version
+from tests.conftest import REPO
+
+COMMANDS = {"demo", "index", "query", "serve", "status", "token", "warm", "watch"}
+
+
+def _pyproject_version() -> str:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == DISTRIBUTION
+    return str(project["version"])
+
+
+def test_the_group_has_every_command() -> None:
+    assert set(main.commands) == COMMANDS
+    done = CliRunner().invoke(main, ["--help"])
+    assert done.exit_code == 0, done.output
+    for name in COMMANDS:
+        assert f"  {name} " in done.output
+
+
+def test_version_prints_the_installed_distribution() -> None:
+    try:
+        expected = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+        expected = _pyproject_version()
+    done = CliRunner().invoke(main, ["--version"])
+    assert done.exit_code == 0, done.output
+    assert done.output == f"canopy, version {expected}\n"
+
+
+def test_version_falls_back_to_pyproject_when_not_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert canopy_version() == _pyproject_version()
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    """Tests and `canopy demo` spawn the server as `python -m server.cli`."""
+    out = subprocess.run([sys.executable, "-m", "server.cli", "--version"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("canopy, version ")
+    usage = subprocess.run([sys.executable, "-m", "server.cli", "token", "--help"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 0, usage.stderr
+    assert "Manage the bearer tokens of HTTP callers" in usage.stdout
+
+
+def test_index_then_status(example_docs: Path, tmp_path: Path) -> None:
+    index_dir = tmp_path / "index"
+    runner = CliRunner()
+    built = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir),
+                                 "--json"])
+    assert built.exit_code == 0, built.output
+    run = json.loads(built.stdout)
+    assert run["generation"] == 1 and run["stats"]["documents"] > 0
+    assert run["failures"] == []
+
+    shown = runner.invoke(main, ["status", str(example_docs), "--index-dir", str(index_dir)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith(f"Index {index_dir} (generation 1)\n")
+    assert f"documents {run['stats']['documents']}, " in shown.stdout
+    assert "provider: builtin (offline, no LLM endpoint configured)" in shown.stdout
+
+
+def test_a_canopy_error_is_one_line_without_traceback(example_docs: Path, tmp_path: Path) -> None:
+    """No index yet: `status` raises a CanopyError, which the group turns into exit code 1."""
+    done = CliRunner().invoke(main, ["status", str(example_docs), "--index-dir",
+                                     str(tmp_path / "none")])
+    assert done.exit_code == 1
+    assert done.output.startswith("Error: ") and "Traceback" not in done.output
