@@ -221,7 +221,7 @@ class VectorReader:
         rankings: list[list[str]] = []
         weights: list[float] = []
         if vector is not None:
-            q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id"])
+            q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id", "_distance"])
             if where:
                 q = q.where(where, prefilter=True)
             rankings.append([r["id"] for r in q.to_list()])

@@ -43,7 +43,8 @@ from canopy.errors import (
 )
 from server import engines
 from server.results import CommunityCard, DrillResult, SearchResult
-from server.service import CanopyService, QueryContext
+from server.context import QueryContext
+from server.service import CanopyService
 from server.status import IndexStatus, index_status, status_for_caller
 from server.tool_text import drill_text, search_text, span_text, status_text
 
@@ -136,14 +137,12 @@ class _Gateway:
             return token.subject or token.client_id
         return self.principal_name
 
-    def context(self, mcp_ctx: Context | None = None) -> QueryContext:
-        progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
-        return self.service.context(self.service.principal(self.caller()), progress=progress)
-
     async def call(self, tool: str, mcp_ctx: Context | None,
                    fn: Callable[[QueryContext], Awaitable[T]]) -> T:
+        """`fn` on one of the service's worker threads, for the transport's caller."""
+        progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         try:
-            return await fn(self.context(mcp_ctx))
+            return await self.service.run(self.caller(), fn, progress)
         except _FORWARDED as exc:
             raise ToolError(str(exc)) from None
         except ProviderError:  # its text may quote model output: keep it in the log
@@ -154,9 +153,9 @@ class _Gateway:
             log.exception("%s failed", tool)
             raise ToolError(f"Internal error in {tool}; see server log") from None
 
-    async def read(self, uri: str, fn: Callable[[QueryContext], str]) -> str:
-        try:  # per-caller views a resource needs are built first (server.engines.serving)
-            return await engines.run_with_views(self.context(), fn)
+    async def read(self, uri: str, fn: Callable[[QueryContext], Awaitable[str]]) -> str:
+        try:
+            return await self.service.run(self.caller(), fn)
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from None
         except _FORWARDED as exc:
@@ -312,7 +311,7 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
 
         async def status(q: QueryContext) -> IndexStatus:
             policy = gw.service.ws.policy
-            principal = q.vis.principal
+            principal = q.caller.principal
             return status_for_caller(index_status(gw.service.store), q,
                                      lambda path: policy.readable(policy.labels_for(path), principal))
 
@@ -330,16 +329,18 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
                      mime_type="text/plain",
                      description="The source text of a text unit, with its document path and span")
     async def unit(unit_id: str) -> str:
-        return await gw.read(f"canopy://units/{unit_id}",
-                             lambda q: span_text(engines.source_span(q, unit_id)))
+        async def span(q: QueryContext) -> str:
+            return span_text(engines.source_span(q, unit_id))
+
+        return await gw.read(f"canopy://units/{unit_id}", span)
 
     @server.resource("canopy://reports", name="reports", title="Community reports",
                      mime_type="application/json",
                      description="The community reports you may read: id, level, title, summary, rating, "
                                  "size. Open one as canopy://reports/<id>")
     async def reports() -> str:
-        def listing(q: QueryContext) -> str:
-            cards = engines.list_servable_reports(q)
+        async def listing(q: QueryContext) -> str:
+            cards = await engines.list_servable_reports(q)
             return _CardList(reports=cards).model_dump_json(indent=1)
         return await gw.read("canopy://reports", listing)
 

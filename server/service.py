@@ -1,98 +1,159 @@
 """`CanopyService`: one opened index, shared by the MCP server and the CLI query command.
 
-It owns the store, the current generation's IndexView, the provider and the policy, and builds a
-per-call `QueryContext` for a principal. Identity comes from the transport (the MCP server's
-token verifier, or the stdio principal fixed at start-up), never from tool arguments.
+It owns the store, the search tables, the provider and embedder, the view cache and the policy,
+and opens a `QueryContext` per call: a caller-scoped reader (acl.reader) over one snapshot of
+the committed generation, for the principal the transport identified. Nothing is loaded up front:
+the first answer reads what it needs and no more.
 
-Policy reload: principals -> labels and the path rules live in canopy.toml; the indexer stamps each
-document with the labels the rules give it. The service re-reads the `[acl]` section (same file and
-environment the workspace was opened with) whenever the file changes or the committed generation
-moves, and adopts it only when its rules reproduce the labels of every document in the served
-generation, so principals and document labels always come from the same rules:
-- a change of who holds which labels applies at the next request (revocation needs no re-index);
-- a change of which labels documents carry applies when the index update that relabels them
-  commits; until then the previous policy stays in force.
-A policy given programmatically (not reproducible from the file) stays fixed; a file that cannot be
-read keeps the last good policy.
+Engine calls run on a pool of worker threads, each with its own event loop (`run`): CPU-bound
+retrieval never blocks the server's event loop, and calls from different callers proceed in
+parallel (SQLite, LanceDB and numpy release the GIL; `canopy serve --http --workers N` adds
+processes for the rest).
+
+Policy: principals -> labels and the path rules live in canopy.toml; the indexer stamps each
+document with the labels the rules give it. The service re-reads the `[acl]` section whenever
+the file changes or the generation moves on:
+- who holds which labels applies at the next request, even when rules changed too (a revocation
+  never waits for a re-index);
+- which labels documents carry applies when the index update that relabels them commits;
+- a file that cannot be read or parsed fails closed: every call is refused with a message
+  saying so, until it is fixed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
+from acl.caller import caller_for
 from acl.policy import Policy, Principal
-from acl.visibility import Visibility, visibility_for
-from canopy.errors import ConfigError
-from canopy.model import Document
+from acl.reader import CallerReader, ViewSupport
+from acl.view_cache import ViewCache
+from acl.views import ViewParams
+from canopy.errors import ConfigError, IndexMissing
 from canopy.providers import make_embedder, make_provider
-from canopy.providers.base import Provider
-from canopy.settings import AclSettings, QuerySettings, find_config, load_settings
-from server.index_view import IndexView, ViewCache
+from canopy.settings import AclSettings, find_config, load_settings
+from canopy.vectors import VectorStore
+from server.context import EngineCaches, ProgressCallback, QueryContext
 from server.runtime import Workspace
 
-__all__ = ["CanopyService", "ProgressCallback", "QueryContext"]
+__all__ = ["CanopyService", "ProgressCallback", "QueryContext"]  # the last two: server.context
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A settings file that cannot be read or parsed (TOMLDecodeError is a ValueError).
 _UNREADABLE = (ConfigError, OSError, ValueError, ValidationError)
 
-# progress(done, total, message) - the MCP layer forwards it as progress notifications.
-ProgressCallback = Callable[[float, float | None, str], Awaitable[None]]
+class _LoopThreads:
+    """Worker threads, each running calls on an event loop of its own that lives as long as the
+    thread (so LLM connection pools are reused across calls)."""
 
+    def __init__(self, workers: int) -> None:
+        self._local = threading.local()
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="canopy-call")
 
-@dataclass
-class QueryContext:
-    """Everything one engine call needs; engines take this and nothing global."""
+    def _run(self, coro_fn: Callable[[], Awaitable[T]]) -> T:
+        loop = getattr(self._local, "loop", None)
+        if loop is None:
+            loop = self._local.loop = asyncio.new_event_loop()
+        return loop.run_until_complete(coro_fn())  # type: ignore[arg-type]
 
-    view: IndexView
-    vis: Visibility
-    provider: Provider
-    settings: QuerySettings
-    progress: ProgressCallback | None = None
+    async def run(self, coro_fn: Callable[[], Awaitable[T]]) -> T:
+        return await asyncio.wrap_future(self._pool.submit(self._run, coro_fn))
 
-    async def report_progress(self, done: float, total: float | None, message: str) -> None:
-        if self.progress is not None:
-            await self.progress(done, total, message)
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class CanopyService:
-    def __init__(self, ws: Workspace, *, config: Path | None = None) -> None:
+    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8) -> None:
         """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml."""
         self.ws = ws
         self.store = ws.store(must_exist=True)
+        if self.store.generation == 0:
+            self.store.close()
+            raise IndexMissing(f"the index at {ws.index_dir} is empty or was made by an older "
+                               f"version: run `canopy index {ws.docs_dir}`")
         self.provider = make_provider(ws.settings, self.store)
         self.embedder = make_embedder(ws.settings)
-        self.views = ViewCache(self.store, self.embedder)
+        self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0)
+        x, r = ws.settings.extract, ws.settings.reports
+        self.view_cache = ViewCache(self.store)
+        self._views = ViewSupport(self.provider, self.view_cache,
+                                  ViewParams(x.summary_max_tokens, r.max_context_tokens,
+                                             r.max_report_tokens), self.store)
+        self._threads = _LoopThreads(workers)
+        self.caches = EngineCaches()
         self._config = find_config(ws.docs_dir, config)
         self._policy_lock = threading.Lock()
         self._policy_source = (self.store.generation, self._config_signature())
+        self._policy_error: str | None = None
         try:
             self._policy_fixed = self._read_acl() != ws.settings.acl
         except _UNREADABLE:
             self._policy_fixed = True
-        stale = _relabelled(ws.policy, self.store.documents().values())
+        with self.store.snapshot() as snap:
+            stale = _relabelled(ws.policy, snap)
         if stale:
-            log.warning("the index was labelled under another [acl] policy (%d documents differ, e.g. %s): "
-                        "run `canopy index` so document labels follow the current rules", len(stale), stale[0])
+            log.warning("the index was labelled under another [acl] policy (%d documents differ, "
+                        "e.g. %s): run `canopy index` so document labels follow the current rules",
+                        len(stale), stale[0])
+
+    # ---- calls ------------------------------------------------------------------------------
 
     def principal(self, name: str | None) -> Principal:
-        return self._policy_for(self.views.get()).principal(name)
+        with self.store.snapshot() as snap:
+            return self._policy(snap.generation).principal(name)
 
-    def context(self, principal: Principal, progress: ProgressCallback | None = None) -> QueryContext:
-        before = self.ws.policy
-        view = self.views.get()
-        policy = self._policy_for(view)
-        if policy is not before and principal == before.principal(principal.name):
-            principal = policy.principal(principal.name)  # resolved a moment ago, under the old policy
-        vis = visibility_for(principal, policy, view.documents, view.units)
-        return QueryContext(view, vis, self.provider, self.ws.settings.query, progress)
+    @contextmanager
+    def context(self, who: str | Principal | None,
+                progress: ProgressCallback | None = None) -> Iterator[QueryContext]:
+        """A QueryContext for `who` (a principal name, or a Principal) over one snapshot of the
+        committed generation, on this thread."""
+        with self.store.snapshot() as snap:
+            generation = snap.generation
+            if generation == 0:
+                raise IndexMissing(f"no index at {self.ws.index_dir}: run `canopy index "
+                                   f"{self.ws.docs_dir}` first")
+            policy = self._policy(generation)
+            principal = who if isinstance(who, Principal) else policy.principal(who)
+            if isinstance(who, Principal) and policy.enabled:
+                principal = policy.principal(who.name)  # grants as they are now
+            caller = caller_for(principal, policy, snap.acl_classes())
+            versions = json.loads(snap.meta("lance_versions", "{}") or "{}")
+            reader = CallerReader(snap, caller, views=self._views,
+                                  vectors=self.vectors.reader(versions), embedder=self.embedder,
+                                  all_live=snap.meta("revoking") != "1")
+            yield QueryContext(reader, self.provider, self.ws.settings.query, progress, self.caches)
+
+    async def run(self, who: str | Principal | None, fn: Callable[[QueryContext], Awaitable[T]],
+                  progress: ProgressCallback | None = None) -> T:
+        """`fn(ctx)` on a worker thread (its own event loop and snapshot); progress callbacks are
+        delivered on the calling loop."""
+        caller_loop = asyncio.get_running_loop()
+
+        async def relay(done: float, total: float | None, message: str) -> None:
+            if progress is not None:
+                fut = asyncio.run_coroutine_threadsafe(progress(done, total, message), caller_loop)
+                await asyncio.wrap_future(fut)
+
+        async def call() -> T:
+            with self.context(who, relay if progress is not None else None) as ctx:
+                return await fn(ctx)
+
+        return await self._threads.run(call)
+
+    # ---- policy -----------------------------------------------------------------------------
 
     def _config_signature(self) -> tuple[int, int, int] | None:
         try:
@@ -104,41 +165,52 @@ class CanopyService:
     def _read_acl(self) -> AclSettings:
         return load_settings(self.ws.docs_dir, self._config).acl
 
-    def _policy_for(self, view: IndexView) -> Policy:
-        """The policy to serve `view` with: re-read when the settings file or the generation changed."""
-        if self._policy_fixed:
-            return self.ws.policy
-        source = (view.generation, self._config_signature())
-        if source == self._policy_source:
-            return self.ws.policy
-        with self._policy_lock:
+    def _policy(self, generation: int) -> Policy:
+        """The policy to serve `generation` with: re-read when the file or the generation changed."""
+        if not self._policy_fixed:
+            source = (generation, self._config_signature())
             if source != self._policy_source:
-                self._policy_source = source
-                self._reload(view)
+                with self._policy_lock:
+                    if source != self._policy_source:
+                        self._policy_source = source
+                        self._reload()
+        if self._policy_error is not None:
+            raise ConfigError(self._policy_error)
         return self.ws.policy
 
-    def _reload(self, view: IndexView) -> None:
+    def _reload(self) -> None:
         try:
             acl = self._read_acl()
             policy = Policy(acl)
         except _UNREADABLE as exc:
-            log.error("the [acl] policy in %s could not be re-read; keeping the previous one: %s",
-                      self._config, exc)
+            self._policy_error = (f"the access policy in {self._config} cannot be read, so nothing "
+                                  "is served until it is fixed")
+            log.error("%s: %s", self._policy_error, exc)
             return
+        self._policy_error = None
         if acl == self.ws.policy.settings:
             return
-        stale = _relabelled(policy, view.documents.values())
+        with self.store.snapshot() as snap:
+            stale = _relabelled(policy, snap)
         if stale:
-            log.info("the [acl] policy in %s changed document labels (%d documents, e.g. %s); it applies "
-                     "when the index update that relabels them commits", self._config, len(stale), stale[0])
+            # Rules changed: document labels follow when the re-index commits. Grants apply now.
+            current = self.ws.policy.settings
+            merged = current.model_copy(update={"principals": acl.principals})
+            log.info("the [acl] rules in %s changed the labels of %d documents (e.g. %s); they apply "
+                     "when the index update that relabels them commits; principals apply now",
+                     self._config, len(stale), stale[0])
+            self.ws.policy = Policy(merged)
             return
-        log.info("generation %d: [acl] policy reloaded from %s", view.generation, self._config)
+        log.info("[acl] policy reloaded from %s", self._config)
         self.ws.policy = policy
 
     def close(self) -> None:
+        self._threads.close()
         self.store.close()
 
 
-def _relabelled(policy: Policy, documents: Iterable[Document]) -> list[str]:
+def _relabelled(policy: Policy, snap: object) -> list[str]:
     """Paths of documents whose stored labels are not what `policy`'s rules give them."""
-    return sorted(d.path for d in documents if tuple(policy.labels_for(d.path)) != tuple(d.labels))
+    docs = snap.all_documents()  # type: ignore[attr-defined]
+    return sorted(r.document.path for r in docs.values()
+                  if tuple(policy.labels_for(r.document.path)) != tuple(r.document.labels))

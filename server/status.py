@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -11,7 +10,7 @@ from pydantic import BaseModel, Field
 from canopy.store import Store
 
 if TYPE_CHECKING:
-    from server.service import QueryContext
+    from server.context import QueryContext
 
 __all__ = ["IndexStatus", "index_status", "status_for_caller"]
 
@@ -49,16 +48,16 @@ class IndexStatus(BaseModel):
 def index_status(store: Store) -> IndexStatus:
     """Counts of the committed generation, read with COUNT queries in one snapshot (the graph
     itself is never loaded: the tool answers in milliseconds on large indexes)."""
-    with store.snapshot():
-        counts = {t: store.count(t) for t in ("documents", "text_units", "entities", "relationships",
-                                               "claims", "communities", "reports")}
-        levels = store.communities_by_level()
-        runs = [r for r in store.runs(10) if r.generation is not None]
-        skips = store.skips()
-        failures = store.failures()
-        provider = store.get_meta("provider", "none") or "none"
-        embedder = store.get_meta("embedder", "none") or "none"
-        generation = store.generation
+    with store.snapshot() as snap:
+        counts = {t: snap.count(t) for t in ("documents", "text_units", "entities", "relationships",
+                                             "claims", "communities", "reports")}
+        levels = snap.communities_by_level()
+        skips = snap.skips()
+        failures = snap.failures()
+        provider = snap.meta("provider", "none") or "none"
+        embedder = snap.meta("embedder", "none") or "none"
+        generation = snap.generation
+    runs = [r for r in store.runs(10) if r.generation is not None]
     last = runs[0] if runs else None
     return IndexStatus(
         index_dir=str(store.index_dir), generation=generation, provider=provider, embedder=embedder,
@@ -74,41 +73,45 @@ def status_for_caller(
 ) -> IndexStatus:
     """The status as one caller may see it (design §5: counts never reveal hidden items).
 
-    A caller who reads every live unit of a generation whose artifacts are all live gets `full`
-    unchanged. Anyone else (a restricted caller, or anyone during a revocation generation) gets
-    counts of what they can be served, canonical or as views (server.engines.serving): documents
-    and units they can read; entities, relationships, claims, communities and reports that exist
-    for them; skips of paths they could read, failures of units or communities they can see, and
-    no corpus-wide run statistics or LLM usage (a caller who reads every document keeps those).
-    Counts thus depend only on what the caller can see (communities are clustered on the whole
-    graph: design §2's residual channel).
+    A caller who reads everything of a generation with nothing revoked gets `full` unchanged.
+    Anyone else gets counts of what they can be served, canonical or as views: documents and
+    units they can read; entities, relationships, claims and communities with a source unit they
+    can read; reports they are served; skips of paths they could read, failures of units or
+    communities they can see, and no corpus-wide run statistics or LLM usage (a caller who reads
+    every document keeps those). Counts thus depend only on what the caller can see
+    (communities are clustered on the whole graph: design §2's residual channel).
     """
-    from server.engines.serving import caller_views_of
-
-    vis = ctx.vis
-    cv = caller_views_of(ctx)
-    if cv.trivial:
+    reader = ctx.reader
+    if reader.trivial:
         return full
-    g = ctx.view.graph
-    communities = [c for c in g.communities.values() if any(cv.entity_state(e) for e in c.entity_ids)]
-    levels = Counter(c.level for c in communities)
-
-    def failure_visible(f: FailureInfo) -> bool:
-        if f.id in g.communities:
-            return vis.can_see(g.communities[f.id].text_unit_ids)
-        return f.id in vis.readable_units
-
+    snap, readable = reader.snap, reader.caller.readable
+    stale = {table: snap.stale_ids(table) for table in ("entities", "relationships", "communities")}
+    entities = snap.count_touching("entities", readable) + sum(
+        1 for s in reader.entity_states(stale["entities"]).values() if s)
+    relationships = snap.count_touching("relationships", readable) + sum(
+        1 for s in reader.relationship_states(stale["relationships"]).values() if s)
+    levels = snap.community_levels_touching(readable)
+    stale_rows = reader.community_rows(stale["communities"])
+    for cid, row in stale_rows.items():
+        if reader.members(cid):
+            levels[str(row.level)] = levels.get(str(row.level), 0) + 1
+    communities = snap.community_ids()
+    reports = sum(1 for s in reader.community_states(communities).values() if s)
+    units = reader.units(f.id for f in full.failures if f.task == "extract")
+    visible_communities = {cid for cid, row in reader.community_rows(
+        f.id for f in full.failures if f.task == "report").items() if row.gate.readable_by(readable)}
+    everything = reader.caller.reads_everything
     return full.model_copy(update={
-        "documents": len(vis.readable_docs),
-        "text_units": len(vis.readable_units),
-        "entities": sum(1 for e in g.entities if cv.entity_state(e)),
-        "relationships": sum(1 for r in g.relationships if cv.relationship_state(r)),
-        "claims": sum(1 for c in g.claims.values() if cv.claim_visible(c)),
-        "communities": len(communities),
-        "communities_by_level": {str(k): v for k, v in sorted(levels.items())},
-        "reports": sum(1 for c in g.communities if cv.community_state(c)),
+        "documents": snap.count_touching("documents", readable),
+        "text_units": snap.count_touching("text_units", readable),
+        "entities": entities,
+        "relationships": relationships,
+        "claims": snap.count_touching("claims", readable),
+        "communities": sum(levels.values()),
+        "communities_by_level": dict(sorted(levels.items(), key=lambda kv: int(kv[0]))),
+        "reports": reports,
         "skipped": [s for s in full.skipped if readable_path(s.path)],
-        "failures": [f for f in full.failures if failure_visible(f)],
-        "last_run": full.last_run if vis.everything else {},
-        "llm_usage": full.llm_usage if vis.everything else {},
+        "failures": [f for f in full.failures if f.id in units or f.id in visible_communities],
+        "last_run": full.last_run if everything else {},
+        "llm_usage": full.llm_usage if everything else {},
     })

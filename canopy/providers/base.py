@@ -38,6 +38,7 @@ __all__ = [
     "ReportOut",
     "SummaryOut",
     "Usage",
+    "detached_usage",
     "record_usage",
     "usage_scope",
 ]
@@ -220,6 +221,19 @@ def usage_scope() -> Iterator[dict[str, Usage]]:
     token = _SCOPES.set((*_SCOPES.get(), usage))
     try:
         yield usage
+    finally:
+        _SCOPES.reset(token)
+
+
+@contextmanager
+def detached_usage() -> Iterator[dict[str, Usage]]:
+    """Usage of the provider calls made inside the block, counted there only and in no
+    enclosing scope: work shared between calls (per-caller views) must not show in the usage of
+    the call that happened to trigger it (design §2: no count that betrays hidden content)."""
+    token = _SCOPES.set(())
+    try:
+        with usage_scope() as usage:
+            yield usage
     finally:
         _SCOPES.reset(token)
 

@@ -21,6 +21,7 @@ from canopy.store.rows import (
     CommunityRow,
     DocumentRow,
     EntityRow,
+    Gate,
     RelationshipRow,
     ReportRow,
     UnitRow,
@@ -285,6 +286,25 @@ class GraphReads:
         rows = self._rows(f"SELECT * FROM {self.t.reports} WHERE community_id {_IN}", _ids(ids))
         return {r[0]: ReportRow.of(r) for r in rows}
 
+    def report_gates(self, community_ids: Iterable[str]) -> dict[str, tuple[Gate, str]]:
+        """(gate, fingerprint) of each community's report, without reading the report."""
+        sql = f"SELECT community_id, acl, stale, fingerprint FROM {self.t.reports} WHERE community_id {_IN}"
+        return {r[0]: (Gate.of(r[1], "", r[2]), r[3]) for r in self._rows(sql, _ids(community_ids))}
+
+    def count_members_within(self, community_id: str, classes: Iterable[int]) -> int:
+        """Members of a community with a source unit in one of these ACL classes (not stale)."""
+        sql = (f"SELECT COUNT(*) FROM {self.t.community_members} m JOIN {self.t.entities} e "
+               "ON e.id = m.entity_id WHERE m.community_id = ? AND e.stale = 0 AND EXISTS "
+               "(SELECT 1 FROM json_each(e.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))")
+        return int(self._rows(sql, community_id, json.dumps(sorted(classes)))[0][0])
+
+    def level_touches(self, level: int, classes: Iterable[int]) -> bool:
+        """Some community at `level` has a source unit in one of these ACL classes."""
+        sql = (f"SELECT 1 FROM {self.t.communities} c WHERE c.level = ? AND EXISTS "
+               "(SELECT 1 FROM json_each(c.acl) a WHERE a.value IN (SELECT value FROM json_each(?))) "
+               "LIMIT 1")
+        return bool(self._rows(sql, level, json.dumps(sorted(classes))))
+
     def reports_by_fingerprint(self, fingerprints: Iterable[str]) -> dict[str, ReportRow]:
         rows = self._rows(f"SELECT * FROM {self.t.reports} WHERE fingerprint {_IN}", _ids(fingerprints))
         return {r[8]: ReportRow.of(r) for r in rows}
@@ -326,6 +346,38 @@ class GraphReads:
         return int(row[0]), int(row[1])
 
     # ---- counts ------------------------------------------------------------------------------------
+
+    def count_touching(self, table: str, classes: Iterable[int]) -> int:
+        """Rows of `table` (not stale) with a source unit in one of these ACL classes."""
+        name = getattr(self.t, table)
+        cls = json.dumps(sorted(classes))
+        if table in ("documents", "text_units"):
+            sql = f"SELECT COUNT(*) FROM {name} WHERE acl IN (SELECT value FROM json_each(?))"
+        else:
+            sql = (f"SELECT COUNT(*) FROM {name} t WHERE t.stale = 0 AND EXISTS (SELECT 1 FROM "
+                   "json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))")
+        return int(self._rows(sql, cls)[0][0])
+
+    def community_levels_touching(self, classes: Iterable[int]) -> dict[str, int]:
+        sql = (f"SELECT level, COUNT(*) FROM {self.t.communities} t WHERE t.stale = 0 AND EXISTS "
+               "(SELECT 1 FROM json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?))) "
+               "GROUP BY level ORDER BY level")
+        return {str(level): n for level, n in self._rows(sql, json.dumps(sorted(classes)))}
+
+    def partly_touching(self, table: str, classes: Iterable[int]) -> list[str]:
+        """Ids of rows (entities, relationships or communities) with source units both in and
+        out of these ACL classes, or stale rows touching them: what a caller with these classes
+        is served as views."""
+        name = getattr(self.t, table)
+        cls = json.dumps(sorted(classes))
+        inside = "EXISTS (SELECT 1 FROM json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))"
+        outside = ("EXISTS (SELECT 1 FROM json_each(t.acl) a WHERE a.value NOT IN "
+                   "(SELECT value FROM json_each(?)))")
+        sql = f"SELECT id FROM {name} t WHERE {inside} AND ({outside} OR t.stale = 1) ORDER BY id"
+        return [r[0] for r in self._rows(sql, cls, cls)]
+
+    def community_ids(self) -> list[str]:
+        return [r[0] for r in self._rows(f"SELECT id FROM {self.t.communities} ORDER BY id")]
 
     def count(self, table: str) -> int:
         name = getattr(self.t, table)

@@ -265,12 +265,12 @@ class Store:
         with self._lock:
             return dict(self._db.execute("SELECT kind, COUNT(*) FROM acl_views GROUP BY kind"))
 
-    def views_prune(self, live: Iterable[str]) -> int:
-        """Drop cached views of artifacts not among `live` ids; returns how many."""
-        keep = dump(sorted(set(live)))
+    def views_prune(self) -> int:
+        """Drop cached views of artifacts the committed generation no longer has; how many."""
         with self.transaction() as db:
-            cur = db.execute("DELETE FROM acl_views WHERE artifact_id NOT IN "
-                             "(SELECT value FROM json_each(?))", (keep,))
+            cur = db.execute("DELETE FROM acl_views WHERE artifact_id NOT IN (SELECT id FROM "
+                             "entities UNION ALL SELECT id FROM relationships UNION ALL "
+                             "SELECT id FROM communities)")
             return cur.rowcount
 
 

@@ -16,7 +16,7 @@ from server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 if TYPE_CHECKING:
     from server.results import SearchResult
-    from server.service import QueryContext
+    from server.context import QueryContext
 
 __all__ = ["query"]
 
@@ -58,8 +58,8 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
     ws = open_workspace(docs, index_dir, config)
     service = CanopyService(ws)
     try:
-        ctx = service.context(service.principal(principal), progress=_log_progress)
-        result = asyncio.run(_search(ctx, method, question, level))
+        with service.context(principal, progress=_log_progress) as ctx:
+            result = asyncio.run(_search(ctx, method, question, level))
     finally:
         service.close()
     if as_json:

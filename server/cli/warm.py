@@ -45,7 +45,7 @@ def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tu
       canopy warm team-docs --all-principals
       canopy warm team-docs --principal alice --principal bob --reports-only
     """
-    from server.engines.serving import warm_views
+    from server.engines.warm import warm_views
     from server.runtime import open_workspace
     from server.service import CanopyService
 
@@ -67,15 +67,11 @@ def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tu
     rows = []
     try:
         for name in names:
-            ctx = service.context(service.principal(name))
-            figures = asyncio.run(warm_views(ctx, kinds))
-            rows.append({"principal": name or "(local user)",
-                         "documents": len(ctx.vis.readable_docs), **figures})
-        pruned = None
-        if prune:
-            g = service.views.get().graph
-            pruned = service.store.views_prune(
-                set(g.entities) | set(g.relationships) | set(g.communities))
+            with service.context(name) as ctx:
+                figures = asyncio.run(warm_views(ctx, kinds))
+                documents = ctx.reader.snap.count_touching("documents", ctx.caller.readable)
+            rows.append({"principal": name or "(local user)", "documents": documents, **figures})
+        pruned = service.store.views_prune() if prune else None
     finally:
         service.close()
     if as_json:

@@ -16,11 +16,11 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
+from server.context import QueryContext
+from server.engines.cards import block_citation
 from server.engines.evidence import vector_weight
 from server.engines.local_engine import unit_block
-from server.engines.serving import block_citation, servable_unit
 from server.results import SearchResult
-from server.service import QueryContext
 
 __all__ = ["MAX_K", "basic_context", "basic_search"]
 
@@ -56,10 +56,10 @@ async def basic_search(
 
 async def basic_context(ctx: QueryContext, query: str, *, k: int) -> list[ContextBlock]:
     """The k best text units for `query` (servable ones), as many as fit the context budget."""
-    vector = await ctx.view.embed_query(query)
-    hits = ctx.view.vectors.search("text_units", vector=vector, text=query, k=k,
-                                   hidden_acl=list(ctx.vis.hidden_acl),
-                                   vector_weight=vector_weight(ctx))
-    units = [unit_block(ctx, h.id) for h in hits if servable_unit(ctx, h.id) is not None]
-    blocks, _ = pack_blocks(units, ctx.settings.local_context_tokens)
+    vector = await ctx.reader.embed(query)
+    hits = ctx.reader.search("text_units", vector=vector, text=query, k=k,
+                             vector_weight=vector_weight(ctx))
+    units = ctx.reader.units(h.id for h in hits)
+    blocks, _ = pack_blocks([unit_block(*units[h.id]) for h in hits if h.id in units],
+                            ctx.settings.local_context_tokens)
     return blocks

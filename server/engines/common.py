@@ -12,7 +12,7 @@ from canopy.errors import InvalidArgument
 from canopy.providers.base import ContextBlock, Usage, usage_scope
 from canopy.tokens import Tokenizer, get_tokenizer
 from server.results import SearchResult, UsageInfo
-from server.service import QueryContext
+from server.context import QueryContext
 
 __all__ = [
     "NOTHING_FOUND",

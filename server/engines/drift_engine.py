@@ -25,11 +25,11 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
+from server.context import QueryContext
+from server.engines.cards import block_citation
 from server.engines.evidence import vector_weight
 from server.engines.local_engine import build_local_context, report_block
-from server.engines.serving import block_citation, ensure_views, servable_report
 from server.results import SearchResult
-from server.service import QueryContext
 
 __all__ = ["PRIMER_REPORTS", "drift_search"]
 
@@ -100,11 +100,11 @@ async def drift_search(
 
 async def _primer(ctx: QueryContext, query: str) -> _Step:
     hypothetical = await ctx.provider.hyde(query)
-    vector = await ctx.view.embed_query(hypothetical or query)
-    hits = ctx.view.vectors.search("reports", vector=vector, text=query, k=PRIMER_REPORTS,
-                                   hidden_acl=list(ctx.vis.hidden_acl), vector_weight=vector_weight(ctx))
-    await ensure_views(ctx, reports=[h.id for h in hits])
-    reports = [r for h in hits if (r := servable_report(ctx, h.id)) is not None]
+    vector = await ctx.reader.embed(hypothetical or query)
+    hits = ctx.reader.search("reports", vector=vector, text=query, k=PRIMER_REPORTS,
+                             vector_weight=vector_weight(ctx))
+    served = await ctx.reader.reports(h.id for h in hits)
+    reports = [served[h.id] for h in hits if h.id in served]
     blocks, _ = pack_blocks([report_block(r) for r in reports], ctx.settings.local_context_tokens)
     step = _Step(query, 0, blocks=blocks)
     if blocks:

@@ -8,26 +8,21 @@ not see raises exactly the NotFound message of an id that does not exist.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from canopy.errors import InvalidArgument, NotFound
 from canopy.ids import normalize_name
 from canopy.model import Entity, Relationship, Report
-from server.engines.common import metered, tokenizer
-from server.engines.serving import (
+from server.context import QueryContext
+from server.engines.cards import (
     community_card,
     entity_card,
-    finding_card,
+    finding_cards,
     relationship_card,
-    root_ids,
-    servable_entity,
-    servable_relationship,
-    servable_report,
-    servable_tops,
-    servable_unit,
     span_of,
 )
+from server.engines.common import metered, tokenizer
 from server.results import CommunityCard, DrillResult, SourceSpan
-from server.service import QueryContext
 
 __all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "report_markdown", "source_span"]
 
@@ -72,15 +67,15 @@ async def drill_down(
     with metered(ctx) as meter:
         notes: list[str] = []
         if community_id is None and entity is None:
-            result = _roots(ctx, limit, notes)
+            result = await _roots(ctx, limit, notes)
         elif community_id is not None:
-            report = servable_report(ctx, community_id)
+            report = (await ctx.reader.reports([community_id])).get(community_id)
             if report is None:
                 raise _no_community(community_id)
-            result = _community(ctx, report, finding, limit, notes)
+            result = await _community(ctx, report, finding, limit, notes)
         else:
             assert entity is not None
-            result = _entity(ctx, entity, finding, limit, notes)
+            result = await _entity(ctx, entity, finding, limit, notes)
         _fit(ctx, result, notes)
         if notes:
             result.truncated = True
@@ -91,155 +86,178 @@ async def drill_down(
 
 def source_span(ctx: QueryContext, unit_id: str) -> SourceSpan:
     """The document span of one text unit (a citation's text_unit id)."""
-    unit = servable_unit(ctx, unit_id)
-    if unit is None:
+    got = ctx.reader.units([unit_id]).get(unit_id)
+    if got is None:
         raise _no_unit(unit_id)
-    return span_of(ctx, unit)
+    return span_of(*got)
 
 
-def report_markdown(ctx: QueryContext, community_id: str) -> str:
+async def report_markdown(ctx: QueryContext, community_id: str) -> str:
     """A community report as Markdown, with the ids that drill_down and source_span accept."""
-    report = servable_report(ctx, community_id)
+    reader = ctx.reader
+    report = (await reader.reports([community_id])).get(community_id)
     if report is None:
         raise _no_community(community_id)
-    community = ctx.view.graph.communities[community_id]
+    row = reader.community_rows([community_id])[community_id]
     rating = (f"Community `{community_id}`, level {report.level}; "
               f"rating {report.rating:g}/10: {report.rating_explanation}")
     lines = [f"# {report.title}", "", rating, "", report.summary]
-    parent = community.parent and servable_report(ctx, community.parent)
-    if parent:
-        lines += ["", f"Parent: `{parent.community_id}` {parent.title}"]
-    children = [r for c in servable_tops(ctx, community.children)
-                if (r := servable_report(ctx, c)) is not None]
+    if row.parent:
+        parent = (await reader.reports([row.parent])).get(row.parent)
+        if parent is not None:
+            lines += ["", f"Parent: `{parent.community_id}` {parent.title}"]
+    tops = reader.servable_tops(reader.child_ids([community_id]).get(community_id, []))
+    children = await reader.reports(tops)
     if children:
         lines += ["", "Sub-communities:"]
-        lines += [f"- `{c.community_id}` {c.title}" for c in children]
-    for i, _ in enumerate(report.findings):
-        card = finding_card(ctx, i, report)
+        lines += [f"- `{c.community_id}` {c.title}" for c in children.values()]
+    for i, card in enumerate(finding_cards(reader, report)):
         lines += ["", f"## {i}. {card.summary}", "", card.explanation]
         if card.text_unit_ids:
             lines += ["", "Sources: " + ", ".join(f"`{u}`" for u in card.text_unit_ids)]
     return "\n".join(lines) + "\n"
 
 
-def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
+async def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
     """Every report the caller may read, broadest level first."""
-    reports = (servable_report(ctx, cid) for cid in ctx.view.graph.communities)
-    cards = [community_card(ctx, r) for r in reports if r is not None]
+    reader = ctx.reader
+    ids: list[str] = []
+    for level in reader.snap.levels():
+        ids += [r.id for r in reader.snap.level_partition(level) if r.level == level]
+    reports = await reader.reports(ids)
+    cards = [community_card(reader, r) for r in reports.values()]
     return sorted(cards, key=lambda c: (c.level, c.id))
 
 
 # ---- the three views ------------------------------------------------------------------------
 
 
-def _cap(items: list, limit: int, what: str, notes: list[str], call: str) -> list:
+def _cap(items: list[Any], limit: int, what: str, notes: list[str], call: str) -> list[Any]:
     if len(items) > limit:
         notes.append(f"Showing {limit} of {len(items)} {what}; {call}.")
     return items[:limit]
 
 
-def _roots(ctx: QueryContext, limit: int, notes: list[str]) -> DrillResult:
-    roots = [servable_report(ctx, cid) for cid in root_ids(ctx)]
-    cards = [community_card(ctx, r) for r in roots if r is not None]
+async def _roots(ctx: QueryContext, limit: int, notes: list[str]) -> DrillResult:
+    roots = await ctx.reader.reports(ctx.reader.roots())
+    cards = [community_card(ctx.reader, r) for r in roots.values()]
     cards.sort(key=lambda c: (-(c.rating or 0), -c.size, c.id))
     shown = _cap(cards, limit, "top-level communities", notes,
                  f"call drill_down(limit={min(len(cards), MAX_LIMIT)}) to list more")
     return DrillResult(children=shown)
 
 
-def _community(ctx: QueryContext, report: Report, finding: int | None, limit: int,
-               notes: list[str], *, entity: Entity | None = None) -> DrillResult:
+async def _names(ctx: QueryContext, rels: list[Relationship], known: dict[str, Entity]) -> dict[str, str]:
+    ends = {x for r in rels for x in (r.source, r.target)} - set(known)
+    got = await ctx.reader.entities(ends)
+    return {i: e.name for i, e in {**known, **got}.items()}
+
+
+async def _community(ctx: QueryContext, report: Report, finding: int | None, limit: int,
+                     notes: list[str], *, entity: Entity | None = None) -> DrillResult:
     """A community's view; with `entity`, that entity's relationships and sources instead of
     the community's."""
-    graph = ctx.view.graph
+    reader = ctx.reader
     cid = report.community_id
-    community = graph.communities[cid]
-    findings = [finding_card(ctx, i, report) for i in range(len(report.findings))]
+    findings = finding_cards(reader, report)
     if finding is not None and finding >= len(findings):
         raise InvalidArgument(
             f"finding must be from 0 to {len(findings) - 1} for community {cid!r}.")
     here = f"community_id={cid!r}" if entity is None else f"entity={entity.name!r}"
 
-    def cap(items: list, what: str, args: str = here) -> list:
+    def cap(items: list[Any], what: str, args: str = here) -> list[Any]:
         return _cap(items, limit, what, notes,
                     f"call drill_down({args}, limit={min(len(items), MAX_LIMIT)})")
 
-    parents: list[CommunityCard] = []
-    parent = community.parent
-    while parent is not None and parent in graph.communities:
-        if (p := servable_report(ctx, parent)) is not None:
-            parents.insert(0, community_card(ctx, p))
-        parent = graph.communities[parent].parent
-    children = [community_card(ctx, r) for c in servable_tops(ctx, community.children)
-                if (r := servable_report(ctx, c)) is not None]
-    members = [e for eid in community.entity_ids if (e := servable_entity(ctx, eid)) is not None]
+    chain: list[str] = []
+    parent = reader.community_rows([cid])[cid].parent
+    while parent is not None:
+        chain.insert(0, parent)
+        row = reader.community_rows([parent]).get(parent)
+        parent = row.parent if row is not None else None
+    served_parents = await reader.reports(chain)
+    parents = [community_card(reader, served_parents[p]) for p in chain if p in served_parents]
+    all_children = reader.child_ids([cid]).get(cid, [])
+    tops = reader.servable_tops(all_children)
+    kids = await reader.reports(tops)
+    children = [community_card(reader, kids[k]) for k in tops if k in kids]
+    members = list((await reader.entities(reader.members(cid))).values())
     members.sort(key=lambda e: (-e.degree, e.name))
     if entity is None:
-        rels = [r for rid in community.relationship_ids
-                if (r := servable_relationship(ctx, rid)) is not None]
+        among = reader.snap.relationships_among([cid]).get(cid, [])
+        rels = list((await reader.relationships(among)).values())
         rels.sort(key=lambda r: (-r.weight, r.id))
     else:  # the entity's own relationships, inside the community or not
-        rels = _relationships_of(ctx, entity)
+        rels = await _relationships_of(ctx, entity)
+    names = await _names(ctx, rels, {e.id: e for e in members})
     if finding is not None:
         unit_ids, about = list(findings[finding].text_unit_ids), f"finding {finding}"
         args = f"community_id={cid!r}, finding={finding}"
     elif entity is not None:
         unit_ids, about, args = list(entity.text_unit_ids), f"entity {entity.name!r}", here
-    elif not community.children:
+    elif not all_children:
         unit_ids, about, args = _by_support(ctx, report), "this leaf community", here
     else:
         unit_ids, about, args = [], "", here
-    units = [u for uid in unit_ids if (u := servable_unit(ctx, uid)) is not None]
+    units = ctx.reader.units(unit_ids)
     return DrillResult(
-        community=community_card(ctx, report),
+        community=community_card(reader, report),
         entity=entity_card(entity) if entity is not None else None,
         findings=cap(findings, "findings", f"community_id={cid!r}"),
         parents=parents,
         children=cap(children, "sub-communities"),
         entities=cap([entity_card(e) for e in members], "member entities"),
-        relationships=cap([relationship_card(ctx, r) for r in rels], "relationships"),
-        sources=[span_of(ctx, u) for u in cap(units, f"source passages of {about}", args)],
+        relationships=cap([relationship_card(r, names) for r in rels], "relationships"),
+        sources=[span_of(*units[u]) for u in cap([u for u in unit_ids if u in units],
+                                                  f"source passages of {about}", args)],
     )
 
 
-def _entity(ctx: QueryContext, name: str, finding: int | None, limit: int,
-            notes: list[str]) -> DrillResult:
-    eid = ctx.view.entity_by_name.get(normalize_name(name))
-    if eid is None and name in ctx.view.graph.entities:
+async def _entity(ctx: QueryContext, name: str, finding: int | None, limit: int,
+                  notes: list[str]) -> DrillResult:
+    reader = ctx.reader
+    eid = reader.entity_ids_by_key([normalize_name(name)]).get(normalize_name(name))
+    if eid is None and reader.entity_states([name]).get(name):
         eid = name  # an entity id from a citation
-    entity = servable_entity(ctx, eid) if eid is not None else None
+    entity = (await reader.entities([eid])).get(eid) if eid is not None else None
     if entity is None:
         raise _no_entity(name)
-    for cid in ctx.view.communities_of.get(entity.id, []):  # deepest first
-        if (report := servable_report(ctx, cid)) is not None:
-            return _community(ctx, report, finding, limit, notes, entity=entity)
+    chain = reader.communities_of([entity.id]).get(entity.id, [])  # deepest first
+    states = reader.community_states(chain)
+    for cid in chain:
+        if states[cid]:
+            report = (await reader.reports([cid])).get(cid)
+            if report is not None:
+                return await _community(ctx, report, finding, limit, notes, entity=entity)
     if finding is not None:
         raise InvalidArgument(f"No community report is available for entity {entity.name!r}, "
                               "so there are no findings to select.")
-    rels = _relationships_of(ctx, entity)
-    units = [u for uid in entity.text_unit_ids if (u := servable_unit(ctx, uid)) is not None]
+    rels = await _relationships_of(ctx, entity)
+    names = await _names(ctx, rels, {entity.id: entity})
+    units = reader.units(entity.text_unit_ids)
     call = f"call drill_down(entity={entity.name!r}, limit={MAX_LIMIT})"
     return DrillResult(
         entity=entity_card(entity),
-        relationships=_cap([relationship_card(ctx, r) for r in rels], limit, "relationships",
+        relationships=_cap([relationship_card(r, names) for r in rels], limit, "relationships",
                            notes, call),
-        sources=[span_of(ctx, u) for u in _cap(units, limit, "source passages", notes, call)])
+        sources=[span_of(*units[u]) for u in _cap([u for u in entity.text_unit_ids if u in units],
+                                                  limit, "source passages", notes, call)])
 
 
-def _relationships_of(ctx: QueryContext, entity: Entity) -> list[Relationship]:
-    rels = (r for r in ctx.view.graph.relationships.values() if entity.id in (r.source, r.target))
-    servable = [s for r in rels if (s := servable_relationship(ctx, r.id)) is not None]
-    return sorted(servable, key=lambda r: (-r.weight, r.id))
+async def _relationships_of(ctx: QueryContext, entity: Entity) -> list[Relationship]:
+    rids = ctx.reader.relationship_ids_of([entity.id]).get(entity.id, [])
+    rels = list((await ctx.reader.relationships(rids)).values())
+    return sorted(rels, key=lambda r: (-r.weight, r.id))
 
 
 def _by_support(ctx: QueryContext, report: Report) -> list[str]:
     """A report's units, those supporting the most findings first, then in document order."""
     support = Counter(u for f in report.findings for u in f.text_unit_ids)
+    units = ctx.reader.units(report.text_unit_ids)
 
     def key(uid: str) -> tuple[int, str, int]:
-        unit = ctx.view.units.get(uid)
-        doc = ctx.view.document_of(uid)
-        return (-support[uid], doc.path if doc else "", unit.ordinal if unit else 0)
+        got = units.get(uid)
+        return (-support[uid], got[1].path if got else "", got[0].ordinal if got else 0)
 
     return sorted(report.text_unit_ids, key=key)
 
@@ -264,8 +282,8 @@ def _fit(ctx: QueryContext, result: DrillResult, notes: list[str]) -> None:
                 s.text = tok.truncate(s.text, keep) + " …"
         notes.append(f"Source texts were shortened to fit the {limit}-token limit; read a whole "
                      f"passage as the resource canopy://units/{result.sources[0].text_unit_id}.")
-    lists = [result.sources, result.relationships, result.entities, result.findings,
-             result.children]
+    lists: list[list[Any]] = [result.sources, result.relationships, result.entities,
+                              result.findings, result.children]
     cut = False
     while over() > 0 and any(lists):
         max(lists, key=len).pop()

@@ -27,41 +27,38 @@ graph contributes candidates, not score. Measured with benchmarks/retrieval_eval
 split of MultiHop-RAG; the weights below are not sensitive (+-0.005 Hits@10 over a grid).
 
 Terms are canopy.providers.hashing.lexical_terms (stemmed words, CJK bigrams). Document
-frequencies are counted over the view's units once per index generation, on first use; a unit's
-sentence analysis is computed when it is first a candidate and kept (bounded).
+frequencies come from the index's lexical statistics, summed over the ACL classes the caller may
+read (maintained by the indexer with every change; nothing is counted at query time); a unit's
+sentence analysis is computed when it is first a candidate and kept in a bounded cache.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import threading
-import weakref
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import TypeVar
 
 import numpy as np
 
+from canopy.ids import content_hash
+from canopy.model import Document, TextUnit
 from canopy.providers.hashing import lexical_terms
 from canopy.vectors import rrf
-from server.service import QueryContext
+from server.context import QueryContext
 
 __all__ = [
     "LEXICAL_VECTOR_WEIGHT",
     "UnitEvidence",
-    "corpus_stats",
     "cover_clauses",
     "excerpt",
-    "per_view",
     "rank_units",
     "split_clauses",
+    "unit_evidence",
     "vector_weight",
 ]
-
-T = TypeVar("T")
 
 UNIT_POOL = 50  # full-text hits of the whole question
 CLAUSE_POOL = 10  # full-text hits of each clause
@@ -78,7 +75,6 @@ _K1, _B = 1.2, 0.75
 # the builtin embedder, equal fusion loses 0.11 Hits@10 on MultiHop-RAG against BM25 alone, and
 # 0.1 costs nothing while keeping vector-only rows (e.g. CJK text) after the full-text ones.
 LEXICAL_VECTOR_WEIGHT = 0.1
-_CACHE_UNITS = 50_000  # unit analyses kept per view
 
 # Clause boundaries: punctuation, and conjunctions that join two separate statements.
 _CLAUSE = re.compile(r"[,;:?!()\[\]]|\s(?:while|whereas|but|compared to|in contrast to)\s",
@@ -104,110 +100,45 @@ class UnitEvidence:
     sentence_tokens: list[int] | None = None  # tokens of each sentence, when first needed
 
 
-class CorpusStats:
-    """Which units each term occurs in, over one view's text units, so that a caller's idf
-    weights count only the units that caller may read (design §5); and cached unit analyses."""
-
-    def __init__(self, ctx: QueryContext) -> None:
-        view = ctx.view
-        self.order = list(view.units)
-        postings: dict[str, list[int]] = {}
-        lengths = np.zeros(len(self.order), dtype=np.float64)
-        for i, uid in enumerate(self.order):
-            doc = view.document_of(uid)
-            terms = lexical_terms(f"{doc.header() if doc else ''}\n{view.units[uid].text}")
-            lengths[i] = len(terms)
-            for t in set(terms):
-                postings.setdefault(t, []).append(i)
-        self.postings = {t: np.asarray(ix, dtype=np.int32) for t, ix in postings.items()}
-        self.lengths = lengths
-        self._units: OrderedDict[str, UnitEvidence] = OrderedDict()
-        self._lock = threading.Lock()
-        self._mask: tuple[frozenset[str], np.ndarray] | None = None
-
-    def _readable(self, ctx: QueryContext) -> np.ndarray:
-        """Which units (in self.order) the caller may read; the last caller's is kept."""
-        readable = ctx.vis.readable_units
-        last = self._mask
-        if last is not None and last[0] is readable:
-            return last[1]
-        mask = np.fromiter((u in readable for u in self.order), dtype=bool, count=len(self.order))
-        self._mask = (readable, mask)
-        return mask
-
-    def weights(self, ctx: QueryContext, terms: Iterable[str]) -> tuple[dict[str, float], float]:
-        """BM25 idf of each term over the units the caller may read, and their mean length."""
-        mask = self._readable(ctx)
-        n = int(mask.sum())
-        avg = float(self.lengths[mask].sum()) / n if n else 1.0
-        out = {}
-        for t in dict.fromkeys(terms):
-            ix = self.postings.get(t)
-            df = int(mask[ix].sum()) if ix is not None else 0
-            out[t] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        return out, avg or 1.0
-
-    def unit(self, ctx: QueryContext, unit_id: str) -> UnitEvidence:
-        with self._lock:
-            hit = self._units.get(unit_id)
-            if hit is not None:
-                self._units.move_to_end(unit_id)
-                return hit
-        unit = ctx.view.units[unit_id]
-        doc = ctx.view.document_of(unit_id)
-        sentences = [s.strip() for s in _SENTENCE.split(unit.text) if s and s.strip()]
-        terms = [lexical_terms(s) for s in sentences]
-        head = lexical_terms(doc.header()) if doc else []
-        flat = head + [t for ts in terms for t in ts]
-        sets = [frozenset(ts) for ts in terms] or [frozenset()]
-        # The header (title, source, date...) is said of every sentence: "the TechCrunch
-        # article" plus a sentence's fact is one clause matched in one window.
-        header = frozenset(head)
-        windows = [frozenset().union(*sets[i:i + WINDOW]) | header
-                   for i in range(max(1, len(sets) - WINDOW + 1))]
-        bigrams = frozenset(p for ts in [head, *terms] for p in pairwise(ts))
-        ev = UnitEvidence(sentences, sets, windows, Counter(flat), bigrams, len(flat))
-        with self._lock:
-            self._units[unit_id] = ev
-            while len(self._units) > _CACHE_UNITS:
-                self._units.popitem(last=False)
-        return ev
+def unit_evidence(ctx: QueryContext, unit: TextUnit, doc: Document) -> UnitEvidence:
+    """The unit's sentence analysis (cached by unit and document header: both are content)."""
+    header = doc.header()
+    key = (unit.id, content_hash(header))
+    cache = ctx.caches.unit_evidence
+    hit = cache.get(key)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    sentences = [s.strip() for s in _SENTENCE.split(unit.text) if s and s.strip()]
+    terms = [lexical_terms(s) for s in sentences]
+    head = lexical_terms(header)
+    flat = head + [t for ts in terms for t in ts]
+    sets = [frozenset(ts) for ts in terms] or [frozenset()]
+    # The header (title, source, date...) is said of every sentence: "the TechCrunch
+    # article" plus a sentence's fact is one clause matched in one window.
+    head_set = frozenset(head)
+    windows = [frozenset().union(*sets[i:i + WINDOW]) | head_set
+               for i in range(max(1, len(sets) - WINDOW + 1))]
+    bigrams = frozenset(p for ts in [head, *terms] for p in pairwise(ts))
+    ev = UnitEvidence(sentences, sets, windows, Counter(flat), bigrams, len(flat))
+    cache.put(key, ev, 3 * len(unit.text) + 64 * len(flat))
+    return ev
 
 
-_VIEWS: dict[tuple[int, str], tuple[weakref.ref, object]] = {}
-_VIEWS_LOCK = threading.Lock()
-
-
-def per_view(ctx: QueryContext, name: str, build: Callable[[], T]) -> T:
-    """`build()` once per index view (generation) and name; dropped with the view."""
-    key = (id(ctx.view), name)
-    with _VIEWS_LOCK:
-        entry = _VIEWS.get(key)
-        if entry is not None and entry[0]() is ctx.view:
-            return entry[1]  # type: ignore[return-value]
-        for k in [k for k, (ref, _) in _VIEWS.items() if ref() is None]:
-            del _VIEWS[k]
-    value = build()
-    with _VIEWS_LOCK:
-        entry = _VIEWS.get(key)
-        if entry is not None and entry[0]() is ctx.view:  # built concurrently: keep the first
-            return entry[1]  # type: ignore[return-value]
-        _VIEWS[key] = (weakref.ref(ctx.view), value)
-    return value
-
-
-def corpus_stats(ctx: QueryContext) -> CorpusStats:
-    """The view's statistics, built on first use (about 0.7 s per 2,000 units)."""
-    return per_view(ctx, "corpus_stats", lambda: CorpusStats(ctx))
+def term_weights(ctx: QueryContext, terms: Iterable[str]) -> tuple[dict[str, float], float]:
+    """BM25 idf of each term over the units the caller may read, and their mean length."""
+    terms = list(dict.fromkeys(terms))
+    df, n, total = ctx.reader.term_stats(terms)
+    weights = {t: math.log(1 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms}
+    return weights, (total / n if n else 1.0) or 1.0
 
 
 class _Query:
     """A question's terms, bigrams and clauses, weighted for one caller."""
 
-    def __init__(self, ctx: QueryContext, stats: CorpusStats, query: str) -> None:
+    def __init__(self, ctx: QueryContext, query: str) -> None:
         seq = lexical_terms(query)
         clauses = [lexical_terms(c) for c in split_clauses(query)]
-        idf, self.avg_length = stats.weights(ctx, seq)
+        idf, self.avg_length = term_weights(ctx, seq)
         self.weights = {t: idf[t] for t in dict.fromkeys(seq)}
         self.bigrams = set(pairwise(seq))
         self.clauses = [{t: idf[t] for t in dict.fromkeys(c) if t in idf} for c in clauses]
@@ -265,55 +196,50 @@ def cover_clauses(ranked: list[str], scores: dict[str, float], masses: dict[str,
 
 def vector_weight(ctx: QueryContext) -> float:
     """The RRF weight of the vector ranking in a hybrid search: 1 for a semantic embedder."""
-    return LEXICAL_VECTOR_WEIGHT if getattr(ctx.view.embedder, "lexical", False) else 1.0
+    return LEXICAL_VECTOR_WEIGHT if getattr(ctx.reader.embedder, "lexical", False) else 1.0
 
 
 def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
                support: Iterable[str] = ()) -> list[str]:
-    """Ids of text units (the caller may see) that state what `query` asks, best first.
+    """Ids of text units (the caller may read) that state what `query` asks, best first.
 
     `support`: more candidate units (e.g. those behind the entities the question names)."""
-    hidden = list(ctx.vis.hidden_acl)
-    search = ctx.view.vectors.search
-    stats = corpus_stats(ctx)
-    q = _Query(ctx, stats, query)
-    pool = [h.id for h in search("text_units", vector=None, text=query, k=UNIT_POOL,
-                                 hidden_acl=hidden)]
+    r = ctx.reader
+    q = _Query(ctx, query)
+    pool = [h.id for h in r.search("text_units", vector=None, text=query, k=UNIT_POOL)]
     for clause in split_clauses(query):
-        pool += [h.id for h in search("text_units", vector=None, text=clause, k=CLAUSE_POOL,
-                                      hidden_acl=hidden)]
-    by_vector = [h.id for h in search("text_units", vector=vector, text=None, k=VECTOR_POOL,
-                                      hidden_acl=hidden)]
+        pool += [h.id for h in r.search("text_units", vector=None, text=clause, k=CLAUSE_POOL)]
+    by_vector = [h.id for h in r.search("text_units", vector=vector, text=None, k=VECTOR_POOL)]
     pool += by_vector
-    pool += [u for u in support if u in ctx.view.units and ctx.vis.can_see([u])]
+    pool += list(support)
+    units = r.units(pool)
     scores: dict[str, float] = {}
     masses: dict[str, list[float]] = {}
-    for u in dict.fromkeys(pool):
-        scores[u], masses[u] = q.score(stats.unit(ctx, u))
+    for u, (unit, doc) in units.items():
+        scores[u], masses[u] = q.score(unit_evidence(ctx, unit, doc))
     ranked = [u for u in sorted(scores, key=lambda u: (-scores[u], u)) if scores[u] > 0]
-    ranked = cover_clauses(ranked, scores, masses, lambda u: ctx.view.units[u].document_id)
-    if getattr(ctx.view.embedder, "lexical", False):
-        return ranked + [u for u in by_vector if scores[u] <= 0]
-    return [h.id for h in rrf(ranked, by_vector)]
+    ranked = cover_clauses(ranked, scores, masses, lambda u: units[u][0].document_id)
+    if getattr(r.embedder, "lexical", False):
+        return ranked + [u for u in by_vector if u in scores and scores[u] <= 0]
+    return [h.id for h in rrf(ranked, [u for u in by_vector if u in units])]
 
 
-def excerpt(ctx: QueryContext, unit_id: str, query: str, max_tokens: int) -> str:
+def excerpt(ctx: QueryContext, unit: TextUnit, doc: Document, query: str, max_tokens: int) -> str:
     """The unit's text, or when longer than `max_tokens`, the sentences that best match the
     question (each with the sentence before it, for context) in document order, gaps marked
     with "…"."""
     from server.engines.common import tokenizer
 
-    text = ctx.view.units[unit_id].text
+    text = unit.text
     tok = tokenizer()
     if len(text) <= max_tokens:  # a token has at least one character
         return text
-    stats = corpus_stats(ctx)
-    ev = stats.unit(ctx, unit_id)
+    ev = unit_evidence(ctx, unit, doc)
     if ev.sentence_tokens is None:
         ev.sentence_tokens = [tok.count(s) + 1 for s in ev.sentences]
     if sum(ev.sentence_tokens) <= max_tokens and tok.count(text) <= max_tokens:
         return text
-    weights, _ = stats.weights(ctx, lexical_terms(query))
+    weights, _ = term_weights(ctx, lexical_terms(query))
     ranked = sorted((-_Query.mass(terms, weights), i) for i, terms in enumerate(ev.sentence_terms))
     chosen: set[int] = set()
     used = 0

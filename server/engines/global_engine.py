@@ -19,7 +19,7 @@ import random
 from canopy.errors import InvalidArgument, InvalidOutput
 from canopy.model import Report
 from canopy.providers.base import MapOut, MapPoint
-from indexer.communities import level_partition
+from server.context import QueryContext
 from server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -29,15 +29,7 @@ from server.engines.common import (
     tokenizer,
 )
 from server.engines.evidence import vector_weight
-from server.engines.serving import (
-    community_exists,
-    ensure_views,
-    root_ids,
-    servable_report,
-    servable_tops,
-)
 from server.results import Citation, SearchResult
-from server.service import QueryContext
 
 __all__ = [
     "RELEVANCE_THRESHOLD",
@@ -74,10 +66,7 @@ async def global_search(
     level = community_level if community_level is not None else ctx.settings.community_level
     with metered(ctx) as meter:
         if level is not None:
-            _check_level(ctx, level)
-            await ensure_views(ctx, reports=[
-                c.id for c in level_partition(ctx.view.graph.communities, level)])
-            reports = reports_at_level(ctx, level)
+            reports = await reports_at_level(ctx, level)
         else:
             reports = await select_reports(ctx, query)
         points = await _map(ctx, query, reports, response_type) if reports else []
@@ -89,11 +78,9 @@ async def global_search(
         else:
             answer = NOTHING_FOUND
         cited = list(dict.fromkeys(rid for p in kept for rid in p.report_ids))
-        citations = [
-            Citation(kind="report", id=rid, title=r.title)
-            for rid in cited
-            if (r := servable_report(ctx, rid)) is not None
-        ]
+        titles = {r.community_id: r.title for r in reports}
+        citations = [Citation(kind="report", id=rid, title=titles[rid]) for rid in cited
+                     if rid in titles]
         result = SearchResult(method="global", query=query, answer=answer, citations=citations,
                               context=context, community_level=level)
         first = repr(citations[0].id) if citations else "'<report id>'"
@@ -104,18 +91,17 @@ async def global_search(
         return result
 
 
-def reports_at_level(ctx: QueryContext, level: int) -> list[Report]:
+async def reports_at_level(ctx: QueryContext, level: int) -> list[Report]:
     """The servable reports standing for `level` (communities at it plus childless shallower)."""
-    communities = ctx.view.graph.communities
     _check_level(ctx, level)
-    reports = (servable_report(ctx, c.id) for c in level_partition(communities, level))
-    return [r for r in reports if r is not None]
+    ids = ctx.reader.level_partition(level)
+    served = await ctx.reader.reports(ids)
+    return [served[c] for c in ids if c in served]
 
 
 def _check_level(ctx: QueryContext, level: int) -> None:
-    communities = ctx.view.graph.communities
     # The caller's deepest level: levels made only of hidden communities do not exist for them.
-    top = max((c.level for c in communities.values() if community_exists(ctx, c.id)), default=0)
+    top = ctx.reader.deepest_level()
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= top:
         raise InvalidArgument(
             f"community_level must be an integer from 0 (broadest) to {top} (most specific) "
@@ -127,18 +113,18 @@ async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
     """Dynamic community selection: rate from the roots down, descend into relevant reports'
     children; a relevant child replaces its parent. If no root is relevant, whole levels are
     rated, down to DYNAMIC_FALLBACK_MAX_LEVEL, until something is."""
-    graph = ctx.view.graph
+    reader = ctx.reader
     relevant: dict[str, Report] = {}
     parent_of: dict[str, str] = {}
-    queue = root_ids(ctx)
+    queue = reader.roots()
     rated: set[str] = set()
     done = 0
     level = 0
     rank = await _similarity_rank(ctx, query)
     while queue:
         queue = sorted(queue, key=lambda cid: (rank.get(cid, len(rank)), cid))[:DYNAMIC_RATE_LIMIT]
-        await ensure_views(ctx, reports=queue)
-        reports = [r for cid in queue if (r := servable_report(ctx, cid)) is not None]
+        served = await reader.reports(queue)
+        reports = [served[cid] for cid in queue if cid in served]
         rated.update(r.community_id for r in reports)
         total = done + len(reports)
 
@@ -155,29 +141,31 @@ async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
 
         scores = await asyncio.gather(*(rate(r) for r in reports))
         queue = []
+        relevant_now = [r.community_id for r, score in zip(reports, scores, strict=True)
+                        if score >= RELEVANCE_THRESHOLD]
+        children = reader.child_ids(relevant_now)
         for report, score in zip(reports, scores, strict=True):
             if score < RELEVANCE_THRESHOLD:
                 continue
             cid = report.community_id
             relevant[cid] = report
             relevant.pop(parent_of.get(cid, ""), None)
-            for child in servable_tops(ctx, graph.communities[cid].children):
+            for child in reader.servable_tops(children.get(cid, [])):
                 if child not in rated:
                     parent_of[child] = cid
                     queue.append(child)
         level += 1
         if not queue and not relevant and level <= DYNAMIC_FALLBACK_MAX_LEVEL:
-            queue = sorted(c.id for c in graph.communities.values()
-                           if c.level == level and c.id not in rated)
+            queue = [c for c in reader.level_partition(level) if c not in rated]
     return sorted(relevant.values(), key=lambda r: r.community_id)
 
 
 async def _similarity_rank(ctx: QueryContext, query: str) -> dict[str, int]:
     """Rank of each report by hybrid (vector + BM25) similarity to the query, prefiltered to
     what the caller may see; reports outside the shortlist rank after all of it."""
-    vector = await ctx.view.embed_query(query)
-    hits = ctx.view.vectors.search("reports", vector=vector, text=query, k=SIMILARITY_SHORTLIST,
-                                   hidden_acl=list(ctx.vis.hidden_acl), vector_weight=vector_weight(ctx))
+    vector = await ctx.reader.embed(query)
+    hits = ctx.reader.search("reports", vector=vector, text=query, k=SIMILARITY_SHORTLIST,
+                             vector_weight=vector_weight(ctx))
     return {h.id: i for i, h in enumerate(hits)}
 
 

@@ -1,0 +1,396 @@
+"""`CallerReader`: everything one caller may read of one committed generation, and the only way
+query engines reach the index.
+
+It binds the caller's readable ACL classes once: search prefilters on them, every artifact it
+hands out has passed the serving rule (acl.access), and an artifact the caller may only partly
+read comes back as the caller's view (acl.views), built when first asked for and cached. Engines
+ask in bulk (`entities(ids)`, `reports(ids)`, ...): the reader reads the rows in one query,
+builds the missing views concurrently, and answers. A hidden id is answered exactly like a
+missing one: it is absent from the result.
+
+A reader lives for one request, on one thread, over one snapshot (canopy.store.Snapshot): the
+request sees one generation from its first read to its last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from acl.access import State, community_state, state
+from acl.caller import Caller
+from acl.view_cache import BuiltView, ViewCache
+from acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
+from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
+from canopy.providers.base import Embedder, Provider, Usage, detached_usage
+from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, Snapshot, Store
+from canopy.vectors import Hit, VectorReader
+
+__all__ = ["CallerReader", "ViewSupport"]
+
+
+@dataclass(frozen=True)
+class ViewSupport:
+    """What building views needs: the provider, the cache, the budgets, the store's memo."""
+
+    provider: Provider
+    cache: ViewCache
+    params: ViewParams
+    store: Store
+
+
+class CallerReader:
+    def __init__(self, snap: Snapshot, caller: Caller, *, views: ViewSupport,
+                 vectors: VectorReader, embedder: Embedder, all_live: bool) -> None:
+        self.snap = snap
+        self.caller = caller
+        self.views = views
+        self.vectors = vectors
+        self.embedder = embedder
+        self.generation = snap.generation
+        # Reads everything of a generation with nothing revoked: canonical artifacts only.
+        self.trivial = caller.reads_everything and all_live
+        self.provisional_used = False  # a view written offline fed this request
+        self.view_usage: dict[str, Usage] = {}  # provider calls views of this request cost
+        self._entities: dict[str, EntityRow | None] = {}
+        self._relationships: dict[str, RelationshipRow | None] = {}
+        self._communities: dict[str, CommunityRow | None] = {}
+        self._report_gates: dict[str, tuple[Gate, str] | None] = {}
+        self._states: dict[tuple[str, str], State] = {}
+        self._served: dict[tuple[str, str], Any] = {}
+        self._members: dict[str, list[str]] = {}
+        self._degrees: dict[str, int] = {}
+
+    # ---- rows (memoized for the request) ---------------------------------------------------
+
+    @staticmethod
+    def _fetch(cache: dict[str, Any], fetch: Any, ids: Iterable[str]) -> dict[str, Any]:
+        ids = list(dict.fromkeys(ids))
+        missing = [i for i in ids if i not in cache]
+        if missing:
+            got = fetch(missing)
+            for i in missing:
+                cache[i] = got.get(i)
+        return {i: cache[i] for i in ids if cache[i] is not None}
+
+    def entity_rows(self, ids: Iterable[str]) -> dict[str, EntityRow]:
+        return self._fetch(self._entities, self.snap.entities, ids)
+
+    def relationship_rows(self, ids: Iterable[str]) -> dict[str, RelationshipRow]:
+        return self._fetch(self._relationships, self.snap.relationships, ids)
+
+    def community_rows(self, ids: Iterable[str]) -> dict[str, CommunityRow]:
+        return self._fetch(self._communities, self.snap.communities, ids)
+
+    def entity_key(self, eid: str) -> str:
+        return self.entity_rows([eid])[eid].key
+
+    def _live_readable(self, units: Iterable[str]) -> bool:
+        return any(a in self.caller.readable for a in self.snap.unit_acl(units).values())
+
+    # ---- existence (no provider calls) -----------------------------------------------------
+
+    def entity_states(self, ids: Iterable[str]) -> dict[str, State]:
+        rows = self.entity_rows(ids)
+        out = {}
+        for eid in dict.fromkeys(ids):
+            st = self._states.get(("entity", eid))
+            if st is None:
+                row = rows.get(eid)
+                if row is None:
+                    st = State.NONE
+                elif self.trivial:
+                    st = State.FULL
+                else:
+                    st = state(row.gate, self.caller.readable,
+                               lambda r=row: self._live_readable(r.entity.text_unit_ids))
+                self._states[("entity", eid)] = st
+            out[eid] = st
+        return out
+
+    def relationship_states(self, ids: Iterable[str]) -> dict[str, State]:
+        ids = list(dict.fromkeys(ids))
+        rows = self.relationship_rows(ids)
+        ends = self.entity_states({e for r in rows.values()
+                                   for e in (r.relationship.source, r.relationship.target)})
+        out = {}
+        for rid in ids:
+            st = self._states.get(("relationship", rid))
+            if st is None:
+                row = rows.get(rid)
+                if row is None:
+                    st = State.NONE
+                elif self.trivial:
+                    st = State.FULL
+                else:
+                    r = row.relationship
+                    st = state(row.gate, self.caller.readable,
+                               lambda r=r: self._live_readable(r.text_unit_ids))
+                    if not (ends.get(r.source) and ends.get(r.target)):
+                        st = State.NONE
+                self._states[("relationship", rid)] = st
+            out[rid] = st
+        return out
+
+    def community_states(self, ids: Iterable[str]) -> dict[str, State]:
+        """Whether each community's report is served: canonical (FULL), as a view, or not."""
+        ids = list(dict.fromkeys(ids))
+        rows = self.community_rows(ids)
+        gates = self._fetch(self._report_gates, self.snap.report_gates, ids)
+        out = {}
+        for cid in ids:
+            st = self._states.get(("community", cid))
+            if st is None:
+                row = rows.get(cid)
+                report = gates.get(cid)
+                fresh = report is not None and report[1] == (row.fingerprint if row else None)
+                if row is None:
+                    st = State.NONE
+                elif self.trivial:
+                    st = State.FULL if fresh else State.NONE
+                else:
+                    st = community_state(row.gate, report[0] if report else None, fresh,
+                                         self.caller.readable,
+                                         lambda c=cid: bool(self.members(c)))
+                self._states[("community", cid)] = st
+            out[cid] = st
+        return out
+
+    def members(self, cid: str) -> list[str]:
+        """Member entities of a community that exist for the caller."""
+        got = self._members.get(cid)
+        if got is None:
+            ids = self.snap.members([cid]).get(cid, [])
+            states = self.entity_states(ids)
+            got = self._members[cid] = [e for e in ids if states[e]]
+        return got
+
+    def visible_size(self, cid: str) -> int:
+        """How many of a community's members exist for the caller."""
+        row = self.community_rows([cid]).get(cid)
+        if row is None:
+            return 0
+        if self.trivial or row.gate.readable_by(self.caller.readable):
+            return row.n_members
+        if not row.gate.stale:
+            return self.snap.count_members_within(cid, self.caller.readable)
+        return len(self.members(cid))
+
+    def degree(self, eid: str) -> int:
+        """Relationships of the entity that exist for the caller (never a count with hidden ones)."""
+        d = self._degrees.get(eid)
+        if d is None:
+            rids = self.snap.relationship_ids_of([eid]).get(eid, [])
+            d = self._degrees[eid] = sum(1 for s in self.relationship_states(rids).values() if s)
+        return d
+
+    # ---- content (views built as needed) ---------------------------------------------------
+
+    async def entities(self, ids: Iterable[str]) -> dict[str, Entity]:
+        """Each servable entity among `ids`, in order: canonical, or the caller's view."""
+        ids = list(dict.fromkeys(ids))
+        states = self.entity_states(ids)
+        rows = self.entity_rows(ids)
+        todo = [e for e in ids if states[e] == State.VIEW and ("entity", e) not in self._served]
+        if todo:
+            with detached_usage() as usage:
+                await asyncio.gather(*(self._entity_view(e) for e in todo))
+            self._count(usage)
+        out = {}
+        for eid in ids:
+            st = states[eid]
+            if st == State.NONE:
+                continue
+            served = self._served.get(("entity", eid))
+            if served is None and st == State.FULL:
+                e = rows[eid].entity
+                served = e if self.trivial else replace(e, degree=self.degree(eid))
+                self._served[("entity", eid)] = served
+            if served is not None:
+                out[eid] = served
+        return out
+
+    def _count(self, usage: dict[str, Usage]) -> None:
+        for task, u in usage.items():
+            self.view_usage.setdefault(task, Usage()).add(u)
+
+    async def _entity_view(self, eid: str) -> None:
+        row = self.entity_rows([eid])[eid]
+        extra = sorted(self.snap.unit_acl(row.entity.text_unit_ids)) if row.gate.stale else []
+        key = view_key("entity", eid, row.hash, row.gate, self.caller.readable,
+                       self.views.provider.name, self.views.params, *extra)
+
+        async def build() -> BuiltView:
+            view, durable = await entity_view(self, row.entity, key)
+            return BuiltView(view, persist=durable and view is not None and view.description != "",
+                             provisional=not durable)
+
+        view, durable = await self.views.cache.once(key, "entity", eid, build)
+        if view is not None:
+            self.provisional_used |= not durable
+            self._served[("entity", eid)] = replace(view, degree=self.degree(eid))
+
+    async def relationships(self, ids: Iterable[str]) -> dict[str, Relationship]:
+        ids = list(dict.fromkeys(ids))
+        states = self.relationship_states(ids)
+        rows = self.relationship_rows(ids)
+        todo = [r for r in ids if states[r] == State.VIEW and ("relationship", r) not in self._served]
+        if todo:
+            ends = await self.entities({e for r in todo for e in (
+                rows[r].relationship.source, rows[r].relationship.target)})
+            with detached_usage() as usage:
+                await asyncio.gather(*(self._relationship_view(r, ends) for r in todo))
+            self._count(usage)
+        out = {}
+        for rid in ids:
+            if states[rid] == State.FULL:
+                out[rid] = rows[rid].relationship
+            elif (served := self._served.get(("relationship", rid))) is not None:
+                out[rid] = served
+        return out
+
+    async def _relationship_view(self, rid: str, ends: dict[str, Entity]) -> None:
+        row = self.relationship_rows([rid])[rid]
+        r = row.relationship
+        ends_rows = self.entity_rows([r.source, r.target])
+        extra = [f"{e.hash}:{e.gate.sig}" for e in ends_rows.values()]
+        if row.gate.stale:
+            extra += sorted(self.snap.unit_acl(r.text_unit_ids))
+        key = view_key("relationship", rid, row.hash, row.gate, self.caller.readable,
+                       self.views.provider.name, self.views.params, *extra)
+
+        async def build() -> BuiltView:
+            view, durable = await relationship_view(self, r, ends)
+            return BuiltView(view, persist=durable and view is not None, provisional=not durable)
+
+        view, durable = await self.views.cache.once(key, "relationship", rid, build)
+        if view is not None:
+            self.provisional_used |= not durable
+            self._served[("relationship", rid)] = view
+
+    async def reports(self, ids: Iterable[str]) -> dict[str, Report]:
+        """Each servable community report among `ids`: canonical, or the caller's view."""
+        ids = list(dict.fromkeys(ids))
+        states = self.community_states(ids)
+        full = [c for c in ids if states[c] == State.FULL]
+        canonical = {c: r.report for c, r in self.snap.reports(full).items()} if full else {}
+        todo = [c for c in ids if states[c] == State.VIEW and ("report", c) not in self._served]
+        if todo:
+            with detached_usage() as usage:
+                await asyncio.gather(*(self._report_view(c) for c in todo))
+            self._count(usage)
+        out = {}
+        for cid in ids:
+            got = canonical.get(cid) or self._served.get(("report", cid))
+            if got is not None:
+                out[cid] = got
+        return out
+
+    async def _report_view(self, cid: str) -> None:
+        row = self.community_rows([cid])[cid]
+        extra = sorted(self.members(cid)) if row.gate.stale else []
+        key = view_key("report", cid, row.fingerprint, row.gate, self.caller.readable,
+                       self.views.provider.name, self.views.params, *extra)
+
+        async def build() -> BuiltView:
+            view, durable = await report_view(self, cid)
+            return BuiltView(view, persist=durable and view is not None, provisional=not durable)
+
+        view, durable = await self.views.cache.once(key, "report", cid, build)
+        if view is not None:
+            self.provisional_used |= not durable
+            self._served[("report", cid)] = view
+
+    def claims_of(self, entity_ids: Iterable[str]) -> list[Claim]:
+        """Servable claims about these entities (claims are per unit: no views)."""
+        rows = self.snap.claims_of(entity_ids)
+        ends = self.entity_states({e for c in rows for e in (c.claim.subject, c.claim.object) if e})
+        out = []
+        for c in rows:
+            readable = not c.gate.stale and c.gate.acl <= self.caller.readable if not self.trivial else True
+            if readable and ends.get(c.claim.subject) and (not c.claim.object or ends.get(c.claim.object)):
+                out.append(c.claim)
+        return out
+
+    def units(self, ids: Iterable[str]) -> dict[str, tuple[TextUnit, Document]]:
+        """Servable text units (live and readable) with their documents, in order."""
+        ids = list(dict.fromkeys(ids))
+        got = self.snap.unit_documents(ids)
+        return {u: (got[u][0].unit, got[u][1]) for u in ids
+                if u in got and got[u][0].acl in self.caller.readable}
+
+    # ---- navigation ------------------------------------------------------------------------
+
+    def entity_ids_by_key(self, keys: Iterable[str]) -> dict[str, str]:
+        """Entity id of each normalized name that names an entity existing for the caller."""
+        found = self.snap.entity_ids_by_key(keys)
+        states = self.entity_states(found.values())
+        return {k: e for k, e in found.items() if states[e]}
+
+    def relationship_ids_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
+        got = self.snap.relationship_ids_of(entity_ids)
+        states = self.relationship_states({r for rs in got.values() for r in rs})
+        return {e: [r for r in rs if states[r]] for e, rs in got.items()}
+
+    def communities_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Communities holding each entity, deepest first (their reports may not be servable)."""
+        return self.snap.communities_of(entity_ids)
+
+    def child_ids(self, ids: Iterable[str]) -> dict[str, list[str]]:
+        return self.snap.children(ids)
+
+    def servable_tops(self, ids: Iterable[str]) -> list[str]:
+        """The given communities where servable, else their nearest servable descendants: a
+        hidden parent may have visible children, and navigation never dead-ends at it."""
+        out: list[str] = []
+        todo = list(ids)
+        while todo:
+            states = self.community_states(todo)
+            descend = [c for c in todo if not states[c]]
+            out += [c for c in todo if states[c]]
+            kids = self.child_ids(descend)
+            todo = [k for c in descend for k in kids.get(c, [])]
+        return sorted(out)
+
+    def roots(self) -> list[str]:
+        """The tops of the caller's servable hierarchy."""
+        return self.servable_tops(r.id for r in self.snap.roots())
+
+    def level_partition(self, level: int) -> list[str]:
+        """Servable communities standing for `level` (communities at it plus childless
+        shallower ones)."""
+        ids = [r.id for r in self.snap.level_partition(level)]
+        states = self.community_states(ids)
+        return [c for c in ids if states[c]]
+
+    def deepest_level(self) -> int:
+        """The caller's deepest level: levels made only of hidden communities do not exist."""
+        levels = self.snap.levels()
+        if self.trivial:
+            return max(levels, default=0)
+        for level in reversed(levels):
+            if self.snap.level_touches(level, self.caller.readable):
+                return level
+        return 0
+
+    # ---- search ----------------------------------------------------------------------------
+
+    async def embed(self, text: str) -> np.ndarray:
+        return (await self.embedder.embed([text]))[0]
+
+    def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
+               level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
+        """Hybrid search over rows the caller may read in full (prefiltered before ranking)."""
+        return self.vectors.search(table, vector=vector, text=text, k=k,
+                                   hidden_acl=self.caller.hidden, level=level,
+                                   vector_weight=vector_weight)
+
+    def term_stats(self, terms: Iterable[str]) -> tuple[dict[str, int], int, int]:
+        """(document frequency per term, units, summed terms) over the units the caller may
+        read: BM25 weights that no hidden unit moves."""
+        return (self.snap.term_df(terms, self.caller.readable),
+                *self.snap.unit_stats(self.caller.readable))

@@ -1,0 +1,78 @@
+"""What one engine call runs with (`QueryContext`), and the caches the service keeps for engines."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from acl.caller import Caller
+from acl.reader import CallerReader
+from canopy.providers.base import Provider
+from canopy.settings import QuerySettings
+
+__all__ = ["BoundedCache", "EngineCaches", "ProgressCallback", "QueryContext"]
+
+# progress(done, total, message) - the MCP layer forwards it as progress notifications.
+ProgressCallback = Callable[[float, float | None, str], Awaitable[None]]
+
+
+class BoundedCache:
+    """A thread-safe LRU holding at most `max_bytes` of values (each entry's size given)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any | None:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: Hashable, value: Any, size: int) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._items[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, n) = self._items.popitem(last=False)
+                self._bytes -= n
+
+    @property
+    def size(self) -> int:
+        return self._bytes
+
+
+@dataclass
+class EngineCaches:
+    """Derived, content-keyed data engines reuse across calls (never stale: keys hash content)."""
+
+    unit_evidence: BoundedCache = field(default_factory=lambda: BoundedCache(32 << 20))
+
+
+@dataclass
+class QueryContext:
+    """Everything one engine call needs; engines take this and nothing global."""
+
+    reader: CallerReader
+    provider: Provider
+    settings: QuerySettings
+    progress: ProgressCallback | None = None
+    caches: EngineCaches = field(default_factory=EngineCaches)
+
+    @property
+    def caller(self) -> Caller:
+        return self.reader.caller
+
+    async def report_progress(self, done: float, total: float | None, message: str) -> None:
+        if self.progress is not None:
+            await self.progress(done, total, message)

@@ -1,0 +1,68 @@
+"""What engines hand back about artifacts the caller was served: cards, spans and citations."""
+
+from __future__ import annotations
+
+from acl.reader import CallerReader
+from canopy.model import Document, Entity, Relationship, Report, TextUnit
+from canopy.providers.base import ContextBlock
+from server.results import (
+    Citation,
+    CommunityCard,
+    EntityCard,
+    FindingCard,
+    RelationshipCard,
+    SourceSpan,
+)
+
+__all__ = [
+    "block_citation",
+    "community_card",
+    "entity_card",
+    "finding_cards",
+    "relationship_card",
+    "span_of",
+]
+
+
+def community_card(reader: CallerReader, report: Report) -> CommunityCard:
+    """A served report's card; `size` counts the members that exist for the caller."""
+    return CommunityCard(id=report.community_id, level=report.level, title=report.title,
+                         summary=report.summary, rating=report.rating,
+                         size=reader.visible_size(report.community_id))
+
+
+def finding_cards(reader: CallerReader, report: Report) -> list[FindingCard]:
+    """The report's findings with their evidence ids narrowed to what exists for the caller."""
+    entities = reader.entity_states({e for f in report.findings for e in f.entity_ids})
+    rels = reader.relationship_states({r for f in report.findings for r in f.relationship_ids})
+    units = reader.units({u for f in report.findings for u in f.text_unit_ids})
+    return [FindingCard(summary=f.summary, explanation=f.explanation,
+                        entity_ids=[e for e in f.entity_ids if entities.get(e)],
+                        relationship_ids=[r for r in f.relationship_ids if rels.get(r)],
+                        text_unit_ids=[u for u in f.text_unit_ids if u in units])
+            for f in report.findings]
+
+
+def entity_card(entity: Entity) -> EntityCard:
+    return EntityCard(id=entity.id, name=entity.name, type=entity.type,
+                      description=entity.description, degree=entity.degree)
+
+
+def relationship_card(rel: Relationship, names: dict[str, str]) -> RelationshipCard:
+    """A served relationship with its endpoints' names as the caller is shown them."""
+    return RelationshipCard(id=rel.id, source=names.get(rel.source, ""),
+                            target=names.get(rel.target, ""), description=rel.description,
+                            weight=rel.weight)
+
+
+def span_of(unit: TextUnit, doc: Document) -> SourceSpan:
+    """The unit's own span of its document: `text` is document[char_start:char_end] (a unit's
+    text starts with an overlap prefix from the previous unit, which is not part of the span)."""
+    own = unit.char_end - unit.char_start
+    text = unit.text[len(unit.text) - own:] if 0 < own <= len(unit.text) else unit.text
+    return SourceSpan(text_unit_id=unit.id, document=doc.path, char_start=unit.char_start,
+                      char_end=unit.char_end, text=text, metadata=dict(doc.metadata))
+
+
+def block_citation(block: ContextBlock) -> Citation:
+    return Citation(kind=block.kind, id=block.id, title=block.title, document=block.source or None)
