@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
@@ -184,8 +185,13 @@ class _CheckedLines:
 @contextmanager
 def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
     """Private duplicates of fds 0 and 1 for the protocol; while serving, fd 0 reads the null
-    device and fd 1 writes to stderr. Restored on exit."""
-    wire_in, wire_out = os.dup(0), os.dup(1)
+    device and fd 1 writes to stderr. Restored on exit. Where the descriptors cannot be
+    duplicated, the standard streams are served in place (as the SDK does)."""
+    try:
+        wire_in, wire_out = os.dup(0), os.dup(1)
+    except OSError:
+        yield sys.stdin.buffer, sys.stdout.buffer
+        return
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
