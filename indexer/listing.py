@@ -108,8 +108,10 @@ def list_files(root: Path, settings: InputSettings, index_dir: Path | None = Non
                 stack.append(iter(_list_dir(root, parts)))
             except LinkRefused:
                 yield Skip(rel, PATH_LINK_REASON)
-            except OSError:
-                pass  # vanished or unreadable folder: nothing under it can be listed
+            except FileNotFoundError:
+                pass  # vanished since its parent was listed
+            except OSError as exc:  # unreadable: its files would silently be missing
+                yield Skip(rel, f"folder could not be listed ({type(exc).__name__})")
             continue
         suffix = os.path.splitext(rel)[1].lower()
         if _excluded(rel, settings):
