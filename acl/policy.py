@@ -10,13 +10,16 @@ user reads everything.
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
+
+from wcmatch import glob as wcglob
 
 from canopy.errors import ConfigError
 from canopy.settings import AclSettings
 
-__all__ = ["Principal", "Policy"]
+__all__ = ["Policy", "Principal", "compile_glob"]
 
 _LABEL = re.compile(r"^[A-Za-z0-9_.:@-]+$")
 
@@ -28,27 +31,19 @@ class Principal:
     unrestricted: bool = False  # no policy: sees everything
 
 
-def _glob_match(path: str, pattern: str) -> bool:
-    """`**` matches any number of folders (including none); `*` stays within one folder."""
-    regex = ""
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            regex += "(?:.*/)?"
-            i += 3
-        elif pattern.startswith("**", i):
-            regex += ".*"
-            i += 2
-        elif pattern[i] == "*":
-            regex += "[^/]*"
-            i += 1
-        elif pattern[i] == "?":
-            regex += "[^/]"
-            i += 1
-        else:
-            regex += re.escape(pattern[i])
-            i += 1
-    return re.fullmatch(regex, path) is not None or fnmatchcase(path, pattern) and "/" not in pattern
+# wcmatch's glob dialect, not gitignore's (pathspec): `*` and `?` stay within one folder, a
+# pattern is matched against the whole relative path, `**` spans any number of folders. DOTGLOB:
+# a rule covers dot files too; FORCEUNIX: `/` is the only separator and case counts, on every OS.
+# (pathspec 1.1 compiles `**/` to `.+` without DOTALL: a newline in a folder name escapes it.)
+_GLOB_FLAGS = wcglob.GLOBSTAR | wcglob.DOTGLOB | wcglob.FORCEUNIX
+
+
+def compile_glob(pattern: str) -> Callable[[str], bool]:
+    """A matcher of relative POSIX paths for one rule glob. Both sides are compared in Unicode
+    NFC, so a folder name stored decomposed (as macOS writes it) still meets the rule written
+    composed; any other character of a name (newlines, spaces, leading dashes) is literal."""
+    matcher = wcglob.compile(unicodedata.normalize("NFC", pattern), flags=_GLOB_FLAGS)
+    return lambda path: bool(matcher.match(unicodedata.normalize("NFC", path)))
 
 
 class Policy:
@@ -58,6 +53,7 @@ class Policy:
                       *(lab for labs in settings.principals.values() for lab in labs)]:
             if not _LABEL.match(label):
                 raise ConfigError(f"invalid ACL label {label!r}: use letters, digits and _ . : @ -")
+        self._rules = [(compile_glob(r.glob), tuple(sorted(set(r.labels)))) for r in settings.rules]
 
     @property
     def enabled(self) -> bool:
@@ -66,9 +62,9 @@ class Policy:
     def labels_for(self, path: str) -> tuple[str, ...]:
         if not self.enabled:
             return ()
-        for rule in self.settings.rules:
-            if _glob_match(path, rule.glob):
-                return tuple(sorted(set(rule.labels)))
+        for matches, labels in self._rules:
+            if matches(path):
+                return labels
         return tuple(sorted(set(self.settings.default)))
 
     def principal(self, name: str | None) -> Principal:

@@ -84,6 +84,16 @@ class InputSettings(BaseModel):
         "other fields (source, author, date...) head every text unit for search and context")
     metadata_fields: list[str] = Field(
         [], description="Front-matter fields to keep (empty: every scalar or list field that is not a link)")
+    # Loader limits: a file over one is skipped with the limit named in `canopy status`.
+    max_unpacked_bytes: int = Field(
+        100_000_000, ge=1, description="Largest total size of a DOCX's unpacked parts (zip bombs)")
+    max_pages: int = Field(5_000, ge=1, description="PDFs with more pages are skipped")
+    max_paragraphs: int = Field(
+        500_000, ge=1, description="DOCX paragraphs, or CSV/JSONL rows, above which a file is skipped")
+    max_text_chars: int = Field(
+        20_000_000, ge=1, description="Files whose extracted text is longer are skipped")
+    load_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds a PDF or DOCX may take to read (in a child process)")
 
 
 class ChunkSettings(BaseModel):

@@ -1,39 +1,46 @@
 """Load documents from a folder: text, markdown, HTML, CSV/JSONL rows, PDF and DOCX.
 
+Two steps: `list_files` (in `indexer.listing`: which files are documents, under which path; links
+are never followed) and `load_entry` (one file's text); `scan_folder` is the two together.
+
 Encoding policy: UTF-8 (a BOM is honoured, as is a UTF-16 BOM); otherwise Windows-1252 when it
 decodes cleanly and the detector is not confident in another code page; otherwise
-charset-normalizer's guess if it is confident; otherwise the file is skipped as undecodable. Binary files, files
-over `max_file_bytes`, the index folder and `canopy.toml` are never indexed; every skip has a
-reason that `canopy status` shows.
+charset-normalizer's guess if it is confident; otherwise the file is skipped as undecodable.
+Binary files, links, files over `max_file_bytes` or over a loader limit (`max_unpacked_bytes`,
+`max_pages`, `max_paragraphs`, `max_text_chars`, `load_timeout_s`), the index folder and
+`canopy.toml` are never indexed; every skip has a reason that `canopy status` shows.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
-import fnmatch
 import io
 import json
 import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
 from canopy.model import Skip
-from canopy.settings import CONFIG_FILENAME, INDEX_DIRNAME, InputSettings
+from canopy.settings import InputSettings
+from indexer.listing import FileEntry, FileRefused, list_files, read_beneath
+from indexer.office import LimitExceeded, Limits, MissingDependency
+from indexer.parse_worker import ParseFailed, parse_office
 
-__all__ = ["LoadedDocument", "front_matter", "load_file", "metadata_pairs", "scan_folder"]
+__all__ = ["FileEntry", "LoadedDocument", "front_matter", "list_files", "load_entry", "load_file",
+           "metadata_pairs", "scan_folder"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class LoadedDocument:
-    path: str  # relative POSIX path
+    path: str  # relative POSIX display path (`indexer.listing.display_name`)
     title: str
     text: str  # for Markdown with front matter: the body after it
     metadata: tuple[tuple[str, str], ...] = ()  # rendered front-matter fields (metadata_pairs)
@@ -43,49 +50,61 @@ class _SkipFile(Exception):
     pass
 
 
-def scan_folder(root: Path, settings: InputSettings, index_dir: Path | None = None) -> Iterator[LoadedDocument | Skip]:
+def scan_folder(root: Path, settings: InputSettings, index_dir: Path | None = None
+                ) -> Iterator[LoadedDocument | Skip]:
     """Every indexable file under root, in path order; unreadable ones as `Skip` records."""
-    root = root.resolve()
-    index_dir = (index_dir or root / INDEX_DIRNAME).resolve()
-    exts = {e.lower() for e in settings.extensions}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = path.relative_to(root).as_posix()
-        if _excluded(path, rel, root, index_dir, settings):
-            continue
-        if path.suffix.lower() not in exts:
-            continue
-        try:
-            size = path.stat().st_size
-            if size > settings.max_file_bytes:
-                raise _SkipFile(f"larger than max_file_bytes ({size} > {settings.max_file_bytes})")
-            text = load_file(path)
-            fields: dict[str, Any] = {}
-            if settings.front_matter and path.suffix.lower() in _MARKDOWN:
-                fields, text = front_matter(text, rel)
-            if not text.strip():
-                raise _SkipFile("no text content")
-            title = fields.get("title")
-            title = " ".join(str(title).split())[:120] if _scalar(title) and str(title).strip() else ""
-            yield LoadedDocument(rel, title or _title(path, text), text,
-                                 metadata_pairs(fields, settings.metadata_fields))
-        except _SkipFile as exc:
-            yield Skip(rel, str(exc))
-        except FileNotFoundError:
-            continue  # vanished between listing and reading
-        except Exception as exc:  # one bad file never stops the rest
-            log.warning("skipping %s: %s", rel, exc)
-            yield Skip(rel, f"could not be read: {type(exc).__name__}")
+    for entry in list_files(root, settings, index_dir):
+        yield entry if isinstance(entry, Skip) else load_entry(entry, settings)
 
 
-def _excluded(path: Path, rel: str, root: Path, index_dir: Path, settings: InputSettings) -> bool:
-    if path.name == CONFIG_FILENAME and path.parent == root:
-        return True
+def load_entry(entry: FileEntry, settings: InputSettings) -> LoadedDocument | Skip:
+    """One listed file as a document, or a `Skip` saying why not (one bad file never stops the
+    rest). The file is opened beneath the folder without following links (`read_beneath`)."""
+    rel = entry.path
+    suffix = PurePosixPath(rel).suffix.lower()
     try:
-        path.resolve().relative_to(index_dir)
-        return True
-    except ValueError:
-        pass
-    return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch("/" + rel, pat) for pat in settings.exclude)
+        text = extract_text(read_beneath(entry, settings.max_file_bytes), suffix, settings)
+        fields: dict[str, Any] = {}
+        if settings.front_matter and suffix in _MARKDOWN:
+            fields, text = front_matter(text, rel)
+        if not text.strip():
+            raise _SkipFile("no text content")
+        title = fields.get("title")
+        title = " ".join(str(title).split())[:120] if _scalar(title) and str(title).strip() else ""
+        return LoadedDocument(rel, title or _title(PurePosixPath(rel).stem, text), text,
+                              metadata_pairs(fields, settings.metadata_fields))
+    except (_SkipFile, FileRefused, LimitExceeded, MissingDependency, ParseFailed) as exc:
+        return Skip(rel, str(exc))  # reasons written by Canopy, never a parser's text
+    except FileNotFoundError:
+        return Skip(rel, "vanished while being read")
+    except Exception as exc:  # one bad file never stops the rest
+        log.warning("skipping %s: %s", rel, type(exc).__name__)
+        return Skip(rel, f"could not be read: {type(exc).__name__}")
+
+
+def load_file(path: Path, settings: InputSettings | None = None) -> str:
+    """The text of one file by its extension (no listing rules, no front matter split)."""
+    settings = settings or InputSettings()
+    return extract_text(path.read_bytes(), path.suffix.lower(), settings)
+
+
+def extract_text(raw: bytes, suffix: str, settings: InputSettings) -> str:
+    """Text of a file's bytes by extension, within the loader limits of `settings`."""
+    limits = Limits(settings.max_unpacked_bytes, settings.max_pages, settings.max_paragraphs,
+                    settings.max_text_chars)
+    if suffix in (".pdf", ".docx"):
+        text = parse_office(suffix[1:], raw, limits, settings.load_timeout_s)
+    else:
+        text = decode_bytes(raw)
+        if suffix in (".html", ".htm"):
+            text = _html(text)
+        elif suffix == ".csv":
+            text = _csv(text, settings.max_paragraphs)
+        elif suffix == ".jsonl":
+            text = _jsonl(text, settings.max_paragraphs)
+    if len(text) > settings.max_text_chars:
+        raise _SkipFile(f"extracted text longer than max_text_chars (> {settings.max_text_chars})")
+    return text
 
 
 _MARKDOWN = frozenset({".md", ".markdown"})
@@ -152,29 +171,12 @@ def _render(value: Any) -> str:
     return "" if _LINK.match(text) else text
 
 
-def _title(path: Path, text: str) -> str:
+def _title(stem: str, text: str) -> str:
     for line in text.splitlines():
         line = line.strip().lstrip("#").strip()
         if line:
             return line[:120]
-    return path.stem
-
-
-def load_file(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix == ".pdf":
-        return _pdf(path)
-    if suffix == ".docx":
-        return _docx(path)
-    raw = path.read_bytes()
-    text = decode_bytes(raw)
-    if suffix in (".html", ".htm"):
-        return _html(text)
-    if suffix == ".csv":
-        return _csv(text)
-    if suffix == ".jsonl":
-        return _jsonl(text)
-    return text
+    return stem
 
 
 def decode_bytes(raw: bytes) -> str:
@@ -226,20 +228,28 @@ def _html(text: str) -> str:
     return body or soup.get_text("\n", strip=True)
 
 
-def _csv(text: str) -> str:
+def _too_many_rows(max_rows: int) -> _SkipFile:
+    return _SkipFile(f"more rows than max_paragraphs (> {max_rows})")
+
+
+def _csv(text: str, max_rows: int) -> str:
     """One paragraph per row: `column: value` pairs, so rows chunk and cite individually."""
     reader = csv.DictReader(io.StringIO(text))
     rows = []
     for row in reader:
+        if len(rows) >= max_rows:
+            raise _too_many_rows(max_rows)
         rows.append("; ".join(f"{k}: {v}" for k, v in row.items() if k and v))
     return "\n\n".join(rows)
 
 
-def _jsonl(text: str) -> str:
-    rows = []
+def _jsonl(text: str, max_rows: int) -> str:
+    rows: list[str] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if len(rows) >= max_rows:
+            raise _too_many_rows(max_rows)
         try:
             obj = json.loads(line)
         except json.JSONDecodeError:
@@ -251,20 +261,3 @@ def _jsonl(text: str) -> str:
         else:
             rows.append(str(obj))
     return "\n\n".join(rows)
-
-
-def _pdf(path: Path) -> str:
-    try:
-        from pypdf import PdfReader
-    except ImportError as exc:
-        raise _SkipFile("PDF support needs `pip install canopy-graphrag[docs]`") from exc
-    reader = PdfReader(str(path))
-    return "\n\n".join((page.extract_text() or "") for page in reader.pages)
-
-
-def _docx(path: Path) -> str:
-    try:
-        import docx
-    except ImportError as exc:
-        raise _SkipFile("DOCX support needs `pip install canopy-graphrag[docs]`") from exc
-    return "\n\n".join(p.text for p in docx.Document(str(path)).paragraphs if p.text.strip())

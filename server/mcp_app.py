@@ -350,7 +350,12 @@ class _CardList(BaseModel):
 
 
 def run_stdio(server: MCPServer) -> None:
-    server.run("stdio")
+    """MCP over stdio; every malformed request gets a JSON-RPC error (`server.stdio`)."""
+    import anyio
+
+    from server.stdio import serve_stdio
+
+    anyio.run(serve_stdio, server)
 
 
 def run_http(server: MCPServer, host: str, port: int) -> None:
