@@ -56,6 +56,12 @@ def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embed
     return content_hash(provider.name, embedder.name, *(s.model_dump_json() for s in sections))
 
 
+def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
+    """What stored extractions depend on: a change extracts every unit again."""
+    return content_hash(provider.name, settings.chunking.model_dump_json(),
+                        settings.extract.model_dump_json())
+
+
 def _counts(reads: GraphReads) -> dict[str, Any]:
     out: dict[str, Any] = {t: reads.count(t) for t in (
         "documents", "text_units", "entities", "relationships", "claims", "communities", "reports")}
@@ -77,6 +83,10 @@ async def run_index(
     t0 = time.perf_counter()
     progress = progress or no_progress
     fingerprint = settings_fingerprint(settings, provider, embedder)
+    extraction = extraction_fingerprint(settings, provider)
+    # --full or other extraction settings: extract every unit again; a first build (or one a
+    # crash interrupted) reuses the extractions already saved.
+    reextract = full or store.get_meta("extraction_fingerprint") not in (None, extraction)
     full = full or store.generation == 0 or store.get_meta("settings_fingerprint") != fingerprint
     rebuild_vectors = full or store.get_meta("embedder") != embedder.name
 
@@ -101,6 +111,7 @@ async def run_index(
                  "reports_reused": counts["reports"], "embedded": 0}
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
     run_id = store.start_run()
+    store.set_meta({"extraction_fingerprint": extraction})
 
     # 2. deletions and relabels apply now, before any regeneration (design §2)
     revoked = revoke(store, plan) if not full else []
@@ -115,7 +126,7 @@ async def run_index(
         retry = [f.unit_id for f in previous_failures if f.task == "extract"]
         live_retry = list(b.reads.unit_acl(retry)) if retry and not full else []
         todo = list(b.reads.unit_acl(units.added))
-        if not full:
+        if not reextract:
             todo = sorted(set(todo) - store.extracted(todo)) + live_retry
         extracted = await extract_units(b, todo)
         # 5. entities, relationships and claims touched by the changed units

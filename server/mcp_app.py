@@ -48,7 +48,7 @@ from server.service import CanopyService
 from server.status import IndexStatus, index_status, status_for_caller
 from server.tool_text import drill_text, search_text, span_text, status_text
 
-__all__ = ["READ_ONLY", "build_server", "run_http", "run_stdio"]
+__all__ = ["READ_ONLY", "build_server", "run_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -356,8 +356,3 @@ def run_stdio(server: MCPServer) -> None:
     from server.stdio import serve_stdio
 
     anyio.run(serve_stdio, server)
-
-
-def run_http(server: MCPServer, host: str, port: int) -> None:
-    """Streamable HTTP at http://host:port/mcp (DNS-rebinding protection on for loopback hosts)."""
-    server.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")

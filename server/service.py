@@ -41,7 +41,9 @@ from acl.view_cache import ViewCache
 from acl.views import ViewParams
 from canopy.errors import ConfigError, IndexMissing
 from canopy.providers import make_embedder, make_provider
+from canopy.providers.base import Provider
 from canopy.settings import AclSettings, find_config, load_settings
+from canopy.tokens import preload
 from canopy.vectors import VectorStore
 from server.context import EngineCaches, ProgressCallback, QueryContext
 from server.runtime import Workspace
@@ -84,6 +86,7 @@ class CanopyService:
             self.store.close()
             raise IndexMissing(f"the index at {ws.index_dir} is empty or was made by an older "
                                f"version: run `canopy index {ws.docs_dir}`")
+        preload(ws.settings.chunking.encoding)  # the first answer should not wait for it
         self.provider = make_provider(ws.settings, self.store)
         self.embedder = make_embedder(ws.settings)
         self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0)
@@ -110,6 +113,11 @@ class CanopyService:
                         len(stale), stale[0])
 
     # ---- calls ------------------------------------------------------------------------------
+
+    def use_provider(self, provider: Provider) -> None:
+        """Answer and write views with `provider` from now on (tests, benchmarks)."""
+        self.provider = provider
+        self._views = ViewSupport(provider, self.view_cache, self._views.params, self.store)
 
     def principal(self, name: str | None) -> Principal:
         with self.store.snapshot() as snap:

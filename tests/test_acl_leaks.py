@@ -41,12 +41,7 @@ from canopy.errors import EndpointUnavailable
 from canopy.providers import make_embedder
 from canopy.providers.builtin import BuiltinProvider
 from indexer.pipeline import run_index
-from server.engines.serving import (
-    caller_views_of,
-    run_with_views,
-    servable_entity,
-    servable_report,
-)
+from canopy.store.export import Graph, load_graph
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
@@ -280,14 +275,20 @@ class Hidden:
     communities: set[str]
 
 
+def readable_units(service: CanopyService, principal: str | None) -> tuple[Graph, set[str]]:
+    """The committed graph, and the live units `principal` may read."""
+    g = load_graph(service.store)
+    with service.context(principal) as ctx:
+        acl = ctx.reader.snap.unit_acl(g.units)
+        return g, {u for u, a in acl.items() if a in ctx.caller.readable}
+
+
 def hidden_of(service: CanopyService, principal: str) -> Hidden:
     """What the principal may not be served at all: units they cannot read (or that are dead),
     entities with no readable instance, communities with no member they can see."""
-    ctx = service.context(service.principal(principal))
-    g = ctx.view.graph
-    readable = ctx.vis.readable_units
-    units = {u for u in ctx.view.units if u not in readable}
-    units |= {u for e in g.entities.values() for u in e.text_unit_ids if u not in ctx.view.units}
+    g, readable = readable_units(service, principal)
+    units = {u for u in g.units if u not in readable}
+    units |= {u for e in g.entities.values() for u in e.text_unit_ids if u not in g.units}
     entities = {e.id: e.name for e in g.entities.values() if not readable & set(e.text_unit_ids)}
     communities = {c.id for c in g.communities.values() if all(e in entities for e in c.entity_ids)}
     return Hidden(units, entities, communities)
@@ -411,16 +412,17 @@ def test_canaries_are_indexed_and_reach_a_principal_who_may_read_them(leak_index
         answers = "\n".join(text for asked, text in t.outputs if "zebulon" not in asked).lower()
         assert "zebulon quartzfield" in answers and "canary-7f3a" in answers
         assert "canary-8b6d" in answers  # front-matter metadata is indexed and served
-        ctx = svc.context(svc.principal("staff"))
+        g, readable = readable_units(svc, "staff")
         tokens = forbidden(base_policy, "staff", docs)
-        readable = ctx.vis.readable_units
-        shared = [e for e in ctx.view.graph.entities.values()
+        shared = [e for e in g.entities.values()
                   if readable & set(e.text_unit_ids) and not set(e.text_unit_ids) <= readable
                   and any(tok in e.description.lower() for tok in tokens)]
         assert len(shared) >= 2, "no public entity's description quotes a restricted document"
+        with svc.context("staff") as ctx:
+            views = asyncio.run(ctx.reader.entities(e.id for e in shared))
         for canonical in shared:
-            view = asyncio.run(run_with_views(ctx, lambda c, e=canonical.id: servable_entity(c, e)))
-            assert view is not None and view is not canonical
+            view = views.get(canonical.id)
+            assert view is not None and view != canonical
             assert set(view.text_unit_ids) < set(canonical.text_unit_ids)
             assert not any(tok in view.description.lower() for tok in tokens)
             assert view.degree < canonical.degree
@@ -459,21 +461,19 @@ def test_views_equal_the_index_of_the_callers_documents_alone(leak_index, base_p
     oracle = service_for(oracle_docs, tmp_path / "oracle-index")
     svc = service_for(docs, index_dir)
     try:
-        ctx = svc.context(svc.principal("board"))
-        truth = oracle.context(oracle.principal(None)).view.graph
-        cv = caller_views_of(ctx)
-        served_ids = {e for e in ctx.view.graph.entities if cv.entity_state(e)}
+        truth = load_graph(oracle.store)
+        g = load_graph(svc.store)
+        with svc.context("board") as ctx:
+            states = ctx.reader.entity_states(g.entities)
+            served_ids = {e for e, s in states.items() if s}
+            views = asyncio.run(ctx.reader.entities(sorted(served_ids)))
+            rel_states = ctx.reader.relationship_states(g.relationships)
         assert served_ids == set(truth.entities)
-
-        def served(c: Any) -> dict[str, Any]:
-            return {e: servable_entity(c, e) for e in sorted(served_ids)}
-
-        views = asyncio.run(run_with_views(ctx, served))
         for eid, want in truth.entities.items():
             got = views[eid]
             assert (got.name, got.type, got.description, got.degree, got.text_unit_ids) == (
                 want.name, want.type, want.description, want.degree, want.text_unit_ids), eid
-        served_rels = {r for r in ctx.view.graph.relationships if cv.relationship_state(r)}
+        served_rels = {r for r, s in rel_states.items() if s}
         assert served_rels == set(truth.relationships)
 
         async def status(s: CanopyService, who: str | None) -> dict[str, Any]:
@@ -504,9 +504,10 @@ def test_a_deleted_document_vanishes_before_regeneration(leak_index, base_policy
     gone = "restricted/board/zephyr.md"
     svc = service_for(docs, index_dir)
     try:
-        before = svc.views.get()
+        before = load_graph(svc.store)
+        generation = svc.store.generation
         dead = {u.id for u in before.units.values() if before.documents[u.document_id].path == gone}
-        used = {r.community_id for r in before.graph.reports.values() if dead & set(r.text_unit_ids)}
+        used = {r.community_id for r in before.reports.values() if dead & set(r.text_unit_ids)}
         assert dead and used
         (docs / gone).unlink()
         ws = open_workspace(docs, index_dir=index_dir)
@@ -518,19 +519,20 @@ def test_a_deleted_document_vanishes_before_regeneration(leak_index, base_policy
             assert store.get_meta("revoking") == "1"
         finally:
             store.close()
-        view = svc.views.get()
-        assert view.generation == before.generation + 1 and not dead & set(view.units)
-        assert used <= set(view.graph.reports)  # the old reports are still stored, not served
+        view = load_graph(svc.store)
+        assert svc.store.generation == generation + 1 and not dead & set(view.units)
+        assert used <= set(view.reports)  # the old reports are still stored, not served
         for principal in ("admin", "staff", "board"):  # `forbidden` covers deleted documents
             check_principal(svc, base_policy, principal, docs, queries=QUERIES[1:3],
                             findings=principal == "admin", entity_sample=30)
-        ctx = svc.context(svc.principal("admin"))
+        with svc.context("admin") as ctx:
+            served = asyncio.run(ctx.reader.reports(sorted(used)))
         for cid in sorted(used):
-            report = asyncio.run(run_with_views(ctx, lambda c, cid=cid: servable_report(c, cid)))
-            assert report is None or (report is not view.graph.reports[cid]
+            report = served.get(cid)
+            assert report is None or (report != view.reports[cid]
                                       and not dead & set(report.text_unit_ids)), cid
         build_index(open_workspace(docs, index_dir=index_dir))  # regeneration catches up
-        assert not any(dead & set(r.text_unit_ids) for r in svc.views.get().graph.reports.values())
+        assert not any(dead & set(r.text_unit_ids) for r in load_graph(svc.store).reports.values())
         check_principal(svc, base_policy, "admin", docs, queries=QUERIES[1:2], findings=False,
                         entity_sample=20)
     finally:

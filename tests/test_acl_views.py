@@ -1,4 +1,4 @@
-"""Per-caller views (design §2, "fallback views"; acl.views, server.engines.serving).
+"""Per-caller views (design §2, "fallback views"; acl.views, acl.reader).
 
 The example corpus under a policy: suppliers/ is readable with label `supply` only. `staff`
 reads everything else, `buyer` reads suppliers/ only, `admin` reads everything. Artifacts that
@@ -20,31 +20,21 @@ from click.testing import CliRunner
 from mcp import Client
 
 import acl.view_cache
-import acl.views
-from acl.view_cache import ViewsPending
-from acl.views import FULL, NONE, VIEW
+from acl.access import State
 from canopy.errors import EndpointUnavailable, InvalidArgument, NotFound
 from canopy.ids import normalize_name
 from canopy.llm import ChatClient
 from canopy.providers.builtin import BuiltinProvider
 from canopy.providers.llm import LLMProvider
 from canopy.settings import LLMSettings
+from canopy.store.export import Graph, load_graph
 from server import engines
 from server.cli import main
-from server.engines.serving import (
-    caller_views_of,
-    community_card,
-    ensure_views,
-    forget_caller_views,
-    run_with_views,
-    servable_entity,
-    servable_relationship,
-    servable_report,
-    warm_views,
-)
+from server.context import QueryContext
+from server.engines.warm import warm_views
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
-from server.service import CanopyService, QueryContext
+from server.service import CanopyService
 from tests.conftest import EXAMPLES
 
 POLICY = """
@@ -65,10 +55,6 @@ buyer = ["supply"]
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def served(ctx: QueryContext, hook: Any, artifact_id: str) -> Any:
-    return run(run_with_views(ctx, lambda c: hook(c, artifact_id)))
 
 
 class Counting(BuiltinProvider):
@@ -113,277 +99,289 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def service(corpus: tuple[Path, Path], tmp_path: Path) -> Iterator[CanopyService]:
-    """A private copy of the index (its view cache starts empty) and no views in memory."""
+    """A private copy of the index (its view cache starts empty)."""
     docs, index_dir = corpus
     shutil.copytree(index_dir, tmp_path / "index")
-    forget_caller_views()
     svc = CanopyService(open_workspace(docs, index_dir=tmp_path / "index"))
     yield svc
     svc.close()
-    forget_caller_views()
 
 
-def ctx_for(svc: CanopyService, who: str | None, provider: Any = None) -> QueryContext:
-    ctx = svc.context(svc.principal(who))
-    if provider is not None:
-        ctx = QueryContext(ctx.view, ctx.vis, provider, ctx.settings)
-    return ctx
+@pytest.fixture
+def graph(service: CanopyService) -> Graph:
+    return load_graph(service.store)
 
 
-def mixed_entity(ctx: QueryContext, *, several: bool) -> str:
+def ask(svc: CanopyService, who: str | None, fn: Any) -> Any:
+    """`fn(ctx)` as `who`, on the service's worker threads (as the MCP tools run)."""
+    return run(svc.run(who, fn))
+
+
+def readable(svc: CanopyService, who: str, g: Graph) -> set[str]:
+    async def units(ctx: QueryContext) -> set[str]:
+        acl = ctx.reader.snap.unit_acl(g.units)
+        return {u for u, a in acl.items() if a in ctx.caller.readable}
+    return ask(svc, who, units)
+
+
+def states(svc: CanopyService, who: str, kind: str, ids: Any) -> dict[str, State]:
+    async def get(ctx: QueryContext) -> dict[str, State]:
+        return getattr(ctx.reader, f"{kind}_states")(ids)
+    return ask(svc, who, get)
+
+
+def served(svc: CanopyService, who: str, kind: str, ids: Any) -> dict[str, Any]:
+    async def get(ctx: QueryContext) -> dict[str, Any]:
+        return await getattr(ctx.reader, kind)(ids)
+    return ask(svc, who, get)
+
+
+def mixed_entity(svc: CanopyService, g: Graph, *, several: bool) -> str:
     """An entity with instances in readable and unreadable units; with several distinct visible
     descriptions or exactly one."""
-    readable = ctx.vis.readable_units
-    store_ex = None
-    for e in sorted(ctx.view.graph.entities.values(), key=lambda e: e.id):
-        vis = [u for u in e.text_unit_ids if u in readable]
-        if not vis or len(vis) == len(e.text_unit_ids):
+    vis = readable(svc, "staff", g)
+    for e in sorted(g.entities.values(), key=lambda e: e.id):
+        units = [u for u in e.text_unit_ids if u in vis]
+        if not units or len(units) == len(e.text_unit_ids):
             continue
-        if store_ex is None:
-            store_ex = caller_views_of(ctx).book.store
-        descs = {i.description.strip() for ex in store_ex.extractions_of(vis).values()
-                 for i in ex.entities if normalize_name(i.name) == normalize_name(e.name)}
-        if (len(descs) > 1) == several:
+        rows = svc.store.writer.execute(
+            "SELECT DISTINCT description FROM entity_instances WHERE key = ? AND unit_id IN "
+            "(SELECT value FROM json_each(?))", (normalize_name(e.name), json.dumps(units))).fetchall()
+        if (len({r[0] for r in rows if r[0]}) > 1) == several:
             return e.id
     raise AssertionError("no such entity in the example corpus")
 
 
-def view_community(ctx: QueryContext) -> str:
-    cv = caller_views_of(ctx)
-    return min(c for c in ctx.view.graph.communities if cv.community_state(c) == VIEW)
+def view_community(svc: CanopyService, g: Graph, who: str = "staff") -> str:
+    got = states(svc, who, "community", g.communities)
+    return min(c for c, s in got.items() if s == State.VIEW)
 
 
 # ---- the fast path ------------------------------------------------------------------------------
 
 
-def test_a_caller_who_reads_everything_gets_the_canonical_artifacts_with_no_view_work(service):
-    ctx = ctx_for(service, "admin")
-    cv = caller_views_of(ctx)
-    g = ctx.view.graph
-    assert cv.trivial
-    assert all(servable_report(ctx, c) is g.reports[c] for c in g.reports)
-    assert all(servable_entity(ctx, e) is g.entities[e] for e in g.entities)
-    run(engines.drill_down(ctx, limit=100))
-    assert cv._book is None  # the view cache was never even opened
+def test_a_caller_who_reads_everything_gets_the_canonical_artifacts_with_no_view_work(service, graph):
+    async def everything(ctx: QueryContext) -> tuple[bool, dict[str, Any], dict[str, Any]]:
+        return (ctx.reader.trivial, await ctx.reader.reports(graph.communities),
+                await ctx.reader.entities(graph.entities))
+
+    trivial, reports, entities = ask(service, "admin", everything)
+    assert trivial
+    assert reports == graph.reports and entities == graph.entities
+    ask(service, "admin", lambda c: engines.drill_down(c, limit=100))
+    assert not service.view_cache.stats and service.store.view_counts() == {}
 
 
-def test_a_restricted_caller_gets_canonical_artifacts_it_can_read_fully(service):
-    ctx = ctx_for(service, "staff")
-    cv = caller_views_of(ctx)
-    g = ctx.view.graph
-    full = [e for e in g.entities if cv.entity_state(e) == FULL]
-    assert full
+def test_a_restricted_caller_gets_canonical_artifacts_it_can_read_fully(service, graph):
+    got = states(service, "staff", "entity", graph.entities)
+    full = [e for e, s in got.items() if s == State.FULL]
+    partial = [e for e, s in got.items() if s == State.VIEW]
+    assert full and partial
+    entities = served(service, "staff", "entities", [*full, *partial])
     for eid in full:
-        e = servable_entity(ctx, eid)
+        e, canonical = entities[eid], graph.entities[eid]
         assert (e.name, e.description, e.text_unit_ids) == (
-            g.entities[eid].name, g.entities[eid].description, g.entities[eid].text_unit_ids)
-        assert e.degree == cv.degree(eid) <= g.entities[eid].degree  # hidden edges not counted
-    partial = [e for e in g.entities if cv.entity_state(e) == VIEW]
-    assert any(served(ctx, servable_entity, e).degree < g.entities[e].degree for e in partial)
-    canonical = [c for c in g.reports if cv.community_state(c) == FULL]
-    assert canonical and all(servable_report(ctx, c) is g.reports[c] for c in canonical)
+            canonical.name, canonical.description, canonical.text_unit_ids)
+        assert e.degree <= canonical.degree  # hidden edges not counted
+    assert any(entities[e].degree < graph.entities[e].degree for e in partial)
+    communities = states(service, "staff", "community", graph.communities)
+    canonical = [c for c, s in communities.items() if s == State.FULL]
+    assert canonical
+    reports = served(service, "staff", "reports", canonical)
+    assert all(reports[c] == graph.reports[c] for c in canonical)
 
 
 # ---- what views are -----------------------------------------------------------------------------
 
 
-def test_an_entity_view_is_its_visible_instances_one_description_as_is(service):
-    ctx = ctx_for(service, "staff")
-    eid = mixed_entity(ctx, several=False)
-    canonical = ctx.view.graph.entities[eid]
-    view = servable_entity(ctx, eid)  # one description: built at once, with no provider call
-    assert view is not None and view is not canonical
-    assert set(view.text_unit_ids) == {u for u in canonical.text_unit_ids if u in ctx.vis.readable_units}
-    exs = service.store.extractions_of(view.text_unit_ids)
-    descs = {i.description.strip() for ex in exs.values() for i in ex.entities
-             if normalize_name(i.name) == normalize_name(canonical.name)}
-    assert descs == {view.description}
-
-
-def test_an_entity_view_with_several_descriptions_is_summarized_by_the_provider(service):
+def test_an_entity_view_is_its_visible_instances_one_description_as_is(service, graph):
     provider = Counting()
-    ctx = ctx_for(service, "staff", provider)
-    eid = mixed_entity(ctx, several=True)
-    with pytest.raises(ViewsPending):
-        servable_entity(ctx, eid)  # outside a view-aware call, a view to build is an error
-    view = served(ctx, servable_entity, eid)
+    service.use_provider(provider)
+    eid = mixed_entity(service, graph, several=False)
+    view = served(service, "staff", "entities", [eid])[eid]
+    canonical = graph.entities[eid]
+    assert view != canonical and not provider.calls  # one description: no provider call
+    assert set(view.text_unit_ids) == {u for u in canonical.text_unit_ids
+                                       if u in readable(service, "staff", graph)}
+    rows = service.store.writer.execute(
+        "SELECT DISTINCT description FROM entity_instances WHERE key = ? AND unit_id IN "
+        "(SELECT value FROM json_each(?))",
+        (normalize_name(canonical.name), json.dumps(view.text_unit_ids))).fetchall()
+    assert {r[0] for r in rows} == {view.description}
+
+
+def test_an_entity_view_with_several_descriptions_is_summarized_by_the_provider(service, graph):
+    provider = Counting()
+    service.use_provider(provider)
+    eid = mixed_entity(service, graph, several=True)
+    view = served(service, "staff", "entities", [eid])[eid]
     assert provider.calls == Counter(summarize=1)
-    assert view.description and view.description != ctx.view.graph.entities[eid].description
-    assert set(view.text_unit_ids) <= ctx.vis.readable_units
+    assert view.description and view.description != graph.entities[eid].description
+    assert set(view.text_unit_ids) <= readable(service, "staff", graph)
 
 
-def test_an_entity_with_no_visible_instance_does_not_exist_for_the_caller(service):
-    ctx = ctx_for(service, "staff")
-    readable = ctx.vis.readable_units
-    hidden = next(e for e in ctx.view.graph.entities.values() if not readable & set(e.text_unit_ids))
-    assert servable_entity(ctx, hidden.id) is None
+def test_an_entity_with_no_visible_instance_does_not_exist_for_the_caller(service, graph):
+    vis = readable(service, "staff", graph)
+    hidden = next(e for e in graph.entities.values() if not vis & set(e.text_unit_ids))
+    assert served(service, "staff", "entities", [hidden.id]) == {}
     messages = []
     for name in (hidden.name, "Nobody Suchname"):
         with pytest.raises(NotFound) as err:
-            run(engines.drill_down(ctx, entity=name))
+            ask(service, "staff", lambda c, n=name: engines.drill_down(c, entity=n))
         messages.append(str(err.value).replace(repr(name), "<x>"))
     assert messages[0] == messages[1]
 
 
-def test_a_relationship_view_needs_both_endpoints_and_keeps_visible_instances(service):
-    ctx = ctx_for(service, "staff")
-    cv = caller_views_of(ctx)
-    g = ctx.view.graph
-    readable = ctx.vis.readable_units
-    dangling = [r for r in g.relationships.values() if readable & set(r.text_unit_ids)
-                and not (cv.entity_state(r.source) and cv.entity_state(r.target))]
-    assert all(served(ctx, servable_relationship, r.id) is None for r in dangling)
-    views = [r for r in g.relationships if cv.relationship_state(r) == VIEW]
+def test_a_relationship_view_needs_both_endpoints_and_keeps_visible_instances(service, graph):
+    vis = readable(service, "staff", graph)
+    ents = states(service, "staff", "entity", graph.entities)
+    rels = states(service, "staff", "relationship", graph.relationships)
+    dangling = [r for r in graph.relationships.values() if vis & set(r.text_unit_ids)
+                and not (ents[r.source] and ents[r.target])]
+    assert all(rels[r.id] == State.NONE for r in dangling)
+    views = [r for r, s in rels.items() if s == State.VIEW]
     assert views
+    got = served(service, "staff", "relationships", views)
     for rid in views:
-        view = served(ctx, servable_relationship, rid)
-        assert set(view.text_unit_ids) == {u for u in g.relationships[rid].text_unit_ids if u in readable}
-        assert 0 < view.weight <= g.relationships[rid].weight
+        want = graph.relationships[rid]
+        assert set(got[rid].text_unit_ids) == {u for u in want.text_unit_ids if u in vis}
+        assert 0 < got[rid].weight <= want.weight
 
 
-def test_a_report_view_is_rewritten_from_the_visible_part_of_its_community(service):
+def test_a_report_view_is_rewritten_from_the_visible_part_of_its_community(service, graph):
     provider = Counting()
-    ctx = ctx_for(service, "staff", provider)
-    cid = view_community(ctx)
-    canonical = ctx.view.graph.reports[cid]
-    view = served(ctx, servable_report, cid)
+    service.use_provider(provider)
+    cid = view_community(service, graph)
+    canonical = graph.reports[cid]
+    view = served(service, "staff", "reports", [cid])[cid]
     assert provider.calls["report"] >= 1
-    assert view is not canonical and view.community_id == cid and view.fingerprint == canonical.fingerprint
-    assert view.text_unit_ids and set(view.text_unit_ids) <= ctx.vis.readable_units
-    cv = caller_views_of(ctx)
+    assert view != canonical and view.community_id == cid and view.fingerprint == canonical.fingerprint
+    vis = readable(service, "staff", graph)
+    assert view.text_unit_ids and set(view.text_unit_ids) <= vis
+    ents = states(service, "staff", "entity", graph.entities)
     for f in view.findings:
-        assert all(cv.entity_state(e) for e in f.entity_ids)
-        assert set(f.text_unit_ids) <= ctx.vis.readable_units
-    members = ctx.view.graph.communities[cid].entity_ids
-    assert community_card(ctx, view).size == sum(1 for e in members if cv.entity_state(e)) < len(members)
-    drilled = run(engines.drill_down(ctx, community_id=cid, limit=100))
+        assert all(ents[e] for e in f.entity_ids) and set(f.text_unit_ids) <= vis
+    members = graph.communities[cid].entity_ids
+    drilled = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid, limit=100))
     assert drilled.community.title == view.title
-    assert {e.id for e in drilled.entities} <= {e for e in members if cv.entity_state(e)}
+    assert drilled.community.size == sum(1 for e in members if ents[e]) < len(members)
+    assert {e.id for e in drilled.entities} <= {e for e in members if ents[e]}
 
 
-def test_a_community_with_no_visible_member_is_hidden_like_a_missing_one(service):
-    ctx = ctx_for(service, "buyer")  # reads suppliers/ only
-    cv = caller_views_of(ctx)
-    hidden = min(c for c in ctx.view.graph.communities if cv.community_state(c) == NONE)
+def test_a_community_with_no_visible_member_is_hidden_like_a_missing_one(service, graph):
+    got = states(service, "buyer", "community", graph.communities)  # buyer reads suppliers/ only
+    hidden = min(c for c, s in got.items() if s == State.NONE)
     messages = []
     for cid in (hidden, "c1-0123456789"):
         with pytest.raises(NotFound) as err:
-            run(engines.drill_down(ctx, community_id=cid))
+            ask(service, "buyer", lambda c, i=cid: engines.drill_down(c, community_id=i))
         messages.append(str(err.value).replace(repr(cid), "<x>"))
     assert messages[0] == messages[1]
 
 
-def test_sync_navigation_runs_inside_run_with_views(service):
-    ctx = ctx_for(service, "staff")
-    cid = view_community(ctx)
-    with pytest.raises(ViewsPending):
-        engines.report_markdown(ctx, cid)
-    markdown = run(run_with_views(ctx, lambda c: engines.report_markdown(c, cid)))
-    assert markdown.startswith(f"# {served(ctx, servable_report, cid).title}")
-    cards = run(run_with_views(ctx, engines.list_servable_reports))
-    cv = caller_views_of(ctx)
-    assert {c.id for c in cards} == {c for c in ctx.view.graph.communities if cv.community_state(c)}
+def test_navigation_serves_views_in_markdown_and_listings(service, graph):
+    cid = view_community(service, graph)
+    view = served(service, "staff", "reports", [cid])[cid]
+    markdown = ask(service, "staff", lambda c: engines.report_markdown(c, cid))
+    assert markdown.startswith(f"# {view.title}")
+    cards = ask(service, "staff", engines.list_servable_reports)
+    got = states(service, "staff", "community", graph.communities)
+    assert {c.id for c in cards} == {c for c, s in got.items() if s}
 
 
 # ---- caching -----------------------------------------------------------------------------------
 
 
-def test_a_view_is_built_once_under_concurrent_calls_then_served_from_the_cache(service):
+def test_a_view_is_built_once_under_concurrent_calls_then_served_from_the_cache(service, graph):
     provider = Counting(delay=0.05)
-    ctx = ctx_for(service, "staff", provider)
-    cid = view_community(ctx)
+    service.use_provider(provider)
+    cid = view_community(service, graph)
 
     async def five() -> list[Any]:
-        return await asyncio.gather(*(engines.drill_down(ctx, community_id=cid) for _ in range(5)))
+        return await asyncio.gather(*(service.run("staff", lambda c: engines.drill_down(
+            c, community_id=cid)) for _ in range(5)))
 
     results = run(five())
     assert len({r.community.title for r in results}) == 1
     built = Counter(provider.calls)
     assert built["report"] >= 1
-    cv = caller_views_of(ctx)
-    needed_reports = 1 + sum(1 for k in ctx.view.graph.communities[cid].children
-                             if cv.community_state(k) == VIEW)
-    assert built["report"] <= needed_reports  # each view once, not once per call
-    run(engines.drill_down(ctx, community_id=cid))
+    kids = states(service, "staff", "community", graph.communities[cid].children)
+    assert built["report"] <= 1 + sum(1 for s in kids.values() if s == State.VIEW)
+    ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
     assert provider.calls == built  # from memory
 
-    forget_caller_views()  # a restart: memory gone, the SQLite cache stays
-    again = ctx_for(service, "staff", provider)
-    assert run(engines.drill_down(again, community_id=cid)).community.title == results[0].community.title
-    assert provider.calls == built
-
-    twin = ctx_for(service, "staff2", provider)  # the same visible units: the same views
-    run(engines.drill_down(twin, community_id=cid))
+    service.view_cache.forget()  # a restart: memory gone, the SQLite cache stays
+    again = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
+    assert again.community.title == results[0].community.title and provider.calls == built
+    ask(service, "staff2", lambda c: engines.drill_down(c, community_id=cid))  # same units
     assert provider.calls == built
 
 
-def test_callers_who_see_different_units_get_different_views(service):
-    staff, buyer = ctx_for(service, "staff"), ctx_for(service, "buyer")
-    cs, cb = caller_views_of(staff), caller_views_of(buyer)
-    both = [c for c in staff.view.graph.communities
-            if cs.community_state(c) == VIEW and cb.community_state(c) == VIEW]
+def test_callers_who_see_different_units_get_different_views(service, graph):
+    staff = states(service, "staff", "community", graph.communities)
+    buyer = states(service, "buyer", "community", graph.communities)
+    both = [c for c in graph.communities if staff[c] == State.VIEW and buyer[c] == State.VIEW]
     assert both
-    cid = both[0]
-    assert cs._key("report", cid, "builtin") != cb._key("report", cid, "builtin")
-    a, b = served(staff, servable_report, cid), served(buyer, servable_report, cid)
+    a = served(service, "staff", "reports", both[:1])[both[0]]
+    b = served(service, "buyer", "reports", both[:1])[both[0]]
     assert not set(a.text_unit_ids) & set(b.text_unit_ids)
+    assert service.store.view_counts()["report"] >= 2
 
 
-def test_building_views_never_shows_in_a_results_usage(service):
+def test_building_views_never_shows_in_a_results_usage(service, graph):
     """A view's cost would betray that the caller's artifacts have hidden parts."""
     provider = Counting()
-    ctx = ctx_for(service, "staff", provider)
-    result = run(engines.drill_down(ctx, community_id=view_community(ctx)))
+    service.use_provider(provider)
+    cid = view_community(service, graph)
+    result = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
     assert sum(provider.calls.values()) >= 1 and result.usage.llm_calls == 0
     before = Counter(provider.calls)
-    cold = run(engines.global_search(ctx, "What are the main risks?", community_level=1))
+    cold = ask(service, "staff", lambda c: engines.global_search(c, "What are the main risks?",
+                                                                 community_level=1))
     assert provider.calls["report"] > before["report"]  # views built during this call ...
-    warm = run(engines.global_search(ctx, "What are the main risks?", community_level=1))
+    warm = ask(service, "staff", lambda c: engines.global_search(c, "What are the main risks?",
+                                                                 community_level=1))
     assert cold.usage.llm_calls == warm.usage.llm_calls  # ... are not in its usage
 
 
-def test_ensure_views_builds_up_front_and_skips_canonical_and_hidden_ids(service):
+def test_canonical_hidden_and_unknown_ids_cost_no_view_work(service, graph):
     provider = Counting()
-    ctx = ctx_for(service, "staff", provider)
-    cv = caller_views_of(ctx)
-    g = ctx.view.graph
-    canonical = [c for c in g.communities if cv.community_state(c) == FULL]
-    run(ensure_views(ctx, reports=[*canonical, "c1-0123456789"]))
-    assert not provider.calls
-    cid = view_community(ctx)
-    run(ensure_views(ctx, reports=[cid]))
-    assert provider.calls["report"] >= 1
-    assert servable_report(ctx, cid) is not None  # no net needed now
+    service.use_provider(provider)
+    got = states(service, "staff", "community", graph.communities)
+    canonical = [c for c, s in got.items() if s == State.FULL]
+    hidden = [c for c, s in got.items() if s == State.NONE]
+    reports = served(service, "staff", "reports", [*canonical, *hidden, "c1-0123456789"])
+    assert set(reports) == set(canonical) and not provider.calls
 
 
 # ---- tools, status and warm ------------------------------------------------------------------------
 
 
-def test_index_status_counts_what_the_caller_is_served(service):
+def test_index_status_counts_what_the_caller_is_served(service, graph):
     async def status(who: str) -> dict[str, Any]:
         async with Client(build_server(service, principal_name=who)) as client:
             return (await client.call_tool("index_status", {})).structured_content
 
     staff = run(status("staff"))
-    ctx = ctx_for(service, "staff")
-    cv = caller_views_of(ctx)
-    g = ctx.view.graph
-    assert staff["entities"] == sum(1 for e in g.entities if cv.entity_state(e))
-    assert staff["relationships"] == sum(1 for r in g.relationships if cv.relationship_state(r))
-    assert staff["reports"] == sum(1 for c in g.communities if cv.community_state(c))
-    assert staff["entities"] < len(g.entities)
+    ents = states(service, "staff", "entity", graph.entities)
+    rels = states(service, "staff", "relationship", graph.relationships)
+    comms = states(service, "staff", "community", graph.communities)
+    assert staff["entities"] == sum(1 for s in ents.values() if s) < len(graph.entities)
+    assert staff["relationships"] == sum(1 for s in rels.values() if s)
+    assert staff["reports"] == sum(1 for s in comms.values() if s)
     admin = run(status("admin"))
-    assert admin["entities"] == len(g.entities) and admin["last_run"]
+    assert admin["entities"] == len(graph.entities) and admin["last_run"]
 
 
-def test_the_level_bound_is_the_callers(service):
-    ctx = ctx_for(service, "buyer")
-    cv = caller_views_of(ctx)
-    g = ctx.view.graph
-    top = max(c.level for c in g.communities.values() if any(cv.entity_state(e) for e in c.entity_ids))
+def test_the_level_bound_is_the_callers(service, graph):
+    vis = readable(service, "buyer", graph)
+    top = max(c.level for c in graph.communities.values()
+              if any(vis & set(graph.entities[e].text_unit_ids) for e in c.entity_ids))
     with pytest.raises(InvalidArgument, match=f"from 0 \\(broadest\\) to {top} "):
-        run(engines.global_search(ctx, "What are the risks?", community_level=top + 1))
-    assert run(engines.global_search(ctx, "What are the risks?", community_level=top)).answer
+        ask(service, "buyer", lambda c: engines.global_search(c, "What are the risks?",
+                                                              community_level=top + 1))
+    assert ask(service, "buyer", lambda c: engines.global_search(c, "What are the risks?",
+                                                                 community_level=top)).answer
 
 
 def test_canopy_warm_prebuilds_the_views_of_every_principal(service, corpus):
@@ -398,37 +396,38 @@ def test_canopy_warm_prebuilds_the_views_of_every_principal(service, corpus):
     assert rows["staff2"]["usage"].get("report") is None  # same units as staff: all cached
     again = CliRunner().invoke(main, [*args[:-1], "--principal", "staff"])
     assert again.exit_code == 0 and "provider calls 0" in again.stdout
-    forget_caller_views()  # after a restart, from the SQLite cache
-    assert run(warm_views(ctx_for(service, "staff")))["usage"] == {}
+    service.view_cache.forget()  # after a restart, from the SQLite cache
+    assert ask(service, "staff", warm_views)["usage"] == {}
 
 
-def test_views_through_an_openai_compatible_endpoint(service, fake_openai):
+def test_views_through_an_openai_compatible_endpoint(service, graph, fake_openai):
     client = ChatClient(LLMSettings(base_url=fake_openai.base_url, model="fake", max_retries=0),
                         backoff_base=0.01)
-    ctx = ctx_for(service, "staff", LLMProvider(client))
-    cid = view_community(ctx)
-    result = run(engines.drill_down(ctx, community_id=cid))
+    service.use_provider(LLMProvider(client))
+    cid = view_community(service, graph)
+    result = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
     assert fake_openai.count("report") >= 1 and result.usage.llm_calls == 0
     sent = len(fake_openai.requests)
-    assert run(engines.drill_down(ctx, community_id=cid)).community.title == result.community.title
-    assert len(fake_openai.requests) == sent
-    cv = caller_views_of(ctx)  # views are per provider: the builtin one is another entry
-    assert cv._key("report", cid, "openai:fake") != cv._key("report", cid, "builtin")
+    again = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
+    assert again.community.title == result.community.title and len(fake_openai.requests) == sent
 
 
-def test_during_an_endpoint_outage_views_are_written_offline_and_not_kept(service, monkeypatch):
+def test_during_an_endpoint_outage_views_are_written_offline_and_not_kept(service, graph,
+                                                                          monkeypatch):
     """Navigation keeps working for restricted callers while the endpoint is down: views are
     written by the offline provider, served for a short while, never stored; once the endpoint
     is back they are written by it."""
     down = Counting(down=True)
-    ctx = ctx_for(service, "staff", down)
-    cid = view_community(ctx)
-    offline = run(engines.drill_down(ctx, community_id=cid))
+    service.use_provider(down)
+    cid = view_community(service, graph)
+    offline = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
     assert down.calls["report"] >= 1 and offline.community.id == cid
     assert service.store.view_counts().get("report", 0) == 0
-    assert run(engines.drill_down(ctx, community_id=cid)).community.title == offline.community.title
+    again = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
+    assert again.community.title == offline.community.title
     monkeypatch.setattr(acl.view_cache, "PROVISIONAL_S", 0.0)  # what was written offline expires
     up = Counting()
-    again = run(engines.drill_down(ctx_for(service, "staff", up), community_id=cid))
-    assert up.calls["report"] >= 1 and again.community.id == cid
+    service.use_provider(up)
+    back = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
+    assert up.calls["report"] >= 1 and back.community.id == cid
     assert service.store.view_counts().get("report", 0) >= 1

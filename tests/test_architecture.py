@@ -52,7 +52,7 @@ def test_library_code_never_prints() -> None:
 
 
 def test_importing_the_server_writes_nothing_to_stdout() -> None:
-    code = "import server.mcp_app, server.engines, indexer.pipeline, acl.visibility, canopy.providers.builtin"
+    code = "import server.mcp_app, server.engines, server.http, indexer.pipeline, acl.reader, canopy.providers.builtin"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""

@@ -33,6 +33,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from acl.auth import JwtVerifier, verifier_from_settings
+from acl.policy import Principal
 from acl.tokens import TokenFile, add_token, hash_token, read_tokens, revoke_tokens
 from canopy.errors import ConfigError
 from canopy.settings import AuthSettings
@@ -547,13 +548,13 @@ def test_http_on_a_non_loopback_host_without_auth_is_refused(tmp_path: Path) -> 
 def test_serve_wires_the_token_file_and_the_insecure_flag_as_asked(
     multi_tenant: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server import mcp_app
+    from server import http
 
     docs, index_dir = multi_tenant
     plain = tmp_path / "plain"
     shutil.copytree(docs, plain, ignore=shutil.ignore_patterns("canopy.toml", ".canopy"))
     calls: list[tuple[Any, str]] = []
-    monkeypatch.setattr(mcp_app, "run_http", lambda server, host, port: calls.append((server, host)))
+    monkeypatch.setattr(http, "serve_in_process", lambda server, host, port: calls.append((server, host)))
     tokens = tmp_path / "t.jsonl"
     add_token(tokens, "alice")
     args = ["serve", str(plain), "--index-dir", str(index_dir), "--http", "--host", "0.0.0.0"]
@@ -594,8 +595,9 @@ def tenant_service(tmp_path: Path) -> Iterator[tuple[CanopyService, Path]]:
     service.close()
 
 
-def seen_by(service: CanopyService, who: str) -> int:
-    return len(service.context(service.principal(who)).vis.readable_docs)
+def seen_by(service: CanopyService, who: str | Principal) -> int:
+    with service.context(who) as ctx:
+        return ctx.reader.snap.count_touching("documents", ctx.caller.readable)
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -612,7 +614,7 @@ def test_a_change_of_who_holds_which_labels_applies_at_the_next_request(
     stale = service.principal("bob")
     edit(docs / "canopy.toml", 'bob = ["staff"]', 'bob = ["staff", "hr"]')
     # resolved under the old policy, used right after the edit: re-resolved under the new one
-    assert len(service.context(stale).vis.readable_docs) == DOCUMENTS["carol"]
+    assert seen_by(service, stale) == DOCUMENTS["carol"]
     assert seen_by(service, "bob") == DOCUMENTS["carol"]
     edit(docs / "canopy.toml", 'bob = ["staff", "hr"]', "bob = []")  # revocation needs no re-index
     assert seen_by(service, "bob") == 0
@@ -638,16 +640,18 @@ def test_a_change_of_document_labels_applies_when_the_relabelling_update_commits
     assert seen_by(service, "nobody") == 10
 
 
-def test_an_unreadable_settings_file_keeps_the_last_good_policy(
+def test_an_unreadable_settings_file_fails_closed_until_it_is_fixed(
     tenant_service: tuple[CanopyService, Path], tmp_path: Path
 ) -> None:
+    """A half-written or broken policy must not keep granting what it may have revoked."""
     service, docs = tenant_service
     toml = docs / "canopy.toml"
-    good = tmp_path / "good.toml"
-    good.write_text(toml.read_text())
-    toml.write_text(good.read_text() + "\n[acl.principals.broken\n")
-    assert seen_by(service, "bob") == DOCUMENTS["bob"]
-    build_index(open_workspace(docs, index_dir=tmp_path / "index", config=good))
+    good = toml.read_text()
+    toml.write_text(good.replace('bob = ["staff"]', 'bob = ["staff"') + "\n[acl.principals.broken\n")
+    for who in ("bob", "alice"):
+        with pytest.raises(ConfigError, match="cannot be read, so nothing is served"):
+            seen_by(service, who)
+    toml.write_text(good)
     assert seen_by(service, "bob") == DOCUMENTS["bob"]
     assert seen_by(service, "alice") == DOCUMENTS["alice"]
 
@@ -658,8 +662,8 @@ def test_a_policy_given_in_code_is_not_replaced_by_the_settings_file(tmp_path: P
     build_index(open_workspace(docs, index_dir=tmp_path / "index", acl=acl))
     service = CanopyService(open_workspace(docs, index_dir=tmp_path / "index", acl=acl))
     try:
-        assert len(service.context(service.principal("bob")).vis.readable_docs) == 10
+        assert seen_by(service, "bob") == 10
         build_index(open_workspace(docs, index_dir=tmp_path / "index", acl=acl))
-        assert len(service.context(service.principal("bob")).vis.readable_docs) == 10
+        assert seen_by(service, "bob") == 10
     finally:
         service.close()

@@ -1,118 +1,225 @@
-"""Hierarchical communities: every level partitions the entities; parents contain children."""
+"""Hierarchical communities: every level partitions the entities; parents contain children; a
+local update touches only what changed and keeps every invariant."""
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections import defaultdict
+from collections.abc import Iterable
 
-from canopy.ids import relationship_id
-from canopy.model import Entity, Relationship
-from indexer.communities import build_communities, is_partition, level_partition, levels
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from canopy.store import CommunityRow, Gate
+from indexer.communities import (
+    ClusterParams,
+    EdgeArrays,
+    GraphChange,
+    Hierarchy,
+    Isolated,
+    Placement,
+    build_hierarchy,
+    is_partition,
+    modularity,
+    update_hierarchy,
+)
+
+PARAMS = ClusterParams(max_cluster_size=10, seed=1, max_levels=4)
+NO_ISOLATED = Isolated({}, {})
+Edges = dict[tuple[str, str], float]
 
 
-def _graph(edges: list[tuple[str, str]], isolated: tuple[str, ...] = ()) -> tuple[dict[str, Entity], dict[str, Relationship]]:
-    names = sorted({n for e in edges for n in e} | set(isolated))
-    ents = {n: Entity(n, n, "person", f"desc {n}", (f"tu-{n}",)) for n in names}
-    rels = {}
-    for a, b in edges:
-        rid = relationship_id(a, b)
-        rels[rid] = Relationship(rid, a, b, f"{a}-{b}", 1.0, (f"tu-{a}",))
-    return ents, rels
+def _edges(pairs: Iterable[tuple[str, str]]) -> Edges:
+    return {tuple(sorted(p)): 1.0 for p in pairs if p[0] != p[1]}  # type: ignore[misc]
 
 
-def _two_triangles() -> tuple[dict[str, Entity], dict[str, Relationship]]:
-    return _graph([("a", "b"), ("b", "c"), ("a", "c"), ("x", "y"), ("y", "z"), ("x", "z")], isolated=("lonely",))
-
-
-def _big_graph(seed: int = 7) -> tuple[dict[str, Entity], dict[str, Relationship]]:
+def _big_graph(seed: int = 7) -> Edges:
     """Five dense clusters of 12 nodes with sparse links: forces a second level (max size 10)."""
     rng = random.Random(seed)
-    edges = []
+    pairs = []
     for c in range(5):
-        nodes = [f"n{c}_{i}" for i in range(12)]
-        edges += [(a, b) for a, b in itertools.combinations(nodes, 2) if rng.random() < 0.5]
-    for c in range(4):
-        edges.append((f"n{c}_0", f"n{c + 1}_0"))
-    edges += [("p", "q")]  # a second, tiny component
-    return _graph(edges, isolated=("solo1", "solo2"))
+        nodes = [f"n{c}_{i:02d}" for i in range(12)]
+        pairs += [(a, b) for a, b in itertools.combinations(nodes, 2) if rng.random() < 0.5]
+    pairs += [(f"n{c}_00", f"n{c + 1}_00") for c in range(4)]
+    pairs += [("p", "q")]  # a second, tiny component
+    return _edges(pairs)
 
 
-class TestPartition:
+def _fresh(edges: Edges, isolated: Isolated = NO_ISOLATED, params: ClusterParams = PARAMS,
+           previous: dict[int, dict[str, set[str]]] | None = None) -> dict[str, Placement]:
+    arrays = EdgeArrays((a, b, w) for (a, b), w in edges.items())
+    return build_hierarchy(arrays, isolated, params, previous).placements
+
+
+def _children(h: dict[str, Placement]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for p in h.values():
+        if p.parent:
+            out[p.parent].append(p.id)
+    return out
+
+
+def assert_hierarchy(h: dict[str, Placement], universe: set[str]) -> None:
+    kids = _children(h)
+    levels = sorted({p.level for p in h.values()})
+    for level in levels:
+        part = [p.members for p in h.values() if p.level == level or (p.level < level and not kids[p.id])]
+        assert is_partition(part, universe), f"level {level} is not a partition"
+    for p in h.values():
+        if p.parent is not None:
+            parent = h[p.parent]
+            assert p.level == parent.level + 1 and set(p.members) <= set(parent.members)
+        if kids[p.id]:
+            assert set().union(*(h[k].members for k in kids[p.id])) == set(p.members)
+
+
+class FakeHierarchy:
+    """A committed hierarchy and graph in memory, answering the reads a local update makes."""
+
+    def __init__(self, placements: dict[str, Placement], edges: Edges) -> None:
+        self.h = placements
+        self.e = edges
+
+    def memberships(self, entity_ids: Iterable[str]) -> dict[str, dict[int, str]]:
+        wanted = set(entity_ids)
+        out: dict[str, dict[int, str]] = defaultdict(dict)
+        for p in self.h.values():
+            for m in p.members:
+                if m in wanted:
+                    out[m][p.level] = p.id
+        return dict(out)
+
+    def members(self, ids: Iterable[str]) -> dict[str, list[str]]:
+        return {i: list(self.h[i].members) for i in ids if i in self.h}
+
+    def children(self, ids: Iterable[str]) -> dict[str, list[str]]:
+        kids = _children(self.h)
+        return {i: sorted(kids[i]) for i in ids if kids.get(i)}
+
+    def communities(self, ids: Iterable[str]) -> dict[str, CommunityRow]:
+        kids = _children(self.h)
+        return {i: CommunityRow(i, p.level, p.parent, len(p.members), len(kids[i]), "",
+                                Gate(frozenset(), "", False))
+                for i in ids if (p := self.h.get(i)) is not None}
+
+    def edges_of(self, entity_ids: Iterable[str]) -> list[tuple[str, str, str, float]]:
+        wanted = set(entity_ids)
+        return [(f"{a}|{b}", a, b, w) for (a, b), w in sorted(self.e.items())
+                if a in wanted or b in wanted]
+
+
+def _apply(old: dict[str, Placement], change: Hierarchy) -> dict[str, Placement]:
+    out = {k: v for k, v in old.items() if k not in change.deleted}
+    out.update(change.placements)
+    return out
+
+
+def _update(old_h: dict[str, Placement], old_e: Edges, new_e: Edges, universe_old: set[str],
+            universe_new: set[str], isolated: Isolated = NO_ISOLATED) -> dict[str, Placement]:
+    changed = {k for k in set(old_e) | set(new_e) if old_e.get(k) != new_e.get(k)}
+    change = GraphChange(frozenset(universe_new - universe_old), frozenset(universe_old - universe_new),
+                         frozenset(changed), isolated)
+    delta = update_hierarchy(FakeHierarchy(old_h, old_e), FakeHierarchy(old_h, new_e), change, PARAMS)
+    return _apply(old_h, delta)
+
+
+def _nodes(edges: Edges) -> set[str]:
+    return {n for e in edges for n in e}
+
+
+class TestFreshClustering:
     def test_every_level_partitions_all_entities_exhaustively_without_overlap(self) -> None:
-        ents, rels = _big_graph()
-        comms = build_communities(ents, rels, max_cluster_size=10, seed=1)
-        assert len(levels(comms)) >= 2
-        for level in levels(comms):
-            groups = [c.entity_ids for c in level_partition(comms, level)]
-            assert is_partition(groups, set(ents)), f"level {level} is not a partition"
+        edges = _big_graph()
+        h = _fresh(edges, Isolated({"solo1": [], "solo2": []}, {"solo1": "u1", "solo2": "u1"}))
+        assert len({p.level for p in h.values()}) >= 2
+        assert_hierarchy(h, _nodes(edges) | {"solo1", "solo2"})
 
-    def test_entities_outside_the_largest_component_and_isolated_ones_have_communities(self) -> None:
-        ents, rels = _two_triangles()
-        comms = build_communities(ents, rels, max_cluster_size=10, seed=1)
-        member_of = {e for c in comms.values() for e in c.entity_ids}
-        assert member_of == set(ents)
-        tri = [set(c.entity_ids) for c in comms.values() if c.level == 0]
-        assert {"a", "b", "c"} in tri and {"x", "y", "z"} in tri
+    def test_small_components_and_isolated_entities_get_communities(self) -> None:
+        edges = _edges([("a", "b"), ("b", "c"), ("a", "c"), ("x", "y"), ("y", "z"), ("x", "z")])
+        h = _fresh(edges, Isolated({"lonely": [], "near_a": ["a"]}, {"lonely": "u9", "near_a": "u1"}))
+        tops = [set(p.members) for p in h.values() if p.level == 0]
+        assert {"a", "b", "c", "near_a"} in tops and {"x", "y", "z"} in tops and {"lonely"} in tops
 
-    def test_is_partition_rejects_overlap_and_gaps(self) -> None:
-        assert not is_partition([("a", "b"), ("b", "c")], {"a", "b", "c"})
-        assert not is_partition([("a",)], {"a", "b"})
-        assert is_partition([("a",), ("b",)], {"a", "b"})
+    def test_no_leaf_exceeds_max_cluster_size_below_the_last_level(self) -> None:
+        h = _fresh(_big_graph())
+        kids = _children(h)
+        assert all(len(p.members) <= 10 for p in h.values() if not kids[p.id])
 
-
-class TestHierarchy:
-    def test_parents_contain_their_children_and_links_are_symmetric(self) -> None:
-        ents, rels = _big_graph()
-        comms = build_communities(ents, rels, max_cluster_size=10, seed=1)
-        for c in comms.values():
-            for k in c.children:
-                child = comms[k]
-                assert child.parent == c.id
-                assert child.level == c.level + 1
-                assert set(child.entity_ids) <= set(c.entity_ids)
-            if c.children:
-                assert set().union(*(comms[k].entity_ids for k in c.children)) == set(c.entity_ids)
-            if c.parent:
-                assert c.id in comms[c.parent].children
-
-    def test_no_community_exceeds_max_cluster_size_at_its_deepest_level(self) -> None:
-        ents, rels = _big_graph()
-        comms = build_communities(ents, rels, max_cluster_size=10, seed=1)
-        assert all(len(c.entity_ids) <= 10 for c in comms.values() if not c.children)
-
-    def test_provenance_is_the_union_of_members_and_internal_relationships(self) -> None:
-        ents, rels = _two_triangles()
-        for c in build_communities(ents, rels, max_cluster_size=10, seed=1).values():
-            expected = {u for e in c.entity_ids for u in ents[e].text_unit_ids}
-            assert set(c.text_unit_ids) >= expected and c.text_unit_ids
-            for r in c.relationship_ids:
-                assert rels[r].source in c.entity_ids and rels[r].target in c.entity_ids
-
-
-class TestDeterminismAndStability:
     def test_same_graph_and_seed_give_identical_communities(self) -> None:
-        ents, rels = _big_graph()
-        assert build_communities(ents, rels, seed=3) == build_communities(ents, rels, seed=3)
+        assert _fresh(_big_graph()) == _fresh(_big_graph())
 
-    def test_ids_carry_over_when_a_small_change_keeps_most_members(self) -> None:
-        ents, rels = _big_graph()
-        first = build_communities(ents, rels, seed=3)
-        ents2, rels2 = dict(ents), dict(rels)
-        ents2["newbie"] = Entity("newbie", "newbie", "person", "d", ("tu-new",))
-        rid = relationship_id("newbie", "n0_1")
-        rels2[rid] = Relationship(rid, "newbie", "n0_1", "x", 1.0, ("tu-new",))
-        second = build_communities(ents2, rels2, seed=3, previous=first)
-        kept = set(first) & set(second)
-        assert len(kept) >= len(first) * 0.6
-        # Communities that did not gain the newcomer keep their exact membership.
-        untouched = [c for c in first.values() if "n0_1" not in c.entity_ids]
-        assert all(second.get(c.id) is not None and second[c.id].entity_ids == c.entity_ids for c in untouched)
+    def test_ids_are_reused_from_a_previous_hierarchy_by_member_overlap(self) -> None:
+        edges = _big_graph()
+        first = _fresh(edges)
+        previous: dict[int, dict[str, set[str]]] = defaultdict(dict)
+        for p in first.values():
+            previous[p.level][p.id + "-old"] = set(p.members)
+        second = _fresh(edges, previous=previous)
+        assert set(second) == {cid + "-old" for cid in first}
 
-    def test_the_local_update_keeps_every_level_a_partition(self) -> None:
-        ents, rels = _big_graph()
-        first = build_communities(ents, rels, seed=3)
-        ents2 = {k: v for k, v in ents.items() if k != "n1_3"}
-        rels2 = {k: r for k, r in rels.items() if "n1_3" not in (r.source, r.target)}
-        second = build_communities(ents2, rels2, seed=3, previous=first)
-        for level in levels(second):
-            assert is_partition([c.entity_ids for c in level_partition(second, level)], set(ents2))
+
+class TestLocalUpdate:
+    def test_a_newcomer_joins_its_neighbours_and_untouched_communities_keep_their_members(self) -> None:
+        old_e = _big_graph()
+        old_h = _fresh(old_e)
+        new_e = {**old_e, **_edges([("newbie", "n0_01"), ("newbie", "n0_02")])}
+        new_h = _update(old_h, old_e, new_e, _nodes(old_e), _nodes(new_e))
+        assert_hierarchy(new_h, _nodes(new_e))
+        holding = [p for p in new_h.values() if "newbie" in p.members]
+        assert all("n0_01" in p.members or "n0_02" in p.members for p in holding)
+        for cid, p in old_h.items():
+            if "n0_01" not in p.members and "n0_02" not in p.members:
+                assert new_h[cid].members == p.members
+
+    def test_a_removed_entity_leaves_every_level_and_empty_communities_go(self) -> None:
+        old_e = _edges([("a", "b"), ("b", "c"), ("x", "y")])
+        old_h = _fresh(old_e)
+        new_e = {k: v for k, v in old_e.items() if "x" not in k and "y" not in k}
+        new_h = _update(old_h, old_e, new_e, _nodes(old_e), _nodes(new_e))
+        assert_hierarchy(new_h, _nodes(new_e))
+        assert not any("x" in p.members for p in new_h.values())
+
+    def test_isolated_newcomers_join_the_community_of_what_shares_their_unit(self) -> None:
+        old_e = _big_graph()
+        old_h = _fresh(old_e)
+        iso = Isolated({"quiet": ["n2_05", "n2_05"], "alone": []}, {"quiet": "u1", "alone": "u2"})
+        new_h = _update(old_h, old_e, old_e, _nodes(old_e), _nodes(old_e) | {"quiet", "alone"}, iso)
+        assert_hierarchy(new_h, _nodes(old_e) | {"quiet", "alone"})
+        deepest = max((p for p in new_h.values() if "n2_05" in p.members), key=lambda p: p.level)
+        assert "quiet" in deepest.members
+        assert any(p.members == ["alone"] and p.parent is None for p in new_h.values())
+
+    @settings(max_examples=40, deadline=None)
+    @given(seed=st.integers(0, 10_000), steps=st.integers(1, 4))
+    def test_random_changes_keep_every_level_a_partition(self, seed: int, steps: int) -> None:
+        rng = random.Random(seed)
+        edges = _edges((f"v{rng.randrange(40)}", f"v{rng.randrange(40)}") for _ in range(120))
+        h = _fresh(edges)
+        universe = _nodes(edges)
+        for step in range(steps):
+            new_e = dict(edges)
+            for _ in range(rng.randrange(1, 6)):  # new nodes wired into the graph
+                n = f"w{step}_{rng.randrange(1000)}"
+                for _ in range(rng.randrange(1, 4)):
+                    new_e[tuple(sorted((n, rng.choice(sorted(universe)))))] = 1.0  # type: ignore[index]
+            for k in rng.sample(sorted(new_e), k=min(len(new_e), rng.randrange(0, 8))):
+                del new_e[k]  # removed edges (and with them, maybe, whole nodes)
+            for k in rng.sample(sorted(new_e), k=min(len(new_e), 3)):
+                new_e[k] = 2.5  # reweighted edges
+            new_universe = _nodes(new_e)
+            h = _update(h, edges, new_e, universe, new_universe)
+            assert_hierarchy(h, new_universe)
+            edges, universe = new_e, new_universe
+
+
+def test_modularity_from_aggregates_matches_its_definition() -> None:
+    # two triangles joined by one edge, split into the two triangles
+    w_in, degrees, m = 6.0, [7.0, 7.0], 7.0
+    assert abs(modularity(w_in, sum(d * d for d in degrees), m) - (6 / 7 - 2 * (7 / 14) ** 2)) < 1e-12
+
+
+def test_is_partition_rejects_overlap_and_gaps() -> None:
+    assert not is_partition([("a", "b"), ("b", "c")], {"a", "b", "c"})
+    assert not is_partition([("a",)], {"a", "b"})
+    assert is_partition([("a",), ("b",)], {"a", "b"})

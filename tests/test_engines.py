@@ -9,20 +9,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
 
-from acl.policy import Principal
-from acl.visibility import Visibility
 from canopy.errors import InvalidArgument, NotFound
 from canopy.llm import ChatClient
 from canopy.providers.base import render_blocks
 from canopy.providers.llm import LLMProvider
 from canopy.settings import LLMSettings
-from indexer.communities import level_partition
+from canopy.store.export import Graph, load_graph
 from server.cli import main
 from server.engines import (
     basic_search,
@@ -36,16 +35,10 @@ from server.engines import (
 )
 from server.engines.common import NOTHING_FOUND, tokenizer
 from server.engines.global_engine import map_batches, reports_at_level
-from server.engines.serving import (
-    run_with_views,
-    servable_claim,
-    servable_entity,
-    servable_relationship,
-    servable_report,
-)
 from server.results import SearchResult
 from server.runtime import Workspace, build_index, open_workspace
-from server.service import CanopyService, QueryContext
+from server.context import QueryContext
+from server.service import CanopyService
 from tests.conftest import EXAMPLES
 
 SUPPLY_RISKS = "What are the main risks across the supply chain?"
@@ -57,13 +50,37 @@ def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
 
 
+POLICY = """
+[acl]
+default = ["staff"]
+
+[[acl.rules]]
+glob = "suppliers/helio_cells.md"
+labels = ["supply"]
+
+[[acl.rules]]
+glob = "projects/heron.txt"
+labels = ["staff", "heron"]
+
+[acl.principals]
+admin = ["staff", "supply"]
+bob = ["staff"]
+eve = ["heron"]
+"""
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    """The examples under a policy: admin reads everything, bob all but the Helio Cells supplier
+    profile, eve the Heron project file only."""
+    root = tmp_path_factory.mktemp("engines")
+    shutil.copytree(EXAMPLES, root / "docs")
+    (root / "docs" / "canopy.toml").write_text(POLICY, encoding="utf-8")
     with pytest.MonkeyPatch.context() as mp:
         for key in list(os.environ):
             if key.startswith(("CANOPY_", "OPENAI_")):
                 mp.delenv(key)
-        ws = open_workspace(EXAMPLES, tmp_path_factory.mktemp("engines") / "index")
+        ws = open_workspace(root / "docs", root / "index")
         build_index(ws)
     return ws
 
@@ -75,23 +92,32 @@ def service(workspace: Workspace) -> Iterator[CanopyService]:
     svc.close()
 
 
-@pytest.fixture
-def ctx(service: CanopyService) -> QueryContext:
-    return service.context(service.principal(None))
+@pytest.fixture(scope="module")
+def g(service: CanopyService) -> Graph:
+    return load_graph(service.store)
 
 
 @pytest.fixture
-def restricted(ctx: QueryContext) -> QueryContext:
+def ctx(service: CanopyService) -> Iterator[QueryContext]:
+    """A caller who reads everything."""
+    with service.context("admin") as c:
+        yield c
+
+
+@pytest.fixture
+def restricted(service: CanopyService) -> Iterator[QueryContext]:
     """A caller who may not read the Helio Cells supplier profile."""
-    hidden_doc = next(d.id for d in ctx.view.documents.values() if d.path == HIDDEN_DOC)
-    readable = frozenset(u.id for u in ctx.view.units.values() if u.document_id != hidden_doc)
-    docs = frozenset(d for d in ctx.view.documents if d != hidden_doc)
-    vis = Visibility(Principal("bob", frozenset({"staff"})), readable, (), docs)
-    return QueryContext(ctx.view, vis, ctx.provider, ctx.settings)
+    with service.context("bob") as c:
+        yield c
 
 
-def hidden_units(ctx: QueryContext) -> set[str]:
-    return {u.id for u in ctx.view.units.values() if ctx.view.document_of(u.id).path == HIDDEN_DOC}
+def hidden_units(g: Graph) -> set[str]:
+    return {u.id for u in g.units.values() if g.documents[u.document_id].path == HIDDEN_DOC}
+
+
+def partition(g: Graph, level: int) -> set[str]:
+    return {c.id for c in g.communities.values()
+            if c.level == level or (c.level < level and not c.children)}
 
 
 def assert_citations_resolve(ctx: QueryContext, result: SearchResult) -> None:
@@ -110,37 +136,32 @@ def served_provenance(ctx: QueryContext, kind: str, item_id: str) -> tuple[str, 
     """Provenance of the artifact as served to ctx's caller (canonical or a view)."""
     if kind == "text_unit":
         return (item_id,)
-    hook = {"report": servable_report, "entity": servable_entity,
-            "relationship": servable_relationship, "claim": servable_claim}[kind]
-    served = run(run_with_views(ctx, lambda c: hook(c, item_id)))
+    r = ctx.reader
+    if kind == "claim":
+        row = r.snap.claims([item_id])[item_id]
+        return {c.id: c for c in r.claims_of([row.claim.subject])}[item_id].text_unit_ids
+    fetch = {"report": r.reports, "entity": r.entities, "relationship": r.relationships}[kind]
+    served = run(fetch([item_id])).get(item_id)
     assert served is not None, (kind, item_id)
     return served.text_unit_ids
 
 
-def provenance(ctx: QueryContext, kind: str, item_id: str) -> tuple[str, ...]:
-    g = ctx.view.graph
-    table = {"report": g.reports, "entity": g.entities, "relationship": g.relationships,
-             "claim": g.claims}
-    return (item_id,) if kind == "text_unit" else table[kind][item_id].text_unit_ids
-
-
 class TestGlobalSearch:
-    def test_a_fixed_level_answers_from_the_level_partition_and_cites_resolvable_reports(self, ctx):
+    def test_a_fixed_level_answers_from_the_level_partition_and_cites_resolvable_reports(self, ctx,
+                                                                                         g):
         result = run(global_search(ctx, SUPPLY_RISKS, community_level=1))
         assert result.method == "global" and result.community_level == 1
         assert result.answer.strip() and result.answer != NOTHING_FOUND
-        partition = {c.id for c in level_partition(ctx.view.graph.communities, 1)}
-        assert {c.id for c in result.citations} <= partition
+        assert {c.id for c in result.citations} <= partition(g, 1)
         assert all(c.kind == "report" for c in result.citations)
         assert_citations_resolve(ctx, result)
 
-    def test_level_l_means_communities_at_l_plus_childless_shallower_ones(self, ctx):
-        ids = {r.community_id for r in reports_at_level(ctx, 1)}
-        communities = ctx.view.graph.communities.values()
-        assert ids == {c.id for c in communities
+    def test_level_l_means_communities_at_l_plus_childless_shallower_ones(self, ctx, g):
+        ids = {r.community_id for r in run(reports_at_level(ctx, 1))}
+        assert ids == {c.id for c in g.communities.values()
                        if c.level == 1 or (c.level == 0 and not c.children)}
 
-    def test_dynamic_selection_rates_from_the_roots_and_reports_progress(self, ctx):
+    def test_dynamic_selection_rates_from_the_roots_and_reports_progress(self, ctx, g):
         seen: list[tuple[float, float | None, str]] = []
 
         async def progress(done: float, total: float | None, message: str) -> None:
@@ -151,7 +172,7 @@ class TestGlobalSearch:
         assert result.community_level is None and result.answer != NOTHING_FOUND
         assert_citations_resolve(ctx, result)
         assert any("rating" in m for *_, m in seen) and any("map" in m for *_, m in seen)
-        roots = [c for c in ctx.view.graph.communities.values() if c.level == 0]
+        roots = [c for c in g.communities.values() if c.level == 0]
         assert result.usage.llm_calls >= len(roots) + 2  # ratings, >= 1 map, reduce
 
     def test_a_question_about_nothing_in_the_corpus_says_nothing_relevant_was_found(self, ctx):
@@ -162,7 +183,7 @@ class TestGlobalSearch:
             assert result.citations == []
 
     def test_batches_are_a_seeded_shuffle_within_the_token_budget(self, ctx):
-        reports = reports_at_level(ctx, 1)
+        reports = run(reports_at_level(ctx, 1))
         a = map_batches(reports, seed=7, batch_tokens=1500)
         assert a == map_batches(list(reversed(reports)), seed=7, batch_tokens=1500)
         assert sorted(r.community_id for b in a for r in b) == sorted(
@@ -218,91 +239,88 @@ class TestDriftAndBasic:
 
 
 class TestDrillDown:
-    def test_no_arguments_lists_the_roots(self, ctx):
+    def test_no_arguments_lists_the_roots(self, ctx, g):
         result = run(drill_down(ctx, limit=100))
         assert result.community is None and result.children
         assert {c.id for c in result.children} == {
-            c.id for c in ctx.view.graph.communities.values() if c.parent is None}
+            c.id for c in g.communities.values() if c.parent is None}
 
-    def test_a_community_shows_its_report_parents_children_and_members(self, ctx):
-        child = next(c for c in ctx.view.graph.communities.values() if c.level == 2)
+    def test_a_community_shows_its_report_parents_children_and_members(self, ctx, g):
+        child = next(c for c in g.communities.values() if c.level == 2)
         result = run(drill_down(ctx, community_id=child.parent))
         assert result.community.id == child.parent and result.findings
         assert child.id in {c.id for c in result.children}
-        assert [p.id for p in result.parents] == [ctx.view.graph.communities[child.parent].parent]
+        assert [p.id for p in result.parents] == [g.communities[child.parent].parent]
         assert result.entities and result.relationships
         below = run(drill_down(ctx, community_id=child.id))
         assert [p.id for p in below.parents][-1] == child.parent
 
-    def test_an_entity_leads_to_its_deepest_community_and_its_card(self, ctx):
+    def test_an_entity_leads_to_its_deepest_community_and_its_card(self, ctx, g):
         result = run(drill_down(ctx, entity="  helio CELLS ltd. "))
         assert result.entity.name == "Helio Cells Ltd"
-        deepest = ctx.view.communities_of[result.entity.id][0]
+        deepest = ctx.reader.communities_of([result.entity.id])[result.entity.id][0]
         assert result.community.id == deepest
-        supporting = ctx.view.graph.entities[result.entity.id].text_unit_ids
+        supporting = g.entities[result.entity.id].text_unit_ids
         assert result.sources and all(s.text_unit_id in supporting for s in result.sources)
 
-    def test_a_leaf_community_shows_the_source_spans_behind_it(self, ctx):
-        leaf = next(c for c in sorted(ctx.view.graph.communities.values(), key=lambda c: c.id)
+    def test_a_leaf_community_shows_the_source_spans_behind_it(self, ctx, g):
+        leaf = next(c for c in sorted(g.communities.values(), key=lambda c: c.id)
                     if not c.children and c.level > 0)
         result = run(drill_down(ctx, community_id=leaf.id, limit=3))
         assert 0 < len(result.sources) <= 3
         for span in result.sources:
-            unit = ctx.view.units[span.text_unit_id]
+            unit = g.units[span.text_unit_id]
             assert span.char_end - span.char_start == len(span.text)
             assert unit.text.endswith(span.text)
 
-    def test_a_finding_shows_the_sources_that_support_it(self, ctx):
-        report = next(r for r in ctx.view.graph.reports.values()
+    def test_a_finding_shows_the_sources_that_support_it(self, ctx, g):
+        report = next(r for r in g.reports.values()
                       if r.findings and r.findings[0].text_unit_ids)
         result = run(drill_down(ctx, community_id=report.community_id, finding=0, limit=100))
         assert {s.text_unit_id for s in result.sources} == set(report.findings[0].text_unit_ids)
 
-    def test_lists_are_capped_by_limit_with_a_note_naming_the_next_call(self, ctx):
-        big = max(ctx.view.graph.communities.values(), key=lambda c: len(c.entity_ids))
+    def test_lists_are_capped_by_limit_with_a_note_naming_the_next_call(self, ctx, g):
+        big = max(g.communities.values(), key=lambda c: len(c.entity_ids))
         result = run(drill_down(ctx, community_id=big.id, limit=1))
         assert len(result.entities) == 1 and len(result.relationships) == 1
         assert result.truncated and f"drill_down(community_id={big.id!r}, limit=" in result.note
 
-    def test_reports_are_listed_and_rendered_as_markdown(self, ctx):
-        cards = list_servable_reports(ctx)
-        assert len(cards) == len(ctx.view.graph.reports)
-        md = report_markdown(ctx, cards[0].id)
+    def test_reports_are_listed_and_rendered_as_markdown(self, ctx, g):
+        cards = run(list_servable_reports(ctx))
+        assert len(cards) == len(g.reports)
+        md = run(report_markdown(ctx, cards[0].id))
         assert md.startswith(f"# {cards[0].title}") and cards[0].id in md
 
 
 class TestServingRule:
-    def test_hidden_and_unknown_ids_give_the_same_not_found_message(self, ctx):
+    def test_hidden_and_unknown_ids_give_the_same_not_found_message(self, service, g):
         # Hidden: nothing of it is visible (a partly visible artifact is served as a view), so
-        # this caller reads one document only.
-        shown = next(d.id for d in ctx.view.documents.values() if d.path == "projects/heron.txt")
-        readable = frozenset(u.id for u in ctx.view.units.values() if u.document_id == shown)
-        vis = Visibility(Principal("eve", frozenset({"heron"})), readable, (), frozenset({shown}))
-        restricted = QueryContext(ctx.view, vis, ctx.provider, ctx.settings)
-        hidden = set(ctx.view.units) - readable
-        graph = restricted.view.graph
-        report = next(r for r in graph.reports.values() if all(
-            set(graph.entities[e].text_unit_ids) <= hidden
-            for e in graph.communities[r.community_id].entity_ids))
-        entity = next(e for e in graph.entities.values() if set(e.text_unit_ids) <= hidden)
+        # this caller (eve) reads one document only.
+        shown = next(d.id for d in g.documents.values() if d.path == "projects/heron.txt")
+        hidden = {u.id for u in g.units.values() if u.document_id != shown}
+        report = next(r for r in g.reports.values() if all(
+            set(g.entities[e].text_unit_ids) <= hidden
+            for e in g.communities[r.community_id].entity_ids))
+        entity = next(e for e in g.entities.values() if set(e.text_unit_ids) <= hidden)
         unit = min(hidden)
-        pairs = [
-            (lambda i: run(drill_down(restricted, community_id=i)), report.community_id,
-             "c9-0000000000"),
-            (lambda i: run(drill_down(restricted, entity=i)), entity.name, "Nobody Such"),
-            (lambda i: report_markdown(restricted, i), report.community_id, "c1-ffffffffff"),
-            (lambda i: source_span(restricted, i), unit, "tu-0000000000000000"),
-        ]
-        for call, hidden_id, unknown_id in pairs:
-            messages = []
-            for i in (hidden_id, unknown_id):
-                with pytest.raises(NotFound) as err:
-                    call(i)
-                messages.append(str(err.value).replace(repr(i), "<id>"))
-            assert messages[0] == messages[1]
+        with service.context("eve") as restricted:
+            pairs = [
+                (lambda i: run(drill_down(restricted, community_id=i)), report.community_id,
+                 "c9-0000000000"),
+                (lambda i: run(drill_down(restricted, entity=i)), entity.name, "Nobody Such"),
+                (lambda i: run(report_markdown(restricted, i)), report.community_id, "c1-ffffffffff"),
+                (lambda i: source_span(restricted, i), unit, "tu-0000000000000000"),
+            ]
+            for call, hidden_id, unknown_id in pairs:
+                messages = []
+                for i in (hidden_id, unknown_id):
+                    with pytest.raises(NotFound) as err:
+                        call(i)
+                    messages.append(str(err.value).replace(repr(i), "<id>"))
+                assert messages[0] == messages[1]
 
-    def test_no_engine_serves_anything_derived_from_an_unreadable_document(self, restricted):
-        hidden = hidden_units(restricted)
+    def test_no_engine_serves_anything_derived_from_an_unreadable_document(self, restricted, g):
+        hidden = hidden_units(g)
         results = [
             run(global_search(restricted, SUPPLY_RISKS, community_level=1)),
             run(global_search(restricted, SUPPLY_RISKS)),
@@ -315,9 +333,9 @@ class TestServingRule:
                 assert not hidden & set(served_provenance(restricted, c.kind, c.id)), (
                     result.method, c)
         drilled = [run(drill_down(restricted, limit=100))]
-        listed = run(run_with_views(restricted, list_servable_reports))
+        listed = run(list_servable_reports(restricted))
         assert listed and any(  # some reports are views of communities that touch the hidden doc
-            hidden & set(restricted.view.graph.reports[c.id].text_unit_ids) for c in listed)
+            hidden & set(g.reports[c.id].text_unit_ids) for c in listed)
         drilled += [run(drill_down(restricted, community_id=c.id, limit=100)) for c in listed]
         for d in drilled:
             for card in [*d.children, *d.parents, *([d.community] if d.community else [])]:
@@ -344,8 +362,8 @@ class TestArgumentsAndLimits:
         with pytest.raises(InvalidArgument):
             run(call(ctx))
 
-    def test_a_finding_out_of_range_is_an_invalid_argument(self, ctx):
-        report = next(iter(ctx.view.graph.reports.values()))
+    def test_a_finding_out_of_range_is_an_invalid_argument(self, ctx, g):
+        report = next(iter(g.reports.values()))
         with pytest.raises(InvalidArgument, match="finding must be from 0"):
             run(drill_down(ctx, community_id=report.community_id, finding=len(report.findings)))
 
@@ -385,8 +403,9 @@ class TestUsage:
         endpoint = LLMSettings(base_url=fake_openai.base_url, model="fake", concurrency=16)
         client = ChatClient(endpoint, backoff_base=0.01)
         settings = ctx.settings.model_copy(update={"map_batch_tokens": 500})
-        llm = QueryContext(ctx.view, ctx.vis, LLMProvider(client), settings)
-        n_batches = len(map_batches(reports_at_level(llm, 1), seed=settings.seed, batch_tokens=500))
+        llm = QueryContext(ctx.reader, LLMProvider(client), settings)
+        n_batches = len(map_batches(run(reports_at_level(llm, 1)), seed=settings.seed,
+                                    batch_tokens=500))
         assert n_batches >= 4
 
         start = time.perf_counter()
@@ -414,7 +433,8 @@ class TestUsage:
 
 class TestCli:
     def test_query_prints_the_answer_then_its_sources(self, workspace):
-        args = ["query", str(EXAMPLES), "--index-dir", str(workspace.index_dir), "-m", "local",
+        args = ["query", str(workspace.docs_dir), "--index-dir", str(workspace.index_dir),
+                "--principal", "admin", "-m", "local",
                 CELLS]
         out = CliRunner().invoke(main, args)
         assert out.exit_code == 0, out.output
@@ -422,7 +442,8 @@ class TestCli:
         assert "Helio Cells Ltd" in answer and "[text_unit tu-" in sources
 
     def test_query_json_is_a_search_result(self, workspace):
-        args = ["query", str(EXAMPLES), "--index-dir", str(workspace.index_dir), "--level", "0",
+        args = ["query", str(workspace.docs_dir), "--index-dir", str(workspace.index_dir),
+                "--principal", "admin", "--level", "0",
                 "--json", SUPPLY_RISKS]
         out = CliRunner().invoke(main, args)
         assert out.exit_code == 0, out.output
@@ -430,7 +451,8 @@ class TestCli:
         assert data["method"] == "global" and data["community_level"] == 0 and data["citations"]
 
     def test_query_errors_are_one_line_without_a_traceback(self, workspace):
-        args = ["query", str(EXAMPLES), "--index-dir", str(workspace.index_dir), "--level", "9",
+        args = ["query", str(workspace.docs_dir), "--index-dir", str(workspace.index_dir),
+                "--principal", "admin", "--level", "9",
                 "x"]
         out = CliRunner().invoke(main, args)
         assert out.exit_code == 1 and "community_level must be" in out.output
@@ -455,48 +477,46 @@ class TestLocalRanking:
         from server.engines.local_engine import named_entities
 
         def names(query: str) -> list[str]:
-            return [ctx.view.graph.entities[e].name for e in named_entities(ctx, query)]
+            return [ctx.reader.entity_rows([e])[e].entity.name for e in named_entities(ctx, query)]
 
         assert names("Who leads Project Kestrel?") == ["Project Kestrel"]
         found = names(MULTI_PART)
         assert found[:2] == ["Helio Cells Ltd", "Project Tern"] and "Tern" in found  # 2nd mention
 
-    def test_a_multi_part_question_gets_units_of_many_documents_each_once_first(self, ctx):
+    def test_a_multi_part_question_gets_units_of_many_documents_each_once_first(self, ctx, g):
         from server.engines.local_engine import DIVERSE_DOCS, build_local_context
 
         local = run(build_local_context(ctx, MULTI_PART, budget=8000))
-        docs = [ctx.view.units[b.id].document_id for b in local.blocks if b.kind == "text_unit"]
+        docs = [g.units[b.id].document_id for b in local.blocks if b.kind == "text_unit"]
         head = docs[:DIVERSE_DOCS]
         assert len(set(head)) == len(head) >= 6
-        paths = [ctx.view.documents[d].path for d in docs[:4]]
+        paths = [g.documents[d].path for d in docs[:4]]
         assert {"projects/tern.md", "suppliers/helio_cells.md"} <= set(paths)
         assert tokenizer().count(render_blocks(local.blocks)) <= 8000 * 1.05
 
-    def test_units_longer_than_their_share_are_cut_to_the_sentences_that_match(self, ctx):
+    def test_units_longer_than_their_share_are_cut_to_the_sentences_that_match(self, ctx, g):
         from server.engines.evidence import excerpt
 
-        unit = next(u for u in ctx.view.units.values()
+        unit = next(u for u in g.units.values()
                     if "key account manager" in u.text and tokenizer().count(u.text) > 300)
-        cut = excerpt(ctx, unit.id, "Who is the key account manager at Helio Cells Ltd?", 80)
+        doc = g.documents[unit.document_id]
+        cut = excerpt(ctx, unit, doc, "Who is the key account manager at Helio Cells Ltd?", 80)
         assert "Hannah Whitcombe" in cut and "…" in cut
         assert tokenizer().count(cut) <= 80 + 10
-        assert excerpt(ctx, unit.id, "anything", 5000) == unit.text
+        assert excerpt(ctx, unit, doc, "anything", 5000) == unit.text
 
-    def test_idf_weights_count_only_units_the_caller_may_read(self, ctx, restricted):
-        from server.engines.evidence import corpus_stats
-
-        stats = corpus_stats(ctx)
-        hidden_text = " ".join(ctx.view.units[u].text for u in hidden_units(restricted))
-        visible_text = " ".join(ctx.view.units[u].text for u in ctx.view.units
-                                if u not in hidden_units(restricted))
+    def test_idf_weights_count_only_units_the_caller_may_read(self, ctx, restricted, g):
         from canopy.providers.hashing import lexical_terms
+        from server.engines.evidence import term_weights
 
+        hidden = hidden_units(g)
+        hidden_text = " ".join(g.units[u].text for u in hidden)
+        visible_text = " ".join(u.text for u in g.units.values() if u.id not in hidden)
         only_hidden = next(t for t in lexical_terms(hidden_text)
                            if t not in set(lexical_terms(visible_text)))
-        everyone, _ = stats.weights(ctx, [only_hidden])
-        bob, _ = stats.weights(restricted, [only_hidden])
+        everyone, _ = term_weights(ctx, [only_hidden])
+        bob, _ = term_weights(restricted, [only_hidden])
         assert bob[only_hidden] > everyone[only_hidden]  # df 0 for bob
-        assert stats is corpus_stats(restricted)  # one per view, shared by callers
 
     def test_each_clause_gets_a_unit_before_a_covered_clause_gets_a_second(self):
         from server.engines.evidence import COVER, cover_clauses
@@ -515,7 +535,8 @@ class TestLocalRanking:
     def test_the_document_header_counts_in_every_sentence_window(self, tmp_path):
         """"According to the Nordwind Gazette, ... cranes": the source is in the front matter,
         the fact in the third paragraph; the window scoring that clause sees both."""
-        from server.engines.evidence import corpus_stats
+        from canopy.providers.hashing import lexical_terms
+        from server.engines.evidence import unit_evidence
 
         docs = tmp_path / "docs"
         docs.mkdir()
@@ -527,11 +548,10 @@ class TestLocalRanking:
         build_index(ws)
         svc = CanopyService(ws)
         try:
-            c = svc.context(svc.principal(None))
-            unit = next(u for u in c.view.units.values() if "Twelve" in u.text)
-            ev = corpus_stats(c).unit(c, unit.id)
-            from canopy.providers.hashing import lexical_terms
-
+            g = load_graph(svc.store)
+            unit = next(u for u in g.units.values() if "Twelve" in u.text)
+            with svc.context(None) as c:
+                ev = unit_evidence(c, unit, g.documents[unit.document_id])
             clause = set(lexical_terms("the Nordwind Gazette cranes"))
             assert any(clause <= w for w in ev.windows)
             assert not any(clause <= set(lexical_terms(s)) for s in ev.sentences)
@@ -550,7 +570,7 @@ class TestLocalRanking:
 
 
 def test_dynamic_selection_rates_at_most_the_cap_per_step_most_similar_first(
-        ctx: QueryContext, monkeypatch: pytest.MonkeyPatch) -> None:
+        ctx: QueryContext, g: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rating every root costs one call per root; the descent rates only the most similar."""
     import dataclasses
 
@@ -572,11 +592,11 @@ def test_dynamic_selection_rates_at_most_the_cap_per_step_most_similar_first(
     monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 2)
     counting = dataclasses.replace(ctx, provider=CountingRates())
     run(ge.select_reports(counting, "Which supplier makes the battery cells?"))
-    roots = [c for c in ctx.view.graph.communities.values() if c.level == 0]
+    roots = [c for c in g.communities.values() if c.level == 0]
     assert len(roots) > 2
-    levels = {ctx.view.graph.communities[c].level for c in rated}
+    levels = {g.communities[c].level for c in rated}
     assert rated and len(rated) <= 2 * (len(levels) + ge.DYNAMIC_FALLBACK_MAX_LEVEL + 1)
     rank = run(ge._similarity_rank(ctx, "Which supplier makes the battery cells?"))
-    first_step = [c for c in rated if ctx.view.graph.communities[c].level == 0][:2]
+    first_step = [c for c in rated if g.communities[c].level == 0][:2]
     best_roots = sorted((c.id for c in roots), key=lambda cid: (rank.get(cid, len(rank)), cid))[:2]
     assert first_step == best_roots

@@ -73,6 +73,7 @@ def test_the_display_form_is_injective_utf8_and_identity_on_plain_names(names: l
 
 def test_a_latin1_name_does_not_stop_indexing_or_later_updates(tmp_path: Path) -> None:
     from canopy.store import Store
+    from canopy.store.export import load_graph
     from server.runtime import build_index, open_workspace
     from server.status import index_status
 
@@ -88,7 +89,7 @@ def test_a_latin1_name_does_not_stop_indexing_or_later_updates(tmp_path: Path) -
     assert not result.skips
     store = Store(tmp_path / "idx")
     try:
-        paths = sorted(d.path for d in store.documents().values())
+        paths = sorted(d.path for d in load_graph(store).documents.values())
         assert index_status(store).documents == 3
     finally:
         store.close()

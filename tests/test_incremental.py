@@ -15,48 +15,61 @@ from typing import Any
 import pytest
 
 from canopy.store import Store
-from indexer.communities import is_partition, level_partition, levels
+from canopy.store.export import Graph, load_graph
+from indexer.communities import is_partition
 from server.runtime import Workspace, build_index, open_workspace
 from tests.conftest import EXAMPLES, REPO, carol_text
+
+
+def graph_of(index_dir: Path) -> Graph:
+    store = Store(index_dir)
+    try:
+        return load_graph(store)
+    finally:
+        store.close()
 
 
 def canonical(index_dir: Path) -> dict[str, Any]:
     """The index with document ids factored out (a renamed file keeps its id incrementally but
     gets a path-derived one in a fresh build): units by (path, text), provenance likewise."""
-    store = Store(index_dir)
-    try:
-        docs, units, g = store.documents(), store.text_units(), store.graph()
-    finally:
-        store.close()
-    key = {u.id: (docs[u.document_id].path, u.text) for u in units.values()}
+    g = graph_of(index_dir)
+    key = {u.id: (g.documents[u.document_id].path, u.text) for u in g.units.values()}
 
     def prov(ids: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(key[i] for i in ids))
 
     return {
-        "documents": sorted((d.path, d.content_hash, d.labels) for d in docs.values()),
+        "documents": sorted((d.path, d.content_hash, d.labels) for d in g.documents.values()),
         "units": sorted(key.values()),
-        "entities": sorted((e.id, e.name, e.type, e.description, e.degree, prov(e.text_unit_ids)) for e in g.entities.values()),
+        "entities": sorted((e.id, e.name, e.type, e.description, e.degree, prov(e.text_unit_ids))
+                           for e in g.entities.values()),
         "relationships": sorted((r.id, r.source, r.target, r.description, r.weight, prov(r.text_unit_ids))
                                 for r in g.relationships.values()),
-        "claims": sorted((c.subject, c.object, c.type, c.description, prov(c.text_unit_ids)) for c in g.claims.values()),
+        "claims": sorted((c.subject, c.object, c.type, c.description, prov(c.text_unit_ids))
+                         for c in g.claims.values()),
     }
 
 
 def assert_community_invariants(index_dir: Path) -> None:
-    store = Store(index_dir)
-    try:
-        g, live = store.graph(), set(store.text_units())
-    finally:
-        store.close()
-    for level in levels(g.communities):
-        assert is_partition([c.entity_ids for c in level_partition(g.communities, level)], set(g.entities))
+    """Every level partitions the entities; children nest in their parent one level down;
+    stored sizes match; every community has a current report drawn from live units; nothing is
+    left stale."""
+    g = graph_of(index_dir)
+    for level in sorted({c.level for c in g.communities.values()}):
+        part = [c.entity_ids for c in g.communities.values()
+                if c.level == level or (c.level < level and not c.children)]
+        assert is_partition(part, set(g.entities)), f"level {level} is not a partition"
     for c in g.communities.values():
+        row = g.community_rows[c.id]
+        assert (row.n_members, row.n_children) == (len(c.entity_ids), len(c.children))
+        assert not row.gate.stale
         for k in c.children:
             assert set(g.communities[k].entity_ids) <= set(c.entity_ids)
+            assert g.communities[k].level == c.level + 1
     assert set(g.reports) == set(g.communities)
     for r in g.reports.values():
-        assert r.text_unit_ids and set(r.text_unit_ids) <= live
+        assert r.text_unit_ids and set(r.text_unit_ids) <= set(g.units)
+        assert r.fingerprint == g.communities[r.community_id].fingerprint
 
 
 class Corpus:
@@ -162,11 +175,7 @@ def test_a_policy_edit_relabels_units_without_reextraction(tmp_path: Path) -> No
         '[acl]\ndefault = ["staff"]\n[[acl.rules]]\nglob = "finance/**"\nlabels = ["finance"]\n', encoding="utf-8")
     result = build_index(open_workspace(docs, index_dir=tmp_path / "idx"))
     assert result.stats["units_extracted"] == 0 and result.stats["embedded"] == 0
-    store = Store(ws.index_dir)
-    try:
-        labels = {d.path: d.labels for d in store.documents().values()}
-    finally:
-        store.close()
+    labels = {d.path: d.labels for d in graph_of(ws.index_dir).documents.values()}
     assert labels["finance/budget_2025.md"] == ("finance",)
     assert labels["overview.md"] == ("staff",)
 
@@ -227,7 +236,7 @@ def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(tmp
     try:
         with pytest.raises(EndpointUnavailable):
             asyncio.run(run_index(docs, store, ws.settings, ReportsDown(), make_embedder(ws.settings)))
-        assert "helio_cells.md" not in {d.path for d in store.documents().values()}  # revoked at once
+        assert "helio_cells.md" not in {d.path for d in load_graph(store).documents.values()}
     finally:
         store.close()
     result = build_index(ws)

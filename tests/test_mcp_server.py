@@ -31,6 +31,7 @@ from mcp.server.auth.provider import AccessToken
 
 from server import engines
 from server.cli import main
+from canopy.store.export import load_graph
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
@@ -125,10 +126,9 @@ def text_of(result: Any) -> str:
 def hidden_from_intern(svc: CanopyService) -> tuple[str, str]:
     """A report id and a text unit id that exist but derive from finance/ documents only (a
     report that also draws on other documents is served to intern as a view of them)."""
-    view = svc.views.get()
-    g = view.graph
-    finance_units = {u.id for u in view.units.values()
-                     if view.documents[u.document_id].path.startswith("finance/")}
+    g = load_graph(svc.store)
+    finance_units = {u.id for u in g.units.values()
+                     if g.documents[u.document_id].path.startswith("finance/")}
     report = next(r.community_id for r in g.reports.values() if all(
         set(g.entities[e].text_unit_ids) <= finance_units for e in g.communities[r.community_id].entity_ids))
     return report, min(finance_units)
@@ -229,7 +229,7 @@ async def test_the_reports_resource_lists_every_servable_report(
 ) -> None:
     async with Client(mcp_server) as client:
         listing = json.loads((await client.read_resource("canopy://reports")).contents[0].text)
-    assert {r["id"] for r in listing["reports"]} == set(service.views.get().graph.reports)
+    assert {r["id"] for r in listing["reports"]} == set(load_graph(service.store).reports)
 
 
 @pytest.mark.parametrize(("tool", "args", "expected"), [

@@ -11,6 +11,7 @@ import pytest
 
 from canopy.settings import InputSettings
 from canopy.store import Store
+from canopy.store.export import load_graph
 from indexer.loaders import front_matter, load_file, metadata_pairs, scan_folder
 from server.engines import basic_search, local_search, source_span
 from server.runtime import build_index, open_workspace
@@ -98,8 +99,9 @@ def test_metadata_heads_every_unit_in_search_context_and_sources(tmp_path: Path)
     build_index(ws)
     store = Store(ws.index_dir)
     try:
-        cranes = next(d for d in store.documents().values() if d.path == "cranes.md")
-        units = [u for u in store.text_units().values() if u.document_id == cranes.id]
+        g = load_graph(store)
+        cranes = next(d for d in g.documents.values() if d.path == "cranes.md")
+        units = [u for u in g.units.values() if u.document_id == cranes.id]
     finally:
         store.close()
     assert len(units) >= 3 and "Nordwind" not in "".join(u.text for u in units)
@@ -107,18 +109,21 @@ def test_metadata_heads_every_unit_in_search_context_and_sources(tmp_path: Path)
 
     svc = CanopyService(ws)
     try:
-        ctx = svc.context(svc.principal(None))
-        hits = ctx.view.vectors.search("text_units", vector=None, text="Nordwind Gazette", k=20)
+        with svc.context(None) as ctx:
+            hits = ctx.reader.search("text_units", vector=None, text="Nordwind Gazette", k=20)
         assert {u.id for u in units} <= {h.id for h in hits}
 
-        result = asyncio.run(basic_search(ctx, "What did the Nordwind Gazette report?", k=3))
+        result = asyncio.run(svc.run(None, lambda c: basic_search(
+            c, "What did the Nordwind Gazette report?", k=3)))
         cited = [c for c in result.citations if c.kind == "text_unit"]
         assert cited and all(c.document == "cranes.md" for c in cited)
         assert "source: Nordwind Gazette · published_at: October 6, 2023" in result.context
 
-        local = asyncio.run(local_search(ctx, "Nordwind Gazette cranes on the quay"))
+        local = asyncio.run(svc.run(None, lambda c: local_search(
+            c, "Nordwind Gazette cranes on the quay")))
         assert "(source: Nordwind Gazette" in local.context
-        span = source_span(ctx, units[-1].id)
+        with svc.context(None) as ctx:
+            span = source_span(ctx, units[-1].id)
         assert span.metadata == {"source": "Nordwind Gazette", "published_at": "October 6, 2023",
                                  "author": "Liis Tamm, Ott Kask"}
     finally:
@@ -132,9 +137,9 @@ def test_metadata_heads_every_unit_in_search_context_and_sources(tmp_path: Path)
     assert update.stats["embedded"] >= len(units)
     svc = CanopyService(ws)
     try:
-        ctx = svc.context(svc.principal(None))
-        found = {h.id for h in ctx.view.vectors.search("text_units", vector=None, text="Baltic Ledger", k=20)}
-        gone = {h.id for h in ctx.view.vectors.search("text_units", vector=None, text="Nordwind", k=20)}
+        with svc.context(None) as ctx:
+            found = {h.id for h in ctx.reader.search("text_units", vector=None, text="Baltic Ledger", k=20)}
+            gone = {h.id for h in ctx.reader.search("text_units", vector=None, text="Nordwind", k=20)}
         assert {u.id for u in units} <= found and not gone & {u.id for u in units}
     finally:
         svc.close()

@@ -10,8 +10,9 @@ import pytest
 
 from canopy.errors import EndpointUnavailable
 from canopy.store import Store
+from canopy.store.export import load_graph
 from canopy.vectors import VectorStore
-from indexer.communities import is_partition, level_partition, levels
+from indexer.communities import is_partition
 from server.runtime import Workspace, build_index, open_workspace
 from server.status import index_status
 from tests.conftest import EXAMPLES, SHARED
@@ -27,7 +28,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
 def _graph(ws: Workspace):  # type: ignore[no-untyped-def]
     store = Store(ws.index_dir)
     try:
-        return store.graph(), store.text_units(), store.documents()
+        g = load_graph(store)
+        return g, g.units, g.documents
     finally:
         store.close()
 
@@ -38,7 +40,7 @@ class TestBuiltinIndexOfTheExamples:
         live = set(units)
         groups = {
             "entity": g.entities.values(), "relationship": g.relationships.values(), "claim": g.claims.values(),
-            "community": g.communities.values(), "report": g.reports.values(),
+            "report": g.reports.values(),
         }
         for kind, items in groups.items():
             for a in items:
@@ -47,21 +49,28 @@ class TestBuiltinIndexOfTheExamples:
         for r in g.reports.values():
             for f in r.findings:
                 assert set(f.text_unit_ids) <= set(r.text_unit_ids)
+        for c in g.community_rows.values():
+            assert c.gate.acl, "community without provenance"
 
-    def test_vector_rows_carry_live_provenance(self, built: Workspace) -> None:
-        _, units, _ = _graph(built)
+    def test_vector_rows_are_exactly_the_live_artifacts_with_their_acl_classes(self, built: Workspace) -> None:
+        g, units, _ = _graph(built)
         vs = VectorStore(built.index_dir, built.settings.embed.dims)
-        for table in ("text_units", "entities", "reports"):
+        expected = {"text_units": set(units), "entities": set(g.entities), "reports": set(g.reports)}
+        for table, ids in expected.items():
             t = vs._table(table)
             assert t is not None
-            rows = t.to_arrow().select(["unit_ids"]).to_pylist()
-            assert rows and all(r["unit_ids"] and set(r["unit_ids"]) <= set(units) for r in rows)
+            rows = t.to_arrow().select(["id", "acl"]).to_pylist()
+            assert {r["id"] for r in rows} == ids and len(rows) == len(ids)
+            assert all(r["acl"] for r in rows)
 
     def test_levels_partition_entities_and_every_community_has_a_report(self, built: Workspace) -> None:
         g, _, _ = _graph(built)
-        assert len(levels(g.communities)) >= 2
-        for level in levels(g.communities):
-            assert is_partition([c.entity_ids for c in level_partition(g.communities, level)], set(g.entities))
+        levels = sorted({c.level for c in g.communities.values()})
+        assert len(levels) >= 2
+        for level in levels:
+            part = [c.entity_ids for c in g.communities.values()
+                    if c.level == level or (c.level < level and not c.children)]
+            assert is_partition(part, set(g.entities))
         assert set(g.reports) == set(g.communities)
 
     def test_chinese_documents_contribute_chinese_entities(self, built: Workspace) -> None:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from canopy.store import Store
+from canopy.store.export import load_graph
 from indexer.watcher import Watcher, is_ignored
 from server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES
@@ -54,7 +55,7 @@ def test_edits_renames_and_deletions_are_applied_in_debounced_batches(tmp_path: 
         def names() -> set[str]:
             store = Store(ws.index_dir)
             try:
-                return {e.name for e in store.graph().entities.values()}
+                return {e.name for e in load_graph(store).entities.values()}
             finally:
                 store.close()
 
@@ -64,7 +65,7 @@ def test_edits_renames_and_deletions_are_applied_in_debounced_batches(tmp_path: 
         assert _wait(lambda: len(applied) >= 2 and "Quentin Marsh" not in names())
         store = Store(ws.index_dir)
         try:
-            paths = {d.path for d in store.documents().values()}
+            paths = {d.path for d in load_graph(store).documents.values()}
         finally:
             store.close()
         assert "bluewater.txt" in paths and "helio_cells.md" not in paths
@@ -114,8 +115,8 @@ def test_the_watcher_applies_an_edit_while_the_server_keeps_answering(tmp_path: 
         edited = False
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and not seen_edit:
-            ctx = service.context(service.principal(None))
-            result = await basic_search(ctx, "Who is Ophelia Grantham at Helio Cells Ltd?", k=5)
+            result = await service.run(None, lambda c: basic_search(
+                c, "Who is Ophelia Grantham at Helio Cells Ltd?", k=5))
             answered += 1
             seen_edit = "Ophelia Grantham" in result.context
             if not edited and answered >= 3:

@@ -59,11 +59,15 @@ def _is_loopback(host: str) -> bool:
               help="Token file for --http (from `canopy token add`); overrides auth.tokens_file.")
 @click.option("--watch", is_flag=True,
               help="Also watch DOCS and apply every change while serving (see `canopy watch`).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              envvar="CANOPY_WORKERS",
+              help="Processes serving --http on one port (stateless sessions when more than one): "
+                   "concurrent callers then use every core.")
 @click.option("--insecure-no-auth", is_flag=True,
               help="Allow --http on a non-loopback host with no token verification: every client "
                    "then acts as --principal. For trusted networks only.")
 def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: bool, host: str,
-          port: int, principal: str | None, tokens_file: Path | None, watch: bool,
+          port: int, principal: str | None, tokens_file: Path | None, watch: bool, workers: int,
           insecure_no_auth: bool) -> None:
     """Serve the index of DOCS to MCP clients (agents); build the index first if there is none.
 
@@ -75,8 +79,10 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
       CANOPY_PRINCIPAL=alice canopy serve team-docs   # answer as alice under the [acl] policy
       canopy serve team-docs --http --host 0.0.0.0 --tokens tokens.jsonl   # bearer tokens
       canopy serve team-docs --watch                  # keep the index current while serving
+      canopy serve team-docs --http --workers 2       # two processes behind one port
     """
-    from server.mcp_app import build_server, run_http, run_stdio
+    from server.http import HttpSpec, run_http
+    from server.mcp_app import build_server, run_stdio
     from server.runtime import build_index, open_workspace
     from server.service import CanopyService
 
@@ -86,7 +92,7 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
     ws = open_workspace(docs, index_dir, config)
     verifier, auth_settings = None, None
     if use_http:  # settle who may call before building or opening anything
-        verifier, auth_settings = _http_auth(ws, config, tokens_file, host, port)
+        verifier, auth_settings = http_auth(ws, config, tokens_file, host, port)
         if verifier is None and not _is_loopback(host):
             if not insecure_no_auth:
                 raise click.ClickException(
@@ -101,22 +107,28 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
         result = build_index(ws, progress=tqdm_progress)
         click.echo(f"Indexed {result.stats['documents']} documents in {result.elapsed_s:.1f}s.",
                    err=True)
-    service = CanopyService(ws, config=config)
     watcher = _start_watcher(docs, index_dir, config) if watch else None
     try:
-        server = build_server(service, principal_name=principal, auth=verifier,
-                              auth_settings=auth_settings, host=host, port=port)
         if use_http:
             how = "bearer tokens required" if verifier is not None else "no authentication"
-            click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how})",
+            procs = f", {workers} processes" if workers > 1 else ""
+            click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})",
                        err=True)
-            run_http(server, host, port)
-        else:
-            run_stdio(server)
+            level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+            run_http(HttpSpec(str(docs), str(index_dir) if index_dir else None,
+                              str(config) if config else None, principal,
+                              str(tokens_file.resolve()) if tokens_file else None, host, port,
+                              level if level in ("debug", "info", "warning", "error") else "warning"),
+                     workers)
+            return
+        service = CanopyService(ws, config=config)
+        try:
+            run_stdio(build_server(service, principal_name=principal))
+        finally:
+            service.close()
     finally:
         if watcher is not None:
             watcher.stop()
-        service.close()
 
 
 def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> Watcher:
@@ -132,7 +144,7 @@ def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> W
                    on_applied=lambda paths, r: log.info("%s", describe_batch(paths, r))).start()
 
 
-def _http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host: str,
+def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host: str,
                port: int) -> tuple[TokenVerifier | None, McpAuthSettings | None]:
     """The bearer-token verifier `[auth]` (or --tokens) asks for, and the MCP auth settings that
     advertise this server as an OAuth protected resource."""
