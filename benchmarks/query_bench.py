@@ -71,7 +71,7 @@ def tool_call(name: str) -> Callable[[Any, str], Awaitable[Any]]:
 
     async def drill(ctx: Any, query: str) -> Any:
         ids = named_entities(ctx, query)
-        name = ctx.view.graph.entities[ids[0]].name if ids else None
+        name = ctx.reader.entity_rows(ids[:1])[ids[0]].entity.name if ids else None
         return await drill_down(ctx, entity=name) if name else await drill_down(ctx)
 
     return {
@@ -113,10 +113,10 @@ def fake_context(ctx: Any, base_url: str) -> Any:
     from canopy.llm import ChatClient
     from canopy.providers.llm import LLMProvider
     from canopy.settings import LLMSettings
-    from server.service import QueryContext
+    from server.context import QueryContext
 
     provider = LLMProvider(ChatClient(LLMSettings(base_url=base_url, max_retries=1), cache=None))
-    return QueryContext(ctx.view, ctx.vis, provider, ctx.settings)
+    return QueryContext(ctx.reader, provider, ctx.settings, caches=ctx.caches)
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -155,17 +155,21 @@ def open_context(docs: Path, index_dir: Path):  # type: ignore[no-untyped-def]
     from server.service import CanopyService
 
     service = CanopyService(open_workspace(docs, index_dir=index_dir))
-    return service, service.context(service.principal(None))
+    # One snapshot for the whole evaluation (the index does not change meanwhile).
+    return service, service.context(None).__enter__()
 
 
 def article_of_units(ctx) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """unit id -> corpus article title (documents are "NNN-slug.md", NNN = corpus index)."""
+    from canopy.store.export import load_graph
+
+    g = load_graph(ctx.reader.views.store)
     articles = json.loads(CORPUS.read_text(encoding="utf-8"))
     title_of_doc: dict[str, str] = {}
-    for d in ctx.view.documents.values():
+    for d in g.documents.values():
         m = re.match(r"(\d+)-", Path(d.path).name)
         title_of_doc[d.id] = articles[int(m.group(1))]["title"] if m else d.title
-    return {u.id: title_of_doc[u.document_id] for u in ctx.view.units.values()}
+    return {u.id: title_of_doc[u.document_id] for u in g.units.values()}
 
 
 # ---- the systems ------------------------------------------------------------------------------
@@ -174,9 +178,9 @@ def article_of_units(ctx) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def _table_ranking(ctx, query: str, mode: str) -> list[str]:  # type: ignore[no-untyped-def]
     from canopy.vectors import _WORD
 
-    table = ctx.view.vectors._table("text_units")
+    table = ctx.reader.vectors.tables["text_units"]
     if mode == "vector":
-        vector = ctx.view.embedder.embed_sync([query])[0]
+        vector = ctx.reader.embedder.embed_sync([query])[0]
         q = table.search(vector, query_type="vector").limit(DEPTH).select(["id", "_distance"])
     else:
         q = table.search(" ".join(_WORD.findall(query)), query_type="fts").limit(DEPTH)
@@ -197,9 +201,9 @@ def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[
         weight = 1.0 if name == "hybrid" else LEXICAL_VECTOR_WEIGHT
 
         def hybrid(q: str) -> list[str]:
-            vector = ctx.view.embedder.embed_sync([q])[0]
-            return [h.id for h in ctx.view.vectors.search("text_units", vector=vector, text=q,
-                                                          k=DEPTH, vector_weight=weight)]
+            vector = ctx.reader.embedder.embed_sync([q])[0]
+            return [h.id for h in ctx.reader.search("text_units", vector=vector, text=q,
+                                                    k=DEPTH, vector_weight=weight)]
         return hybrid
     if name == "basic_search":
         def basic(q: str) -> list[str]:  # the tool's context, default k
@@ -207,7 +211,7 @@ def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[
         return basic
     if name == "local_ranking":
         def ranking(q: str) -> list[str]:
-            return rank_units(ctx, q, ctx.view.embedder.embed_sync([q])[0])
+            return rank_units(ctx, q, ctx.reader.embedder.embed_sync([q])[0])
         return ranking
     if name in MINILM_SYSTEMS:
         from canopy.vectors import rrf
@@ -242,14 +246,18 @@ class MiniLM:
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.model = SentenceTransformer(str(model_dir), device="cpu")
-        self.ids = sorted(ctx.view.units)
+        from canopy.store.export import load_graph
+
+        g = load_graph(ctx.reader.views.store)
+        self.ids = sorted(g.units)
         key = hashlib.sha256(("\n".join(self.ids) + str(model_dir)).encode()).hexdigest()[:16]
         path = cache / f"minilm-units-{key}.npy"
         if path.exists():
             self.units = np.load(path)
         else:
             print(f"embedding {len(self.ids)} units with {model_dir} …", file=sys.stderr)
-            texts = [f"{ctx.view.document_of(u).header()}\n{ctx.view.units[u].text}" for u in self.ids]
+            texts = [f"{g.documents[g.units[u].document_id].header()}\n{g.units[u].text}"
+                     for u in self.ids]
             self.units = self.model.encode(texts, batch_size=32, normalize_embeddings=True)
             np.save(path, self.units)
 
