@@ -173,9 +173,6 @@ async def describe(
     out: dict[str, str] = {}
 
     async def one(element_id: str, name: str, descs: tuple[str, ...]) -> None:
-        if len(descs) <= 1:
-            out[element_id] = descs[0] if descs else ""
-            return
         kept = summary_input(list(descs), tok)
         key = summary_key(provider.name, max_tokens, name, kept)
         text = memo.cache_get(key) if memo else None
@@ -191,5 +188,11 @@ async def describe(
             on_done()
         out[element_id] = text.strip() or " ".join(kept)
 
-    await asyncio.gather(*(one(i, name, descs) for i, (name, descs) in sorted(pending.items())))
+    several = []
+    for element_id, (name, descs) in sorted(pending.items()):
+        if len(descs) <= 1:
+            out[element_id] = descs[0] if descs else ""
+        else:
+            several.append(one(element_id, name, descs))
+    await asyncio.gather(*several)
     return out

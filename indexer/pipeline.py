@@ -145,6 +145,8 @@ async def run_index(
         meta = {"provider": provider.name, "embedder": embedder.name,
                 "lance_versions": json.dumps(vectors.versions), "docs_dir": str(Path(docs_dir).resolve()),
                 "revoking": "0", "settings_fingerprint": fingerprint, **hierarchy.meta}
+        if b.stats.get("cjk") or full:  # CJK text (the server preloads its segmenter)
+            meta["cjk"] = "1" if b.stats.get("cjk") else "0"
         stats: dict[str, Any] = {
             "documents": len(plan.documents), "documents_rechunked": len(plan.changed) if not full
             else len(plan.documents), "skipped": len(skips),

@@ -43,6 +43,7 @@ from canopy.errors import ConfigError, IndexMissing
 from canopy.providers import make_embedder, make_provider
 from canopy.providers.base import Provider
 from canopy.settings import AclSettings, find_config, load_settings
+from canopy.providers.heuristics import load_jieba
 from canopy.tokens import preload
 from canopy.vectors import VectorStore
 from server.context import EngineCaches, ProgressCallback, QueryContext
@@ -88,6 +89,8 @@ class CanopyService:
                                f"version: run `canopy index {ws.docs_dir}`")
         preload(ws.settings.chunking.encoding)  # the first answer should not wait for it
         self.provider = make_provider(ws.settings, self.store)
+        if not ws.settings.llm.enabled and self.store.get_meta("cjk") == "1":
+            threading.Thread(target=load_jieba, daemon=True, name="canopy-jieba").start()
         self.embedder = make_embedder(ws.settings)
         self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0)
         x, r = ws.settings.extract, ws.settings.reports

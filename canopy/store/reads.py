@@ -322,6 +322,18 @@ class GraphReads:
         rows = [EntityInstanceRow(*r) for r in self._rows(sql, _ids(keys))]
         return rows if classes is None else [r for r in rows if r.acl in classes]
 
+    def instance_degrees(self, keys: Iterable[str]) -> dict[str, int]:
+        """Relationships incident to each entity (by normalized name) in the generation: the
+        distinct relationships with an instance in a live unit that has it as an endpoint."""
+        sql = (f"SELECT key, COUNT(DISTINCT rid) FROM ("
+               f"SELECT i.source_key AS key, i.rid FROM main.relationship_instances i "
+               f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.source_key {_IN} UNION ALL "
+               f"SELECT i.target_key, i.rid FROM main.relationship_instances i "
+               f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.target_key {_IN}) "
+               "GROUP BY key")
+        ids = _ids(keys)
+        return dict(self._rows(sql, ids, ids))  # type: ignore[arg-type]
+
     def relationship_instances(self, rids: Iterable[str], *,
                                classes: frozenset[int] | None = None) -> list[RelationshipInstanceRow]:
         sql = (f"SELECT i.unit_id, u.sort_key, u.acl, i.rid, i.source_key, i.target_key, "

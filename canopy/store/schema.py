@@ -207,6 +207,8 @@ def m004_store_backed_graph(db: sqlite3.Connection) -> None:
             source_key TEXT NOT NULL, target_key TEXT NOT NULL, description TEXT NOT NULL,
             strength REAL NOT NULL, PRIMARY KEY (unit_id, pos)) WITHOUT ROWID;
         CREATE INDEX relationship_instances_rid ON relationship_instances(rid);
+        CREATE INDEX relationship_instances_source ON relationship_instances(source_key);
+        CREATE INDEX relationship_instances_target ON relationship_instances(target_key);
         CREATE TABLE claim_instances (
             unit_id TEXT NOT NULL, pos INTEGER NOT NULL, subject_key TEXT NOT NULL,
             object_key TEXT NOT NULL, type TEXT NOT NULL, status TEXT NOT NULL,

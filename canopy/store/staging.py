@@ -84,9 +84,10 @@ class Staging:
         key = dict(GENERATION_TABLES)[table]
         marks = ",".join("?" * len(rows[0]))
         self.db.executemany(f"INSERT OR REPLACE INTO stage.{table} VALUES ({marks})", rows)
-        # every generation table has its key in its first column
-        self.db.executemany(f"INSERT OR IGNORE INTO stage.{table}_touched ({key}) VALUES (?)",
-                            [(r[0],) for r in rows])
+        if not self.full:  # a full build replaces every row: nothing to track
+            # every generation table has its key in its first column
+            self.db.executemany(f"INSERT OR IGNORE INTO stage.{table}_touched ({key}) VALUES (?)",
+                                [(r[0],) for r in rows])
 
     def delete(self, table: str, keys: Iterable[str]) -> None:
         """Remove these keys from the new generation (staged or committed rows alike)."""
@@ -100,11 +101,14 @@ class Staging:
         self.db.executemany(f"INSERT OR IGNORE INTO stage.{table}_touched ({key}) VALUES (?)",
                             [(k,) for k in keys])
 
-    def put_members(self, community_id: str, level: int, entity_ids: Iterable[str]) -> None:
-        """The members of one community in the new generation (replacing its previous ones)."""
-        self.delete("community_members", [community_id])
+    def put_members(self, members: Iterable[tuple[str, int, Iterable[str]]]) -> None:
+        """The members of communities in the new generation, (community id, level, entity ids)
+        each, replacing their previous ones."""
+        members = list(members)
+        if not self.full:
+            self.delete("community_members", [cid for cid, _, _ in members])
         self.db.executemany("INSERT INTO stage.community_members VALUES (?, ?, ?)",
-                            [(community_id, e, level) for e in sorted(set(entity_ids))])
+                            [(cid, e, level) for cid, level, ids in members for e in sorted(set(ids))])
 
     def add_counts(self, term_df: dict[tuple[str, int], int], acl_stats: dict[int, tuple[int, int]]) -> None:
         """Add deltas to the lexical statistics (document frequency of a term per ACL class;

@@ -190,16 +190,21 @@ class Store:
 
     # ---- extraction instances (saved as soon as they exist) -------------------------------------
 
-    def save_extraction(self, ex: Extraction) -> None:
-        """One unit's extraction, replacing any earlier one; a crash later never loses it."""
-        rows = extraction_rows(ex)
+    def save_extractions(self, extractions: Iterable[Extraction]) -> None:
+        """Units' extractions, replacing earlier ones, in one transaction: saved as soon as they
+        exist, so a crash later never loses them."""
+        extractions = list(extractions)
+        if not extractions:
+            return
         with self.transaction() as db:
-            _drop_instances(db, [ex.unit_id])
-            db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
-            db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           rows.relationships)
-            db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
-            db.execute("INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes))
+            _drop_instances(db, [ex.unit_id for ex in extractions])
+            for ex in extractions:
+                rows = extraction_rows(ex)
+                db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
+                db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               rows.relationships)
+                db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
+                db.execute("INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes))
 
     def extracted(self, unit_ids: Iterable[str]) -> set[str]:
         """Which of these units have a stored extraction."""

@@ -127,12 +127,10 @@ def _stage(b: Build, h: Hierarchy) -> HierarchyDelta:
     b.staging.delete("communities", deleted)
     b.staging.delete("community_members", deleted)
     b.staging.delete("reports", deleted)
-    rows = []
-    for p in sorted(h.placements.values(), key=lambda p: p.id):
-        rows.append(CommunityRow(p.id, p.level, p.parent, len(p.members), 0, "",
-                                 Gate(frozenset(), "", False)).values())
-        b.staging.put_members(p.id, p.level, p.members)
-    b.staging.put("communities", rows)
+    placed = sorted(h.placements.values(), key=lambda p: p.id)
+    b.staging.put("communities", [CommunityRow(p.id, p.level, p.parent, len(p.members), 0, "",
+                                               Gate(frozenset(), "", False)).values() for p in placed])
+    b.staging.put_members((p.id, p.level, p.members) for p in placed)
     return HierarchyDelta(set(h.placements), set(deleted), h.replace_all)
 
 

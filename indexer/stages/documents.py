@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from canopy.ids import content_hash, text_hash
 from canopy.model import Document, TextUnit
 from canopy.providers.hashing import lexical_terms
+from canopy.providers.heuristics import has_cjk
 from canopy.store import DocumentRow, UnitRow
 from indexer.chunking import chunk_document
 from indexer.loaders import LoadedDocument
@@ -139,6 +140,8 @@ def stage_documents(b: Build, plan: DocumentPlan) -> UnitChange:
                     continue
                 n_terms = counts.count(new.document, u, new.acl, 1)
                 rows.append(UnitRow(u, new.acl, text_hash(u.text), n_terms))
+                if not b.stats.get("cjk") and has_cjk(u.text):
+                    b.stats["cjk"] = True
             for uid, row in before.items():
                 if uid not in kept:
                     removed.append(uid)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from canopy.errors import EndpointUnavailable, ProviderError
-from canopy.model import TextUnit, UnitFailure
+from canopy.model import Extraction, TextUnit, UnitFailure
 from indexer.stages.context import Build
 
 __all__ = ["ExtractOutcome", "extract_units"]
@@ -24,6 +24,7 @@ __all__ = ["ExtractOutcome", "extract_units"]
 log = logging.getLogger(__name__)
 
 _BATCH = 256
+_SAVE_EVERY = 16  # extractions per transaction (a crash loses at most these; the LLM cache keeps them)
 
 
 @dataclass
@@ -39,6 +40,7 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
     advance = b.progress("extract", len(todo))
     x = b.settings.extract
     unavailable: list[EndpointUnavailable] = []
+    done: list[Extraction] = []  # saved a few at a time (one transaction each)
 
     async def one(unit: TextUnit) -> None:
         try:
@@ -50,8 +52,11 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
         except ProviderError as exc:  # invalid output after repair, or a refused request
             out.failures.append(UnitFailure(unit.id, "extract", str(exc)[:300]))
         else:
-            b.store.save_extraction(ex)
+            done.append(ex)
             out.extracted.append(unit.id)
+            if len(done) >= _SAVE_EVERY:
+                b.store.save_extractions(done)
+                done.clear()
         advance(1)
 
     queue: asyncio.Queue[TextUnit] = asyncio.Queue(maxsize=2 * _BATCH)
@@ -79,6 +84,7 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        b.store.save_extractions(done)
     if todo and unavailable and len(unavailable) == len(todo):
         raise unavailable[0]  # nothing got through: say so instead of indexing nothing
     if unavailable:

@@ -2,22 +2,23 @@
 
 Only entities and relationships with an instance in a changed unit (added, removed, relabelled or
 re-extracted) are merged again, plus those a revocation left stale; every other row is the
-committed one. Degrees follow the relationships that changed. Rows equal to the committed ones are
-not rewritten, so later stages see exactly what changed (`GraphDelta`).
+committed one. A relationship instance needs both endpoints in its unit, so every entity whose
+degree changes has an instance in a changed unit too: degrees are counted with the merge, from
+the instances. Rows equal to the committed ones are not rewritten, so later stages see exactly
+what changed (`GraphDelta`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from canopy.ids import content_hash, entity_id
 from canopy.model import Claim
-from canopy.store import ClaimRow, EntityRow, Gate
+from canopy.store import ClaimRow, Gate
 from canopy.store.rows import dump
 from indexer.graph import (
     describe,
-    entity_hash,
     entity_row,
     merge_entities,
     merge_relationships,
@@ -63,7 +64,6 @@ async def stage_graph(b: Build, changed_units: Iterable[str]) -> GraphDelta:
     b.progress("summarize", len(keys) + len(rids))
     await _stage_entities(b, sorted(keys), delta)
     await _stage_relationships(b, sorted(rids), delta)
-    _settle_degrees(b, delta)
     _stage_claims(b, changed_units, delta)
     return delta
 
@@ -82,6 +82,7 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta) -> None:
     x = b.settings.extract
     for batch in _batches(keys):
         drafts = merge_entities(b.reads.entity_instances(batch))
+        degrees = b.reads.instance_degrees(batch)
         ids = {entity_id(k) for k in batch}
         before = {} if b.full else b.committed.entities(ids)
         descriptions = await describe({d.id: (d.name, d.descriptions) for d in drafts.values()},
@@ -90,7 +91,7 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta) -> None:
         rows = []
         for d in drafts.values():
             old = before.get(d.id)
-            row = entity_row(d, descriptions[d.id], old.entity.degree if old else 0)
+            row = entity_row(d, descriptions[d.id], degrees.get(d.key, 0))
             if old is None or old.values() != row.values():
                 rows.append(row.values())
                 delta.entities.add(d.id)
@@ -130,34 +131,6 @@ async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta) -> 
             r = before[rid].relationship
             delta.changed_edges.add((r.source, r.target))
         delta.removed_relationships |= set(gone)
-
-
-def _settle_degrees(b: Build, delta: GraphDelta) -> None:
-    """Degrees of entities whose relationships changed (all of them in a full build)."""
-    if b.full:
-        touched = sorted(delta.entities)
-    else:
-        touched = sorted(({e for edge in delta.changed_edges for e in edge} | delta.entities)
-                         - delta.removed_entities)
-    before = {} if b.full else None
-    for batch in _batches(touched):
-        degrees = b.reads.degrees(batch)
-        rows = b.reads.entities(batch)
-        committed = b.committed.entities(batch) if before is None else {}
-        out = []
-        for eid, row in rows.items():
-            degree = degrees.get(eid, 0)
-            if row.entity.degree == degree:
-                continue
-            e = replace(row.entity, degree=degree)
-            new = EntityRow(e, row.key, row.gate, entity_hash(e))
-            out.append(new.values())
-            old = committed.get(eid)
-            if old is None or old.values() != new.values():
-                delta.entities.add(eid)
-            else:
-                delta.entities.discard(eid)
-        b.staging.put("entities", out)
 
 
 def _stage_claims(b: Build, changed_units: list[str], delta: GraphDelta) -> None:
