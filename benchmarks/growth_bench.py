@@ -49,6 +49,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from growth_report import STEP_LABELS, UPDATE_STEPS, merge, render  # beside this script
+
 SCRIPT = Path(__file__).resolve()
 HERE_REPO = SCRIPT.parents[1]
 EVAL_DATA = HERE_REPO.parent / "shared" / "eval-data" / "multihop-rag"
@@ -56,9 +58,6 @@ CORPUS = EVAL_DATA / "corpus.json"
 RESULTS = HERE_REPO / "benchmarks" / "results"
 
 PHASES = ("build", "updates", "fake", "serve", "concurrency")
-UPDATE_STEPS = ("add", "edit", "delete", "noop")
-STEP_LABELS = {"build": "full build", "add": "+1 article", "edit": "edit 1 paragraph",
-               "delete": "delete 1 article", "noop": "no-op rerun", "fake": "full build, fake LLM"}
 FAKE_LLM = {"max_retries": 2, "backoff_s": 0.01}  # concurrency stays at the checkout's default
 EDIT_SENTENCE = " A correction was appended to this paragraph by the editors."
 
@@ -385,215 +384,6 @@ def machine(repo: Path) -> dict[str, Any]:
     }
 
 
-# ---- figures, fits and targets -----------------------------------------------------------------
-
-Figure = tuple[str, str, Callable[[dict[str, Any]], float | None]]
-
-
-def _step(step: str, key: str) -> Callable[[dict[str, Any]], float | None]:
-    def get(row: dict[str, Any]) -> float | None:
-        r = row["steps"].get(step, {})
-        return r.get(key) if r.get("status") == "ok" else None
-    return get
-
-
-def _serve(*path: str) -> Callable[[dict[str, Any]], float | None]:
-    def get(row: dict[str, Any]) -> float | None:
-        node: Any = row.get("serve", {})
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        return node if isinstance(node, int | float) else None
-    return get
-
-
-def _units(row: dict[str, Any]) -> float | None:
-    r = row["steps"].get("build", {})
-    return r.get("stats", {}).get("text_units") if r.get("status") == "ok" else None
-
-
-FIGURES: list[Figure] = [
-    ("text units", "", _units),
-    *[(f"{STEP_LABELS[s]} {what}", unit, _step(s, key))
-      for s in ("build", *UPDATE_STEPS, "fake")
-      for what, unit, key in (("wall", "s", "wall_s"), ("peak memory", "MB", "peak_mb"))],
-    ("fake LLM requests (full build)", "", _step("fake", "fake_requests")),
-    ("serve: start to handshake", "s", _serve("handshake_s")),
-    ("serve: first query (local) after handshake", "ms", _serve("first_query_ms")),
-    ("server RSS after first query", "MB", _serve("rss_after_first_mb")),
-    *[(f"{tool} {p}", "ms", _serve("tools", tool, f"{p}_ms"))
-      for tool in ("local_search", "basic_search", "global_search")
-      for p in ("first", "p50", "p95")],
-    ("server RSS after the queries", "MB", _serve("rss_after_queries_mb")),
-    ("1 client: calls/s", "", _serve("concurrency", "1", "calls_per_s")),
-    ("1 client p50", "ms", _serve("concurrency", "1", "p50_ms")),
-    ("1 client p95", "ms", _serve("concurrency", "1", "p95_ms")),
-    ("N clients: calls/s", "", _serve("concurrency", "many", "calls_per_s")),
-    ("N clients p50", "ms", _serve("concurrency", "many", "p50_ms")),
-    ("N clients p95", "ms", _serve("concurrency", "many", "p95_ms")),
-    ("N clients: errors", "", _serve("concurrency", "many", "errors")),
-    ("throughput N clients / 1 client", "x", _serve("concurrency", "ratio")),
-    ("server RSS after concurrency", "MB", _serve("rss_after_concurrency_mb")),
-    ("server peak RSS (VmHWM)", "MB", _serve("server_hwm_mb")),
-]
-
-
-def fit_slope(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope of figure over articles (None below two sizes)."""
-    if len(points) < 2:
-        return None
-    mx = sum(x for x, _ in points) / len(points)
-    my = sum(y for _, y in points) / len(points)
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else None
-
-
-def fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    if unit == "ms" or abs(value) >= 100:
-        return f"{value:,.0f}"
-    if unit == "x":
-        return f"{value:.2f}"
-    return f"{value:,.2f}" if value != int(value) else f"{int(value):,}"
-
-
-def fmt_slope(slope: float | None, unit: str) -> str:
-    if slope is None:
-        return "-"
-    unit = unit or "units"
-    if unit in ("s", "ms") and abs(slope) < 0.01:
-        return f"{slope * 1000:+.3g} {'ms' if unit == 's' else 'µs'}/article"
-    return f"{slope:+.3g} {unit}/article"
-
-
-def figures_table(rows: list[dict[str, Any]], clients: int) -> list[str]:
-    sizes = [r["articles"] for r in rows]
-    head = "| figure | " + " | ".join(f"{n:,} articles" for n in sizes)
-    head += " | least-squares slope | ratio between sizes |"
-    ratio_label = ", ".join(f"{b / a:.2f}x" for a, b in zip(sizes, sizes[1:], strict=False))
-    lines = [head, "|" + "---|" * (len(sizes) + 3)]
-    for name, unit, getter in FIGURES:
-        values = [getter(r) for r in rows]
-        if all(v is None for v in values):
-            continue
-        cells = [_status_or(fmt(v, unit), r, name) for v, r in zip(values, rows, strict=True)]
-        points = [(float(n), float(v)) for n, v in zip(sizes, values, strict=True) if v is not None]
-        ratios = [f"{b / a:.2f}x" if a and b is not None and a is not None else "-"
-                  for a, b in zip(values, values[1:], strict=False)]
-        label = f"{name} ({unit})" if unit and unit != "x" else name
-        label = label.replace("N clients", f"{clients} clients")
-        lines.append(f"| {label} | " + " | ".join(cells)
-                     + f" | {fmt_slope(fit_slope(points), unit)} | {', '.join(ratios) or '-'} |")
-    lines.append("")
-    lines.append(f"Articles grow by {ratio_label or '-'} between the sizes; a figure that grows "
-                 "by the same ratio grows linearly with the corpus.")
-    return lines
-
-
-def _status_or(text: str, row: dict[str, Any], name: str) -> str:
-    """'-' for a figure whose step timed out or failed becomes the step's status."""
-    if text != "-":
-        return text
-    for step, label in STEP_LABELS.items():
-        if name.startswith(label + " ") and step in row["steps"]:
-            status = str(row["steps"][step].get("status", "-"))
-            return status if status in ("timeout", "failed") else "-"
-    if name.startswith(("serve", "server", "local", "basic", "global", "1 client", "N clients",
-                        "throughput")) and row.get("serve", {}).get("status") in ("timeout",
-                                                                                  "failed"):
-        return str(row["serve"]["status"])
-    return "-"
-
-
-def targets(rows: list[dict[str, Any]], clients: int) -> list[tuple[str, str, str]]:
-    """(target, measured, verdict) for each of issue 14's targets that this run can check."""
-    by_n = {r["articles"]: r for r in rows}
-    out: list[tuple[str, str, str]] = []
-
-    def verdict(ok: bool | None) -> str:
-        return "not measured" if ok is None else ("met" if ok else "NOT met")
-
-    at = by_n.get(1827)
-    for step in ("add", "edit", "delete"):
-        wall = _step(step, "wall_s")(at) if at else None
-        peak = _step(step, "peak_mb")(at) if at else None
-        bwall = _step("build", "wall_s")(at) if at else None
-        bpeak = _step("build", "peak_mb")(at) if at else None
-        ok_w = None if wall is None or not bwall else wall <= 0.05 * bwall
-        ok_m = None if peak is None or not bpeak else peak <= 0.5 * bpeak
-        out.append((f"{STEP_LABELS[step]} at 1,827: wall <= 5% of full build",
-                    "-" if ok_w is None else f"{wall:.2f} s = {100 * wall / bwall:.1f}%",
-                    verdict(ok_w)))
-        out.append((f"{STEP_LABELS[step]} at 1,827: peak <= half of full build's",
-                    "-" if ok_m is None else f"{peak:.0f} MB = {100 * peak / bpeak:.0f}%",
-                    verdict(ok_m)))
-    big = max((n for n in by_n if n >= 10_000), default=None)
-    for step in ("add", "edit", "delete"):
-        wall = _step(step, "wall_s")(by_n[big]) if big else None
-        out.append((f"{STEP_LABELS[step]} at 10k: < 10 s", fmt(wall, "s") + (" s" if wall else ""),
-                    verdict(None if wall is None else wall < 10)))
-    peak = _step("build", "peak_mb")(at) if at else None
-    out.append(("full-build peak at 1,827 <= 1 GB (1,024 MB)", fmt(peak, "MB"),
-                verdict(None if peak is None else peak <= 1024)))
-    rss = [v for v in (_serve(k)(by_n[big]) if big else None
-                       for k in ("rss_after_first_mb", "rss_after_queries_mb",
-                                 "rss_after_concurrency_mb")) if v is not None]
-    out.append(("server memory at 10k <= 1.5 GB (1,536 MB; largest RSS sampled)",
-                fmt(max(rss), "MB") if rss else "-", verdict(max(rss) <= 1536 if rss else None)))
-    first = _serve("first_query_ms")(by_n[big]) if big else None
-    out.append(("first query at 10k < 1 s", fmt(first, "ms") + (" ms" if first else ""),
-                verdict(None if first is None else first < 1000)))
-    for n, row in by_n.items():
-        ratio = _serve("concurrency", "ratio")(row)
-        errors = _serve("concurrency", "many", "errors")(row)
-        ok = None if ratio is None else ratio >= 1.7 and not errors
-        out.append((f"16 clients >= 1.7x one client's calls/s, no errors ({n:,} articles"
-                    + (f"; measured with {clients} clients)" if clients != 16 else ")"),
-                    "-" if ratio is None else f"{ratio:.2f}x, {errors} errors", verdict(ok)))
-    return out
-
-
-def render(report: dict[str, Any]) -> str:
-    m, rows = report["machine"], report["rows"]
-    s = report["settings"]
-    lines = [f"## Canopy growth benchmark ({m['date']}, {m['repo']} at {m['commit']}, Python "
-             f"{m['python']}, {m['cpus']} CPUs, load average at start {m['loadavg_start']})", ""]
-    lines += figures_table(rows, s["clients"])
-    lines += ["", "Issue 14's targets:", "", "| target | measured | verdict |", "|---|---|---|"]
-    lines += [f"| {t} | {v} | {ok} |" for t, v, ok in targets(rows, s["clients"])]
-    lines += ["", "Load average (1 min) before/after each step, and each step's status:", "",
-              "| articles | " + " | ".join(STEP_LABELS[s] for s in ("build", *UPDATE_STEPS, "fake"))
-              + " | serve |", "|---|" + "---|" * 7]
-    for row in rows:
-        cells = []
-        for step in ("build", *UPDATE_STEPS, "fake"):
-            r = row["steps"].get(step)
-            cells.append(_load_cell(r))
-        cells.append(_load_cell(row.get("serve")))
-        lines.append(f"| {row['articles']:,} | " + " | ".join(cells) + " |")
-    gl = "dynamic" if s["global_level"] is None else f"fixed level {s['global_level']}"
-    lines += ["", f"global_search: {gl} community selection. Queries: {s['queries']} DEV questions "
-              f"for local and basic, {s['global_queries']} for global, after one first call each "
-              f"(shown as `first`), each tool capped at {s['tool_budget']:.0f} s. Concurrency: "
-              f"{s['clients']} clients for {s['conc_seconds']:.0f} s vs one client for as long; "
-              f"server args: `{s['serve_args'] or '(none)'}`."]
-    for row in rows:
-        sv = row.get("serve", {})
-        for tool, t in sv.get("tools", {}).items():
-            if t.get("n", 0) < (s["global_queries"] if tool == "global_search" else s["queries"]):
-                lines.append(f"- {row['articles']:,} articles: {tool} measured {t.get('n')} "
-                             f"questions within its budget.")
-    return "\n".join(lines)
-
-
-def _load_cell(r: dict[str, Any] | None) -> str:
-    if not r:
-        return "-"
-    load = "/".join(str(x) for x in r.get("loadavg_1m", []))
-    status = r.get("status", "-")
-    return load if status == "ok" else f"{status} {load}".strip()
-
-
 # ---- entry point -------------------------------------------------------------------------------
 
 
@@ -625,6 +415,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the whole serve + concurrency phase of one size")
     p.add_argument("--keep", action="store_true", help="keep corpora and indexes (path printed)")
     p.add_argument("--out", type=Path, default=RESULTS / "growth_bench.json")
+    p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
+                   help="print the tables of saved results (several: merged by size); run nothing")
     p.add_argument("--_child", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
     p.add_argument("--_fake", help=argparse.SUPPRESS)
@@ -650,6 +442,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args._fake:
         fake_child(args._fake)
+        return
+    if args.render:
+        print(render(merge([json.loads(p.read_text()) for p in args.render])))
         return
     args.repo = args.repo.resolve()
     phases = chosen_phases(args)
