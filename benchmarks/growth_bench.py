@@ -8,9 +8,10 @@
 Corpora: the 609 MultiHop-RAG articles (../shared/eval-data/multihop-rag/corpus.json), repeated.
 Article i of the stream is article i % 609 of copy k = i // 609; copy k >= 1 has every capitalised
 word suffixed with a syllable naming the copy ("Apple" -> "Applebe" in copy 1, "Applebi" in copy
-2), so each copy's entities stay apart from the other copies'. The suffix is letters only: the
-builtin embedder splits digits from letters, so "Apple3" would share a "3" token across copies.
-One .md per article, `# {title}\\n\\n{body}`, named by stream position: deterministic.
+2), so each copy's entities stay apart from the other copies'. Function words, honorifics, days
+and months keep their spelling (_NOT_NAMES). The suffix is letters only: the builtin embedder
+splits digits from letters, so "Apple3" would share a "3" token across copies. One .md per
+article, `# {title}\\n\\n{body}`, named by stream position: deterministic.
 
 Per size, every step runs in a fresh Python subprocess, so its peak memory is its own:
   build      full build (builtin provider)
@@ -27,7 +28,7 @@ Per size, every step runs in a fresh Python subprocess, so its peak memory is it
 The driver imports nothing but the standard library: Linux carries ru_maxrss over fork+exec, so a
 child's ru_maxrss is at least the driver's RSS. Each step also reports VmHWM, which restarts at
 exec. Results: a markdown table on stdout (progress on stderr), JSON in
-benchmarks/results/growth_bench.json (or --out).
+benchmarks/results/growth_bench.json (or --out); `--render A.json B.json` prints saved runs again.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ _NOT_NAMES = frozenset("""
 
 
 def copy_suffix(k: int) -> str:
-    """The syllables that mark copy k (empty for the original, copy 0)."""
+    """The syllables that mark copy k (empty for the original, copy 0): k in base 70."""
     out = ""
     while k:
         k, r = divmod(k, len(_SYLLABLES))
@@ -357,10 +358,11 @@ def measure_size(n: int, base: list[dict[str, str]], args: argparse.Namespace,
     size_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     row: dict[str, Any] = {"articles": n, "steps": index_steps(n, base, args, phases, size_dir)}
-    built = (size_dir / "index" / "canopy.sqlite").exists()
+    build = row["steps"].get("build", {"status": "ok"})  # a fake-only run builds nothing
+    built = build["status"] == "ok" and (size_dir / "index" / "canopy.sqlite").exists()
     if phases & {"serve", "concurrency"}:
         row["serve"] = (serve_step(n, args, phases, size_dir) if built
-                        else {"status": "skipped (no index)"})
+                        else {"status": "skipped (no complete index)"})
     row["seconds"] = round(time.perf_counter() - t0, 1)
     if not args.keep:
         shutil.rmtree(size_dir, ignore_errors=True)
@@ -398,7 +400,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-serve", action="store_true", help="skip serve and concurrency")
     p.add_argument("--fake", action="store_true", help="add the fake-LLM build at --fake-size")
     p.add_argument("--fake-size", type=int, default=1827)
-    p.add_argument("--serve-args", default="", help="extra `serve` flags, e.g. '--workers 2'")
+    p.add_argument("--serve-args", default="", help="extra `serve` flags: --serve-args='--workers 2'")
     p.add_argument("--queries", type=int, default=30, help="DEV questions for local and basic")
     p.add_argument("--global-queries", type=int, default=10, help="DEV questions for global")
     p.add_argument("--global-level", type=int, default=None,

@@ -122,7 +122,7 @@ def missing(row: Row, source: str) -> str:
     """Why a figure has no value at this size: its step's status when that did not finish."""
     r = row.get("serve") if source == "serve" else row["steps"].get(source)
     status = str((r or {}).get("status", "-"))
-    return status if status in ("timeout", "failed") or status.startswith("skipped") else "-"
+    return status.split(" (")[0] if status != "ok" else "-"
 
 
 def figures_table(rows: list[Row], clients: int) -> list[str]:
@@ -132,10 +132,10 @@ def figures_table(rows: list[Row], clients: int) -> list[str]:
              "|" + "---|" * (len(sizes) + 3)]
     for f in FIGURES:
         values = [f.get(r) for r in rows]
-        if all(v is None for v in values):
-            continue
         cells = [fmt(v, f.unit) if v is not None else missing(r, f.source)
                  for v, r in zip(values, rows, strict=True)]
+        if all(c == "-" for c in cells):
+            continue  # a phase this run did not measure
         points = [(float(n), float(v)) for n, v in zip(sizes, values, strict=True) if v is not None]
         ratios = [f"{b / a:.2f}x" if a and b is not None else "-"
                   for a, b in zip(values, values[1:], strict=False)]
@@ -225,7 +225,7 @@ def load_cell(r: dict[str, Any] | None) -> str:
     if not r:
         return "-"
     load = "/".join(str(x) for x in r.get("loadavg_1m", []))
-    status = r.get("status", "-")
+    status = str(r.get("status", "-")).split(" (")[0]  # "skipped (why)": the JSON says why
     return load if status == "ok" else f"{status} {load}".strip()
 
 
