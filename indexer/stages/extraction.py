@@ -24,7 +24,9 @@ __all__ = ["ExtractOutcome", "extract_units"]
 log = logging.getLogger(__name__)
 
 _BATCH = 256
-_SAVE_EVERY = 16  # extractions per transaction (a crash loses at most these; the LLM cache keeps them)
+# Extractions per transaction with the builtin provider (cheap to redo); an endpoint's are saved
+# one by one, as each arrives.
+_SAVE_EVERY = 16
 
 
 @dataclass
@@ -54,7 +56,7 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
         else:
             done.append(ex)
             out.extracted.append(unit.id)
-            if len(done) >= _SAVE_EVERY:
+            if len(done) >= (1 if b.settings.llm.enabled else _SAVE_EVERY):
                 b.store.save_extractions(done)
                 done.clear()
         advance(1)
