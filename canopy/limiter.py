@@ -12,11 +12,12 @@ level the endpoint sustains, the way TCP finds a link's capacity:
   one burst of 25 throttled replies would drop the window 25 times).
 - **Retry-After pauses everyone.** When an overloaded reply names a wait, no caller starts a
   request until that time, not just the one that was told.
-- **Latency holds growth.** Each task's seconds per completion token are tracked against that
-  task's best (a floor that drifts up slowly); while the smoothed ratio is above
-  `latency_tolerance` the endpoint is queueing rather than working in parallel, so the window
-  stops growing and eases back (x0.9 per round trip), never below `initial`: only the server's
-  own overload signals push the window below where it started.
+- **Latency holds growth.** Each task's request duration, and its duration per completion
+  token, are tracked against that task's best (floors that creep up slowly). While both smoothed
+  ratios exceed `latency_tolerance` the endpoint is queueing rather than working in parallel, so
+  the window stops growing and shrinks (by tolerance/ratio, between x0.5 and x0.9, once per
+  round trip), never below `initial`: only the server's own overload signals push the window
+  below where it started.
 - Growth only happens while demand exceeds the window, so an idle client never inflates it.
 
 The window never leaves [floor, ceiling]. `adaptive=False` is a plain semaphore of `ceiling`
@@ -47,10 +48,9 @@ __all__ = ["AdaptiveLimiter", "LimiterStats", "Permit"]
 # equivalents" stand for the fixed part (queueing, prompt processing) so that short replies
 # do not look slow per token.
 _FIXED_TOKENS = 16
-_BASELINE_DRIFT = 0.01  # how fast a task's best seconds-per-token creeps up towards new samples
-_RATIO_SMOOTHING = 0.2  # weight of a new sample in the latency ratio (EWMA)
+_BASELINE_DRIFT = 0.002  # how fast a task's best latency creeps up towards new samples
+_RATIO_SMOOTHING = 0.3  # weight of a new sample in the latency ratios (EWMA)
 _OVERLOAD_FACTOR = 0.5
-_LATENCY_FACTOR = 0.9
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,9 @@ class AdaptiveLimiter:
         self._timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
             weakref.WeakKeyDictionary()
         )
-        self._baseline: dict[str, float] = {}
-        self._ratio = 1.0
+        self._baseline: dict[tuple[str, str], float] = {}
+        self._ratio_raw = 1.0  # smoothed duration / best duration
+        self._ratio_token = 1.0  # smoothed (duration per completion token) / best
         # accounting
         self._requests = 0
         self._peak = 0
@@ -333,22 +334,34 @@ class AdaptiveLimiter:
         self._threshold = self._window
         self._epoch += 1
         self._backoffs += 1
-        self._ratio = 1.0
+        self._ratio_raw = self._ratio_token = 1.0
 
     def _on_success(self, permit: Permit, elapsed: float, saturated: bool) -> None:
-        sample = elapsed / (permit.tokens + _FIXED_TOKENS)
-        best = self._baseline.get(permit.task)
-        if best is None or sample < best:
-            best = sample
-        else:
-            best += (sample - best) * _BASELINE_DRIFT
-        self._baseline[permit.task] = best
-        ratio = sample / best if best > 0 else 1.0
-        self._ratio += (ratio - self._ratio) * _RATIO_SMOOTHING
-        if self._ratio > self.latency_tolerance:
+        # Queueing at the endpoint raises both the request's duration and its duration per
+        # completion token above the task's best. Either alone misleads: long replies take
+        # longer (hosted APIs), and some servers answer in fixed time whatever the length.
+        raw = self._vs_best(("s", permit.task), elapsed)
+        per_token = self._vs_best(("t", permit.task), elapsed / (permit.tokens + _FIXED_TOKENS))
+        self._ratio_raw += (raw - self._ratio_raw) * _RATIO_SMOOTHING
+        self._ratio_token += (per_token - self._ratio_token) * _RATIO_SMOOTHING
+        ratio = min(self._ratio_raw, self._ratio_token)
+        if ratio > self.latency_tolerance:
             if permit.epoch == self._epoch and self._window > self.initial:
-                self._cut(_LATENCY_FACTOR, self.initial)
+                # Queueing makes latency grow with the window: shrink it by about as much as
+                # latency is over the tolerance, by a tenth at least and by half at most.
+                factor = min(0.9, max(0.5, self.latency_tolerance / ratio))
+                self._cut(factor, self.initial)
             return
         if saturated and self._window < self.ceiling:
             step = 1.0 if self._window < self._threshold else 1.0 / self._window
             self._window = min(float(self.ceiling), self._window + step)
+
+    def _vs_best(self, key: tuple[str, str], sample: float) -> float:
+        """`sample` over the best seen for `key` (a floor that creeps up towards new samples)."""
+        best = self._baseline.get(key)
+        if best is None or sample < best:
+            best = sample
+        else:
+            best += (sample - best) * _BASELINE_DRIFT
+        self._baseline[key] = best
+        return sample / best if best > 0 else 1.0
