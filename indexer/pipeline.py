@@ -231,6 +231,9 @@ async def run_index(
         "reports": len(graph.reports), "reports_generated": built.generated, "reports_reused": built.reused,
         "embedded": emb.embedded,
     }
+    load = provider.concurrency()  # what the LLM client's adaptive window achieved
+    if load is not None:
+        stats["llm_concurrency"] = load.as_dict()
     usage = {task: u.as_dict() for task, u in sorted(provider.usage().items())}
     gen = store.commit_generation(
         documents=docs, units=units, graph=graph, failures=failures, skips=skips,

@@ -8,6 +8,7 @@ in-flight peak and mean, arrival times, refusals) and what the client reports
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
 
@@ -227,3 +228,44 @@ def test_stats_report_mean_and_peak_in_flight():
     assert stats.peak_in_flight == 4
     assert stats.mean_in_flight == pytest.approx(4, abs=0.3)
     assert stats.span_s == pytest.approx(0.2, abs=0.1)
+
+
+# ---- an index run records what it achieved; status shows it --------------------------------------
+
+
+def test_an_index_run_stores_its_concurrency_and_status_shows_it(tmp_path, fake_openai):
+    from click.testing import CliRunner
+
+    from canopy.store import Store
+    from server.cli import main
+    from server.runtime import build_index, open_workspace
+    from server.status import index_status
+    from server.tool_text import status_text
+    from tests.conftest import EXAMPLES
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    fake_openai.latency = 0.02
+    llm = {"base_url": fake_openai.base_url, "max_retries": 2, "backoff_s": 0.01}
+    ws = open_workspace(docs, index_dir=tmp_path / "idx", llm=llm)
+    result = build_index(ws)
+    load = result.stats["llm_concurrency"]
+    assert load["requests"] == len(fake_openai.requests) > 0
+    assert load["peak_in_flight"] >= 2 and load["mean_in_flight"] > 0
+    assert load["adaptive"] and load["ceiling"] == 64 and load["throttled"] == 0
+
+    store = Store(ws.index_dir)
+    try:
+        st = index_status(store)
+    finally:
+        store.close()
+    assert st.llm_concurrency is not None and st.llm_concurrency.requests == load["requests"]
+    assert "llm_concurrency" not in st.last_run
+    assert "LLM requests in flight: mean" in status_text(st)
+
+    out = CliRunner().invoke(main, ["status", str(docs), "--index-dir", str(tmp_path / "idx")])
+    assert out.exit_code == 0, out.output
+    assert f"{load['requests']} requests, 0 throttled" in out.output
+
+    builtin = open_workspace(docs, index_dir=tmp_path / "offline")
+    assert "llm_concurrency" not in build_index(builtin).stats
