@@ -7,9 +7,11 @@ level the endpoint sustains, the way TCP finds a link's capacity:
 - **Slow start.** From `initial`, each reply that came back while callers were queueing for a
   slot widens the window by one (the window doubles every round trip) until the first sign of
   overload; after that it grows by about one request per round trip (additive increase).
-- **Multiplicative decrease on overload.** A 429/503/529 or a timeout halves the window, once per
-  round trip: replies to requests sent before the last decrease do not count again (otherwise
-  one burst of 25 throttled replies would drop the window 25 times).
+- **Multiplicative decrease on overload.** A 429/503/529 or a timeout cuts the window to 70%
+  (TCP CUBIC's factor: the window then saws between 70% and 100% of what the server allows; a
+  halving left a quota-limited endpoint a quarter idle), once per round trip: replies to
+  requests sent before the last decrease do not count again (otherwise one burst of 25
+  throttled replies would cut the window 25 times).
 - **Retry-After pauses everyone.** When an overloaded reply names a wait, no caller starts a
   request until that time, not just the one that was told.
 - **Latency holds growth.** Each task's request duration, and its duration per completion
@@ -50,7 +52,7 @@ __all__ = ["AdaptiveLimiter", "LimiterStats", "Permit"]
 _FIXED_TOKENS = 16
 _BASELINE_DRIFT = 0.002  # how fast a task's best latency creeps up towards new samples
 _RATIO_SMOOTHING = 0.3  # weight of a new sample in the latency ratios (EWMA)
-_OVERLOAD_FACTOR = 0.5
+_OVERLOAD_FACTOR = 0.7  # as TCP CUBIC: a sawtooth between 70% and 100% of what the server allows
 
 
 @dataclass(frozen=True)

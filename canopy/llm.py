@@ -4,7 +4,7 @@
 (`canopy.endpoint.JsonEndpoint`, aiohttp):
 - adaptive concurrency (`canopy.limiter.AdaptiveLimiter`): one AIMD window of requests in flight,
   shared by every task, thread and event loop, between `min_concurrency` and `concurrency`;
-  429/503/timeouts halve it and a Retry-After pauses every request until the time asked;
+  429/503/timeouts cut it to 70% and a Retry-After pauses every request until the time asked;
 - retries with exponential backoff and jitter on 429, 5xx, timeouts and connection errors,
   honouring `Retry-After` / `retry-after-ms`; when retries run out, or at once on 401/403/404,
   `EndpointUnavailable` with a message naming the endpoint and the last status;

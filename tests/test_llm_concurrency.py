@@ -79,15 +79,15 @@ def test_the_window_does_not_grow_when_demand_is_below_it(fake_openai):
     assert client.concurrency().window == 4  # an idle client never inflates its window
 
 
-def test_a_burst_of_429s_halves_the_window_once_per_round_trip(fake_openai):
+def test_a_burst_of_429s_cuts_the_window_once_per_round_trip(fake_openai):
     fake_openai.latency = 0.02
     fake_openai.fail_next(8, status=429, retry_after=0.05)
     client = make_client(fake_openai, initial_concurrency=8, concurrency=8)
     asyncio.run(burst(client, 8))
     stats = client.concurrency()
-    # All eight were sent in the same round trip: one cut (8 -> 4), not eight.
+    # All eight were sent in the same round trip: one cut (8 -> 5.6), not eight.
     assert stats.throttled == 8 and stats.backoffs == 1
-    assert 4 <= stats.window < 8
+    assert 5 <= stats.window < 8
     assert [r.status for r in fake_openai.requests].count(200) == 8
 
 
@@ -109,7 +109,7 @@ def test_retry_after_pauses_every_caller_until_the_time_the_server_asked(fake_op
     stats = client.concurrency()
     assert stats.throttled == 1 and stats.backoffs == 1
     assert stats.paused_s == pytest.approx(0.5, abs=0.05)
-    assert 4 <= stats.window < 8  # halved from 8, then additive growth
+    assert 5 <= stats.window < 8  # cut from 8 to 5.6, then additive growth
 
 
 def test_against_a_concurrency_quota_the_window_settles_near_it_without_failures(fake_openai):
