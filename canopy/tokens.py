@@ -7,11 +7,12 @@ special tokens): counts are tiktoken's by construction, with no network.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import gzip
 import hashlib
+import importlib.util
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 
 import tiktoken
 from tiktoken_ext import openai_public
@@ -21,8 +22,17 @@ __all__ = ["Tokenizer", "get_tokenizer"]
 _VOCAB_FILES = {"o200k_base": "o200k_base.tiktoken.gz", "cl100k_base": "cl100k_base.tiktoken.gz"}
 
 
+def _vocab_file(name: str) -> Path:
+    # find_spec locates the package without running its __init__, which parses all three bundled
+    # vocabularies (~1 s) to learn their special tokens; only the one file is needed here.
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the bpe-openai package (bundled tiktoken vocabularies) is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / name
+
+
 def _load_ranks(encoding: str, expected_hash: str | None) -> dict[bytes, int]:
-    data = gzip.decompress(resources.files("bpe_openai.data").joinpath(_VOCAB_FILES[encoding]).read_bytes())
+    data = gzip.decompress(_vocab_file(_VOCAB_FILES[encoding]).read_bytes())
     # The same check tiktoken applies to its download: the bundled file must be byte-identical.
     if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
         raise RuntimeError(f"bundled {encoding} vocabulary differs from tiktoken's; upgrade bpe-openai")
@@ -30,7 +40,7 @@ def _load_ranks(encoding: str, expected_hash: str | None) -> dict[bytes, int]:
     for line in data.splitlines():
         if line:
             token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
+            ranks[binascii.a2b_base64(token)] = int(rank)
     return ranks
 
 
