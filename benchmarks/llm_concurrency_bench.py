@@ -55,10 +55,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from canopy.errors import CanopyError
     from server.runtime import build_index, open_workspace
 
-    ws = open_workspace(
-        Path(spec["docs"]), index_dir=Path(spec["index_dir"]), llm={"base_url": spec["base_url"],
-                                                                     **spec["llm"]}
-    )
+    llm = {"base_url": spec["base_url"], **spec["llm"]}
+    ws = open_workspace(Path(spec["docs"]), index_dir=Path(spec["index_dir"]), llm=llm)
     t0 = time.perf_counter()
     try:
         result = build_index(ws)
@@ -74,7 +72,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# ---- the fake endpoint, in its own process --------------------------------------------------------
+# ---- the fake endpoint, in its own process ------------------------------------------------------
 
 
 def _fake_host(conn: Any, latency: float) -> None:
@@ -194,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--articles", type=int, default=30)
     p.add_argument("--latency", type=float, default=0.5, help="seconds per request")
     p.add_argument("--quota", type=int, default=12, help="requests the `quota` server works on")
-    p.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated: {', '.join(SETUPS)}")
+    p.add_argument("--setups", default=",".join(SETUPS), help=f"of: {', '.join(SETUPS)}")
     p.add_argument("--out", type=Path, default=RESULTS / "llm_concurrency_bench.json")
     p.add_argument("--_child", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)

@@ -215,7 +215,7 @@ async def call_with_retries(
 
 
 class PerLoop:
-    """Objects that belong to one event loop (HTTP sessions and their connection pools), made lazily.
+    """Objects that belong to one event loop (HTTP sessions and their pools), made lazily.
 
     With `close`, each object is closed when its loop shuts down: a parked async generator is
     finalised by `asyncio.run` (loop.shutdown_asyncgens), so callers need no cleanup call and

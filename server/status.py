@@ -13,7 +13,9 @@ from canopy.store import Store
 if TYPE_CHECKING:
     from server.service import QueryContext
 
-__all__ = ["ConcurrencyInfo", "IndexStatus", "concurrency_line", "index_status", "status_for_caller"]
+__all__ = [
+    "ConcurrencyInfo", "IndexStatus", "concurrency_line", "index_status", "status_for_caller",
+]
 
 
 class SkipInfo(BaseModel):
@@ -36,12 +38,12 @@ class ConcurrencyInfo(BaseModel):
     ceiling: int
     requests: int = Field(description="Requests sent, retries included")
     peak_in_flight: int
-    mean_in_flight: float = Field(description="Time-weighted, from the first request to the last reply")
+    mean_in_flight: float = Field(description="Time-weighted, first request to last reply")
     span_s: float = Field(description="From the first request to the last reply")
     busy_s: float = Field(description="Time with at least one request in flight")
     throttled: int = Field(description="429/503/529 replies and timeouts")
     backoffs: int = Field(description="Times the window was cut")
-    paused_s: float = Field(description="Time every request waited because the endpoint sent Retry-After")
+    paused_s: float = Field(description="Time every request waited for a Retry-After")
 
 
 class IndexStatus(BaseModel):
@@ -62,7 +64,7 @@ class IndexStatus(BaseModel):
     last_run: dict[str, object] = Field(default_factory=dict, description="Stats of the last committed run")
     llm_usage: dict[str, dict[str, int]] = Field(default_factory=dict, description="LLM usage of the last run, by task")
     llm_concurrency: ConcurrencyInfo | None = Field(
-        None, description="Requests in flight the LLM client achieved in the last run (None: no endpoint)")
+        None, description="Requests in flight the LLM client achieved in the last run (None: builtin)")
 
 
 def index_status(store: Store) -> IndexStatus:
@@ -93,9 +95,13 @@ def index_status(store: Store) -> IndexStatus:
 
 def concurrency_line(c: ConcurrencyInfo) -> str:
     """One line for people: how busy the last run kept the LLM endpoint."""
-    mode = f"adaptive window {c.floor}-{c.ceiling}, now {c.window:g}" if c.adaptive else f"fixed at {c.ceiling}"
-    line = (f"LLM requests in flight: mean {c.mean_in_flight:.1f} over {c.span_s:.1f}s, peak {c.peak_in_flight} "
-            f"({mode}); {c.requests} requests, {c.throttled} throttled (429/overload)")
+    if c.adaptive:
+        mode = f"adaptive window {c.floor}-{c.ceiling}, now {c.window:g}"
+    else:
+        mode = f"fixed at {c.ceiling}"
+    line = (f"LLM requests in flight: mean {c.mean_in_flight:.1f} over {c.span_s:.1f}s, "
+            f"peak {c.peak_in_flight} ({mode}); {c.requests} requests, "
+            f"{c.throttled} throttled (429/overload)")
     if c.paused_s:
         line += f", paused {c.paused_s:.1f}s for Retry-After"
     return line

@@ -65,7 +65,9 @@ class OpenAIEmbedder:
             lambda endpoint: endpoint.close(),
         )
         self._limiter = AdaptiveLimiter(
-            ceiling=ceiling, initial=min(settings.initial_concurrency, ceiling), max_pause=backoff_max
+            ceiling=ceiling,
+            initial=min(settings.initial_concurrency, ceiling),
+            max_pause=backoff_max,
         )
 
     def usage(self) -> dict[str, Usage]:
