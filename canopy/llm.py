@@ -1,7 +1,10 @@
 """The one client for OpenAI-compatible chat endpoints (design §7).
 
-`ChatClient` adds what every LLM call in Canopy needs around `openai.AsyncOpenAI`:
-- bounded concurrency (`LLMSettings.concurrency` requests in flight per event loop);
+`ChatClient` adds what every LLM call in Canopy needs around one HTTP POST
+(`canopy.endpoint.JsonEndpoint`, over the `openai` SDK's HTTP layer):
+- adaptive concurrency (`canopy.limiter.AdaptiveLimiter`): one AIMD window of requests in flight,
+  shared by every task, thread and event loop, between `min_concurrency` and `concurrency`;
+  429/503/timeouts cut it to 70% and a Retry-After pauses every request until the time asked;
 - retries with exponential backoff and jitter on 429, 5xx, timeouts and connection errors,
   honouring `Retry-After` / `retry-after-ms`; when retries run out, or at once on 401/403/404,
   `EndpointUnavailable` with a message naming the endpoint and the last status;
@@ -10,7 +13,8 @@
   before `InvalidOutput`;
 - a persistent response cache keyed by the full request (model, messages, response_format,
   temperature, max_tokens), so re-indexing unchanged text costs no calls;
-- usage accounting per task (calls, cache hits, tokens, failures).
+- usage accounting per task (calls, cache hits, tokens, failures), and the concurrency achieved
+  (`ChatClient.concurrency()`: mean and peak in flight, window, 429s).
 
 `call_with_retries` is the retry policy shared with the embedding client.
 """
@@ -28,13 +32,19 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import openai
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from canopy.endpoint import (
+    ConnectFailed,
+    EndpointError,
+    JsonEndpoint,
+    RequestTimeout,
+    StatusError,
+)
 from canopy.errors import (
     CanopyError,
     ConfigError,
@@ -42,6 +52,7 @@ from canopy.errors import (
     InvalidOutput,
     ProviderError,
 )
+from canopy.limiter import AdaptiveLimiter, LimiterStats, Permit
 from canopy.providers.base import Usage, record_usage
 from canopy.settings import LLMSettings
 from prompts import render
@@ -54,6 +65,7 @@ __all__ = [
     "UsageCounter",
     "call_with_retries",
     "json_schema_for",
+    "note_failure",
     "parse_json",
     "retry_after",
 ]
@@ -64,6 +76,8 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 _RETRY_STATUSES = frozenset({408, 409, 429})
+# Replies that mean "too much load": the adaptive window shrinks on these (and on timeouts).
+_OVERLOAD_STATUSES = frozenset({429, 503, 529})
 _FATAL_STATUSES = {
     401: "rejected the API key (HTTP 401); check CANOPY_LLM_API_KEY / CANOPY_EMBED_API_KEY",
     403: "refused access (HTTP 403); the key lacks permission for this model or endpoint",
@@ -90,11 +104,11 @@ class RetryPolicy:
 
 
 def _status(exc: BaseException) -> int | None:
-    return exc.status_code if isinstance(exc, openai.APIStatusError) else None
+    return exc.status if isinstance(exc, StatusError) else None
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+    if isinstance(exc, (ConnectFailed, RequestTimeout)):
         return True
     status = _status(exc)
     return status is not None and (status in _RETRY_STATUSES or status >= 500)
@@ -102,9 +116,9 @@ def _is_transient(exc: BaseException) -> bool:
 
 def retry_after(exc: BaseException | None) -> float | None:
     """Seconds the server asked us to wait (retry-after-ms, Retry-After seconds or HTTP date)."""
-    if not isinstance(exc, openai.APIStatusError):
+    if not isinstance(exc, StatusError):
         return None
-    headers = exc.response.headers
+    headers = exc.headers
     ms = headers.get("retry-after-ms")
     if ms:
         try:
@@ -125,28 +139,22 @@ def retry_after(exc: BaseException | None) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
+def note_failure(permit: Permit, exc: BaseException) -> None:
+    """Tell the limiter when a failed request means the endpoint is overloaded."""
+    if isinstance(exc, RequestTimeout) or _status(exc) in _OVERLOAD_STATUSES:
+        permit.overloaded(retry_after(exc))
+
+
 def _describe(exc: BaseException) -> str:
     """A short, library-independent account of why a request failed."""
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, RequestTimeout):
         return "request timed out"
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-        return f"connection failed{detail}"[:300]
+    if isinstance(exc, ConnectFailed):
+        return f"connection failed ({exc})"[:300]
     status = _status(exc)
     if status is not None:
         return f"HTTP {status}"
     return type(exc).__name__
-
-
-def _api_message(exc: openai.APIError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        msg = err.get("message") if isinstance(err, dict) else err
-        if msg:
-            return str(msg)[:500]
-    return str(exc.message)[:500]
 
 
 async def call_with_retries(
@@ -155,22 +163,34 @@ async def call_with_retries(
     """Run `call` and retry transient failures; translate endpoint failures into Canopy errors.
 
     `what` names the endpoint in messages ("LLM endpoint http://.../v1"). Raises
-    `EndpointUnavailable` when retries run out or on 401/403/404; other 4xx `APIStatusError`s
+    `EndpointUnavailable` when retries run out or on 401/403/404; other 4xx `StatusError`s
     are re-raised unchanged for the caller to interpret (e.g. a rejected response_format)."""
 
-    def wait(state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
+    def wait(exc: BaseException | None, attempt: int) -> float:
         asked = retry_after(exc)
         if asked is not None:
             return min(asked, policy.backoff_max)
-        base = min(policy.backoff_base * 2 ** (state.attempt_number - 1), policy.backoff_max)
+        base = min(policy.backoff_base * 2 ** (attempt - 1), policy.backoff_max)
         return base / 2 + random.uniform(0, base / 2)  # "equal jitter"
 
     attempts = policy.max_retries + 1
     try:
+        # The first attempt runs bare: most calls succeed, and tenacity's per-call set-up
+        # costs more than the rest of the retry policy together.
+        try:
+            return await call()
+        except EndpointError as exc:
+            if attempts == 1 or not _is_transient(exc):
+                raise
+            await asyncio.sleep(wait(exc, 1))
+
+        def later_wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            return wait(exc, state.attempt_number + 1)
+
         async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(attempts),
-            wait=wait,
+            stop=stop_after_attempt(attempts - 1),
+            wait=later_wait,
             retry=retry_if_exception(_is_transient),
             reraise=True,
             sleep=asyncio.sleep,
@@ -178,7 +198,7 @@ async def call_with_retries(
             with attempt:
                 result = await call()
         return result
-    except openai.APIError as exc:
+    except EndpointError as exc:
         status = _status(exc)
         if status in _FATAL_STATUSES:
             reason = _FATAL_STATUSES[status].format(model=model)
@@ -195,7 +215,7 @@ async def call_with_retries(
 
 
 class PerLoop:
-    """Objects that belong to one event loop (HTTP connection pools, semaphores), made lazily.
+    """Objects that belong to one event loop (HTTP sessions and their pools), made lazily.
 
     With `close`, each object is closed when its loop shuts down: a parked async generator is
     finalised by `asyncio.run` (loop.shutdown_asyncgens), so callers need no cleanup call and
@@ -304,6 +324,10 @@ _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 
 def parse_json(content: str, schema: type[M]) -> M:
     """Validate a reply against `schema`, tolerating code fences and text around one object."""
+    try:
+        return schema.model_validate_json(content)  # pydantic-core's parser: the common case
+    except ValidationError:
+        pass  # fenced, wrapped in prose, or invalid: the tolerant path says which
     text = content.strip()
     fenced = _FENCE.match(text)
     if fenced:
@@ -327,15 +351,88 @@ def _explain(err: Exception) -> str:
     return f"the reply is not valid JSON ({err})"
 
 
-def _with_schema_instruction(messages: list[dict], schema: dict[str, Any]) -> list[dict]:
+def _with_schema_instruction(messages: list[dict], schema_json: str) -> list[dict]:
     note = (
         "Reply with a single JSON object, and nothing else, that conforms to this JSON schema:\n"
-        + json.dumps(schema, ensure_ascii=False)
+        + schema_json
     )
     if messages and messages[0].get("role") == "system":
         first = {**messages[0], "content": f"{messages[0]['content']}\n\n{note}"}
         return [first, *messages[1:]]
     return [{"role": "system", "content": note}, *messages]
+
+
+_COMPACT = (",", ":")
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_json(model: type[BaseModel]) -> str:
+    return json.dumps(json_schema_for(model), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=256)
+def _format_json(mode: str, task: str, model: type[BaseModel]) -> str | None:
+    """The response_format of a JSON request, serialized once per mode, task and schema."""
+    if mode == "json_schema":
+        spec = json_schema_for(model)
+        fmt: dict[str, Any] = {
+            "type": "json_schema",
+            "json_schema": {"name": task, "schema": spec, "strict": False},
+        }
+    elif mode == "json_object":
+        fmt = {"type": "json_object"}
+    else:
+        return None
+    return json.dumps(fmt, sort_keys=True, ensure_ascii=False, separators=_COMPACT)
+
+
+@dataclass
+class _Request:
+    """One chat request. Its messages are serialized once, for both the cache key and the body."""
+
+    model: str
+    messages: list[dict]
+    temperature: float
+    fmt_json: str | None = None  # response_format, already JSON (canonical: sorted keys)
+    max_tokens: int | None = None
+    _messages_json: str | None = field(default=None, repr=False)
+
+    def with_messages(self, messages: list[dict]) -> _Request:
+        return _Request(self.model, messages, self.temperature, self.fmt_json, self.max_tokens)
+
+    def _messages(self) -> str:
+        if self._messages_json is None:
+            self._messages_json = json.dumps(
+                self.messages, sort_keys=True, ensure_ascii=False, separators=_COMPACT
+            )
+        return self._messages_json
+
+    def key(self) -> str:
+        """The response-cache key: sha256 of json.dumps({model, messages, response_format,
+        temperature, max_tokens}, sort_keys=True, compact), byte for byte the key earlier
+        versions wrote (so existing caches stay valid), assembled from the parts."""
+        blob = "".join((
+            '{"max_tokens":', json.dumps(self.max_tokens),
+            ',"messages":', self._messages(),
+            ',"model":', json.dumps(self.model, ensure_ascii=False),
+            ',"response_format":', self.fmt_json if self.fmt_json is not None else "null",
+            ',"temperature":', json.dumps(self.temperature),
+            "}",
+        ))
+        return "chat:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def body(self) -> bytes:
+        parts = [
+            '{"model":', json.dumps(self.model, ensure_ascii=False),
+            ',"messages":', self._messages(),
+            ',"temperature":', json.dumps(self.temperature),
+        ]
+        if self.fmt_json is not None:
+            parts += [',"response_format":', self.fmt_json]
+        if self.max_tokens is not None:
+            parts += [',"max_tokens":', json.dumps(self.max_tokens)]
+        parts.append("}")
+        return "".join(parts).encode("utf-8")
 
 
 class _FormatRejected(Exception):
@@ -371,7 +468,15 @@ class ChatClient:
         self._mode = "json_schema" if settings.json_schema else "json_object"
         self._usage = UsageCounter()
         self._api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
-        self._loop_state = PerLoop(self._new_loop_state, lambda state: state[0].close())
+        self._loop_state = PerLoop(self._new_endpoint, lambda endpoint: endpoint.close())
+        self._limiter = AdaptiveLimiter(
+            ceiling=settings.concurrency,
+            initial=settings.initial_concurrency,
+            floor=settings.min_concurrency,
+            adaptive=settings.adaptive,
+            latency_tolerance=settings.latency_tolerance,
+            max_pause=backoff_max,
+        )
 
     @property
     def json_mode(self) -> str:
@@ -381,14 +486,17 @@ class ChatClient:
     def usage(self) -> dict[str, Usage]:
         return self._usage.snapshot()
 
-    def _new_loop_state(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
-        client = openai.AsyncOpenAI(
-            base_url=self.endpoint,
-            api_key=self._api_key,
-            max_retries=0,
-            timeout=self.settings.timeout_s,
+    def concurrency(self) -> LimiterStats:
+        """Requests in flight achieved so far: mean, peak, the window now, 429s seen."""
+        return self._limiter.stats()
+
+    def _new_endpoint(self) -> JsonEndpoint:
+        return JsonEndpoint(
+            self.endpoint,
+            self._api_key,
+            timeout_s=self.settings.timeout_s,
+            connections=self.settings.concurrency,
         )
-        return client, asyncio.Semaphore(self.settings.concurrency)
 
     async def aclose(self) -> None:
         """Close the running event loop's connection pool now (optional: it is closed anyway
@@ -399,7 +507,7 @@ class ChatClient:
 
     async def text(self, task: str, messages: list[dict], max_tokens: int | None = None) -> str:
         request = self._request(messages, None, max_tokens)
-        key = self._key(request)
+        key = request.key()
         hit = self._cache_get(key)
         if hit is not None:
             self._usage.add(task, cached=1)
@@ -420,20 +528,14 @@ class ChatClient:
             raise
 
     async def _json(self, task: str, messages: list[dict], schema: type[M]) -> M:
-        spec = json_schema_for(schema)
         while True:
             mode = self._mode
             if mode == "json_schema":
-                fmt: dict[str, Any] | None = {
-                    "type": "json_schema",
-                    "json_schema": {"name": task, "schema": spec, "strict": False},
-                }
                 msgs = messages
             else:
-                fmt = {"type": "json_object"} if mode == "json_object" else None
-                msgs = _with_schema_instruction(messages, spec)
-            request = self._request(msgs, fmt, None)
-            key = self._key(request)
+                msgs = _with_schema_instruction(messages, _schema_json(schema))
+            request = self._request(msgs, _format_json(mode, task, schema), None)
+            key = request.key()
             hit = self._cache_get(key)
             if hit is not None:
                 try:
@@ -451,7 +553,7 @@ class ChatClient:
             try:
                 result = parse_json(content, schema)
             except (ValueError, ValidationError) as err:
-                content, result = await self._repair(task, request, content, err, schema, spec)
+                content, result = await self._repair(task, request, content, err, schema)
             self._cache_put(key, content)
             return result
 
@@ -467,21 +569,20 @@ class ChatClient:
     async def _repair(
         self,
         task: str,
-        request: dict[str, Any],
+        request: _Request,
         bad: str,
         err: Exception,
         schema: type[M],
-        spec: dict[str, Any],
     ) -> tuple[str, M]:
         problem = _explain(err)
-        follow_up = render("repair", error=problem, schema=json.dumps(spec, ensure_ascii=False))
+        follow_up = render("repair", error=problem, schema=_schema_json(schema))
         messages = [
-            *request["messages"],
+            *request.messages,
             {"role": "assistant", "content": bad},
             {"role": "user", "content": follow_up},
         ]
         try:
-            content = await self._send(task, {**request, "messages": messages})
+            content = await self._send(task, request.with_messages(messages))
         except _FormatRejected:
             raise InvalidOutput(
                 f"{task}: invalid output from {self.model} ({problem[:300]})"
@@ -497,27 +598,9 @@ class ChatClient:
     # ---- plumbing -----------------------------------------------------------------------------
 
     def _request(
-        self, messages: list[dict], fmt: dict[str, Any] | None, max_tokens: int | None
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": self.settings.temperature,
-        }
-        if fmt is not None:
-            request["response_format"] = fmt
-        if max_tokens is not None:
-            request["max_tokens"] = max_tokens
-        return request
-
-    @staticmethod
-    def _key(request: dict[str, Any]) -> str:
-        material = {
-            k: request.get(k)
-            for k in ("model", "messages", "response_format", "temperature", "max_tokens")
-        }
-        blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        return "chat:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        self, messages: list[dict], fmt_json: str | None, max_tokens: int | None
+    ) -> _Request:
+        return _Request(self.model, messages, self.settings.temperature, fmt_json, max_tokens)
 
     def _cache_get(self, key: str) -> str | None:
         return self._cache.cache_get(key) if self._cache is not None else None
@@ -526,22 +609,29 @@ class ChatClient:
         if self._cache is not None:
             self._cache.cache_put(key, content)
 
-    async def _send(self, task: str, request: dict[str, Any]) -> str:
-        client, semaphore = await self._loop_state.get()
+    async def _send(self, task: str, request: _Request) -> str:
+        endpoint: JsonEndpoint = await self._loop_state.get()
 
-        async def once() -> Any:
-            async with semaphore:
-                return await client.chat.completions.create(**request)
+        async def once() -> tuple[str, dict[str, Any]]:
+            async with self._limiter.slot(task) as permit:
+                try:
+                    raw = await endpoint.post("/chat/completions", request.body())
+                except EndpointError as exc:
+                    note_failure(permit, exc)
+                    raise
+                content, usage = _reply(raw, self.what, task)
+                permit.succeeded(usage.get("completion_tokens") or 0)
+                return content, usage
 
         try:
-            response = await call_with_retries(
+            content, usage = await call_with_retries(
                 once, what=self.what, model=self.model, policy=self._policy
             )
-        except openai.APIStatusError as exc:
-            message = _api_message(exc)
+        except StatusError as exc:
+            message = exc.message
             if (
-                "response_format" in request
-                and exc.status_code in (400, 422)
+                request.fmt_json is not None
+                and exc.status in (400, 422)
                 and re.search(
                     r"response_format|json_schema|json_object|structured", message, re.IGNORECASE
                 )
@@ -549,21 +639,43 @@ class ChatClient:
                 raise _FormatRejected(message) from None
             # The endpoint's own text may quote the prompt, so it goes to the operator's log only.
             log.warning(
-                "%s refused a %s request (HTTP %s): %s", self.what, task, exc.status_code, message
+                "%s refused a %s request (HTTP %s): %s", self.what, task, exc.status, message
             )
             raise ProviderError(
-                f"{self.what} refused the {task} request (HTTP {exc.status_code}); see the log."
+                f"{self.what} refused the {task} request (HTTP {exc.status}); see the log."
             ) from None
-        except openai.APIError as exc:
+        except EndpointError as exc:
             raise ProviderError(
                 f"{self.what} sent an unusable reply to the {task} request: {_describe(exc)}"
             ) from None
-        usage = getattr(response, "usage", None)
         self._usage.add(
             task,
             calls=1,
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            prompt_tokens=_int(usage.get("prompt_tokens")),
+            completion_tokens=_int(usage.get("completion_tokens")),
         )
-        choices = getattr(response, "choices", None) or []
-        return (choices[0].message.content or "") if choices else ""
+        return content
+
+
+def _int(value: object) -> int:
+    try:
+        return int(value or 0)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0
+
+
+def _reply(raw: bytes, what: str, task: str) -> tuple[str, dict[str, Any]]:
+    """The first choice's text and the usage block of a chat completion body."""
+    try:
+        data = json.loads(raw)
+        choices = data.get("choices") or []
+        content = (choices[0].get("message") or {}).get("content") if choices else ""
+        usage = data.get("usage") or {}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ProviderError(
+            f"{what} sent an unusable reply to the {task} request: not a chat completion "
+            f"({type(exc).__name__})"
+        ) from None
+    if not isinstance(usage, dict):
+        usage = {}
+    return (content if isinstance(content, str) else ""), usage

@@ -46,7 +46,22 @@ class LLMSettings(BaseModel):
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint; unset = builtin offline provider")
     model: str = Field("gpt-4o-mini", description="Chat model name sent to the endpoint")
     api_key: SecretStr | None = Field(None, description="API key (many local servers accept any value)")
-    concurrency: int = Field(8, ge=1, le=256, description="Maximum in-flight chat requests")
+    concurrency: int = Field(
+        64, ge=1, le=256,
+        description="Most chat requests in flight: the adaptive window's ceiling "
+        "(with adaptive = false, the fixed number)")
+    initial_concurrency: int = Field(
+        8, ge=1, le=256,
+        description="Requests in flight at first; the window grows from here while replies keep "
+        "their latency and no 429 comes back (capped by concurrency)")
+    min_concurrency: int = Field(1, ge=1, le=256, description="The window's floor under 429s")
+    adaptive: bool = Field(
+        True, description="Adapt requests in flight to the endpoint (AIMD; a Retry-After pauses "
+        "every request); false = always `concurrency`")
+    latency_tolerance: float = Field(
+        2.0, gt=1, le=100,
+        description="Growth stops when requests take this many times the best seen (the "
+        "endpoint is queueing, not working in parallel)")
     max_retries: int = Field(5, ge=0, le=20, description="Retries on 429/5xx/timeouts, with backoff")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds")
     backoff_s: float = Field(1.0, ge=0, description="First retry wait when no Retry-After is sent; doubles")
@@ -64,6 +79,10 @@ class EmbedSettings(BaseModel):
     api_key: SecretStr | None = None
     dims: int = Field(384, ge=32, le=4096, description="Dimensions of the builtin hashing embedder")
     batch_size: int = Field(64, ge=1, le=2048)
+    concurrency: int = Field(
+        16, ge=1, le=256, description="Most embedding requests in flight (adaptive window ceiling)")
+    initial_concurrency: int = Field(
+        4, ge=1, le=256, description="Embedding requests in flight at first")
 
     @property
     def enabled(self) -> bool:

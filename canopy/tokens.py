@@ -7,14 +7,14 @@ special tokens): counts are tiktoken's by construction, with no network.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import gzip
 import hashlib
+import importlib.util
 import logging
 import os
 import threading
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +33,18 @@ def _cache_path(encoding: str, expected_hash: str | None) -> Path:
     return base / "canopy" / f"{encoding}-{(expected_hash or 'unchecked')[:16]}.npz"
 
 
+def _vocab_file(name: str) -> Path:
+    # find_spec locates the package without running its __init__, which parses all three bundled
+    # vocabularies (~1 s) to learn their special tokens; only the one file is needed here.
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the bpe-openai package (bundled tiktoken vocabularies) is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / name
+
+
 def _load_ranks(encoding: str, expected_hash: str | None) -> dict[bytes, int]:
-    """The encoding's ranks, from a decoded copy in the user cache when there is one (a tenth
-    of the time: the first query of a fresh server pays this), else from the bundled file."""
+    """The encoding's ranks, from a decoded copy in the user cache when there is one (the
+    first query of a fresh server pays this), else from the bundled file."""
     cached = _cache_path(encoding, expected_hash)
     try:
         with np.load(cached, allow_pickle=False) as z:  # plain arrays: nothing is executed
@@ -45,7 +54,7 @@ def _load_ranks(encoding: str, expected_hash: str | None) -> dict[bytes, int]:
                                                              strict=True))}
     except (OSError, KeyError, ValueError):
         pass
-    data = gzip.decompress(resources.files("bpe_openai.data").joinpath(_VOCAB_FILES[encoding]).read_bytes())
+    data = gzip.decompress(_vocab_file(_VOCAB_FILES[encoding]).read_bytes())
     # The same check tiktoken applies to its download: the bundled file must be byte-identical.
     if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
         raise RuntimeError(f"bundled {encoding} vocabulary differs from tiktoken's; upgrade bpe-openai")
@@ -53,7 +62,7 @@ def _load_ranks(encoding: str, expected_hash: str | None) -> dict[bytes, int]:
     for line in data.splitlines():
         if line:
             token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
+            ranks[binascii.a2b_base64(token)] = int(rank)
     if sorted(ranks.values()) == list(range(len(ranks))):  # dense ranks: storable as an order
         ordered = sorted(ranks, key=ranks.__getitem__)
         try:

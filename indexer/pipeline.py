@@ -157,6 +157,9 @@ async def run_index(
             "reports_generated": reports.generated, "reports_reused": reports.reused,
             "embedded": vectors.embedded,
         }
+        load = provider.concurrency()
+        if load is not None:  # the LLM client's achieved concurrency (shown by `canopy status`)
+            stats["llm_concurrency"] = load.as_dict()
         generation = staging.commit(CommitInfo(meta, failures, skips, [*units.removed, *revoked], run_id, stats,
                                                 usage))
     finally:

@@ -12,7 +12,9 @@ from canopy.store import Store
 if TYPE_CHECKING:
     from server.context import QueryContext
 
-__all__ = ["IndexStatus", "index_status", "status_for_caller"]
+__all__ = [
+    "ConcurrencyInfo", "IndexStatus", "concurrency_line", "index_status", "status_for_caller",
+]
 
 
 class SkipInfo(BaseModel):
@@ -24,6 +26,23 @@ class FailureInfo(BaseModel):
     id: str = Field(description="Text unit id (extract) or community id (report)")
     task: str
     error: str
+
+
+class ConcurrencyInfo(BaseModel):
+    """What the LLM client's adaptive window achieved during the last run."""
+
+    adaptive: bool = Field(description="False when a fixed number of requests was kept in flight")
+    window: float = Field(description="Requests in flight allowed when the run ended")
+    floor: int
+    ceiling: int
+    requests: int = Field(description="Requests sent, retries included")
+    peak_in_flight: int
+    mean_in_flight: float = Field(description="Time-weighted, first request to last reply")
+    span_s: float = Field(description="From the first request to the last reply")
+    busy_s: float = Field(description="Time with at least one request in flight")
+    throttled: int = Field(description="429/503/529 replies and timeouts")
+    backoffs: int = Field(description="Times the window was cut")
+    paused_s: float = Field(description="Time every request waited for a Retry-After")
 
 
 class IndexStatus(BaseModel):
@@ -43,6 +62,8 @@ class IndexStatus(BaseModel):
     failures: list[FailureInfo]
     last_run: dict[str, object] = Field(default_factory=dict, description="Stats of the last committed run")
     llm_usage: dict[str, dict[str, int]] = Field(default_factory=dict, description="LLM usage of the last run, by task")
+    llm_concurrency: ConcurrencyInfo | None = Field(
+        None, description="Requests in flight the LLM client achieved in the last run (None: builtin)")
 
 
 def index_status(store: Store) -> IndexStatus:
@@ -59,13 +80,30 @@ def index_status(store: Store) -> IndexStatus:
         generation = snap.generation
     runs = [r for r in store.runs(10) if r.generation is not None]
     last = runs[0] if runs else None
+    last_stats = dict(last.stats) if last else {}
+    load = last_stats.pop("llm_concurrency", None)
     return IndexStatus(
         index_dir=str(store.index_dir), generation=generation, provider=provider, embedder=embedder,
         **counts, communities_by_level=levels,
         skipped=[SkipInfo(path=s.path, reason=s.reason) for s in skips],
         failures=[FailureInfo(id=f.unit_id, task=f.task, error=f.error) for f in failures],
-        last_run=dict(last.stats) if last else {}, llm_usage=last.usage if last else {},
+        last_run=last_stats, llm_usage=last.usage if last else {},
+        llm_concurrency=ConcurrencyInfo.model_validate(load) if isinstance(load, dict) else None,
     )
+
+
+def concurrency_line(c: ConcurrencyInfo) -> str:
+    """One line for people: how busy the last run kept the LLM endpoint."""
+    if c.adaptive:
+        mode = f"adaptive window {c.floor}-{c.ceiling}, now {c.window:g}"
+    else:
+        mode = f"fixed at {c.ceiling}"
+    line = (f"LLM requests in flight: mean {c.mean_in_flight:.1f} over {c.span_s:.1f}s, "
+            f"peak {c.peak_in_flight} ({mode}); {c.requests} requests, "
+            f"{c.throttled} throttled (429/overload)")
+    if c.paused_s:
+        line += f", paused {c.paused_s:.1f}s for Retry-After"
+    return line
 
 
 def status_for_caller(
@@ -114,4 +152,5 @@ def status_for_caller(
         "failures": [f for f in full.failures if f.id in units or f.id in visible_communities],
         "last_run": full.last_run if everything else {},
         "llm_usage": full.llm_usage if everything else {},
+        "llm_concurrency": full.llm_concurrency if everything else None,
     })

@@ -12,7 +12,7 @@ import json
 
 from canopy.model import metadata_line
 from server.results import Citation, CommunityCard, DrillResult, SearchResult, SourceSpan, UsageInfo
-from server.status import IndexStatus
+from server.status import IndexStatus, concurrency_line
 
 __all__ = ["drill_text", "search_text", "span_text", "status_text"]
 
@@ -137,6 +137,8 @@ def status_text(s: IndexStatus) -> str:
         f"entities {s.entities}, relationships {s.relationships}, claims {s.claims}",
         f"communities {s.communities} by level {s.communities_by_level}, reports {s.reports}",
     ]
+    if s.llm_concurrency is not None:
+        out.append(concurrency_line(s.llm_concurrency))
     out += [f"skipped {k.path}: {k.reason}" for k in s.skipped]
     out += [f"failed {f.task} {f.id}: {f.error}" for f in s.failures]
     return "\n".join(out)

@@ -17,12 +17,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from canopy.model import Claim, Entity, Extraction, Relationship, Report, TextUnit
+
+if TYPE_CHECKING:
+    from canopy.limiter import LimiterStats
 
 __all__ = [
     "AnswerOut",
@@ -267,6 +270,11 @@ class Provider(Protocol):
 
     def usage(self) -> dict[str, Usage]:
         """Accounting per task name since creation (extract, glean, summarize, report, map, ...)."""
+        ...
+
+    def concurrency(self) -> LimiterStats | None:
+        """Requests in flight achieved since creation (mean, peak, window, 429s); None when the
+        provider calls no endpoint."""
         ...
 
     async def extract(self, unit: TextUnit, *, entity_types: list[str], claims: bool, max_gleanings: int) -> Extraction:

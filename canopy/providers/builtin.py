@@ -63,6 +63,9 @@ class BuiltinProvider:
         with self._lock:
             return {task: replace(u) for task, u in sorted(self._usage.items())}
 
+    def concurrency(self) -> None:
+        return None  # no endpoint, nothing in flight
+
     # ---- indexing ---------------------------------------------------------------------------
 
     async def extract(self, unit: TextUnit, *, entity_types: list[str], claims: bool,

@@ -1,19 +1,23 @@
 """Embedding providers: `embed(texts) -> float32 array` with L2-normalised rows.
 
 - `OpenAIEmbedder`: any OpenAI-compatible `/embeddings` endpoint, batched, with the same retry
-  policy as chat (`canopy.llm.call_with_retries`).
+  policy as chat (`canopy.llm.call_with_retries`) and its own adaptive window of requests in
+  flight (`canopy.limiter.AdaptiveLimiter`, between 1 and `EmbedSettings.concurrency`).
 - The builtin offline embedder lives in this module too (see the section at the end).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 
 import numpy as np
-import openai
 
+from canopy.endpoint import EndpointError, JsonEndpoint
 from canopy.errors import ConfigError, ProviderError
-from canopy.llm import PerLoop, RetryPolicy, UsageCounter, call_with_retries
+from canopy.limiter import AdaptiveLimiter, LimiterStats
+from canopy.llm import PerLoop, RetryPolicy, UsageCounter, call_with_retries, note_failure
 from canopy.providers.base import Usage
 from canopy.settings import EmbedSettings
 
@@ -29,7 +33,8 @@ def normalize_rows(vectors: np.ndarray) -> np.ndarray:
 
 class OpenAIEmbedder:
     """Embeddings from an OpenAI-compatible endpoint, `settings.batch_size` texts per request and
-    at most `concurrency` requests in flight per event loop."""
+    at most `concurrency` (default `settings.concurrency`) requests in flight, shared by every
+    caller of this embedder."""
 
     def __init__(
         self,
@@ -37,7 +42,7 @@ class OpenAIEmbedder:
         *,
         max_retries: int = 5,
         timeout_s: float = 60.0,
-        concurrency: int = 4,
+        concurrency: int | None = None,
         backoff_base: float = 1.0,
         backoff_max: float = 60.0,
     ) -> None:
@@ -53,18 +58,23 @@ class OpenAIEmbedder:
         self._policy = RetryPolicy(max_retries, backoff_base, backoff_max)
         self._usage = UsageCounter()
         api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
+        ceiling = concurrency or settings.concurrency
+        base_url = settings.base_url
         self._loop_state = PerLoop(
-            lambda: (
-                openai.AsyncOpenAI(
-                    base_url=settings.base_url, api_key=api_key, max_retries=0, timeout=timeout_s
-                ),
-                asyncio.Semaphore(concurrency),
-            ),
-            lambda state: state[0].close(),
+            lambda: JsonEndpoint(base_url, api_key, timeout_s=timeout_s, connections=ceiling),
+            lambda endpoint: endpoint.close(),
+        )
+        self._limiter = AdaptiveLimiter(
+            ceiling=ceiling,
+            initial=min(settings.initial_concurrency, ceiling),
+            max_pause=backoff_max,
         )
 
     def usage(self) -> dict[str, Usage]:
         return self._usage.snapshot()
+
+    def concurrency(self) -> LimiterStats:
+        return self._limiter.stats()
 
     async def aclose(self) -> None:
         """Close the running event loop's connection pool now (optional, as for ChatClient)."""
@@ -89,33 +99,52 @@ class OpenAIEmbedder:
         return normalize_rows(np.vstack(parts))
 
     async def _batch(self, texts: list[str]) -> np.ndarray:
-        client, semaphore = await self._loop_state.get()
+        endpoint: JsonEndpoint = await self._loop_state.get()
         # Endpoints reject empty strings; a space embeds as "nothing" just as well.
         inputs = [t if t.strip() else " " for t in texts]
+        body = json.dumps(
+            {"input": inputs, "model": self.model, "encoding_format": "float"}, ensure_ascii=False
+        ).encode("utf-8")
 
-        async def once() -> object:
-            async with semaphore:
-                return await client.embeddings.create(
-                    input=inputs, model=self.model, encoding_format="float"
-                )
+        async def once() -> bytes:
+            async with self._limiter.slot("embed") as permit:
+                try:
+                    raw = await endpoint.post("/embeddings", body)
+                except EndpointError as exc:
+                    note_failure(permit, exc)
+                    raise
+                permit.succeeded()
+                return raw
 
         try:
-            response = await call_with_retries(
+            raw = await call_with_retries(
                 once, what=self.what, model=self.model, policy=self._policy
             )
-        except openai.APIError as exc:
-            status = getattr(exc, "status_code", None)
+        except EndpointError as exc:
+            status = getattr(exc, "status", None)
             raise ProviderError(
                 f"{self.what} refused an embedding request (HTTP {status})."
             ) from None
-        data = sorted(response.data, key=lambda d: d.index)  # type: ignore[attr-defined]
+        try:
+            reply = json.loads(raw)
+            data = sorted(reply["data"], key=lambda d: d["index"])
+            vectors = np.asarray([_vector(d["embedding"]) for d in data], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProviderError(
+                f"{self.what} sent an unusable embedding reply ({type(exc).__name__})."
+            ) from None
         if len(data) != len(texts):
             raise ProviderError(f"{self.what} returned {len(data)} vectors for {len(texts)} texts.")
-        usage = getattr(response, "usage", None)
-        self._usage.add(
-            "embed", calls=1, prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0)
-        )
-        return np.asarray([d.embedding for d in data], dtype=np.float32)
+        usage = reply.get("usage") or {}
+        self._usage.add("embed", calls=1, prompt_tokens=int(usage.get("prompt_tokens") or 0))
+        return vectors
+
+
+def _vector(value: list[float] | str) -> np.ndarray:
+    """One embedding: a list of floats, or base64 float32 (servers that ignore encoding_format)."""
+    if isinstance(value, str):
+        return np.frombuffer(base64.b64decode(value), dtype="<f4")
+    return np.asarray(value, dtype=np.float32)
 
 
 # ---- builtin offline embedder -------------------------------------------------------------------

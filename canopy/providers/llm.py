@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 
 from canopy.ids import normalize_name
+from canopy.limiter import LimiterStats
 from canopy.llm import ChatClient
 from canopy.model import (
     ClaimInstance,
@@ -60,6 +61,9 @@ class LLMProvider:
 
     def usage(self) -> dict[str, Usage]:
         return self.client.usage()
+
+    def concurrency(self) -> LimiterStats:
+        return self.client.concurrency()
 
     # ---- indexing ------------------------------------------------------------------------------
 

@@ -57,6 +57,10 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     if calls:
         click.echo(f"  LLM calls {calls}: "
                    + ", ".join(f"{t} {u['calls']}" for t, u in result.usage.items()))
+    if isinstance(s.get("llm_concurrency"), dict):
+        from server.status import ConcurrencyInfo, concurrency_line
+
+        click.echo(f"  {concurrency_line(ConcurrencyInfo.model_validate(s['llm_concurrency']))}")
     for skip in result.skips:
         click.echo(f"  skipped {skip.path}: {skip.reason}")
     for f in result.failures:
@@ -71,7 +75,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
 def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: bool) -> None:
     """Show what the index of DOCS holds: counts, levels, skips, failures, provider, LLM usage."""
     from server.runtime import open_workspace
-    from server.status import index_status
+    from server.status import concurrency_line, index_status
 
     ws = open_workspace(docs, index_dir, config)
     store = ws.store(must_exist=True)
@@ -94,6 +98,8 @@ def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: boo
         click.echo(f"  llm {task}: {u.get('calls', 0)} calls ({u.get('cached', 0)} cached), "
                    f"{u.get('prompt_tokens', 0)} prompt + {u.get('completion_tokens', 0)} "
                    "completion tokens")
+    if st.llm_concurrency is not None:
+        click.echo(f"  {concurrency_line(st.llm_concurrency)}")
     for s in st.skipped:
         click.echo(f"  skipped {s.path}: {s.reason}")
     for f in st.failures:

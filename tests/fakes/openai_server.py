@@ -14,7 +14,12 @@ Fault injection (each consumes the next matching requests, in order):
 - `malformed_next(n, kind="syntax"|"schema")`: 200 replies whose content is broken JSON, or
   JSON that matches no schema;
 - `hang_next(n, seconds)`: replies delayed past a client's timeout;
-- `latency = seconds`: every request sleeps (concurrency tests; `max_in_flight` records the peak);
+- `latency = seconds`: every request sleeps (concurrency tests; `max_in_flight` records the peak
+  and `in_flight_stats()` the time-weighted mean);
+- `capacity = n` (with `capacity_retry_after`): a request arriving while n are being worked on is
+  refused at once with 429, like an endpoint with a concurrency quota (`refused` counts them);
+- `serial = True`: requests are worked on one at a time, each for `latency` (a local server with
+  one slot: latency grows with the queue, and nothing is ever refused);
 - `reject_json_schema = True`: 400 "response_format json_schema is not supported";
 - `api_key = "..."` (401 otherwise) and `models = {...}` (404 for others).
 Canned replies: `enqueue(task, content)` makes the next request of that task answer `content`
@@ -48,7 +53,8 @@ class FakeRequest:
     task: str
     body: dict[str, Any]
     status: int = 200
-    time: float = field(default_factory=time.monotonic)
+    time: float = field(default_factory=time.monotonic)  # arrival
+    finished: float = 0.0  # when the reply was ready
 
 
 class FakeOpenAI:
@@ -63,8 +69,17 @@ class FakeOpenAI:
         self.requests: list[FakeRequest] = []
         self.calls: Counter[str] = Counter()
         self.max_in_flight = 0
+        self.capacity: int | None = None
+        self.capacity_retry_after: float | None = 0.05
+        self.refused = 0
+        self.serial = False
         self._in_flight = 0
+        self._area = 0.0  # integral of requests in flight over time
+        self._first: float | None = None
+        self._mark = 0.0
+        self._last = 0.0
         self._lock = threading.Lock()
+        self._work = threading.Lock()  # the one slot of `serial` mode
         self._faults: deque[tuple[int, float | None]] = deque()
         self._malformed: deque[str] = deque()
         self._hangs: deque[float] = deque()
@@ -144,6 +159,25 @@ class FakeOpenAI:
             self._hangs.clear()
             self._canned.clear()
             self.max_in_flight = 0
+            self.refused = 0
+            self._area, self._first, self._mark, self._last = 0.0, None, 0.0, 0.0
+
+    def in_flight_stats(self) -> dict[str, float]:
+        """Requests worked on at once: time-weighted mean from the first arrival to the last
+        reply, and the peak (refused requests are not counted)."""
+        with self._lock:
+            span = self._last - self._first if self._first is not None else 0.0
+            return {
+                "mean": self._area / span if span > 0 else 0.0,
+                "peak": float(self.max_in_flight),
+                "span_s": span,
+            }
+
+    def _tick(self, now: float) -> None:
+        if self._first is None:
+            self._first = self._mark = now
+        self._area += self._in_flight * (now - self._mark)
+        self._mark = self._last = now
 
     # ---- request handling (called from handler threads) ---------------------------------------
 
@@ -160,18 +194,33 @@ class FakeOpenAI:
         with self._lock:
             self.requests.append(record)
             self.calls[task] += 1
-            self._in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self._in_flight)
-            fault = self._faults.popleft() if self._faults else None
-            hang = self._hangs.popleft() if self._hangs else 0.0
+            refuse = self.capacity is not None and self._in_flight >= self.capacity
+            if refuse:
+                self.refused += 1
+            else:
+                self._tick(time.monotonic())
+                self._in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self._in_flight)
+                fault = self._faults.popleft() if self._faults else None
+                hang = self._hangs.popleft() if self._hangs else 0.0
+        if refuse:
+            status, extra, payload = self._answer(
+                task, headers, body, (429, self.capacity_retry_after)
+            )
+            record.status, record.finished = status, time.monotonic()
+            return status, extra, payload
         try:
-            if self.latency or hang:
+            if self.serial:
+                with self._work:
+                    time.sleep(self.latency + hang)
+            elif self.latency or hang:
                 time.sleep(self.latency + hang)
             status, extra, payload = self._answer(task, headers, body, fault)
         finally:
             with self._lock:
+                self._tick(time.monotonic())
                 self._in_flight -= 1
-        record.status = status
+        record.status, record.finished = status, time.monotonic()
         return status, extra, payload
 
     def _answer(
@@ -286,6 +335,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; with Nagle on, the body waits for the client's
+    # delayed ACK (~40 ms on Linux), which made every request cost ~50 ms at "zero latency".
+    disable_nagle_algorithm = True
     server: _Server
 
     def do_POST(self) -> None:  # noqa: N802 (http.server naming)
