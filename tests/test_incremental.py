@@ -245,3 +245,28 @@ def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(tmp
     build_index(fresh)
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
     assert_community_invariants(ws.index_dir)
+
+
+def test_when_the_guard_reclusters_nothing_of_the_local_update_remains(tmp_path: Path) -> None:
+    """The modularity guard replaces the locally updated hierarchy with a fresh clustering: every
+    community the local update had staged must go with it (a partition, not a mixture)."""
+    corpus = Corpus(tmp_path / "docs", 5)
+    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
+    build_index(ws)
+    for _ in range(3):
+        corpus.step()
+        store = Store(ws.index_dir)
+        try:
+            store.set_meta({"q_reference": "1.0"})  # any local update now falls short of it
+        finally:
+            store.close()
+        build_index(ws)
+        assert_community_invariants(ws.index_dir)
+        store = Store(ws.index_dir)
+        try:
+            assert float(store.get_meta("q_reference") or 0) < 1.0  # a fresh clustering ran
+        finally:
+            store.close()
+    fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh")
+    build_index(fresh)
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir)

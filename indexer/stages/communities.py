@@ -88,8 +88,10 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     isolated_ids = [r[0] for r in b.store.writer.execute(
         "SELECT id FROM temp.entities_new WHERE degree = 0 ORDER BY id") if r[0] not in connected]
     hierarchy = build_hierarchy(edges, _isolated(b, isolated_ids), _params(b), previous)
-    if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community
+    if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community,
+        # committed or staged by the local update it overrides
         old = [r[0] for r in b.store.writer.execute("SELECT id FROM main.communities")]
+        old += b.staging.staged_keys("communities")
         b.staging.delete("communities", old)
         b.staging.delete("community_members", old)
     delta = _stage(b, hierarchy)
