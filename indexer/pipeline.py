@@ -118,10 +118,19 @@ async def run_index(
 
     tok = get_tokenizer(settings.chunking.encoding)
     staging = Staging(store, full=full)
+    seconds: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
+    clock = [time.perf_counter()]
+
+    def lap(stage: str) -> None:
+        now = time.perf_counter()
+        seconds[stage] = round(now - clock[0], 3)
+        clock[0] = now
+
     try:
         b = Build(store, staging, settings, provider, embedder, tok, full, progress)
         # 3. documents and text units (edit-stable chunking: unchanged units keep their ids)
         units = stage_documents(b, plan)
+        lap("documents")
         # 4. extraction of new units, and retries of units that failed before
         retry = [f.unit_id for f in previous_failures if f.task == "extract"]
         live_retry = list(b.reads.unit_acl(retry)) if retry and not full else []
@@ -129,16 +138,21 @@ async def run_index(
         if not reextract:
             todo = sorted(set(todo) - store.extracted(todo)) + live_retry
         extracted = await extract_units(b, todo)
+        lap("extract")
         # 5. entities, relationships and claims touched by the changed units
         changed = [*units.added, *units.removed, *units.relabelled, *live_retry]
         graph = await stage_graph(b, changed)
+        lap("merge")
         # 6. communities: a local update, or a fresh clustering
         hierarchy = stage_communities(b, graph)
+        lap("communities")
         # 7. fingerprints and reports, bottom-up
         failed_reports = [f.unit_id for f in previous_failures if f.task == "report"]
         reports = await stage_reports(b, graph, hierarchy, failed_reports)
+        lap("reports")
         # 8. embeddings and search rows of what changed
         vectors = await stage_vectors(b, rebuild=rebuild_vectors)
+        lap("vectors")
         # 9. one atomic commit
         failures = extracted.failures + reports.failures
         usage = {task: u.as_dict() for task, u in sorted(provider.usage().items())}
@@ -160,8 +174,10 @@ async def run_index(
         load = provider.concurrency()
         if load is not None:  # the LLM client's achieved concurrency (shown by `canopy status`)
             stats["llm_concurrency"] = load.as_dict()
-        generation = staging.commit(CommitInfo(meta, failures, skips, [*units.removed, *revoked], run_id, stats,
-                                                usage))
+        stats["seconds"] = seconds
+        generation = staging.commit(CommitInfo(meta, failures, skips, [*units.removed, *revoked],
+                                               run_id, stats, usage))
+        lap("commit")
     finally:
         staging.close()
     with store.snapshot() as snap:

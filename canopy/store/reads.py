@@ -151,6 +151,15 @@ class GraphReads:
         rows = self._rows(f"SELECT * FROM {self.t.entities} WHERE id {_IN}", _ids(ids))
         return {r[0]: EntityRow.of(r) for r in rows}
 
+    def entity_texts(self, ids: Iterable[str]) -> dict[str, tuple[str, str, list[int]]]:
+        """(name, description, ACL classes) of each entity: what it is searched by."""
+        sql = f"SELECT id, name, description, acl FROM {self.t.entities} WHERE id {_IN}"
+        return {r[0]: (r[1], r[2], json.loads(r[3])) for r in self._rows(sql, _ids(ids))}
+
+    def entity_names(self, ids: Iterable[str]) -> dict[str, str]:
+        sql = f"SELECT id, name FROM {self.t.entities} WHERE id {_IN}"
+        return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
+
     def entity_ids_by_key(self, keys: Iterable[str]) -> dict[str, str]:
         """Entity id of each normalized name that names an entity."""
         sql = f"SELECT key, id FROM {self.t.entities} WHERE key {_IN}"

@@ -33,11 +33,12 @@ DB_NAME = "canopy.sqlite"
 _TIMEOUT_S = 30.0
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path, cache_kib: int = 8192) -> sqlite3.Connection:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=_TIMEOUT_S)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA temp_store=FILE")
+    db.execute(f"PRAGMA cache_size=-{cache_kib}")  # index-heavy writes thrash the 2 MB default
     return db
 
 
@@ -80,7 +81,7 @@ class Store:
         self.index_dir = Path(index_dir)
         self.index_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.index_dir / DB_NAME
-        self._db = connect(self.path)
+        self._db = connect(self.path, cache_kib=65536)  # the writer's: 64 MB of page cache
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []

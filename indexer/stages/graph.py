@@ -87,7 +87,7 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta) -> None:
         before = {} if b.full else b.committed.entities(ids)
         descriptions = await describe({d.id: (d.name, d.descriptions) for d in drafts.values()},
                                       b.provider, b.tok, max_tokens=x.summary_max_tokens,
-                                      memo=b.store, concurrency=b.concurrency)
+                                      memo=b.memo, concurrency=b.concurrency)
         rows = []
         for d in drafts.values():
             old = before.get(d.id)
@@ -108,12 +108,11 @@ async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta) -> 
     for batch in _batches(rids):
         drafts = merge_relationships(b.reads.relationship_instances(batch))
         before = {} if b.full else b.committed.relationships(batch)
-        names = {i: r.entity.name for i, r in b.reads.entities(
-            {e for d in drafts.values() for e in (d.source, d.target)}).items()}
+        names = b.reads.entity_names({e for d in drafts.values() for e in (d.source, d.target)})
         descriptions = await describe(
             {d.id: (f"{names.get(d.source, '')} -- {names.get(d.target, '')}", d.descriptions)
              for d in drafts.values()},
-            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.store,
+            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
             concurrency=b.concurrency)
         rows = []
         for d in drafts.values():

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash
 from canopy.model import Community, Report, UnitFailure
-from canopy.store import CommunityRow, Gate, ReportRow
+from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, ReportRow
 from indexer.reports import CommunityContent, ElementSizes, fingerprint, write_report
 from indexer.stages.communities import HierarchyDelta
 from indexer.stages.context import Build
@@ -31,6 +31,32 @@ __all__ = ["ReportOutcome", "stage_reports"]
 log = logging.getLogger(__name__)
 
 _CHUNK = 256
+
+
+class _Rows:
+    """Entity and relationship rows the stage reads, kept across its chunks and levels (a member
+    is read once, not once per level above it), within a bound."""
+
+    def __init__(self, b: Build, limit: int = 200_000) -> None:
+        self.b = b
+        self.limit = limit
+        self.entities: dict[str, EntityRow] = {}
+        self.relationships: dict[str, RelationshipRow] = {}
+
+    def _get(self, cache: dict[str, Any], fetch: Any, ids: Iterable[str]) -> dict[str, Any]:
+        ids = set(ids)
+        missing = ids - cache.keys()
+        if missing:
+            if len(cache) + len(missing) > self.limit:
+                cache.clear()
+            cache.update(fetch(missing))
+        return {i: cache[i] for i in ids if i in cache}
+
+    def entity_rows(self, ids: Iterable[str]) -> dict[str, EntityRow]:
+        return self._get(self.entities, self.b.reads.entities, ids)
+
+    def relationship_rows(self, ids: Iterable[str]) -> dict[str, RelationshipRow]:
+        return self._get(self.relationships, self.b.reads.relationships, ids)
 
 
 @dataclass
@@ -81,26 +107,27 @@ async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Itera
     advance = b.progress("reports", total)
     sizes = ElementSizes(b.tok)
     sem = asyncio.Semaphore(b.concurrency)
+    rows = _Rows(b)
     for level in sorted(dirty, reverse=True):
         ids = sorted(dirty[level])
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start:start + _CHUNK]
-            await _chunk(b, h, chunk, sizes, sem, out)
+            await _chunk(b, h, chunk, sizes, sem, out, rows)
             advance(len(chunk))
             out.communities += len(chunk)
     return out
 
 
 async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSizes,
-                 sem: asyncio.Semaphore, out: ReportOutcome) -> None:
+                 sem: asyncio.Semaphore, out: ReportOutcome, cache: _Rows) -> None:
     reads = b.reads
     rows = reads.communities(ids)
     members = reads.members(ids)
     children = reads.children(ids)
     child_rows = reads.communities({c for cs in children.values() for c in cs})
-    entity_rows = reads.entities({e for es in members.values() for e in es})
+    entity_rows = cache.entity_rows({e for es in members.values() for e in es})
     among = reads.relationships_among(ids)
-    rel_rows = reads.relationships({r for rs in among.values() for r in rs})
+    rel_rows = cache.relationship_rows({r for rs in among.values() for r in rs})
     claims_by_subject: dict[str, list[Any]] = defaultdict(list)
     for c in reads.claims_of(entity_rows):
         claims_by_subject[c.claim.subject].append(c)

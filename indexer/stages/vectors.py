@@ -50,8 +50,8 @@ def _items(b: Build, table: str, ids: list[str]) -> Iterator[_Item]:
         for uid, (unit, doc) in sorted(reads.unit_documents(ids).items()):
             yield _Item(uid, f"{doc.header()}\n{unit.unit.text}", (unit.acl,))
     elif table == "entities":
-        for eid, row in sorted(reads.entities(ids).items()):
-            yield _Item(eid, f"{row.entity.name}: {row.entity.description}", tuple(sorted(row.gate.acl)))
+        for eid, (name, description, acl) in sorted(reads.entity_texts(ids).items()):
+            yield _Item(eid, f"{name}: {description}", tuple(sorted(acl)))
     else:
         for cid, row in sorted(reads.reports(ids).items()):
             yield _Item(cid, row.report.full_text(), tuple(sorted(row.gate.acl)), row.report.level)
