@@ -8,8 +8,9 @@ ask in bulk (`entities(ids)`, `reports(ids)`, ...): the reader reads the rows in
 builds the missing views concurrently, and answers. A hidden id is answered exactly like a
 missing one: it is absent from the result.
 
-A reader lives for one request, on one thread, over one snapshot (canopy.store.Snapshot): the
-request sees one generation from its first read to its last.
+A reader lives for one request, on one thread, over one snapshot (canopy.storage.GraphSnapshot,
+SQLite's canopy.store.Snapshot): the request sees one generation from its first read to its last;
+search goes through a canopy.storage.SearchIndex pinned to the same generation.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from acl.view_cache import BuiltView, ViewCache
 from acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import Embedder, Provider, Usage, detached_usage
-from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, Snapshot, Store
-from canopy.vectors import Hit, VectorReader
+from canopy.storage import GraphSnapshot, SearchIndex
+from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, Store
+from canopy.vectors import Hit
 
 __all__ = ["CallerReader", "ViewSupport"]
 
@@ -44,8 +46,8 @@ class ViewSupport:
 
 
 class CallerReader:
-    def __init__(self, snap: Snapshot, caller: Caller, *, views: ViewSupport,
-                 vectors: VectorReader, embedder: Embedder, all_live: bool) -> None:
+    def __init__(self, snap: GraphSnapshot, caller: Caller, *, views: ViewSupport,
+                 vectors: SearchIndex, embedder: Embedder, all_live: bool) -> None:
         self.snap = snap
         self.caller = caller
         self.views = views

@@ -9,7 +9,6 @@ OPENAI_BASE_URL / OPENAI_API_KEY) and CANOPY_EMBED_BASE_URL / CANOPY_EMBED_MODEL
 from __future__ import annotations
 
 import os
-import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -220,17 +219,11 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_path = _CONFIG_PATH.get("path")
+        toml_path = settings_cls.model_config.get("toml_file")
         sources: list[PydanticBaseSettingsSource] = [init_settings, _AliasEnvSource(settings_cls), env_settings]
         if toml_path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
         return tuple(sources)
-
-
-# pydantic-settings reads the TOML path from class config; a module slot lets load_settings pick
-# the file per call without subclassing.
-_CONFIG_PATH: dict[str, Path | None] = {"path": None}
-_CONFIG_LOCK = threading.Lock()
 
 
 class _AliasEnvSource(PydanticBaseSettingsSource):
@@ -274,12 +267,11 @@ def load_settings(docs_dir: Path | None = None, config: Path | None = None, **ov
     if path is not None:
         with path.open("rb") as fh:
             acl_present = "acl" in tomllib.load(fh)
-    with _CONFIG_LOCK:  # serving and watching threads may load settings at once
-        _CONFIG_PATH["path"] = path
-        try:
-            settings = Settings(**overrides)
-        finally:
-            _CONFIG_PATH["path"] = None
+    # pydantic-settings takes the TOML file from the class's config: a subclass per file
+    # (no shared state, so serving and watching threads may load settings at once).
+    cls = Settings if path is None else type("Settings", (Settings,), {
+        "model_config": SettingsConfigDict(**{**Settings.model_config, "toml_file": path})})
+    settings = cls(**overrides)
     if acl_present and not settings.acl.enabled:
         settings.acl.enabled = True
     return settings
