@@ -22,7 +22,8 @@ from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
 from canopy.tokens import get_tokenizer
-from indexer.loaders import LoadedDocument, scan_folder
+from indexer.listing import list_files
+from indexer.loaders import LoadedDocument, load_entry
 from indexer.stages import Build, Progress
 from indexer.stages.communities import stage_communities
 from indexer.stages.context import no_progress
@@ -90,18 +91,34 @@ async def run_index(
     full = full or store.generation == 0 or store.get_meta("settings_fingerprint") != fingerprint
     rebuild_vectors = full or store.get_meta("embedder") != embedder.name
 
-    # 1. scan, and plan the documents of the new generation against the committed ones
-    scanned = list(scan_folder(docs_dir, settings.input, store.index_dir))
-    loaded = [d for d in scanned if isinstance(d, LoadedDocument)]
-    skips = [s for s in scanned if isinstance(s, Skip)]
+    # 1. scan, and plan the documents of the new generation against the committed ones; a file
+    #    whose size and modification time are the committed ones is not read again
     with store.snapshot() as snap:
         previous = snap.all_documents()
         previous_failures = snap.failures()
         previous_skips = snap.skips()
         revoking = snap.meta("revoking") == "1"
         stale = bool(snap.stale_ids("entities") or snap.stale_ids("communities"))
-    plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels))
-    if (not full and plan.unchanged and not previous_failures and not revoking and not stale
+    on_disk = {r.document.path: (r.size, r.mtime_ns) for r in previous.values()}
+    loaded: list[LoadedDocument] = []
+    skips: list[Skip] = []
+    unchanged: list[str] = []
+    stats: dict[str, tuple[int, int]] = {}
+    for entry in list_files(docs_dir, settings.input, store.index_dir):
+        if isinstance(entry, Skip):
+            skips.append(entry)
+            continue
+        stats[entry.path] = (entry.size, entry.mtime_ns)
+        if not full and on_disk.get(entry.path) == (entry.size, entry.mtime_ns) and entry.mtime_ns:
+            unchanged.append(entry.path)
+            continue
+        got = load_entry(entry, settings.input)
+        (loaded if isinstance(got, LoadedDocument) else skips).append(got)  # type: ignore[arg-type]
+    plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels),
+                          stats=stats, unchanged=unchanged)
+    skips.sort(key=lambda s: s.path)
+    if (not full and plan.unchanged and not plan.touched and not previous_failures and not revoking
+            and not stale
             and skips == previous_skips and not rebuild_vectors):
         # Nothing to do: same documents, labels and settings, nothing to retry or finish.
         with store.snapshot() as snap:
