@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,16 @@ def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
     """What stored extractions depend on: a change extracts every unit again."""
     return content_hash(provider.name, settings.chunking.model_dump_json(),
                         settings.extract.model_dump_json())
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory so far, in MB (0 where the platform has no rusage)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20) if sys.platform == "darwin" else peak / 1024, 1)
 
 
 def _counts(reads: GraphReads) -> dict[str, Any]:
@@ -136,11 +147,13 @@ async def run_index(
     tok = get_tokenizer(settings.chunking.encoding)
     staging = Staging(store, full=full)
     seconds: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
+    peak_mb: dict[str, float] = {"plan": _peak_mb()}
     clock = [time.perf_counter()]
 
-    def lap(stage: str) -> None:
+    def lap(stage: str) -> None:  # time and peak memory so far, by stage (in the run's stats)
         now = time.perf_counter()
         seconds[stage] = round(now - clock[0], 3)
+        peak_mb[stage] = _peak_mb()
         clock[0] = now
 
     try:
@@ -192,6 +205,7 @@ async def run_index(
         if load is not None:  # the LLM client's achieved concurrency (shown by `canopy status`)
             stats["llm_concurrency"] = load.as_dict()
         stats["seconds"] = seconds
+        stats["peak_mb"] = peak_mb
         generation = staging.commit(CommitInfo(meta, failures, skips, [*units.removed, *revoked],
                                                run_id, stats, usage))
         lap("commit")

@@ -63,7 +63,7 @@ class Staging:
         db.execute("ATTACH DATABASE ? AS stage", (str(self.path),))
         db.execute("PRAGMA stage.journal_mode=OFF")
         db.execute("PRAGMA stage.synchronous=OFF")
-        db.execute("PRAGMA stage.cache_size=-65536")
+        db.execute("PRAGMA stage.cache_size=-32768")
         run_script(db, generation_ddl("stage."))
         for table, key in GENERATION_TABLES:
             db.execute(f"CREATE TABLE stage.{table}_touched ({key} TEXT PRIMARY KEY) WITHOUT ROWID")

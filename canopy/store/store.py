@@ -81,7 +81,7 @@ class Store:
         self.index_dir = Path(index_dir)
         self.index_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.index_dir / DB_NAME
-        self._db = connect(self.path, cache_kib=65536)  # the writer's: 64 MB of page cache
+        self._db = connect(self.path, cache_kib=32768)  # the writer's: 32 MB of page cache
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
