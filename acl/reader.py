@@ -16,6 +16,7 @@ search goes through a canopy.storage.SearchIndex pinned to the same generation.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,7 +30,7 @@ from acl.views import ViewParams, entity_view, relationship_view, report_view, v
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import Embedder, Provider, Usage, detached_usage
 from canopy.storage import GraphSnapshot, SearchIndex
-from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, Store
+from canopy.store import CommunityRow, Edge, EntityRow, Gate, RelationshipRow, Store
 from canopy.vectors import Hit
 
 __all__ = ["CallerReader", "ViewSupport"]
@@ -60,6 +61,8 @@ class CallerReader:
         self.view_usage: dict[str, Usage] = {}  # provider calls views of this request cost
         self._entities: dict[str, EntityRow | None] = {}
         self._relationships: dict[str, RelationshipRow | None] = {}
+        self._entity_gates: dict[str, Gate | None] = {}
+        self._edges: dict[str, Edge | None] = {}
         self._communities: dict[str, CommunityRow | None] = {}
         self._report_gates: dict[str, tuple[Gate, str] | None] = {}
         self._states: dict[tuple[str, str], State] = {}
@@ -88,6 +91,12 @@ class CallerReader:
     def community_rows(self, ids: Iterable[str]) -> dict[str, CommunityRow]:
         return self._fetch(self._communities, self.snap.communities, ids)
 
+    def _gates(self, ids: Iterable[str]) -> dict[str, Gate]:
+        return self._fetch(self._entity_gates, self.snap.entity_gates, ids)
+
+    def edge_rows(self, ids: Iterable[str]) -> dict[str, Edge]:
+        return self._fetch(self._edges, self.snap.edge_gates, ids)
+
     def entity_key(self, eid: str) -> str:
         return self.entity_rows([eid])[eid].key
 
@@ -97,46 +106,55 @@ class CallerReader:
     # ---- existence (no provider calls) -----------------------------------------------------
 
     def entity_states(self, ids: Iterable[str]) -> dict[str, State]:
-        rows = self.entity_rows(ids)
-        out = {}
-        for eid in dict.fromkeys(ids):
-            st = self._states.get(("entity", eid))
-            if st is None:
-                row = rows.get(eid)
-                if row is None:
-                    st = State.NONE
-                elif self.trivial:
-                    st = State.FULL
-                else:
-                    st = state(row.gate, self.caller.readable,
-                               lambda r=row: self._live_readable(r.entity.text_unit_ids))
-                self._states[("entity", eid)] = st
-            out[eid] = st
-        return out
+        ids = list(dict.fromkeys(ids))
+        todo = [e for e in ids if ("entity", e) not in self._states]
+        gates = self._gates(todo)  # the gate decides, except for a stale entity's live units
+        stale = self.entity_rows([e for e in todo if e in gates and gates[e].stale])
+        for eid in todo:
+            gate = gates.get(eid)
+            if gate is None:
+                st = State.NONE
+            elif self.trivial:
+                st = State.FULL
+            else:
+                st = state(gate, self.caller.readable,
+                           lambda e=eid: self._live_readable(stale[e].entity.text_unit_ids))
+            self._states[("entity", eid)] = st
+        return {e: self._states[("entity", e)] for e in ids}
 
     def relationship_states(self, ids: Iterable[str]) -> dict[str, State]:
         ids = list(dict.fromkeys(ids))
-        rows = self.relationship_rows(ids)
-        ends = self.entity_states({e for r in rows.values()
-                                   for e in (r.relationship.source, r.relationship.target)})
-        out = {}
-        for rid in ids:
-            st = self._states.get(("relationship", rid))
-            if st is None:
-                row = rows.get(rid)
-                if row is None:
-                    st = State.NONE
-                elif self.trivial:
-                    st = State.FULL
-                else:
-                    r = row.relationship
-                    st = state(row.gate, self.caller.readable,
-                               lambda r=r: self._live_readable(r.text_unit_ids))
-                    if not (ends.get(r.source) and ends.get(r.target)):
-                        st = State.NONE
-                self._states[("relationship", rid)] = st
-            out[rid] = st
-        return out
+        todo = [r for r in ids if ("relationship", r) not in self._states]
+        edges = self.edge_rows(todo)
+        self._decide_edges([edges[r] for r in todo if r in edges])
+        for rid in todo:
+            self._states.setdefault(("relationship", rid), State.NONE)
+        return {r: self._states[("relationship", r)] for r in ids}
+
+    def _decide_edges(self, edges: list[Edge]) -> None:
+        """Record the state of each edge: its gate's, and none when an endpoint does not exist
+        for the caller (a stale edge's live units are read from its row)."""
+        ends = self.entity_states({x for e in edges for x in (e.source, e.target)})
+        stale = self.relationship_rows([e.id for e in edges if e.gate.stale and not self.trivial])
+        for e in edges:
+            if self.trivial:
+                st = State.FULL
+            elif not (ends.get(e.source) and ends.get(e.target)):
+                st = State.NONE
+            else:
+                st = state(e.gate, self.caller.readable, lambda r=e.id: self._live_readable(
+                    stale[r].relationship.text_unit_ids))
+            self._states[("relationship", e.id)] = st
+
+    def incident(self, entity_ids: Iterable[str]) -> list[Edge]:
+        """The relationships incident to these entities that exist for the caller, as Edge rows
+        (cheap: for ranking before reading any description; a view's weight may differ)."""
+        got = self.snap.incident_edges(entity_ids)
+        for rid, edge in got.items():
+            self._edges.setdefault(rid, edge)
+        self._decide_edges([e for r, e in got.items() if ("relationship", r) not in self._states])
+        return sorted((e for r, e in got.items() if self._states[("relationship", r)]),
+                      key=lambda e: e.id)
 
     def community_states(self, ids: Iterable[str]) -> dict[str, State]:
         """Whether each community's report is served: canonical (FULL), as a view, or not."""
@@ -186,9 +204,28 @@ class CallerReader:
         """Relationships of the entity that exist for the caller (never a count with hidden ones)."""
         d = self._degrees.get(eid)
         if d is None:
-            rids = self.snap.relationship_ids_of([eid]).get(eid, [])
-            d = self._degrees[eid] = sum(1 for s in self.relationship_states(rids).values() if s)
+            d = self._degrees[eid] = len(self.incident([eid]))
         return d
+
+    async def ranked_members(self, cid: str, limit: int) -> tuple[list[Entity], int]:
+        """A community's `limit` best-connected members as served (most relationships that
+        exist for the caller first, then by name) and how many members exist for the caller.
+        Ranked on names and degrees alone: a top community may have thousands of members."""
+        ids = self.members(cid)
+        briefs = self.snap.entity_briefs(ids)
+        if self.trivial:
+            degree = {e: briefs[e][1] for e in ids}
+            name = {e: briefs[e][0] for e in ids}
+        else:
+            counted = Counter(x for e in self.incident(ids) for x in {e.source, e.target})
+            degree = {e: counted[e] for e in ids}
+            self._degrees.update(degree)
+            states = self.entity_states(ids)
+            views = await self.entities([e for e in ids if states[e] == State.VIEW])
+            name = {e: views[e].name if e in views else briefs[e][0] for e in ids}
+        top = sorted(ids, key=lambda e: (-degree[e], name[e]))[:limit]
+        served = await self.entities(top)
+        return [served[e] for e in top if e in served], len(ids)
 
     # ---- content (views built as needed) ---------------------------------------------------
 
@@ -333,10 +370,22 @@ class CallerReader:
         states = self.entity_states(found.values())
         return {k: e for k, e in found.items() if states[e]}
 
+    async def served_weights(self, edges: Iterable[Edge]) -> dict[str, float]:
+        """Each existing edge's weight as served: a view's own (what the caller may not read
+        does not weigh), else the edge row's. Views are built only for edges served as views."""
+        edges = list(edges)
+        states = self.relationship_states(e.id for e in edges)
+        views = await self.relationships([e.id for e in edges if states[e.id] == State.VIEW])
+        return {e.id: views[e.id].weight if e.id in views else e.weight
+                for e in edges if states[e.id]}
+
     def relationship_ids_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
-        got = self.snap.relationship_ids_of(entity_ids)
-        states = self.relationship_states({r for rs in got.values() for r in rs})
-        return {e: [r for r in rs if states[r]] for e, rs in got.items()}
+        entity_ids = set(entity_ids)
+        out: dict[str, list[str]] = {}
+        for e in self.incident(entity_ids):
+            for end in {e.source, e.target} & entity_ids:
+                out.setdefault(end, []).append(e.id)
+        return out
 
     def communities_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
         """Communities holding each entity, deepest first (their reports may not be servable)."""

@@ -20,6 +20,7 @@ from canopy.store.rows import (
     ClaimRow,
     CommunityRow,
     DocumentRow,
+    Edge,
     EntityRow,
     Gate,
     RelationshipRow,
@@ -156,6 +157,11 @@ class GraphReads:
         sql = f"SELECT id, name, description, acl FROM {self.t.entities} WHERE id {_IN}"
         return {r[0]: (r[1], r[2], json.loads(r[3])) for r in self._rows(sql, _ids(ids))}
 
+    def entity_briefs(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """(name, degree) of each entity: what ranks a list of members."""
+        sql = f"SELECT id, name, degree FROM {self.t.entities} WHERE id {_IN}"
+        return {r[0]: (r[1], r[2]) for r in self._rows(sql, _ids(ids))}
+
     def entity_names(self, ids: Iterable[str]) -> dict[str, str]:
         sql = f"SELECT id, name FROM {self.t.entities} WHERE id {_IN}"
         return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
@@ -182,6 +188,23 @@ class GraphReads:
         for eid, rid in self._rows(sql, ids, ids):
             out[eid].append(rid)
         return {e: sorted(set(rs)) for e, rs in out.items()}
+
+    def edge_gates(self, ids: Iterable[str]) -> dict[str, Edge]:
+        sql = (f"SELECT id, source, target, weight, acl, acl_sig, stale FROM "
+               f"{self.t.relationships} WHERE id {_IN}")
+        return {r[0]: Edge.of(r) for r in self._rows(sql, _ids(ids))}
+
+    def incident_edges(self, entity_ids: Iterable[str]) -> dict[str, Edge]:
+        """Every relationship incident to these entities, as cheap Edge rows."""
+        ids = _ids(entity_ids)
+        cols = "id, source, target, weight, acl, acl_sig, stale"
+        sql = (f"SELECT {cols} FROM {self.t.relationships} WHERE source {_IN} UNION "
+               f"SELECT {cols} FROM {self.t.relationships} WHERE target {_IN}")
+        return {r[0]: Edge.of(r) for r in self._rows(sql, ids, ids)}
+
+    def entity_gates(self, ids: Iterable[str]) -> dict[str, Gate]:
+        sql = f"SELECT id, acl, acl_sig, stale FROM {self.t.entities} WHERE id {_IN}"
+        return {r[0]: Gate.of(r[1], r[2], r[3]) for r in self._rows(sql, _ids(ids))}
 
     def edges_of(self, entity_ids: Iterable[str]) -> list[tuple[str, str, str, float]]:
         """(id, source, target, weight) of relationships incident to these entities."""
