@@ -21,11 +21,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lancedb
 import numpy as np
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
+# commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
 __all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf"]
 
@@ -60,6 +64,8 @@ class Hit:
 
 
 def _schema(dims: int) -> pa.Schema:
+    import pyarrow as pa
+
     return pa.schema([
         ("id", pa.string()), ("text", pa.string()), ("hash", pa.string()),
         ("vector", pa.list_(pa.float32(), dims)), ("acl", pa.list_(pa.int32())),
@@ -88,6 +94,8 @@ class VectorStore:
     def __init__(self, index_dir: Path, dims: int) -> None:
         self.path = Path(index_dir) / "lance"
         self.dims = dims
+        import lancedb
+
         self._db = lancedb.connect(str(self.path))
         self._local = threading.local()
         self._clearing: set[str] = set()
@@ -140,6 +148,8 @@ class VectorStore:
         ids = sorted(set(delete))
         for i in range(0, len(ids), 500):
             t.delete(f"id IN ({_quote(ids[i:i + 500])})")
+        import pyarrow as pa
+
         for i in range(0, len(rows), 5000):
             t.add(pa.Table.from_pylist([
                 {"id": r.id, "text": r.text, "hash": r.hash, "vector": r.vector.astype(np.float32),
