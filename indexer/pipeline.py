@@ -9,9 +9,11 @@ first, at once (revocation); everything else becomes visible in one atomic commi
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +142,9 @@ async def run_index(
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
     run_id = store.start_run()
     store.set_meta({"extraction_fingerprint": extraction})
+    # The search tables' library takes seconds to import: do it while extraction runs.
+    threading.Thread(target=importlib.import_module, args=("lancedb",), daemon=True,
+                     name="canopy-import-lancedb").start()
 
     # 2. deletions and relabels apply now, before any regeneration (design §2)
     revoked = revoke(store, plan) if not full else []
