@@ -270,3 +270,32 @@ def test_when_the_guard_reclusters_nothing_of_the_local_update_remains(tmp_path:
     fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh")
     build_index(fresh)
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+
+
+def test_reports_written_in_small_member_chunks_equal_one_chunk(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Top levels are read a bounded number of members at a time: cutting every level into
+    tiny chunks changes nothing in the communities or reports."""
+    import indexer.stages.reports as stage
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    whole = open_workspace(docs, index_dir=tmp_path / "whole")
+    build_index(whole)
+    monkeypatch.setattr(stage, "_CHUNK_MEMBERS", 3)
+    chunks: list[int] = []
+    original = stage._chunk
+
+    async def counting(b: Any, h: Any, ids: list[str], *args: Any) -> None:
+        chunks.append(len(ids))
+        await original(b, h, ids, *args)
+
+    monkeypatch.setattr(stage, "_chunk", counting)
+    small = open_workspace(docs, index_dir=tmp_path / "small")
+    build_index(small)
+    a, b = graph_of(whole.index_dir), graph_of(small.index_dir)
+    assert len(chunks) > len(a.communities) // stage._CHUNK + 1  # the bound did cut chunks
+    assert {c.id: c.fingerprint for c in a.communities.values()} == \
+        {c.id: c.fingerprint for c in b.communities.values()}
+    assert {r.community_id: (r.title, r.summary) for r in a.reports.values()} == \
+        {r.community_id: (r.title, r.summary) for r in b.reports.values()}

@@ -30,7 +30,11 @@ __all__ = ["ReportOutcome", "stage_reports"]
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 256
+_CHUNK = 256  # communities per chunk
+# Members per chunk: top levels hold the whole graph in a few hundred communities, so a chunk of
+# them would read every entity and relationship at once. One community larger than this is a
+# chunk of its own: memory follows the largest community, not the corpus.
+_CHUNK_MEMBERS = 20_000
 
 
 class _Rows:
@@ -109,13 +113,30 @@ async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Itera
     sem = asyncio.Semaphore(b.concurrency)
     rows = _Rows(b)
     for level in sorted(dirty, reverse=True):
-        ids = sorted(dirty[level])
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start:start + _CHUNK]
+        for chunk in _chunks(b, sorted(dirty[level])):
             await _chunk(b, h, chunk, sizes, sem, out, rows)
             advance(len(chunk))
             out.communities += len(chunk)
     return out
+
+
+def _chunks(b: Build, ids: list[str]) -> Iterable[list[str]]:
+    """`ids` in order, cut into chunks of at most _CHUNK communities and _CHUNK_MEMBERS
+    members (a larger community alone)."""
+    for start in range(0, len(ids), _CHUNK):
+        part = ids[start:start + _CHUNK]
+        sizes = {cid: row.n_members for cid, row in b.reads.communities(part).items()}
+        chunk: list[str] = []
+        members = 0
+        for cid in part:
+            n = sizes.get(cid, 0)
+            if chunk and members + n > _CHUNK_MEMBERS:
+                yield chunk
+                chunk, members = [], 0
+            chunk.append(cid)
+            members += n
+        if chunk:
+            yield chunk
 
 
 async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSizes,
