@@ -494,3 +494,47 @@ async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path)
             assert not result.is_error
             seen = "Perpetua Lindgren" in text_of(result)
         assert seen, "the watcher's update never reached the serving process"
+
+
+async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
+        example_index: Path) -> None:
+    """Requests run side by side: while global_search waits on a slow LLM (1 s per call, map
+    then reduce), drill_down calls from another client are answered at once."""
+    from canopy.llm import ChatClient
+    from canopy.providers.llm import LLMProvider
+    from canopy.settings import LLMSettings
+    from tests.fakes.openai_server import FakeOpenAI
+
+    with _clean_environment():
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index))
+    fake = FakeOpenAI(latency=1.0).start()
+    try:
+        svc.use_provider(LLMProvider(ChatClient(LLMSettings(base_url=fake.base_url, model="fake",
+                                                            max_retries=0), cache=None)))
+        server = build_server(svc)
+        drills: list[float] = []
+        done: dict[str, float] = {}
+        async with Client(server) as slow, Client(server) as quick:
+            t0 = time.perf_counter()
+
+            async def global_call() -> None:
+                result = await slow.call_tool("global_search", {"query": "What are the main themes?"})
+                assert not result.is_error, text_of(result)
+                done["global"] = time.perf_counter() - t0
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(global_call)
+                await anyio.sleep(0.3)  # global_search is now waiting on the endpoint
+                for _ in range(5):
+                    t = time.perf_counter()
+                    result = await quick.call_tool("drill_down", {})
+                    assert not result.is_error, text_of(result)
+                    drills.append(time.perf_counter() - t)
+                done["drills"] = time.perf_counter() - t0
+        assert len(fake.requests) >= 2  # map and reduce both went to the slow endpoint
+        assert done["global"] >= 2.0
+        assert done["drills"] < done["global"] - 0.5, (done, drills)
+        assert max(drills) < 0.75, drills
+    finally:
+        fake.stop()
+        svc.close()
