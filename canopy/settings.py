@@ -148,6 +148,9 @@ class QuerySettings(BaseModel):
     drift_depth: int = Field(2, ge=1, le=5)
     drift_breadth: int = Field(3, ge=1, le=10)
     result_token_limit: int = Field(20000, ge=1000, description="Cap of one tool result (hosts allow ~25k)")
+    cache_mb: int = Field(256, ge=16, description=(
+        "Memory a server process gives its caches, in MB: search-index pages, callers' views, "
+        "per-passage text analysis (each server process has its own)"))
 
 
 class AclRule(BaseModel):

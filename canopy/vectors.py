@@ -91,12 +91,18 @@ def _quote(values: Iterable[str]) -> str:
 class VectorStore:
     """The LanceDB tables of one index folder (the writer's side, and readers' factory)."""
 
-    def __init__(self, index_dir: Path, dims: int) -> None:
+    def __init__(self, index_dir: Path, dims: int, *, cache_bytes: int | None = None) -> None:
+        """`cache_bytes`: what LanceDB may keep of index and table metadata in memory (its
+        defaults allow gigabytes); None keeps its defaults (one-off index runs)."""
         self.path = Path(index_dir) / "lance"
         self.dims = dims
         import lancedb
 
-        self._db = lancedb.connect(str(self.path))
+        session = None
+        if cache_bytes is not None:
+            session = lancedb.Session(index_cache_size_bytes=cache_bytes * 3 // 4,
+                                      metadata_cache_size_bytes=cache_bytes // 4)
+        self._db = lancedb.connect(str(self.path), session=session)
         self._local = threading.local()
         self._clearing: set[str] = set()
 

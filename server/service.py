@@ -92,14 +92,17 @@ class CanopyService:
         if not ws.settings.llm.enabled and self.store.get_meta("cjk") == "1":
             threading.Thread(target=load_jieba, daemon=True, name="canopy-jieba").start()
         self.embedder = make_embedder(ws.settings)
-        self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0)
+        # The cache budget: 40% search-index pages, 30% views, 30% passage analysis.
+        budget = ws.settings.query.cache_mb << 20
+        self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0,
+                                   cache_bytes=budget * 4 // 10)
         x, r = ws.settings.extract, ws.settings.reports
-        self.view_cache = ViewCache(self.store)
+        self.view_cache = ViewCache(self.store, memory_bytes=budget * 3 // 10)
         self._views = ViewSupport(self.provider, self.view_cache,
                                   ViewParams(x.summary_max_tokens, r.max_context_tokens,
                                              r.max_report_tokens), self.store)
         self._threads = _LoopThreads(workers)
-        self.caches = EngineCaches()
+        self.caches = EngineCaches.within(budget * 3 // 10)
         self._config = find_config(ws.docs_dir, config)
         self._policy_lock = threading.Lock()
         self._policy_source = (self.store.generation, self._config_signature())
