@@ -95,12 +95,27 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
                                        if r in relationships), k.id))
         covered: set[str] = set()
         sub_tokens = 0
+        # What the elements not yet covered by a substituted child cost, kept up to date as
+        # children are added (a relationship leaves once both its ends are covered).
+        rest = all_tokens
+        incident: dict[str, list[Relationship]] = {}
+        for r in rels:
+            incident.setdefault(r.source, []).append(r)
+            if r.target != r.source:
+                incident.setdefault(r.target, []).append(r)
         for k in kids:
             subs.append(child_reports[k.id])
             sub_tokens += tok.count(child_reports[k.id].full_text()) + 4
-            covered |= set(k.entity_ids)
-            rest = sum(sizes.entity(entities[e]) for e in members - covered) + sum(
-                sizes.relationship(r) for r in rels if not (r.source in covered and r.target in covered))
+            for e in k.entity_ids:
+                if e in covered:
+                    continue
+                covered.add(e)
+                if e in members:
+                    rest -= sizes.entity(entities[e])
+                for r in incident.get(e, ()):
+                    other = r.target if r.source == e else r.source
+                    if other in covered:
+                        rest -= sizes.relationship(r)
             if sub_tokens + rest <= budget:
                 break
         while subs and sub_tokens > budget:  # even the reports alone are too long: drop the smallest
