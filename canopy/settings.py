@@ -34,6 +34,7 @@ __all__ = [
     "QuerySettings",
     "ReportSettings",
     "Settings",
+    "StorageSettings",
     "load_settings",
 ]
 
@@ -139,6 +140,16 @@ class ReportSettings(BaseModel):
     max_report_tokens: int = Field(1500, ge=100)
 
 
+class StorageSettings(BaseModel):
+    keep_versions_s: float = Field(
+        600.0, ge=0,
+        description="Seconds old search-table versions are kept after a newer one commits, for "
+        "requests still reading them (a request holds its versions from start to end). Deleted "
+        "text leaves the search tables at the first index run at least this long after the "
+        "deletion (at most twice this long). 0 = at once; only safe when no server reads the "
+        "index while it is updated")
+
+
 class QuerySettings(BaseModel):
     seed: int = 42
     map_batch_tokens: int = Field(8000, ge=500, description="Report tokens per global map call")
@@ -206,6 +217,7 @@ class Settings(BaseSettings):
     extract: ExtractSettings = ExtractSettings()
     communities: CommunitySettings = CommunitySettings()
     reports: ReportSettings = ReportSettings()
+    storage: StorageSettings = StorageSettings()
     query: QuerySettings = QuerySettings()
     acl: AclSettings = AclSettings()
     auth: AuthSettings = AuthSettings()

@@ -5,11 +5,21 @@ classes of the units it derives from, so retrieval *prefilters* by what a caller
 ranking (design §5): scores, counts and top-k never reflect hidden rows.
 
 Writes are diffs (rows of changed artifacts deleted and added); rows appended since the last
-index optimization are searched by a flat scan until `maintain` folds them into the full-text
+index optimization are searched by a flat scan until `tidy` folds them into the full-text
 index, which happens when they pass a share of the table. Every committed generation records
 the table versions it was written with; readers check out exactly those (`reader`), and a
 writer first rolls the tables back to the committed versions (`restore`), so a crashed update
 leaves nothing behind that a later one could duplicate.
+
+Deleted rows stay in Lance's data files (marked deleted) and in every older version until the
+files are rewritten and the versions pruned. `tidy`, run by the writer after a commit, does
+both: it rewrites a table that still stores deleted rows and prunes versions older than the
+grace period readers may still be using, so deleted text leaves the disk within about two
+grace periods (design §2, issue "Safety" case 10). Pruning never touches the committed
+version: it is first re-committed as a fresh version (younger than the grace period).
+
+A table that is missing, or cannot be opened or searched, raises `IndexDamaged`: a reader must
+never mistake a lost table for an empty one.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -25,13 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from canopy.errors import IndexDamaged
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
 # lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
 # commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
-__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf"]
+__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf", "stored_versions"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -40,7 +52,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)  # FTS query syntax characters are droppe
 # Unindexed rows are scanned flat: fold them into the FTS index past this share of the table.
 _UNINDEXED_SHARE = 0.1
 _UNINDEXED_MIN = 2000
-_KEEP_VERSIONS = timedelta(hours=1)  # readers hold a generation's versions for one request
+_SCRUB_BATCH = 20_000  # rows per batch when a table is rewritten
 # A table this large gets an IVF vector index (exact distances within the probed partitions):
 # a flat scan of 380,000 rows x 384 dims takes about a second, the index answers in ~10 ms and
 # builds in ~20 s. Below it a flat scan is fast enough.
@@ -84,6 +96,13 @@ def rrf(*rankings: list[str], k: int = _RRF_K, weights: list[float] | None = Non
     return [Hit(i, s) for i, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def stored_versions(index_dir: Path) -> int:
+    """How many table versions are on disk (manifest files), counted without lancedb."""
+    lance = Path(index_dir) / "lance"
+    return sum(len(list((lance / f"{name}.lance" / "_versions").glob("*.manifest")))
+               for name in TABLES)
+
+
 def _quote(values: Iterable[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
@@ -105,20 +124,47 @@ class VectorStore:
             return self._db.open_table(name)
         return None
 
+    def _committed(self, name: str, version: int) -> Any:
+        """Table `name` checked out at `version`, or IndexDamaged (a committed table that is
+        missing must not read as an empty one)."""
+        try:
+            t = self._table(name)
+            if t is not None:
+                t.checkout(version)
+        except Exception as exc:  # lancedb raises RuntimeError/ValueError/OSError with paths
+            log.info("search table %s cannot be opened at version %d: %s", name, version, exc)
+            raise IndexDamaged("a search table cannot be opened at its committed version") from None
+        if t is None:
+            log.info("search table %s is missing from %s", name, self.path)
+            raise IndexDamaged("a search table is missing")
+        return t
+
     # ---- writing --------------------------------------------------------------------------
 
-    def restore(self, versions: dict[str, int]) -> None:
+    def restore(self, versions: dict[str, int], *, missing_ok: bool = False) -> None:
         """Roll each table back to the version its committed generation recorded (tables the
-        generation does not know are dropped): what a crashed update wrote is undone."""
+        generation does not know are dropped): what a crashed update wrote is undone. A
+        recorded table that is missing raises IndexDamaged unless `missing_ok` (a rebuild,
+        which writes every table anew); one that cannot be restored always does."""
         for name in TABLES:
-            t = self._table(name)
-            if t is None:
-                continue
             version = versions.get(name)
             if version is None:
-                self._db.drop_table(name)
-            elif t.version != version:
-                t.restore(version)
+                if self._table(name) is not None:
+                    self._db.drop_table(name)
+                continue
+            t = self._table(name)
+            if t is None:
+                if missing_ok:
+                    continue
+                raise IndexDamaged("a search table is missing")
+            if t.version != version:
+                try:
+                    t.restore(version)
+                except Exception as exc:
+                    log.info("search table %s cannot be restored to version %d: %s",
+                                name, version, exc)
+                    raise IndexDamaged("a search table cannot be opened at its committed "
+                                       "version") from None
 
     def clear(self) -> None:
         """Empty every table before this writer's first write to it (a full rebuild). Rows are
@@ -157,28 +203,74 @@ class VectorStore:
             ], schema=_schema(self.dims)))
 
     def maintain(self, name: str) -> None:
-        """Keep the table's indexes current: create the full-text index (and, once the table is
-        large, a vector index), or fold appended rows into them once they are many."""
+        """Create the table's full-text index (and, once the table is large, a vector index).
+        Folding appended rows into them is `tidy`'s, after the commit: an optimization prunes
+        versions, which must never happen to a committed version."""
         t = self._table(name)
         if t is None:
             return
         rows = t.count_rows()
-        indices = {tuple(i.columns): i for i in t.list_indices()}
-        created = False
+        indices = {tuple(i.columns) for i in t.list_indices()}
         if ("text",) not in indices and rows:
             t.create_fts_index("text", replace=True)
-            created = True
         if ("vector",) not in indices and rows >= VECTOR_INDEX_MIN:
             from lancedb.index import IvfFlat
 
             partitions = max(16, int(rows ** 0.5))
             t.create_index("vector", config=IvfFlat(distance_type="l2", num_partitions=partitions))
-            created = True
-        if created:
-            return
-        unindexed = max((i.num_unindexed_rows or 0 for i in indices.values()), default=0)
-        if unindexed > max(_UNINDEXED_MIN, _UNINDEXED_SHARE * rows):
-            t.optimize(cleanup_older_than=_KEEP_VERSIONS)
+
+    def tidy(self, committed: dict[str, int], keep: timedelta, *, due: bool,
+             record: Callable[[dict[str, int]], None]) -> dict[str, int]:
+        """After a commit (each table at its committed version, the latest): fold appended rows
+        into the indexes once they pass a share of a table, and when `due` also rewrite tables
+        that still store deleted rows and prune versions older than `keep`. `record(versions)`
+        commits new versions (same rows) so readers move on. Returns the committed versions.
+
+        Order matters for crash safety: the committed version is first re-committed as a fresh
+        one (a rewrite, or a restore of itself), recorded, and only then optimized, which prunes
+        versions older than `keep` but never the fresh one, unless `keep` is zero (then a crash
+        between the optimization and the second record leaves the tables to a full rebuild)."""
+        work: dict[str, Any] = {}
+        for name, version in sorted(committed.items()):
+            t = self._table(name)
+            if t is None or t.version != version:
+                continue  # the writer restores committed versions before it writes
+            history = t.list_versions()
+            stored_deleted = int(history[-1]["metadata"].get("total_deletion_file_rows", 0) or 0)
+            if not (self._fold_due(t) or (due and (stored_deleted or len(history) > 1))):
+                continue
+            if due and stored_deleted:
+                self._rewrite(t, version)
+            else:
+                t.restore(version)
+            work[name] = t
+        if not work:
+            return committed
+        fresh = {**committed, **{name: int(t.version) for name, t in work.items()}}
+        record(fresh)
+        for name, t in work.items():
+            t.optimize(cleanup_older_than=keep, delete_unverified=True)
+            log.debug("search table %s tidied: version %d", name, t.version)
+        final = {**committed, **{name: int(t.version) for name, t in work.items()}}
+        record(final)
+        return final
+
+    @staticmethod
+    def _fold_due(t: Any) -> bool:
+        unindexed = max((i.num_unindexed_rows or 0 for i in t.list_indices()), default=0)
+        return unindexed > max(_UNINDEXED_MIN, _UNINDEXED_SHARE * t.count_rows())
+
+    def _rewrite(self, t: Any, version: int) -> None:
+        """Write the live rows of `t` (at `version`) into new files and delete the old rows,
+        whose files then hold only deleted rows and leave with the old versions. Batches are
+        read from the committed version, whose files stay until the prune."""
+        source = self._db.open_table(t.name)
+        source.checkout(version)
+        t.delete("true")
+        reader = source.search().limit(None).to_batches(_SCRUB_BATCH)
+        for batch in reader:
+            if batch.num_rows:
+                t.add(batch)
 
     def versions(self) -> dict[str, int]:
         """The tables' current versions (tables still waiting to be cleared are cleared)."""
@@ -199,12 +291,7 @@ class VectorStore:
         cached = getattr(self._local, "reader", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        tables = {}
-        for name, version in versions.items():
-            t = self._table(name)
-            if t is not None:
-                t.checkout(version)
-                tables[name] = t
+        tables = {name: self._committed(name, version) for name, version in versions.items()}
         reader = VectorReader(tables)
         self._local.reader = (key, reader)
         return reader
@@ -247,7 +334,11 @@ class VectorReader:
             q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id", "_distance"])
             if where:
                 q = q.where(where, prefilter=True)
-            rankings.append([r["id"] for r in q.to_list()])
+            try:
+                rankings.append([r["id"] for r in q.to_list()])
+            except Exception as exc:  # missing or truncated files: the text names them
+                log.info("vector search of %s failed: %s", name, exc)
+                raise IndexDamaged("a search table cannot be read") from None
             weights.append(vector_weight)
         words = " ".join(_WORD.findall(text or ""))
         if words:

@@ -12,9 +12,10 @@ readable rendering of it (`server.tool_text`).
 
 Errors: `InvalidArgument`, `NotFound`, `IndexMissing`, `ConfigError` and an unavailable endpoint
 become `ToolError`s carrying their message, which is written for the agent (a hidden id reads
-exactly like a missing one). Other provider failures get a fixed message. Anything else is logged
-with its traceback on stderr and reaches the agent as "Internal error in <tool>; see server log":
-raw exception text never leaves the server.
+exactly like a missing one). `IndexDamaged` becomes a fixed message with its reason (no paths):
+the index is damaged and the operator should rebuild it. Other provider failures get a fixed
+message. Anything else is logged with its traceback on stderr and reaches the agent as
+"Internal error in <tool>; see server log": raw exception text never leaves the server.
 """
 
 from __future__ import annotations
@@ -36,19 +37,20 @@ from pydantic import BaseModel, Field
 from canopy.errors import (
     ConfigError,
     EndpointUnavailable,
+    IndexDamaged,
     IndexMissing,
     InvalidArgument,
     NotFound,
     ProviderError,
 )
 from server import engines
-from server.results import CommunityCard, DrillResult, SearchResult
 from server.context import QueryContext
+from server.results import CommunityCard, DrillResult, SearchResult
 from server.service import CanopyService
 from server.status import IndexStatus, index_status, status_for_caller
 from server.tool_text import drill_text, search_text, span_text, status_text
 
-__all__ = ["READ_ONLY", "build_server", "run_stdio"]
+__all__ = ["READ_ONLY", "build_server", "damaged_message", "run_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,12 @@ def _version() -> str:
         return version("canopy-graphrag")
     except PackageNotFoundError:  # running from a checkout that is not installed
         return "0"
+
+
+def damaged_message(exc: IndexDamaged) -> str:
+    """What an agent reads when the index is damaged: no paths, and who can fix it."""
+    return (f"The Canopy index is damaged ({exc.reason}), so no tool can answer until it is "
+            "rebuilt. Tell the operator to run `canopy index --full` on the documents folder.")
 
 
 def _result(model: BaseModel, text: str) -> CallToolResult:
@@ -143,6 +151,9 @@ class _Gateway:
         progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         try:
             return await self.service.run(self.caller(), fn, progress)
+        except IndexDamaged as exc:
+            log.error("%s: %s", tool, exc)
+            raise ToolError(damaged_message(exc)) from None
         except _FORWARDED as exc:
             raise ToolError(str(exc)) from None
         except ProviderError:  # its text may quote model output: keep it in the log
@@ -156,6 +167,9 @@ class _Gateway:
     async def read(self, uri: str, fn: Callable[[QueryContext], Awaitable[str]]) -> str:
         try:
             return await self.service.run(self.caller(), fn)
+        except IndexDamaged as exc:
+            log.error("reading %s: %s", uri, exc)
+            raise ResourceError(damaged_message(exc)) from None
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from None
         except _FORWARDED as exc:
@@ -310,6 +324,9 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
         is configured (otherwise answers are extractive). Counts cover what you may see. No cost."""
 
         async def status(q: QueryContext) -> IndexStatus:
+            damage = gw.service.search_damage()  # milliseconds: files looked at, not opened
+            if damage is not None:
+                raise IndexDamaged(damage)
             policy = gw.service.ws.policy
             principal = q.caller.principal
             return status_for_caller(index_status(gw.service.store), q,

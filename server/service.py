@@ -39,11 +39,13 @@ from acl.policy import Policy, Principal
 from acl.reader import CallerReader, ViewSupport
 from acl.view_cache import ViewCache
 from acl.views import ViewParams
-from canopy.errors import ConfigError, IndexMissing
+from canopy.errors import ConfigError, IndexDamaged, IndexMissing
+from canopy.health import check_search_files
 from canopy.providers import make_embedder, make_provider
 from canopy.providers.base import Provider
-from canopy.settings import AclSettings, find_config, load_settings
 from canopy.providers.heuristics import load_jieba
+from canopy.settings import AclSettings, find_config, load_settings
+from canopy.store.store import damage_as_index_damaged
 from canopy.tokens import preload
 from canopy.vectors import VectorStore
 from server.context import EngineCaches, ProgressCallback, QueryContext
@@ -80,8 +82,17 @@ class _LoopThreads:
 
 class CanopyService:
     def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8) -> None:
-        """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml."""
+        """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml.
+        An index whose database cannot be read raises IndexDamaged; damaged search tables are
+        logged, and every call then answers with IndexDamaged until the index is rebuilt."""
         self.ws = ws
+        try:
+            with damage_as_index_damaged():
+                self._open(ws, config, workers)
+        except IndexDamaged as exc:
+            raise exc.for_docs(ws.docs_dir) from None
+
+    def _open(self, ws: Workspace, config: Path | None, workers: int) -> None:
         self.store = ws.store(must_exist=True)
         if self.store.generation == 0:
             self.store.close()
@@ -114,6 +125,15 @@ class CanopyService:
             log.warning("the index was labelled under another [acl] policy (%d documents differ, "
                         "e.g. %s): run `canopy index` so document labels follow the current rules",
                         len(stale), stale[0])
+        damage = self.search_damage()
+        if damage is not None:
+            log.error("%s", IndexDamaged(damage, str(ws.docs_dir)))
+
+    def search_damage(self) -> str | None:
+        """Why the committed search tables cannot be read, judged from their files (None:
+        nothing found); milliseconds, no table is opened."""
+        versions = json.loads(self.store.get_meta("lance_versions", "{}") or "{}")
+        return check_search_files(self.ws.index_dir, versions)
 
     # ---- calls ------------------------------------------------------------------------------
 
@@ -130,7 +150,17 @@ class CanopyService:
     def context(self, who: str | Principal | None,
                 progress: ProgressCallback | None = None) -> Iterator[QueryContext]:
         """A QueryContext for `who` (a principal name, or a Principal) over one snapshot of the
-        committed generation, on this thread."""
+        committed generation, on this thread. A damaged index, found while the context is open,
+        raises IndexDamaged naming the documents folder."""
+        try:
+            with damage_as_index_damaged(), self._context(who, progress) as ctx:
+                yield ctx
+        except IndexDamaged as exc:
+            raise exc.for_docs(self.ws.docs_dir) from None
+
+    @contextmanager
+    def _context(self, who: str | Principal | None,
+                 progress: ProgressCallback | None) -> Iterator[QueryContext]:
         with self.store.snapshot() as snap:
             generation = snap.generation
             if generation == 0:

@@ -9,16 +9,23 @@ index built with another embedder, rewrites the tables from scratch.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
 
 from canopy.ids import content_hash
-from canopy.vectors import TABLES, VectorRow, VectorStore
+from canopy.settings import StorageSettings
+from canopy.store import Store
+from canopy.vectors import TABLES, VectorRow, VectorStore, stored_versions
 from indexer.stages.context import Build
 
-__all__ = ["VectorOutcome", "stage_vectors"]
+__all__ = ["VectorOutcome", "stage_vectors", "tidy_search_tables"]
+
+log = logging.getLogger(__name__)
 
 _BATCH = 512
 
@@ -62,7 +69,7 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
     embedder = b.embedder
     vectors = VectorStore(b.store.index_dir, embedder.dims or 0)
     committed = json.loads(b.store.get_meta("lance_versions", "{}") or "{}")
-    vectors.restore(committed)
+    vectors.restore(committed, missing_ok=rebuild)
     if rebuild:
         vectors.clear()
     plan = {table: _ids(b, table, rebuild) for table in TABLES}
@@ -91,3 +98,24 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
             advance(len(batch))
         vectors.maintain(table)
     return VectorOutcome(embedded, vectors.versions())
+
+
+def tidy_search_tables(store: Store, storage: StorageSettings, *, changed: bool) -> None:
+    """After a commit (or a run with nothing to do): fold appended rows into the search
+    indexes when they are many, and, at most once per `keep_versions_s`, rewrite tables that
+    still store deleted rows and prune old versions (canopy.vectors, `VectorStore.tidy`).
+    A run that changed nothing opens the tables only when that is due and old versions
+    remain (counted from their files, without importing lancedb)."""
+    recorded = json.loads(store.get_meta("lance_versions", "{}") or "{}")
+    versions = {name: int(v) for name, v in recorded.items()}
+    if not versions:
+        return
+    keep = storage.keep_versions_s
+    due = time.time() - float(store.get_meta("lance_tidied_at", "0") or 0) >= keep
+    if not changed and not (due and stored_versions(store.index_dir) > len(versions)):
+        return
+    vectors = VectorStore(store.index_dir, 0)
+    vectors.tidy(versions, timedelta(seconds=keep), due=due,
+                 record=lambda v: store.set_meta({"lance_versions": json.dumps(v)}))
+    if due:
+        store.set_meta({"lance_tidied_at": str(time.time())})
