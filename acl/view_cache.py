@@ -135,7 +135,8 @@ class ViewCache:
         self.stats[f"built_{kind}"] += 1
         if built.persist:
             try:
-                self.store.view_put(key, kind=kind, artifact_id=artifact_id, payload=payload)
+                self.store.view_put(key, kind=kind, artifact_id=artifact_id, payload=payload,
+                                    units=built.value.text_unit_ids)
             except sqlite3.Error as exc:  # e.g. a read-only index: serve it, just uncached
                 log.warning("view of %s not cached: %s", artifact_id, exc)
 

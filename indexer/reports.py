@@ -22,12 +22,14 @@ from canopy.errors import InvalidOutput
 from canopy.ids import content_hash
 from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
 from canopy.providers.base import Provider, ReportContext, ReportOut
+from canopy.store.sources import cache_sources
 from canopy.tokens import Tokenizer
 
 __all__ = [
     "CommunityContent",
     "ElementSizes",
     "build_report_context",
+    "context_units",
     "fingerprint",
     "to_report",
     "write_report",
@@ -145,17 +147,18 @@ def _degree(entities: dict[str, Entity], eid: str) -> int:
     return e.degree if e is not None else 0
 
 
+def context_units(ctx: ReportContext) -> set[str]:
+    """Every text unit the elements of a report's context derive from."""
+    units: set[str] = set()
+    for items in (ctx.entities, ctx.relationships, ctx.sub_reports, ctx.claims):
+        for item in items:
+            units.update(item.text_unit_ids)
+    return units
+
+
 def to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: int) -> Report:
     """The report of `out` with its findings' evidence mapped back to artifact ids and units."""
-    units: set[str] = set()
-    for e in ctx.entities:
-        units.update(e.text_unit_ids)
-    for r in ctx.relationships:
-        units.update(r.text_unit_ids)
-    for sr in ctx.sub_reports:
-        units.update(sr.text_unit_ids)
-    for cl in ctx.claims:
-        units.update(cl.text_unit_ids)
+    units = context_units(ctx)
     findings = []
     for f in out.findings:
         ents = [ctx.entities[i] for i in f.entity_ids if 0 <= i < len(ctx.entities)]
@@ -194,10 +197,11 @@ async def write_report(
     children = await child_reports() if c.children and total > context_tokens else {}
     ctx = build_report_context(content, children, sizes, context_tokens)
     tokens = sizes.tok.count(ctx.render())
-    try:
-        out: ReportOut = await provider.report(ctx, max_tokens=max_tokens)
-    except InvalidOutput:
-        if fallback is None:
-            raise
-        out = await fallback.report(ctx, max_tokens=max_tokens)
+    with cache_sources(context_units(ctx)):  # the request quotes what these units gave
+        try:
+            out: ReportOut = await provider.report(ctx, max_tokens=max_tokens)
+        except InvalidOutput:
+            if fallback is None:
+                raise
+            out = await fallback.report(ctx, max_tokens=max_tokens)
     return to_report(c, ctx, out, tokens)

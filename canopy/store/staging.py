@@ -26,6 +26,7 @@ from canopy.model import Skip, UnitFailure
 from canopy.store.reads import GraphReads, Tables
 from canopy.store.rows import dump
 from canopy.store.schema import GENERATION_TABLES, generation_ddl, run_script
+from canopy.store.sources import UNATTRIBUTED, purge
 from canopy.store.store import Store, _drop_instances
 
 __all__ = ["CommitInfo", "Staging"]
@@ -148,8 +149,13 @@ class Staging:
                               "extracted"):
                     db.execute(f"DELETE FROM main.{table} WHERE unit_id NOT IN "  # noqa: S608
                                "(SELECT id FROM main.text_units)")
+                # cached responses that quote units this generation no longer has
+                purge(db, [r[0] for r in db.execute(
+                    "SELECT DISTINCT unit_id FROM main.cache_sources WHERE unit_id != ? AND "
+                    "unit_id NOT IN (SELECT id FROM main.text_units)", (UNATTRIBUTED,))])
             elif info.removed_units:
                 _drop_instances(db, info.removed_units)
+                purge(db, info.removed_units)
             db.execute("DELETE FROM main.failures")
             db.executemany("INSERT INTO main.failures VALUES (?, ?, ?)",
                            [(f.unit_id, f.task, f.error) for f in info.failures])

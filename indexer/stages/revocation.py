@@ -18,6 +18,7 @@ from collections import Counter
 from canopy.ids import entity_id
 from canopy.store import GraphReads, Store
 from canopy.store.rows import dump
+from canopy.store.sources import purge
 from canopy.vectors import TABLES, VectorStore
 from indexer.stages.documents import DocumentPlan, unit_terms
 
@@ -54,6 +55,7 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
                 stats[(acl, 0)] += sign
                 stats[(acl, 1)] += sign * len(terms)
 
+    deleted = sorted(u.unit.id for d in plan.removed for u in units.get(d, []))
     versions = json.loads(store.get_meta("lance_versions", "{}") or "{}")
     vectors = VectorStore(store.index_dir, 0)
     vectors.restore(versions)
@@ -71,6 +73,7 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
         db.execute(f"UPDATE reports SET stale = 1 WHERE community_id {_IN}", (dump(communities),))
         removed = dump(sorted(plan.removed))
         db.execute(f"DELETE FROM text_units WHERE document_id {_IN}", (removed,))
+        purge(db, deleted)  # cached responses and views that quote the deleted units
         db.execute(f"DELETE FROM documents WHERE id {_IN}", (removed,))
         for doc_id in sorted(plan.relabelled):
             row = plan.documents[doc_id]
@@ -92,4 +95,4 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
     log.info("revoked %d documents and relabelled %d at once (generation %d): %d entities and %d "
              "communities wait for regeneration", len(plan.removed), len(plan.relabelled),
              generation, len(entities), len(communities))
-    return sorted(u.unit.id for d in plan.removed for u in units.get(d, []))
+    return deleted
