@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 # lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
 # commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
-__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf", "stored_versions"]
+__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -94,13 +95,6 @@ def rrf(*rankings: list[str], k: int = _RRF_K, weights: list[float] | None = Non
         for rank, rid in enumerate(ranking):
             scores[rid] = scores.get(rid, 0.0) + w / (k + rank + 1)
     return [Hit(i, s) for i, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
-def stored_versions(index_dir: Path) -> int:
-    """How many table versions are on disk (manifest files), counted without lancedb."""
-    lance = Path(index_dir) / "lance"
-    return sum(len(list((lance / f"{name}.lance" / "_versions").glob("*.manifest")))
-               for name in TABLES)
 
 
 def _quote(values: Iterable[str]) -> str:
@@ -249,7 +243,11 @@ class VectorStore:
         fresh = {**committed, **{name: int(t.version) for name, t in work.items()}}
         record(fresh)
         for name, t in work.items():
-            t.optimize(cleanup_older_than=keep, delete_unverified=True)
+            with warnings.catch_warnings():
+                # lancedb warns that keep = 0 breaks concurrent readers: the operator chose it,
+                # and [storage] keep_versions_s says so.
+                warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
+                t.optimize(cleanup_older_than=keep, delete_unverified=True)
             log.debug("search table %s tidied: version %d", name, t.version)
         final = {**committed, **{name: int(t.version) for name, t in work.items()}}
         record(final)

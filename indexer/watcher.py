@@ -20,6 +20,8 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from canopy.errors import CanopyError
+
 __all__ = ["Watcher", "is_ignored"]
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,9 @@ class Watcher:
         while (batch := self._next_batch()) is not None:
             try:
                 result = self.apply()
+            except CanopyError as exc:  # written for people (e.g. a damaged index): no traceback
+                log.error("update after %d changed path(s) failed: %s", len(batch), exc)
+                continue
             except Exception:
                 log.exception("update after %d changed path(s) failed; will retry on the next change", len(batch))
                 continue

@@ -15,6 +15,7 @@ is reached at once.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -60,6 +61,27 @@ def ask(ws: Workspace, question: str) -> str:
         service.close()
 
 
+def derived_keys(index_dir: Path, needle: str) -> set[str]:
+    """Keys of cached responses, views and embeddings derived from units containing `needle`."""
+    db = sqlite3.connect(index_dir / "canopy.sqlite")
+    try:
+        return {r[0] for r in db.execute(
+            "SELECT key FROM cache_sources WHERE unit_id IN "
+            "(SELECT id FROM text_units WHERE text LIKE ?)", (f"%{needle}%",))}
+    finally:
+        db.close()
+
+
+def still_cached(index_dir: Path, keys: set[str]) -> int:
+    db = sqlite3.connect(index_dir / "canopy.sqlite")
+    try:
+        return sum(db.execute(f"SELECT COUNT(*) FROM {table} WHERE key IN "  # noqa: S608
+                              "(SELECT value FROM json_each(?))", (json.dumps(sorted(keys)),))
+                   .fetchone()[0] for table in ("llm_cache", "embeddings", "acl_views"))
+    finally:
+        db.close()
+
+
 def cached(index_dir: Path, needle: str) -> int:
     db = sqlite3.connect(index_dir / "canopy.sqlite")
     try:
@@ -92,6 +114,9 @@ def test_a_deleted_documents_text_is_nowhere_in_the_index_folder(docs: Path, tmp
         assert cached(index_dir, SECRET) >= 3
         assert any(h.startswith("lance/") for h in holders(index_dir, SENTENCE))
         assert fake.count("extract") and fake.count("report")
+        derived = derived_keys(index_dir, SECRET)
+        before = still_cached(index_dir, derived)
+        assert before >= 5  # extraction, summaries, reports, embeddings
 
         (docs / "marrowby.md").unlink()
         result = build_index(ws)
@@ -99,6 +124,9 @@ def test_a_deleted_documents_text_is_nowhere_in_the_index_folder(docs: Path, tmp
 
     assert holders(index_dir, SENTENCE) == []
     assert holders(index_dir, SECRET) == []
+    # Gone, except texts the regeneration wrote again, identical, from the remaining units
+    # (recorded under those alone: checked below).
+    assert still_cached(index_dir, derived) < before / 4
     db = sqlite3.connect(index_dir / "canopy.sqlite")
     try:
         assert db.execute("SELECT COUNT(*) FROM llm_cache").fetchone()[0] > 0  # the rest stays
@@ -143,3 +171,7 @@ def test_no_search_table_keeps_deleted_rows_in_its_files(tmp_path: Path) -> None
         versions = db.open_table(name).list_versions()
         assert len(versions) <= 2, name  # the rest were pruned
         assert versions[-1]["metadata"]["total_deletion_file_rows"] == "0", name
+    # Nothing left to prune: a run with nothing to do leaves the tables alone.
+    manifests = sorted((tmp_path / "index" / "lance").rglob("*.manifest"))
+    assert build_index(ws).stats.get("noop") is True
+    assert sorted((tmp_path / "index" / "lance").rglob("*.manifest")) == manifests

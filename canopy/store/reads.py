@@ -152,10 +152,13 @@ class GraphReads:
         rows = self._rows(f"SELECT * FROM {self.t.entities} WHERE id {_IN}", _ids(ids))
         return {r[0]: EntityRow.of(r) for r in rows}
 
-    def entity_texts(self, ids: Iterable[str]) -> dict[str, tuple[str, str, list[int]]]:
-        """(name, description, ACL classes) of each entity: what it is searched by."""
-        sql = f"SELECT id, name, description, acl FROM {self.t.entities} WHERE id {_IN}"
-        return {r[0]: (r[1], r[2], json.loads(r[3])) for r in self._rows(sql, _ids(ids))}
+    def entity_texts(self, ids: Iterable[str]
+                     ) -> dict[str, tuple[str, str, list[int], list[str]]]:
+        """(name, description, ACL classes, text units) of each entity: what it is searched by,
+        and where that comes from."""
+        sql = f"SELECT id, name, description, acl, units FROM {self.t.entities} WHERE id {_IN}"
+        return {r[0]: (r[1], r[2], json.loads(r[3]), json.loads(r[4]))
+                for r in self._rows(sql, _ids(ids))}
 
     def entity_briefs(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
         """(name, degree) of each entity: what ranks a list of members."""

@@ -234,9 +234,10 @@ def m004_store_backed_graph(db: sqlite3.Connection) -> None:
 
 @migration
 def m005_cache_sources(db: sqlite3.Connection) -> None:
-    """The text units each cached response and view derives from (canopy.store.sources).
-    Entries cached before this table existed have unknown sources: they are recorded as
-    unattributed, so the first removal of a document deletes them (once)."""
+    """The text units each cached response, view and embedding derives from
+    (canopy.store.sources). Entries cached before this table existed have unknown sources:
+    they are recorded as unattributed, so the first removal of a document deletes them
+    (once; what is still needed is asked or embedded again)."""
     run_script(
         db,
         """
@@ -245,5 +246,6 @@ def m005_cache_sources(db: sqlite3.Connection) -> None:
         CREATE INDEX cache_sources_key ON cache_sources(key);
         INSERT INTO cache_sources SELECT '', key FROM llm_cache;
         INSERT OR IGNORE INTO cache_sources SELECT '', key FROM acl_views;
+        INSERT OR IGNORE INTO cache_sources SELECT '', key FROM embeddings;
         """,
     )

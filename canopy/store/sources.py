@@ -1,5 +1,6 @@
-"""Which text units each cached LLM response and stored view was derived from, so that removing
-a unit also removes every cached text that could quote it (issue "Safety", case 10).
+"""Which text units each cached LLM response, stored view and cached embedding was derived from,
+so that removing a unit also removes every cached text that could quote it, and every vector
+that could betray it (issue "Safety", case 10).
 
 Callers that send a request derived from known units declare them around the call:
 
@@ -9,11 +10,12 @@ Callers that send a request derived from known units declare them around the cal
 and `Store.cache_put` / `Store.view_put` record (unit, key) rows in `cache_sources`. What is
 tracked: extraction and gleaning (the unit), description summaries (every unit with an
 instance of the element), community reports and report views (every unit of the report's
-context), entity and relationship views (their visible units). A response cached with no
-declared sources (the query-time calls: rate, map, reduce, answer, HyDE, DRIFT; they quote
-whatever the engines retrieved) is recorded under `UNATTRIBUTED` and dropped whenever any unit
-is removed: a repeated question then costs its calls again, which is cheap next to keeping
-deleted text.
+context), entity and relationship views (their visible units), and the embeddings of search
+rows (`Store.embeddings_put`: the unit, the entity's units, the report's units). A response
+cached with no declared sources (the query-time calls: rate, map, reduce, answer, HyDE,
+DRIFT; they quote whatever the engines retrieved) is recorded under `UNATTRIBUTED` and dropped
+whenever any unit is removed: a repeated question then costs its calls again, which is cheap
+next to keeping deleted text.
 
 `purge` runs inside the transaction that removes the units (revocation, or the commit that
 replaces them), so the cache never outlives, nor dies before, the units it quotes.
@@ -68,6 +70,6 @@ def purge(db: sqlite3.Connection, unit_ids: Iterable[str]) -> int:
                                      (dump([*units, UNATTRIBUTED]),))]
     for i in range(0, len(keys), _BATCH):
         batch = dump(keys[i:i + _BATCH])
-        for table in ("llm_cache", "acl_views", "cache_sources"):
+        for table in ("llm_cache", "acl_views", "embeddings", "cache_sources"):
             db.execute(f"DELETE FROM {table} WHERE key {_IN}", (batch,))  # noqa: S608
     return len(keys)

@@ -292,9 +292,13 @@ class Store:
                                     "(SELECT value FROM json_each(?))", (dump(sorted(set(keys))),))
             return dict(rows.fetchall())
 
-    def embeddings_put(self, rows: dict[str, bytes]) -> None:
-        with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", rows.items())
+    def embeddings_put(self, rows: dict[str, bytes], sources: dict[str, Iterable[str]]) -> None:
+        """Cache vectors by key, and record the text units each key's text derives from (a
+        vector can betray its text: it goes when they do)."""
+        with self.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", rows.items())
+            for key, units in sources.items():
+                record(db, key, units)
 
     def view_get(self, key: str) -> tuple[str, str] | None:
         """(kind, payload) of a cached per-caller view (acl.view_cache), or None."""

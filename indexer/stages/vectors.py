@@ -20,7 +20,7 @@ import numpy as np
 from canopy.ids import content_hash
 from canopy.settings import StorageSettings
 from canopy.store import Store
-from canopy.vectors import TABLES, VectorRow, VectorStore, stored_versions
+from canopy.vectors import TABLES, VectorRow, VectorStore
 from indexer.stages.context import Build
 
 __all__ = ["VectorOutcome", "stage_vectors", "tidy_search_tables"]
@@ -41,6 +41,7 @@ class _Item:
     id: str
     text: str
     acl: tuple[int, ...]
+    units: tuple[str, ...]  # what the text derives from: its embedding goes with them
     level: int = -1
 
 
@@ -55,13 +56,14 @@ def _items(b: Build, table: str, ids: list[str]) -> Iterator[_Item]:
     reads = b.reads
     if table == "text_units":
         for uid, (unit, doc) in sorted(reads.unit_documents(ids).items()):
-            yield _Item(uid, f"{doc.header()}\n{unit.unit.text}", (unit.acl,))
+            yield _Item(uid, f"{doc.header()}\n{unit.unit.text}", (unit.acl,), (uid,))
     elif table == "entities":
-        for eid, (name, description, acl) in sorted(reads.entity_texts(ids).items()):
-            yield _Item(eid, f"{name}: {description}", tuple(sorted(acl)))
+        for eid, (name, description, acl, units) in sorted(reads.entity_texts(ids).items()):
+            yield _Item(eid, f"{name}: {description}", tuple(sorted(acl)), tuple(units))
     else:
         for cid, row in sorted(reads.reports(ids).items()):
-            yield _Item(cid, row.report.full_text(), tuple(sorted(row.gate.acl)), row.report.level)
+            r = row.report
+            yield _Item(cid, r.full_text(), tuple(sorted(row.gate.acl)), r.text_unit_ids, r.level)
 
 
 async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
@@ -86,9 +88,12 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
                 got = await embedder.embed([text for _, text in missing])
                 new = {k: np.asarray(v, dtype=np.float32).tobytes()
                        for (k, _), v in zip(missing, got, strict=True)}
-                b.store.embeddings_put(new)
                 cached.update(new)
                 embedded += len(new)
+            else:
+                new = {}
+            # cached vectors too: a text now also derives from these units
+            b.store.embeddings_put(new, {keys[it.id]: it.units for it in items})
             if not vectors.dims and cached:  # an endpoint tells its width with its first reply
                 vectors.dims = len(next(iter(cached.values()))) // 4
             rows = [VectorRow(it.id, it.text, keys[it.id],
@@ -101,21 +106,28 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
 
 
 def tidy_search_tables(store: Store, storage: StorageSettings, *, changed: bool) -> None:
-    """After a commit (or a run with nothing to do): fold appended rows into the search
-    indexes when they are many, and, at most once per `keep_versions_s`, rewrite tables that
-    still store deleted rows and prune old versions (canopy.vectors, `VectorStore.tidy`).
-    A run that changed nothing opens the tables only when that is due and old versions
-    remain (counted from their files, without importing lancedb)."""
+    """After a commit (`changed`), or a run with nothing to do: fold appended rows into the
+    search indexes when they are many, and, at most once per `keep_versions_s`, rewrite tables
+    that still store deleted rows and prune versions older than that (`VectorStore.tidy`).
+
+    A tidy at time T prunes what was written before T - keep; a run with nothing to do opens
+    the tables only when a tidy is due and the last change came after that bound of the last
+    tidy (its old versions are still on disk), so deleted text leaves the disk within two
+    keep periods of the deletion, at the first index runs that follow."""
     recorded = json.loads(store.get_meta("lance_versions", "{}") or "{}")
     versions = {name: int(v) for name, v in recorded.items()}
     if not versions:
         return
-    keep = storage.keep_versions_s
-    due = time.time() - float(store.get_meta("lance_tidied_at", "0") or 0) >= keep
-    if not changed and not (due and stored_versions(store.index_dir) > len(versions)):
+    now, keep = time.time(), storage.keep_versions_s
+    tidied = float(store.get_meta("lance_tidied_at", "0") or 0)
+    changed_at = now if changed else float(store.get_meta("lance_changed_at", "0") or 0)
+    due = now - tidied >= keep
+    if not changed and not (due and changed_at > tidied - keep):
         return
     vectors = VectorStore(store.index_dir, 0)
     vectors.tidy(versions, timedelta(seconds=keep), due=due,
                  record=lambda v: store.set_meta({"lance_versions": json.dumps(v)}))
+    stamps = {"lance_changed_at": str(changed_at)}
     if due:
-        store.set_meta({"lance_tidied_at": str(time.time())})
+        stamps["lance_tidied_at"] = str(now)
+    store.set_meta(stamps)
