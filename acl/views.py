@@ -93,7 +93,9 @@ async def _summary(reader: CallerReader, name: str, descs: list[str],
 async def entity_view(reader: CallerReader, entity: Entity, key: str) -> tuple[Entity | None, bool]:
     """The caller's view of `entity` from its instances in live units they can read, and
     whether it is durable; None when no such instance exists."""
-    rows = reader.snap.entity_instances([reader.entity_key(entity.id)], classes=reader.caller.readable)
+    rows = reader.snap.entity_instances(
+        [reader.entity_key(entity.id)], classes=reader.caller.readable
+    )
     if not rows:
         return None, True
     names: Counter[str] = Counter(r.name for r in rows)
@@ -143,8 +145,15 @@ async def report_view(reader: CallerReader, cid: str) -> tuple[Report | None, bo
         for k in kids:
             inside = kid_members[k]
             content.children[k] = Community(
-                k, row.level + 1, cid, (), tuple(sorted(inside)),
-                tuple(i for i, r in relationships.items() if r.source in inside and r.target in inside))
+                k,
+                row.level + 1,
+                cid,
+                (),
+                tuple(sorted(inside)),
+                tuple(
+                    i for i, r in relationships.items() if r.source in inside and r.target in inside
+                ),
+            )
         return await reader.reports(kids)
 
     views = reader.views

@@ -13,10 +13,13 @@ leaves nothing behind that a later one could duplicate.
 
 Deleted rows stay in Lance's data files (marked deleted) and in every older version until the
 files are rewritten and the versions pruned. `tidy`, run by the writer after a commit, does
-both: it rewrites a table that still stores deleted rows and prunes versions older than the
-grace period readers may still be using, so deleted text leaves the disk within about two
-grace periods (design §2, issue "Safety" case 10). Pruning never touches the committed
-version: it is first re-committed as a fresh version (younger than the grace period).
+both: it rewrites a table that still stores deleted rows and prunes old versions, so deleted
+text leaves the disk within about two grace periods (design §2, issue "Safety" case 10).
+A reader holds the versions it started with for one request, so a version is pruned only once
+it has not been committed for the grace period: each change of the committed versions is
+recorded with its time (`superseded`, meta `lance_history`), and `floor` gives, per table, the
+oldest version committed within the grace period; nothing from it on is pruned. A grace
+period of 0 prunes all but the latest version at once (for indexes nobody reads meanwhile).
 
 A table that is missing, or cannot be opened or searched, raises `IndexDamaged`: a reader must
 never mistake a lost table for an empty one.
@@ -24,13 +27,14 @@ never mistake a lost table for an empty one.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +48,8 @@ if TYPE_CHECKING:
 # lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
 # commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
-__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf"]
+__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "floor", "rrf",
+           "superseded"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -54,6 +59,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)  # FTS query syntax characters are droppe
 _UNINDEXED_SHARE = 0.1
 _UNINDEXED_MIN = 2000
 _SCRUB_BATCH = 20_000  # rows per batch when a table is rewritten
+# Longer than an optimization takes before it prunes (about 7 s for 70,000 rows here).
+_PRUNE_MARGIN = timedelta(minutes=5)
 # A table this large gets an IVF vector index (exact distances within the probed partitions):
 # a flat scan of 380,000 rows x 384 dims takes about a second, the index answers in ~10 ms and
 # builds in ~20 s. Below it a flat scan is fast enough.
@@ -95,6 +102,24 @@ def rrf(*rankings: list[str], k: int = _RRF_K, weights: list[float] | None = Non
         for rank, rid in enumerate(ranking):
             scores[rid] = scores.get(rid, 0.0) + w / (k + rank + 1)
     return [Hit(i, s) for i, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def superseded(history: str | None, old: dict[str, int], now: float) -> str:
+    """`history` (JSON) with the versions `old` recorded as committed until `now`."""
+    entries = json.loads(history or "[]")
+    return json.dumps([*entries, [now, old]])
+
+
+def floor(history: str | None, current: dict[str, int], now: float, keep: float
+          ) -> tuple[dict[str, int], str]:
+    """Per table, the oldest version committed within the last `keep` seconds (readers may
+    hold it), and the history without entries older than that."""
+    entries = [e for e in json.loads(history or "[]") if e[0] > now - keep]
+    out = dict(current)
+    for _, versions in entries:
+        for name, version in versions.items():
+            out[name] = min(out.get(name, version), int(version))
+    return out, json.dumps(entries)
 
 
 def _quote(values: Iterable[str]) -> str:
@@ -213,17 +238,18 @@ class VectorStore:
             partitions = max(16, int(rows ** 0.5))
             t.create_index("vector", config=IvfFlat(distance_type="l2", num_partitions=partitions))
 
-    def tidy(self, committed: dict[str, int], keep: timedelta, *, due: bool,
+    def tidy(self, committed: dict[str, int], keep_from: dict[str, int] | None, *, due: bool,
              record: Callable[[dict[str, int]], None]) -> dict[str, int]:
         """After a commit (each table at its committed version, the latest): fold appended rows
         into the indexes once they pass a share of a table, and when `due` also rewrite tables
-        that still store deleted rows and prune versions older than `keep`. `record(versions)`
-        commits new versions (same rows) so readers move on. Returns the committed versions.
+        that still store deleted rows and prune old versions: those before `keep_from` (per
+        table, the oldest version readers may hold: `floor`, which includes the committed one),
+        or, with None, every version but the latest. `record(versions)` commits the new
+        versions (same rows). Returns the committed versions.
 
-        Order matters for crash safety: the committed version is first re-committed as a fresh
-        one (a rewrite, or a restore of itself), recorded, and only then optimized, which prunes
-        versions older than `keep` but never the fresh one, unless `keep` is zero (then a crash
-        between the optimization and the second record leaves the tables to a full rebuild)."""
+        Lance prunes by age, measured when its pruning step runs (after compaction): versions
+        created up to `_PRUNE_MARGIN` before `keep_from` are kept too, so the committed version
+        survives a crash before `record`. With None it does not (nobody reads concurrently)."""
         work: dict[str, Any] = {}
         for name, version in sorted(committed.items()):
             t = self._table(name)
@@ -231,27 +257,35 @@ class VectorStore:
                 continue  # the writer restores committed versions before it writes
             history = t.list_versions()
             stored_deleted = int(history[-1]["metadata"].get("total_deletion_file_rows", 0) or 0)
-            if not (self._fold_due(t) or (due and (stored_deleted or len(history) > 1))):
+            oldest = version if keep_from is None else min(keep_from.get(name, version), version)
+            prunable = any(v["version"] < oldest for v in history)
+            if not (self._fold_due(t) or (due and (stored_deleted or prunable))):
                 continue
             if due and stored_deleted:
                 self._rewrite(t, version)
-            else:
-                t.restore(version)
+            with warnings.catch_warnings():
+                # lancedb warns that age 0 breaks readers of older versions: the caller said
+                # there are none ([storage] keep_versions_s = 0 documents it).
+                warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
+                t.optimize(cleanup_older_than=self._keep_age(history, oldest, keep_from),
+                           delete_unverified=True)
+            log.debug("search table %s tidied: version %d", name, t.version)
             work[name] = t
         if not work:
             return committed
-        fresh = {**committed, **{name: int(t.version) for name, t in work.items()}}
-        record(fresh)
-        for name, t in work.items():
-            with warnings.catch_warnings():
-                # lancedb warns that keep = 0 breaks concurrent readers: the operator chose it,
-                # and [storage] keep_versions_s says so.
-                warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
-                t.optimize(cleanup_older_than=keep, delete_unverified=True)
-            log.debug("search table %s tidied: version %d", name, t.version)
         final = {**committed, **{name: int(t.version) for name, t in work.items()}}
         record(final)
         return final
+
+    @staticmethod
+    def _keep_age(history: list[dict[str, Any]], oldest: int,
+                  keep_from: dict[str, int] | None) -> timedelta:
+        """The age below which versions are kept: that of version `oldest`, plus the margin."""
+        if keep_from is None:
+            return timedelta(0)
+        created = min((v["timestamp"] for v in history if v["version"] >= oldest),
+                      default=datetime.now())  # list_versions gives naive local times
+        return datetime.now() - created + _PRUNE_MARGIN
 
     @staticmethod
     def _fold_due(t: Any) -> bool:
@@ -261,7 +295,7 @@ class VectorStore:
     def _rewrite(self, t: Any, version: int) -> None:
         """Write the live rows of `t` (at `version`) into new files and delete the old rows,
         whose files then hold only deleted rows and leave with the old versions. Batches are
-        read from the committed version, whose files stay until the prune."""
+        read from the committed version, which the prune keeps."""
         source = self._db.open_table(t.name)
         source.checkout(version)
         t.delete("true")
@@ -329,7 +363,11 @@ class VectorReader:
         rankings: list[list[str]] = []
         weights: list[float] = []
         if vector is not None:
-            q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id", "_distance"])
+            q = (
+                t.search(vector.astype(np.float32), query_type="vector")
+                .limit(k)
+                .select(["id", "_distance"])
+            )
             if where:
                 q = q.where(where, prefilter=True)
             try:

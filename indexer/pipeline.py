@@ -1,4 +1,5 @@
-"""`run_index`: the whole pipeline, planned as a diff against the committed generation (design §3-4).
+"""`run_index`: the whole pipeline, planned as a diff against the committed generation
+(design §3-4).
 
 Reads top to bottom as the paper's pipeline: scan -> chunk -> extract -> merge -> summarize ->
 communities -> reports -> embed -> commit. Each stage (indexer/stages/) works on what changed
@@ -194,9 +195,15 @@ async def run_index(
         # 9. one atomic commit
         failures = extracted.failures + reports.failures
         usage = {task: u.as_dict() for task, u in sorted(provider.usage().items())}
-        meta = {"provider": provider.name, "embedder": embedder.name,
-                "lance_versions": json.dumps(vectors.versions), "docs_dir": str(Path(docs_dir).resolve()),
-                "revoking": "0", "settings_fingerprint": fingerprint, **hierarchy.meta}
+        meta = {
+            "provider": provider.name,
+            "embedder": embedder.name,
+            "lance_versions": json.dumps(vectors.versions),
+            "docs_dir": str(Path(docs_dir).resolve()),
+            "revoking": "0",
+            "settings_fingerprint": fingerprint,
+            **hierarchy.meta,
+        }
         if b.stats.get("cjk") or full:  # CJK text (the server preloads its segmenter)
             meta["cjk"] = "1" if b.stats.get("cjk") else "0"
         stats: dict[str, Any] = {

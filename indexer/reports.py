@@ -85,16 +85,30 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
     entities, relationships = content.entities, content.relationships
     tok = sizes.tok
     members = set(entities)
-    rels = sorted((relationships[r] for r in c.relationship_ids if r in relationships),
-                  key=lambda r: (-(_degree(entities, r.source) + _degree(entities, r.target)), r.id))
-    all_tokens = sum(sizes.entity(e) for e in entities.values()) + sum(sizes.relationship(r) for r in rels)
+    rels = sorted(
+        (relationships[r] for r in c.relationship_ids if r in relationships),
+        key=lambda r: (-(_degree(entities, r.source) + _degree(entities, r.target)), r.id),
+    )
+    all_tokens = sum(sizes.entity(e) for e in entities.values()) + sum(
+        sizes.relationship(r) for r in rels
+    )
     subs: list[Report] = []
     if c.children and all_tokens > budget:
         # Substitute child reports, largest child first, until the rest fits.
-        kids = [content.children[k] for k in c.children if k in child_reports and k in content.children]
-        kids.sort(key=lambda k: (-sum(sizes.entity(entities[e]) for e in k.entity_ids if e in entities)
-                                 - sum(sizes.relationship(relationships[r]) for r in k.relationship_ids
-                                       if r in relationships), k.id))
+        kids = [
+            content.children[k] for k in c.children if k in child_reports and k in content.children
+        ]
+        kids.sort(
+            key=lambda k: (
+                -sum(sizes.entity(entities[e]) for e in k.entity_ids if e in entities)
+                - sum(
+                    sizes.relationship(relationships[r])
+                    for r in k.relationship_ids
+                    if r in relationships
+                ),
+                k.id,
+            )
+        )
         covered: set[str] = set()
         sub_tokens = 0
         for k in kids:
@@ -102,10 +116,14 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
             sub_tokens += tok.count(child_reports[k.id].full_text()) + 4
             covered |= set(k.entity_ids)
             rest = sum(sizes.entity(entities[e]) for e in members - covered) + sum(
-                sizes.relationship(r) for r in rels if not (r.source in covered and r.target in covered))
+                sizes.relationship(r)
+                for r in rels
+                if not (r.source in covered and r.target in covered)
+            )
             if sub_tokens + rest <= budget:
                 break
-        while subs and sub_tokens > budget:  # even the reports alone are too long: drop the smallest
+        # even the reports alone are too long: drop the smallest
+        while subs and sub_tokens > budget:
             dropped = subs.pop()
             sub_tokens -= tok.count(dropped.full_text()) + 4
             covered -= set(content.children[dropped.community_id].entity_ids)
@@ -136,7 +154,8 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
         used += sizes.entity(e)
         chosen[e.id] = e
     ent_list = sorted(chosen.values(), key=lambda e: (-e.degree, e.id))
-    claims = sorted((cl for cl in content.claims if cl.subject in chosen), key=lambda cl: cl.id)[:50]
+    claims = sorted((cl for cl in content.claims if cl.subject in chosen),
+                    key=lambda cl: cl.id)[:50]
     return ReportContext(community_id=c.id, level=c.level, entities=ent_list,
                          relationships=chosen_rels, claims=claims, sub_reports=subs,
                          degrees={e.id: e.degree for e in ent_list})
@@ -170,9 +189,16 @@ def to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: 
         findings.append(Finding(f.summary, f.explanation, tuple(e.id for e in ents),
                                 tuple(r.id for r in rels), tuple(sorted(fu))))
     return Report(
-        community_id=c.id, level=c.level, title=out.title.strip() or c.id, summary=out.summary.strip(),
-        rating=float(out.rating), rating_explanation=out.rating_explanation, findings=tuple(findings),
-        text_unit_ids=tuple(sorted(units)), fingerprint=c.fingerprint, context_tokens=context_tokens,
+        community_id=c.id,
+        level=c.level,
+        title=out.title.strip() or c.id,
+        summary=out.summary.strip(),
+        rating=float(out.rating),
+        rating_explanation=out.rating_explanation,
+        findings=tuple(findings),
+        text_unit_ids=tuple(sorted(units)),
+        fingerprint=c.fingerprint,
+        context_tokens=context_tokens,
         used_subreports=tuple(r.community_id for r in ctx.sub_reports),
     )
 

@@ -26,8 +26,8 @@ __all__ = ["Watcher", "is_ignored"]
 
 log = logging.getLogger(__name__)
 
-_TEMP_PATTERNS = ("*.swp", "*.swx", "*.swo", "*~", ".#*", "#*#", "*.tmp", "*.temp", "*.part", "*.crdownload",
-                  ".DS_Store", "Thumbs.db", "*.lock", "4913")
+_TEMP_PATTERNS = ("*.swp", "*.swx", "*.swo", "*~", ".#*", "#*#", "*.tmp", "*.temp", "*.part",
+                  "*.crdownload", ".DS_Store", "Thumbs.db", "*.lock", "4913")
 
 
 def is_ignored(path: Path, docs_dir: Path, index_dir: Path) -> bool:
@@ -136,7 +136,10 @@ class Watcher:
                 log.error("update after %d changed path(s) failed: %s", len(batch), exc)
                 continue
             except Exception:
-                log.exception("update after %d changed path(s) failed; will retry on the next change", len(batch))
+                log.exception(
+                    "update after %d changed path(s) failed; will retry on the next change",
+                    len(batch),
+                )
                 continue
             self.batches += 1
             if self.on_applied:

@@ -80,9 +80,9 @@ RESPONSE_TYPE = Annotated[str, Field(
                 "'bullet list', 'one sentence'")]
 LEVEL = Annotated[int | None, Field(
     ge=0, le=10,
-    description="Hierarchy level of the reports to read: 0 = a few broad communities, higher = more "
-                "and narrower ones (index_status lists the levels). Omit for dynamic selection, which "
-                "descends only into communities relevant to the question")]
+    description="Hierarchy level of the reports to read: 0 = a few broad communities, higher = "
+                "more and narrower ones (index_status lists the levels). Omit for dynamic "
+                "selection, which descends only into communities relevant to the question")]
 DEFAULT_RESPONSE = "multiple paragraphs"
 
 
@@ -126,7 +126,9 @@ class _Progress:
             return
         self.last = value
         try:
-            await self.mcp_ctx.report_progress(value, None if total is None else self.base + total, message)
+            await self.mcp_ctx.report_progress(
+                value, None if total is None else self.base + total, message
+            )
         except Exception:  # a vanished client must not fail the query
             log.debug("progress notification not delivered", exc_info=True)
 
@@ -200,9 +202,15 @@ def build_server(
                                      validate_token_resource=False)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
     server = MCPServer(
-        "canopy", title="Canopy", instructions=INSTRUCTIONS, version=_version(),
-        token_verifier=auth, auth=auth_settings if auth is not None else None,
-        log_level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "WARNING",
+        "canopy",
+        title="Canopy",
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        token_verifier=auth,
+        auth=auth_settings if auth is not None else None,
+        log_level=level
+        if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        else "WARNING",
     )
     gw = _Gateway(service, principal_name)
     _add_search_tools(server, gw)
@@ -270,7 +278,9 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
     async def basic_search(
         query: QUERY,
         ctx: Context,
-        k: Annotated[int, Field(ge=1, le=100, description="Number of text passages to retrieve")] = 10,
+        k: Annotated[
+            int, Field(ge=1, le=100, description="Number of text passages to retrieve")
+        ] = 10,
         response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Returns an answer from the k most similar source passages, each cited with its document.
@@ -288,19 +298,37 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
     @server.tool(title="Drill down", annotations=READ_ONLY)
     async def drill_down(
         ctx: Context,
-        community_id: Annotated[str | None, Field(
-            max_length=200,
-            description="A community (report) id, from a citation or an earlier drill_down")] = None,
-        entity: Annotated[str | None, Field(
-            max_length=300,
-            description="An entity name or id: opens the deepest community it belongs to")] = None,
-        finding: Annotated[int | None, Field(
-            ge=0, le=1000,
-            description="With community_id or entity: index of one finding (0 = first), to get "
-                        "the source text behind it")] = None,
-        limit: Annotated[int, Field(
-            ge=1, le=100,
-            description="Most entities, relationships, children and sources to list")] = 10,
+        community_id: Annotated[
+            str | None,
+            Field(
+                max_length=200,
+                description="A community (report) id, from a citation or an earlier drill_down",
+            ),
+        ] = None,
+        entity: Annotated[
+            str | None,
+            Field(
+                max_length=300,
+                description="An entity name or id: opens the deepest community it belongs to",
+            ),
+        ] = None,
+        finding: Annotated[
+            int | None,
+            Field(
+                ge=0,
+                le=1000,
+                description="With community_id or entity: index of one finding (0 = first), to get "
+                "the source text behind it",
+            ),
+        ] = None,
+        limit: Annotated[
+            int,
+            Field(
+                ge=1,
+                le=100,
+                description="Most entities, relationships, children and sources to list",
+            ),
+        ] = 10,
     ) -> Annotated[CallToolResult, DrillResult]:
         """Returns one point of the community hierarchy: a community's report, findings, parents,
         children, member entities, relationships and source text.
@@ -329,8 +357,11 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
                 raise IndexDamaged(damage)
             policy = gw.service.ws.policy
             principal = q.caller.principal
-            return status_for_caller(index_status(gw.service.store), q,
-                                     lambda path: policy.readable(policy.labels_for(path), principal))
+            return status_for_caller(
+                index_status(gw.service.store),
+                q,
+                lambda path: policy.readable(policy.labels_for(path), principal),
+            )
 
         st = await gw.call("index_status", None, status)
         return _result(st, status_text(st))
@@ -351,10 +382,14 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
 
         return await gw.read(f"canopy://units/{unit_id}", span)
 
-    @server.resource("canopy://reports", name="reports", title="Community reports",
-                     mime_type="application/json",
-                     description="The community reports you may read: id, level, title, summary, rating, "
-                                 "size. Open one as canopy://reports/<id>")
+    @server.resource(
+        "canopy://reports",
+        name="reports",
+        title="Community reports",
+        mime_type="application/json",
+        description="The community reports you may read: id, level, title, summary, rating, "
+        "size. Open one as canopy://reports/<id>",
+    )
     async def reports() -> str:
         async def listing(q: QueryContext) -> str:
             cards = await engines.list_servable_reports(q)

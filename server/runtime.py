@@ -47,7 +47,9 @@ class Workspace:
 
     def store(self, *, must_exist: bool = False) -> Store:
         if must_exist and not (self.index_dir / DB_NAME).exists():
-            raise IndexMissing(f"no index at {self.index_dir}: run `canopy index {self.docs_dir}` first")
+            raise IndexMissing(
+                f"no index at {self.index_dir}: run `canopy index {self.docs_dir}` first"
+            )
         try:
             return Store(self.index_dir)
         except IndexDamaged as exc:
@@ -68,7 +70,8 @@ def open_workspace(docs_dir: Path, index_dir: Path | None = None, config: Path |
 
 @contextmanager
 def writer_lock(index_dir: Path) -> Iterator[None]:
-    """One writer per index (a watcher and a manual `canopy index` take turns); readers never wait."""
+    """One writer per index (a watcher and a manual `canopy index` take turns); readers never
+    wait."""
     index_dir.mkdir(parents=True, exist_ok=True)
     with open(index_dir / "write.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -78,7 +81,9 @@ def writer_lock(index_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def build_index(ws: Workspace, *, full: bool = False, progress: Progress | None = None) -> IndexResult:
+def build_index(
+    ws: Workspace, *, full: bool = False, progress: Progress | None = None
+) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation.
     An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc)."""
     with writer_lock(ws.index_dir):

@@ -65,7 +65,9 @@ class _LoopThreads:
 
     def __init__(self, workers: int) -> None:
         self._local = threading.local()
-        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="canopy-call")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="canopy-call"
+        )
 
     def _run(self, coro_fn: Callable[[], Awaitable[T]]) -> T:
         loop = getattr(self._local, "loop", None)
@@ -207,7 +209,8 @@ class CanopyService:
         return load_settings(self.ws.docs_dir, self._config).acl
 
     def _policy(self, generation: int) -> Policy:
-        """The policy to serve `generation` with: re-read when the file or the generation changed."""
+        """The policy to serve `generation` with: re-read when the file or the generation
+        changed."""
         if not self._policy_fixed:
             source = (generation, self._config_signature())
             if source != self._policy_source:
@@ -237,9 +240,13 @@ class CanopyService:
             # Rules changed: document labels follow when the re-index commits. Grants apply now.
             current = self.ws.policy.settings
             merged = current.model_copy(update={"principals": acl.principals})
-            log.info("the [acl] rules in %s changed the labels of %d documents (e.g. %s); they apply "
-                     "when the index update that relabels them commits; principals apply now",
-                     self._config, len(stale), stale[0])
+            log.info(
+                "the [acl] rules in %s changed the labels of %d documents (e.g. %s); they apply "
+                "when the index update that relabels them commits; principals apply now",
+                self._config,
+                len(stale),
+                stale[0],
+            )
             self.ws.policy = Policy(merged)
             return
         log.info("[acl] policy reloaded from %s", self._config)

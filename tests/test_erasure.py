@@ -100,7 +100,9 @@ def docs(tmp_path: Path) -> Path:
     return tmp_path / "docs"
 
 
-def test_a_deleted_documents_text_is_nowhere_in_the_index_folder(docs: Path, tmp_path: Path) -> None:
+def test_a_deleted_documents_text_is_nowhere_in_the_index_folder(
+    docs: Path, tmp_path: Path
+) -> None:
     index_dir = tmp_path / "index"
     with FakeOpenAI() as fake:
         ws = workspace(docs, index_dir, fake)
@@ -175,3 +177,18 @@ def test_no_search_table_keeps_deleted_rows_in_its_files(tmp_path: Path) -> None
     manifests = sorted((tmp_path / "index" / "lance").rglob("*.manifest"))
     assert build_index(ws).stats.get("noop") is True
     assert sorted((tmp_path / "index" / "lance").rglob("*.manifest")) == manifests
+
+
+def test_versions_committed_within_the_grace_period_are_kept_for_readers() -> None:
+    """`floor`: every version committed during the last keep seconds stays (a request holds the
+    versions it started with); older history is forgotten."""
+    from canopy.vectors import floor, superseded
+
+    history = superseded(None, {"text_units": 3, "entities": 5}, now=1000.0)
+    history = superseded(history, {"text_units": 7, "entities": 9}, now=1500.0)
+    current = {"text_units": 12, "entities": 14}
+    assert floor(history, current, now=1550.0, keep=600)[0] == {"text_units": 3, "entities": 5}
+    kept, rest = floor(history, current, now=1700.0, keep=600)
+    assert kept == {"text_units": 7, "entities": 9}  # the first was superseded 700 s ago
+    assert json.loads(rest) == [[1500.0, {"text_units": 7, "entities": 9}]]
+    assert floor(history, current, now=2200.0, keep=600)[0] == current

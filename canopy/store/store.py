@@ -97,7 +97,9 @@ class Snapshot(GraphReads):
                 self.db.execute("SELECT id, labels FROM acl_classes")}
 
     def failures(self) -> list[UnitFailure]:
-        return [UnitFailure(*r) for r in self.db.execute("SELECT unit_id, task, error FROM failures")]
+        return [
+            UnitFailure(*r) for r in self.db.execute("SELECT unit_id, task, error FROM failures")
+        ]
 
     def skips(self) -> list[Skip]:
         return [Skip(*r) for r in self.db.execute("SELECT path, reason FROM skips ORDER BY path")]
@@ -239,17 +241,25 @@ class Store:
             _drop_instances(db, [ex.unit_id for ex in extractions])
             for ex in extractions:
                 rows = extraction_rows(ex)
-                db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
+                db.executemany(
+                    "INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities
+                )
                 db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
                                rows.relationships)
-                db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
-                db.execute("INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes))
+                db.executemany(
+                    "INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes)
+                )
 
     def extracted(self, unit_ids: Iterable[str]) -> set[str]:
         """Which of these units have a stored extraction."""
         with self._lock:
-            rows = self._db.execute("SELECT unit_id FROM extracted WHERE unit_id IN "
-                                    "(SELECT value FROM json_each(?))", (dump(sorted(set(unit_ids))),))
+            rows = self._db.execute(
+                "SELECT unit_id FROM extracted WHERE unit_id IN (SELECT value FROM json_each(?))",
+                (dump(sorted(set(unit_ids))),),
+            )
             return {r[0] for r in rows}
 
     def instance_keys(self, unit_ids: Iterable[str]) -> tuple[set[str], set[str]]:
@@ -264,7 +274,9 @@ class Store:
                 "(SELECT value FROM json_each(?))", (ids,))}
         return keys, rids
 
-    def claim_instances(self, unit_ids: Iterable[str]) -> list[tuple[str, int, str, str, str, str, str]]:
+    def claim_instances(
+        self, unit_ids: Iterable[str]
+    ) -> list[tuple[str, int, str, str, str, str, str]]:
         ids = dump(sorted(set(unit_ids)))
         with self._lock:
             return self._db.execute(

@@ -92,6 +92,10 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
     if todo and unavailable and len(unavailable) == len(todo):
         raise unavailable[0]  # nothing got through: say so instead of indexing nothing
     if unavailable:
-        log.warning("%d of %d extractions failed because the endpoint was unavailable; they are "
-                    "recorded in `canopy status` and retried by the next run", len(unavailable), len(todo))
+        log.warning(
+            "%d of %d extractions failed because the endpoint was unavailable; they are "
+            "recorded in `canopy status` and retried by the next run",
+            len(unavailable),
+            len(todo),
+        )
     return out

@@ -72,7 +72,8 @@ async def stage_graph(b: Build, changed_units: Iterable[str]) -> GraphDelta:
 def _all_instance_keys(b: Build) -> tuple[set[str], set[str]]:
     db = b.store.writer
     keys = {r[0] for r in db.execute(
-        "SELECT DISTINCT i.key FROM entity_instances i JOIN temp.text_units_new u ON u.id = i.unit_id")}
+        "SELECT DISTINCT i.key FROM entity_instances i "
+        "JOIN temp.text_units_new u ON u.id = i.unit_id")}
     rids = {r[0] for r in db.execute(
         "SELECT DISTINCT i.rid FROM relationship_instances i "
         "JOIN temp.text_units_new u ON u.id = i.unit_id")}

@@ -13,14 +13,13 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 
 import numpy as np
 
 from canopy.ids import content_hash
 from canopy.settings import StorageSettings
 from canopy.store import Store
-from canopy.vectors import TABLES, VectorRow, VectorStore
+from canopy.vectors import TABLES, VectorRow, VectorStore, floor, superseded
 from indexer.stages.context import Build
 
 __all__ = ["VectorOutcome", "stage_vectors", "tidy_search_tables"]
@@ -48,7 +47,9 @@ class _Item:
 def _ids(b: Build, table: str, rebuild: bool) -> list[str]:
     if rebuild:
         key = "community_id" if table == "reports" else "id"
-        return [r[0] for r in b.store.writer.execute(f"SELECT {key} FROM temp.{table}_new ORDER BY 1")]
+        return [
+            r[0] for r in b.store.writer.execute(f"SELECT {key} FROM temp.{table}_new ORDER BY 1")
+        ]
     return sorted(b.staging.staged_keys(table))
 
 
@@ -83,7 +84,9 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
             items = list(_items(b, table, batch))
             keys = {it.id: content_hash(embedder.name, it.text, length=32) for it in items}
             cached = b.store.embeddings_get(keys.values())
-            missing = sorted({keys[it.id]: it.text for it in items if keys[it.id] not in cached}.items())
+            missing = sorted(
+                {keys[it.id]: it.text for it in items if keys[it.id] not in cached}.items()
+            )
             if missing:
                 got = await embedder.embed([text for _, text in missing])
                 new = {k: np.asarray(v, dtype=np.float32).tobytes()
@@ -96,9 +99,17 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
             b.store.embeddings_put(new, {keys[it.id]: it.units for it in items})
             if not vectors.dims and cached:  # an endpoint tells its width with its first reply
                 vectors.dims = len(next(iter(cached.values()))) // 4
-            rows = [VectorRow(it.id, it.text, keys[it.id],
-                              np.frombuffer(cached[keys[it.id]], dtype=np.float32), it.acl, it.level)
-                    for it in items]
+            rows = [
+                VectorRow(
+                    it.id,
+                    it.text,
+                    keys[it.id],
+                    np.frombuffer(cached[keys[it.id]], dtype=np.float32),
+                    it.acl,
+                    it.level,
+                )
+                for it in items
+            ]
             vectors.write(table, [] if rebuild else batch, rows)
             advance(len(batch))
         vectors.maintain(table)
@@ -108,15 +119,16 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
 def tidy_search_tables(store: Store, storage: StorageSettings, *, changed: bool) -> None:
     """After a commit (`changed`), or a run with nothing to do: fold appended rows into the
     search indexes when they are many, and, at most once per `keep_versions_s`, rewrite tables
-    that still store deleted rows and prune versions older than that (`VectorStore.tidy`).
+    that still store deleted rows and prune versions no reader may hold any more
+    (`VectorStore.tidy`, `floor`).
 
-    A tidy at time T prunes what was written before T - keep; a run with nothing to do opens
-    the tables only when a tidy is due and the last change came after that bound of the last
-    tidy (its old versions are still on disk), so deleted text leaves the disk within two
-    keep periods of the deletion, at the first index runs that follow."""
-    recorded = json.loads(store.get_meta("lance_versions", "{}") or "{}")
-    versions = {name: int(v) for name, v in recorded.items()}
-    if not versions:
+    A run with nothing to do opens the tables only when a tidy is due and the tables changed
+    after the last tidy's grace period began (what they superseded may still be on disk). So
+    deleted text leaves the disk at the index runs that follow the deletion by one to two
+    grace periods (plus `_PRUNE_MARGIN`)."""
+    committed = {name: int(v) for name, v in
+                 json.loads(store.get_meta("lance_versions", "{}") or "{}").items()}
+    if not committed:
         return
     now, keep = time.time(), storage.keep_versions_s
     tidied = float(store.get_meta("lance_tidied_at", "0") or 0)
@@ -124,9 +136,14 @@ def tidy_search_tables(store: Store, storage: StorageSettings, *, changed: bool)
     due = now - tidied >= keep
     if not changed and not (due and changed_at > tidied - keep):
         return
-    vectors = VectorStore(store.index_dir, 0)
-    vectors.tidy(versions, timedelta(seconds=keep), due=due,
-                 record=lambda v: store.set_meta({"lance_versions": json.dumps(v)}))
+    keep_from, history = floor(store.get_meta("lance_history"), committed, now, keep)
+
+    def record(versions: dict[str, int]) -> None:
+        store.set_meta({"lance_versions": json.dumps(versions),
+                        "lance_history": superseded(history, committed, now)})
+
+    VectorStore(store.index_dir, 0).tidy(committed, keep_from if keep else None, due=due,
+                                         record=record)
     stamps = {"lance_changed_at": str(changed_at)}
     if due:
         stamps["lance_tidied_at"] = str(now)
