@@ -1,4 +1,5 @@
-"""`run_index`: the whole pipeline, planned as a diff against the committed generation (design §3-4).
+"""`run_index`: the whole pipeline, planned as a diff against the committed generation
+(design §3-4).
 
 Reads top to bottom as the paper's pipeline: scan -> chunk -> extract -> merge -> summarize ->
 communities -> reports -> embed -> commit. Each stage (indexer/stages/) works on what changed
@@ -35,7 +36,7 @@ from indexer.stages.extraction import extract_units
 from indexer.stages.graph import stage_graph
 from indexer.stages.reports import stage_reports
 from indexer.stages.revocation import revoke
-from indexer.stages.vectors import stage_vectors
+from indexer.stages.vectors import stage_vectors, tidy_search_tables
 
 __all__ = ["IndexResult", "Progress", "run_index", "settings_fingerprint"]
 
@@ -52,6 +53,7 @@ class IndexResult:
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     skips: list[Skip] = field(default_factory=list)
     failures: list[UnitFailure] = field(default_factory=list)
+    recovered: str | None = None  # what a full build did about a damaged index (server.runtime)
 
 
 def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embedder) -> str:
@@ -139,6 +141,8 @@ async def run_index(
         stats = {**counts, "noop": True, "documents_rechunked": 0, "skipped": len(skips),
                  "units_extracted": 0, "units_failed": 0, "reports_generated": 0,
                  "reports_reused": counts["reports"], "embedded": 0}
+        # Old search-table versions may still hold deleted text: prune them once that is due.
+        tidy_search_tables(store, settings.storage, changed=False)
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
     run_id = store.start_run()
     store.set_meta({"extraction_fingerprint": extraction})
@@ -191,9 +195,15 @@ async def run_index(
         # 9. one atomic commit
         failures = extracted.failures + reports.failures
         usage = {task: u.as_dict() for task, u in sorted(provider.usage().items())}
-        meta = {"provider": provider.name, "embedder": embedder.name,
-                "lance_versions": json.dumps(vectors.versions), "docs_dir": str(Path(docs_dir).resolve()),
-                "revoking": "0", "settings_fingerprint": fingerprint, **hierarchy.meta}
+        meta = {
+            "provider": provider.name,
+            "embedder": embedder.name,
+            "lance_versions": json.dumps(vectors.versions),
+            "docs_dir": str(Path(docs_dir).resolve()),
+            "revoking": "0",
+            "settings_fingerprint": fingerprint,
+            **hierarchy.meta,
+        }
         if b.stats.get("cjk") or full:  # CJK text (the server preloads its segmenter)
             meta["cjk"] = "1" if b.stats.get("cjk") else "0"
         stats: dict[str, Any] = {
@@ -216,6 +226,12 @@ async def run_index(
         lap("commit")
     finally:
         staging.close()
+    # Readers now use the new generation: compact the search tables and, once due, rewrite
+    # what still stores deleted rows and drop old versions; then drop the WAL's old pages.
+    tidy_search_tables(store, settings.storage, changed=True)
+    if (units.removed or revoked or full) and not store.truncate_wal():
+        log.info("a reader holds an older snapshot: the WAL is truncated at a later checkpoint")
+    lap("tidy")
     with store.snapshot() as snap:
         stats.update(_counts(snap))
     store.finish_run(run_id, stats)
