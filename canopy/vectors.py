@@ -13,8 +13,10 @@ leaves nothing behind that a later one could duplicate.
 
 Deleted rows stay in Lance's data files (marked deleted) and in every older version until the
 files are rewritten and the versions pruned. `tidy`, run by the writer after a commit, does
-both: it rewrites a table that still stores deleted rows and prunes old versions, so deleted
-text leaves the disk within about two grace periods (design §2, issue "Safety" case 10).
+both: it rewrites the fragments that still store deleted rows (writers note them: `scrub`, meta
+`lance_scrub`; a fragment holds one write's rows, so this costs what the deletions touched) and
+prunes old versions, so deleted text leaves the disk within about two grace periods (design §2,
+issue "Safety" case 10).
 A reader holds the versions it started with for one request, so a version is pruned only once
 it has not been committed for the grace period: each change of the committed versions is
 recorded with its time (`superseded`, meta `lance_history`), and `floor` gives, per table, the
@@ -48,8 +50,8 @@ if TYPE_CHECKING:
 # lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
 # commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
-__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "floor", "rrf",
-           "superseded"]
+__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "floor", "load_scrub",
+           "merge_scrub", "rrf", "superseded"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -122,6 +124,23 @@ def floor(history: str | None, current: dict[str, int], now: float, keep: float
     return out, json.dumps(entries)
 
 
+def merge_scrub(recorded: str | None, new: dict[str, set[int]]) -> str:
+    """Meta `lance_scrub` (fragments with deleted rows, per table) with `new` added."""
+    out = {name: set(frags) for name, frags in json.loads(recorded or "{}").items()}
+    for name, frags in new.items():
+        out.setdefault(name, set()).update(frags)
+    return json.dumps({name: sorted(frags) for name, frags in sorted(out.items()) if frags})
+
+
+def load_scrub(recorded: str | None) -> dict[str, set[int]]:
+    return {name: set(frags) for name, frags in json.loads(recorded or "{}").items()}
+
+
+def _deleted_rows(history: list[dict[str, Any]]) -> int:
+    """Rows the latest version's files store but marks deleted."""
+    return int(history[-1]["metadata"].get("total_deletion_file_rows", 0) or 0)
+
+
 def _quote(values: Iterable[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
@@ -143,6 +162,9 @@ class VectorStore:
         self._db = lancedb.connect(str(self.path), session=session)
         self._local = threading.local()
         self._clearing: set[str] = set()
+        # Per table, the fragments this writer deleted rows from (a row address is the
+        # fragment id in its high 32 bits, the offset in the low ones).
+        self.scrub: dict[str, set[int]] = {}
 
     def _table(self, name: str) -> Any | None:
         if name in self._db.list_tables().tables:
@@ -218,7 +240,12 @@ class VectorStore:
             t = self._db.create_table(name, schema=_schema(self.dims))
         ids = sorted(set(delete))
         for i in range(0, len(ids), 500):
-            t.delete(f"id IN ({_quote(ids[i:i + 500])})")
+            where = f"id IN ({_quote(ids[i:i + 500])})"
+            # Note the fragments that will hold deleted rows: `tidy` rewrites only those.
+            found = t.search().where(where).with_row_id(True).select(["id"]).limit(None)
+            self.scrub.setdefault(name, set()).update(
+                int(r) >> 32 for r in found.to_arrow()["_rowid"].to_pylist())
+            t.delete(where)
         import pyarrow as pa
 
         for i in range(0, len(rows), 5000):
@@ -245,13 +272,16 @@ class VectorStore:
             t.create_index("vector", config=IvfFlat(distance_type="l2", num_partitions=partitions))
 
     def tidy(self, committed: dict[str, int], keep_from: dict[str, int] | None, *, due: bool,
-             record: Callable[[dict[str, int]], None]) -> dict[str, int]:
+             record: Callable[[dict[str, int]], None],
+             scrub: dict[str, set[int]] | None = None) -> dict[str, int]:
         """After a commit (each table at its committed version, the latest): fold appended rows
-        into the indexes once they pass a share of a table, and when `due` also rewrite tables
-        that still store deleted rows and prune old versions: those before `keep_from` (per
-        table, the oldest version readers may hold: `floor`, which includes the committed one),
-        or, with None, every version but the latest. `record(versions)` commits the new
-        versions (same rows). Returns the committed versions.
+        into the indexes once they pass a share of a table, and when `due` also rewrite the
+        fragments that still store deleted rows (`scrub`: per table, the fragments writers
+        deleted from; a table storing deleted rows elsewhere is rewritten whole) and prune old
+        versions: those before `keep_from` (per table, the oldest version readers may hold:
+        `floor`, which includes the committed one), or, with None, every version but the
+        latest. `record(versions)` commits the new versions (same rows). Returns the committed
+        versions.
 
         Lance prunes by age, measured when its pruning step runs (after compaction): versions
         created up to `_PRUNE_MARGIN` before `keep_from` are kept too, so the committed version
@@ -262,13 +292,18 @@ class VectorStore:
             if t is None or t.version != version:
                 continue  # the writer restores committed versions before it writes
             history = t.list_versions()
-            stored_deleted = int(history[-1]["metadata"].get("total_deletion_file_rows", 0) or 0)
+            stored_deleted = _deleted_rows(history)
             oldest = version if keep_from is None else min(keep_from.get(name, version), version)
             prunable = any(v["version"] < oldest for v in history)
             if not (self._fold_due(t) or (due and (stored_deleted or prunable))):
                 continue
             if due and stored_deleted:
-                self._rewrite(t, version)
+                fragments = sorted((scrub or {}).get(name, ()))
+                if fragments:
+                    self._rewrite(t, version, fragments)
+                if _deleted_rows(t.list_versions()):  # deleted rows nobody noted: all of them
+                    log.info("search table %s: rewriting every fragment", name)
+                    self._rewrite(t, version, None)
             with warnings.catch_warnings():
                 # lancedb warns that age 0 breaks readers of older versions: the caller said
                 # there are none ([storage] keep_versions_s = 0 documents it).
@@ -298,15 +333,21 @@ class VectorStore:
         unindexed = max((i.num_unindexed_rows or 0 for i in t.list_indices()), default=0)
         return unindexed > max(_UNINDEXED_MIN, _UNINDEXED_SHARE * t.count_rows())
 
-    def _rewrite(self, t: Any, version: int) -> None:
-        """Write the live rows of `t` (at `version`) into new files and delete the old rows,
-        whose files then hold only deleted rows and leave with the old versions. Batches are
-        read from the committed version, which the prune keeps."""
+    def _rewrite(self, t: Any, version: int, fragments: list[int] | None) -> None:
+        """Write the live rows of these fragments of `t` (all with None; at `version`) into new
+        files and delete the old rows: a fragment whose rows are all deleted leaves the table,
+        and its files leave with the old versions. The work is the size of the fragments,
+        which are the size of the writes that made them. Batches are read from the committed
+        version, which the prune keeps."""
+        where = None if fragments is None else " OR ".join(
+            f"(_rowid >= {f << 32} AND _rowid < {(f + 1) << 32})" for f in fragments)
         source = self._db.open_table(t.name)
         source.checkout(version)
-        t.delete("true")
-        reader = source.search().limit(None).to_batches(_SCRUB_BATCH)
-        for batch in reader:
+        t.delete(where or "true")
+        query = source.search().limit(None).select(list(source.schema.names))
+        if where:
+            query = query.where(where)
+        for batch in query.to_batches(_SCRUB_BATCH):
             if batch.num_rows:
                 t.add(batch)
 

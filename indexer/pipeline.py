@@ -26,6 +26,7 @@ from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
 from canopy.tokens import get_tokenizer
+from canopy.vectors import merge_scrub
 from indexer.listing import list_files
 from indexer.loaders import LoadedDocument, load_entry
 from indexer.stages import Build, Progress
@@ -199,6 +200,7 @@ async def run_index(
             "provider": provider.name,
             "embedder": embedder.name,
             "lance_versions": json.dumps(vectors.versions),
+            "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub),
             "docs_dir": str(Path(docs_dir).resolve()),
             "revoking": "0",
             "settings_fingerprint": fingerprint,

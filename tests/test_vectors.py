@@ -73,3 +73,49 @@ def test_a_large_table_gets_a_vector_index_and_appended_rows_are_still_found(
     reader = vs.reader(vs.versions())
     assert reader.search("entities", vector=_row(1000).vector, text=None, k=50)
     assert [h.id for h in reader.search("entities", vector=None, text="quasars", k=3)] == ["u1000"]
+
+
+def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleted rows stay in their data file until it is rewritten; the writer notes which
+    fragments it deleted from, and tidy rewrites those alone (a fragment holds one write's
+    rows), then prunes: the cost follows the deletions, not the table."""
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(40)])  # first write: fragment 0
+    vs.maintain("text_units")
+    vs.write("text_units", [], [_row(i) for i in range(40, 50)])  # second write: fragment 1
+    first = vs.versions()
+    vs.tidy(first, None, due=True, record=lambda v: None)
+    vs.scrub.clear()
+    vs.write("text_units", ["u41", "u42"], [])
+    assert vs.scrub == {"text_units": {1}}
+
+    rewritten: list[list[int] | None] = []
+    real = VectorStore._rewrite
+
+    def spy(self: VectorStore, t: object, version: int, fragments: list[int] | None) -> None:
+        rewritten.append(fragments)
+        real(self, t, version, fragments)
+
+    monkeypatch.setattr(VectorStore, "_rewrite", spy)
+    committed = vs.versions()
+    final = vs.tidy(committed, None, due=True, record=lambda v: None, scrub=vs.scrub)
+    assert rewritten == [[1]]  # not the table: fragment 0 kept its rows and files
+    t = vs._table("text_units")
+    assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
+    ids = {r["id"] for r in t.search().limit(None).select(["id"]).to_list()}
+    assert ids == {f"u{i}" for i in range(50)} - {"u41", "u42"}
+    hits = vs.reader(final).search("text_units", vector=None, text="passage number 47", k=3)
+    assert "u47" in [h.id for h in hits]
+
+
+def test_tidy_rewrites_a_table_whose_deleted_rows_nobody_noted(tmp_path: Path) -> None:
+    """An index written before fragments were noted: the whole table is rewritten once."""
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(20)])
+    vs.maintain("text_units")
+    vs.write("text_units", ["u3"], [])
+    vs.tidy(vs.versions(), None, due=True, record=lambda v: None, scrub={})
+    t = vs._table("text_units")
+    assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
+    assert t.count_rows() == 19

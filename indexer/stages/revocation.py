@@ -20,7 +20,7 @@ from canopy.ids import entity_id
 from canopy.store import GraphReads, Store
 from canopy.store.rows import dump
 from canopy.store.sources import purge
-from canopy.vectors import TABLES, VectorStore, superseded
+from canopy.vectors import TABLES, VectorStore, merge_scrub, superseded
 from indexer.stages.documents import DocumentPlan, unit_terms
 
 __all__ = ["revoke"]
@@ -98,7 +98,8 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
         history = superseded(store.get_meta("lance_history"), before, time.time())
         db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
             ("generation", str(generation)), ("revoking", "1"),
-            ("lance_versions", json.dumps(versions)), ("lance_history", history)])
+            ("lance_versions", json.dumps(versions)), ("lance_history", history),
+            ("lance_scrub", merge_scrub(store.get_meta("lance_scrub"), vectors.scrub))])
     log.info("revoked %d documents and relabelled %d at once (generation %d): %d entities and %d "
              "communities wait for regeneration", len(plan.removed), len(plan.relabelled),
              generation, len(entities), len(communities))

@@ -19,7 +19,7 @@ import numpy as np
 from canopy.ids import content_hash
 from canopy.settings import StorageSettings
 from canopy.store import Store
-from canopy.vectors import TABLES, VectorRow, VectorStore, floor, superseded
+from canopy.vectors import TABLES, VectorRow, VectorStore, floor, load_scrub, superseded
 from indexer.stages.context import Build
 
 __all__ = ["VectorOutcome", "stage_vectors", "tidy_search_tables"]
@@ -33,6 +33,7 @@ _BATCH = 512
 class VectorOutcome:
     embedded: int
     versions: dict[str, int]
+    scrub: dict[str, set[int]]  # fragments rows were deleted from (VectorStore.scrub)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
             vectors.write(table, [] if rebuild else batch, rows)
             advance(len(batch))
         vectors.maintain(table)
-    return VectorOutcome(embedded, vectors.versions())
+    return VectorOutcome(embedded, vectors.versions(), vectors.scrub)
 
 
 def tidy_search_tables(store: Store, storage: StorageSettings, *, changed: bool) -> None:
@@ -139,11 +140,15 @@ def tidy_search_tables(store: Store, storage: StorageSettings, *, changed: bool)
     keep_from, history = floor(store.get_meta("lance_history"), committed, now, keep)
 
     def record(versions: dict[str, int]) -> None:
-        store.set_meta({"lance_versions": json.dumps(versions),
-                        "lance_history": superseded(history, committed, now)})
+        meta = {"lance_versions": json.dumps(versions),
+                "lance_history": superseded(history, committed, now)}
+        if due:  # every table's noted fragments were rewritten
+            meta["lance_scrub"] = "{}"
+        store.set_meta(meta)
 
     VectorStore(store.index_dir, 0).tidy(committed, keep_from if keep else None, due=due,
-                                         record=record)
+                                         record=record,
+                                         scrub=load_scrub(store.get_meta("lance_scrub")))
     stamps = {"lance_changed_at": str(changed_at)}
     if due:
         stamps["lance_tidied_at"] = str(now)
