@@ -66,6 +66,26 @@ def assert_community_invariants(index_dir: Path) -> None:
         for k in c.children:
             assert set(g.communities[k].entity_ids) <= set(c.entity_ids)
             assert g.communities[k].level == c.level + 1
+    # The modularity guard's root aggregates, kept up to date incrementally, equal their sums.
+    s_in = s_d2 = 0.0
+    for c in g.communities.values():
+        if c.parent is None:
+            inside = set(c.entity_ids)
+            ends = [((r.source in inside) + (r.target in inside), r.weight)
+                    for r in g.relationships.values()]
+            w_in = sum(w for n, w in ends if n == 2)
+            d_tot = sum(n * w for n, w in ends)
+            row = g.community_rows[c.id]
+            assert (row.w_in, row.d_tot) == pytest.approx((w_in, d_tot), abs=1e-6), c.id
+            s_in, s_d2 = s_in + w_in, s_d2 + d_tot ** 2
+    store = Store(index_dir)
+    try:
+        assert float(store.get_meta("s_in") or 0) == pytest.approx(s_in, abs=1e-6)
+        assert float(store.get_meta("s_d2") or 0) == pytest.approx(s_d2, abs=1e-6)
+        total = sum(r.weight for r in g.relationships.values())
+        assert float(store.get_meta("m_total") or 0) == pytest.approx(total, abs=1e-6)
+    finally:
+        store.close()
     assert set(g.reports) == set(g.communities)
     for r in g.reports.values():
         assert r.text_unit_ids and set(r.text_unit_ids) <= set(g.units)
