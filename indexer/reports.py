@@ -58,11 +58,26 @@ def fingerprint(level: int, entity_hashes: Iterable[str], relationship_hashes: I
 
 
 class ElementSizes:
-    """Token sizes of elements as they appear in a report context (memoized)."""
+    """Token sizes of elements as they appear in a report context (memoized by element id;
+    `seed` gives sizes known from elsewhere, `fresh` returns those counted here)."""
 
     def __init__(self, tok: Tokenizer) -> None:
         self.tok = tok
         self._cache: dict[str, int] = {}
+        self._seeded: set[str] = set()
+
+    def seed(self, known: dict[str, int]) -> None:
+        for i, n in known.items():
+            if i not in self._cache:
+                self._cache[i] = n
+                self._seeded.add(i)
+
+    def known(self, i: str) -> bool:
+        return i in self._cache
+
+    def fresh(self, ids: Iterable[str]) -> dict[str, int]:
+        """Sizes of these ids counted by this object (not seeded), where counted."""
+        return {i: self._cache[i] for i in ids if i in self._cache and i not in self._seeded}
 
     def entity(self, e: Entity) -> int:
         n = self._cache.get(e.id)

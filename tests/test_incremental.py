@@ -319,3 +319,43 @@ def test_reports_written_in_small_member_chunks_equal_one_chunk(tmp_path: Path,
         {c.id: c.fingerprint for c in b.communities.values()}
     assert {r.community_id: (r.title, r.summary) for r in a.reports.values()} == \
         {r.community_id: (r.title, r.summary) for r in b.reports.values()}
+
+
+def test_an_update_counts_the_token_sizes_of_changed_elements_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Report contexts rank elements by token size; sizes counted by one run are stored by
+    element hash, so an update tokenizes only the elements it changed, however large the
+    communities whose reports it rewrites."""
+    from indexer.reports import ElementSizes
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "index")
+    build_index(ws)
+
+    def hashes() -> dict[str, str]:
+        store = Store(tmp_path / "index")
+        try:
+            return dict(store.writer.execute(
+                "SELECT id, hash FROM entities UNION ALL SELECT id, hash FROM relationships"))
+        finally:
+            store.close()
+
+    before = hashes()
+    counted: set[str] = set()
+    real = ElementSizes.fresh
+
+    def spy(self: ElementSizes, ids: Any) -> dict[str, int]:
+        got = real(self, ids)
+        counted.update(got)
+        return got
+
+    monkeypatch.setattr(ElementSizes, "fresh", spy)
+    target = docs / "projects" / "kestrel.md"
+    target.write_text(target.read_text(encoding="utf-8")
+                      + "\n\nMaria Okafor met Tomas Reyes of Bluewater Logistics in Porto.\n",
+                      encoding="utf-8")
+    build_index(ws)
+    after = hashes()
+    changed = {i for i, h in after.items() if before.get(i) != h}
+    assert counted and counted <= changed

@@ -249,3 +249,12 @@ def m005_cache_sources(db: sqlite3.Connection) -> None:
         INSERT OR IGNORE INTO cache_sources SELECT '', key FROM embeddings;
         """,
     )
+
+
+@migration
+def m006_element_tokens(db: sqlite3.Connection) -> None:
+    """Token sizes of entities and relationships as report contexts show them, by tokenizer
+    and element hash (which covers every field a size depends on): an update that writes a
+    report of a large community reads its elements' sizes instead of re-tokenizing them."""
+    run_script(db, "CREATE TABLE element_tokens (key TEXT PRIMARY KEY, tokens INTEGER NOT NULL) "
+                   "WITHOUT ROWID;")

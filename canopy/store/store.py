@@ -312,6 +312,25 @@ class Store:
             for key, units in sources.items():
                 record(db, key, units)
 
+    def element_tokens(self, keys: Iterable[str]) -> dict[str, int]:
+        """Known token sizes of report-context elements (ElementSizes), by key."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, tokens FROM element_tokens WHERE key IN "
+                                    "(SELECT value FROM json_each(?))", (dump(sorted(set(keys))),))
+            return dict(rows.fetchall())
+
+    def element_tokens_clear(self) -> None:
+        """Forget every size (a full build counts afresh: sizes of gone elements go too)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM element_tokens")
+
+    def element_tokens_put(self, sizes: dict[str, int]) -> None:
+        """Remember token sizes by key (derived from content hashes: they hold no text)."""
+        if sizes:
+            with self.transaction() as db:
+                db.executemany("INSERT OR REPLACE INTO element_tokens VALUES (?, ?)",
+                               sorted(sizes.items()))
+
     def view_get(self, key: str) -> tuple[str, str] | None:
         """(kind, payload) of a cached per-caller view (acl.view_cache), or None."""
         with self._lock:

@@ -106,6 +106,8 @@ def _dirty(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> 
 
 async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> ReportOutcome:
     dirty = _dirty(b, g, h, retry)
+    if b.full:
+        b.store.element_tokens_clear()
     out = ReportOutcome()
     total = sum(len(v) for v in dirty.values())
     advance = b.progress("reports", total)
@@ -195,7 +197,16 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
         else:
             to_write.append(content)
     if to_write:
+        # Sizes of the elements, read where an earlier run counted them (a large community's
+        # elements are mostly unchanged), counted here otherwise and remembered.
+        keys = {e: f"{b.tok.name}:{entity_rows[e].hash}"
+                for c in to_write for e in c.entities if not sizes.known(e)}
+        keys.update({r: f"{b.tok.name}:{rel_rows[r].hash}"
+                     for c in to_write for r in c.relationships if not sizes.known(r)})
+        stored = b.store.element_tokens(keys.values())
+        sizes.seed({i: stored[k] for i, k in keys.items() if k in stored})
         await _write(b, to_write, sizes, sem, out)
+        b.store.element_tokens_put({keys[i]: n for i, n in sizes.fresh(keys).items()})
 
 
 def _keep(b: Build, committed: ReportRow | None, report: Report) -> None:
@@ -219,13 +230,16 @@ async def _write(b: Build, contents: list[CommunityContent], sizes: ElementSizes
         async def child_reports() -> dict[str, Report]:
             got = b.reads.reports(kids)
             members = b.reads.members(kids)
+            kid_of = {e: k for k, es in members.items() for e in es}
+            inside: dict[str, list[str]] = defaultdict(list)  # one pass over the relationships
+            for i, rel in content.relationships.items():
+                k = kid_of.get(rel.source)
+                if k is not None and kid_of.get(rel.target) == k:
+                    inside[k].append(i)
             for k in kids:
                 if k in members:
-                    inside = set(members[k])
-                    content.children[k] = Community(
-                        k, c.level + 1, c.id, (), tuple(members[k]),
-                        tuple(i for i, rel in content.relationships.items()
-                              if rel.source in inside and rel.target in inside))
+                    content.children[k] = Community(k, c.level + 1, c.id, (), tuple(members[k]),
+                                                    tuple(inside.get(k, ())))
             return {k: v.report for k, v in got.items()}
 
         try:
