@@ -198,8 +198,8 @@ class QuerySettings(BaseModel):
         20000, ge=1000, description="Cap of one tool result (hosts allow ~25k)"
     )
     cache_mb: int = Field(256, ge=16, description=(
-        "Memory a server process gives its caches, in MB: search-index pages, callers' views, "
-        "per-passage text analysis (each server process has its own)"))
+        "Memory the server gives its caches, in MB: search-index pages, callers' views, "
+        "per-passage text analysis (`serve --workers N` processes share it, N-th each)"))
 
 
 class AclRule(BaseModel):

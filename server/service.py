@@ -83,18 +83,20 @@ class _LoopThreads:
 
 
 class CanopyService:
-    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8) -> None:
-        """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml.
+    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8,
+                 cache_share: int = 1) -> None:
+        """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml;
+        `cache_share`: how many server processes share `[query] cache_mb` (serve --workers).
         An index whose database cannot be read raises IndexDamaged; damaged search tables are
         logged, and every call then answers with IndexDamaged until the index is rebuilt."""
         self.ws = ws
         try:
             with damage_as_index_damaged():
-                self._open(ws, config, workers)
+                self._open(ws, config, workers, max(1, cache_share))
         except IndexDamaged as exc:
             raise exc.for_docs(ws.docs_dir) from None
 
-    def _open(self, ws: Workspace, config: Path | None, workers: int) -> None:
+    def _open(self, ws: Workspace, config: Path | None, workers: int, share: int) -> None:
         self.store = ws.store(must_exist=True)
         if self.store.generation == 0:
             self.store.close()
@@ -106,7 +108,7 @@ class CanopyService:
             threading.Thread(target=load_jieba, daemon=True, name="canopy-jieba").start()
         self.embedder = make_embedder(ws.settings)
         # The cache budget: 40% search-index pages, 30% views, 30% passage analysis.
-        budget = ws.settings.query.cache_mb << 20
+        budget = (ws.settings.query.cache_mb << 20) // share
         self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0,
                                    cache_bytes=budget * 4 // 10)
         x, r = ws.settings.extract, ws.settings.reports

@@ -7,6 +7,7 @@ The example corpus is indexed once per module with the builtin (offline) provide
 from __future__ import annotations
 
 import json
+import asyncio
 import os
 import shutil
 import subprocess
@@ -444,6 +445,46 @@ async def test_the_http_server_builds_a_missing_index_then_answers_every_tool(
         await check_listing(client)
         await check_every_tool(client, documents=6)
     assert "building it first" in log_path.read_text()
+
+
+async def test_several_worker_processes_answer_every_tool_from_concurrent_clients(
+    example_index: Path, tmp_path: Path,
+) -> None:
+    """`serve --http --workers 2`: uvicorn's worker processes each open the index (stateless
+    sessions: any worker answers any request); concurrent clients all get complete answers."""
+    port, log_path = free_port(), tmp_path / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *serve_args(EXAMPLES, example_index, "--http", "--port", str(port),
+                                         "--workers", "2")],
+            cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(port, proc, timeout=90)
+
+            async def one() -> None:
+                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                    await check_every_tool(client)
+
+            await asyncio.gather(*(one() for _ in range(4)))
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    assert "2 processes" in log_path.read_text(), log_path.read_text()[-2000:]
+
+
+def test_worker_processes_share_the_cache_budget(example_index: Path) -> None:
+    from server.service import CanopyService
+
+    ws = open_workspace(EXAMPLES, index_dir=example_index)
+    budgets = []
+    for share in (1, 2):
+        service = CanopyService(ws, cache_share=share)
+        try:
+            budgets.append(service.view_cache.memory_bytes)
+        finally:
+            service.close()
+    assert budgets[1] == budgets[0] // 2 > 0
 
 
 def test_the_mcp_inspector_cli_lists_the_tools(example_index: Path) -> None:
