@@ -56,6 +56,9 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     click.echo(f"  communities {s['communities']} by level {s['communities_by_level']}")
     click.echo(f"  reports {s['reports']} ({s['reports_generated']} generated, "
                f"{s['reports_reused']} reused)")
+    stages = s.get("seconds") or {}
+    if stages:  # tidy: the periodic search-table maintenance after the commit
+        click.echo("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
     calls = sum(u["calls"] for u in result.usage.values())
     if calls:
         click.echo(f"  LLM calls {calls}: "
