@@ -93,7 +93,7 @@ async def _summary(reader: CallerReader, name: str, descs: list[str],
 async def entity_view(reader: CallerReader, entity: Entity, key: str) -> tuple[Entity | None, bool]:
     """The caller's view of `entity` from its instances in live units they can read, and
     whether it is durable; None when no such instance exists."""
-    rows = reader.snap.entity_instances(
+    rows = reader._snap.entity_instances(
         [reader.entity_key(entity.id)], classes=reader.caller.readable
     )
     if not rows:
@@ -110,7 +110,7 @@ async def entity_view(reader: CallerReader, entity: Entity, key: str) -> tuple[E
 
 async def relationship_view(reader: CallerReader, rel: Relationship,
                             ends: dict[str, Entity]) -> tuple[Relationship | None, bool]:
-    rows = reader.snap.relationship_instances([rel.id], classes=reader.caller.readable)
+    rows = reader._snap.relationship_instances([rel.id], classes=reader.caller.readable)
     if not rows or rel.source not in ends or rel.target not in ends:
         return None, True
     descs = list(dict.fromkeys(r.description for r in rows if r.description))
@@ -124,12 +124,12 @@ async def relationship_view(reader: CallerReader, rel: Relationship,
 
 async def report_view(reader: CallerReader, cid: str) -> tuple[Report | None, bool]:
     """A report written from the part of community `cid` the caller can see."""
-    row = reader.snap.communities([cid]).get(cid)
+    row = reader._snap.communities([cid]).get(cid)
     if row is None:
         return None, True
     members = list(reader.members(cid))
     entities = await reader.entities(members)
-    among = reader.snap.relationships_among([cid]).get(cid, [])
+    among = reader._snap.relationships_among([cid]).get(cid, [])
     relationships = {i: r for i, r in (await reader.relationships(among)).items()
                      if r.source in entities and r.target in entities}
     claims = [c for c in reader.claims_of(entities) if c.subject in entities]

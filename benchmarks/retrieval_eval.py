@@ -178,7 +178,7 @@ def article_of_units(ctx) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def _table_ranking(ctx, query: str, mode: str) -> list[str]:  # type: ignore[no-untyped-def]
     from canopy.vectors import _WORD
 
-    table = ctx.reader.vectors.tables["text_units"]
+    table = ctx.reader._vectors.tables["text_units"]
     if mode == "vector":
         vector = ctx.reader.embedder.embed_sync([query])[0]
         q = table.search(vector, query_type="vector").limit(DEPTH).select(["id", "_distance"])

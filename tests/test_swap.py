@@ -140,7 +140,7 @@ def test_readers_see_one_generation_per_request_while_an_update_commits(indexed:
             thread.start()
             thread.join()
             assert service.store.generation > pinned
-            assert ctx.reader.snap.generation == pinned
+            assert ctx.reader.generation == pinned
             assert not ctx.reader.entity_ids_by_key(["orla dunmere"])
         with service.context(None) as ctx:
             assert ctx.reader.entity_ids_by_key(["orla dunmere"])

@@ -121,10 +121,7 @@ async def report_markdown(ctx: QueryContext, community_id: str) -> str:
 async def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
     """Every report the caller may read, broadest level first."""
     reader = ctx.reader
-    ids: list[str] = []
-    for level in reader.snap.levels():
-        ids += [r.id for r in reader.snap.level_partition(level) if r.level == level]
-    reports = await reader.reports(ids)
+    reports = await reader.reports(reader.inventory.community_ids_by_level())
     cards = [community_card(reader, r) for r in reports.values()]
     return sorted(cards, key=lambda c: (c.level, c.id))
 
@@ -188,7 +185,7 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, lim
     children = [community_card(reader, kids[k]) for k in tops if k in kids]
     members, n_members = await reader.ranked_members(cid, limit)
     if entity is None:
-        among = reader.relationship_states(reader.snap.relationships_among([cid]).get(cid, []))
+        among = reader.relationship_states(reader.inventory.relationships_among(cid))
         weight = await reader.served_weights(
             reader.edge_rows([r for r, st in among.items() if st]).values())
         top = sorted(weight, key=lambda r: (-weight[r], r))[:limit]
