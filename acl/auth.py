@@ -81,7 +81,7 @@ class JwtVerifier:
             kind = "a shared secret (auth.jwt_key)" if symmetric else "a public key or JWKS"
             raise ConfigError(f"JWT algorithm(s) {wrong} do not fit {kind}: HS* need a shared secret, "
                               "RS*/PS*/ES*/EdDSA a public key")
-        if symmetric and len(_as_bytes(key)) < MIN_HMAC_KEY_BYTES:
+        if symmetric and key is not None and len(_as_bytes(key)) < MIN_HMAC_KEY_BYTES:
             raise ConfigError(f"auth.jwt_key is too short: an HMAC key needs at least {MIN_HMAC_KEY_BYTES} "
                               "bytes (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)")
         self.issuer = issuer

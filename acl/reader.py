@@ -117,8 +117,10 @@ class CallerReader:
             elif self.trivial:
                 st = State.FULL
             else:
-                st = state(gate, self.caller.readable,
-                           lambda e=eid: self._live_readable(stale[e].entity.text_unit_ids))
+                def live_units(e: str = eid) -> bool:
+                    return self._live_readable(stale[e].entity.text_unit_ids)
+
+                st = state(gate, self.caller.readable, live_units)
             self._states[("entity", eid)] = st
         return {e: self._states[("entity", e)] for e in ids}
 
@@ -142,8 +144,10 @@ class CallerReader:
             elif not (ends.get(e.source) and ends.get(e.target)):
                 st = State.NONE
             else:
-                st = state(e.gate, self.caller.readable, lambda r=e.id: self._live_readable(
-                    stale[r].relationship.text_unit_ids))
+                def live_units(r: str = e.id) -> bool:
+                    return self._live_readable(stale[r].relationship.text_unit_ids)
+
+                st = state(e.gate, self.caller.readable, live_units)
             self._states[("relationship", e.id)] = st
 
     def incident(self, entity_ids: Iterable[str]) -> list[Edge]:
@@ -173,9 +177,11 @@ class CallerReader:
                 elif self.trivial:
                     st = State.FULL if fresh else State.NONE
                 else:
+                    def any_member(c: str = cid) -> bool:
+                        return bool(self.members(c))
+
                     st = community_state(row.gate, report[0] if report else None, fresh,
-                                         self.caller.readable,
-                                         lambda c=cid: bool(self.members(c)))
+                                         self.caller.readable, any_member)
                 self._states[("community", cid)] = st
             out[cid] = st
         return out

@@ -82,13 +82,13 @@ def _encoding(encoding: str) -> tiktoken.Encoding:
         raise ValueError(f"unsupported encoding {encoding!r}; use one of {sorted(_VOCAB_FILES)}")
     # tiktoken's constructor for this encoding, with the loader pointed at the bundled file.
     original = openai_public.load_tiktoken_bpe
-    openai_public.load_tiktoken_bpe = (  # type: ignore[assignment]
+    openai_public.load_tiktoken_bpe = (
         lambda _url, expected_hash=None: _load_ranks(encoding, expected_hash)
     )
     try:
         spec = getattr(openai_public, encoding)()
     finally:
-        openai_public.load_tiktoken_bpe = original  # type: ignore[assignment]
+        openai_public.load_tiktoken_bpe = original
     return tiktoken.Encoding(**spec)
 
 

@@ -256,11 +256,11 @@ def _attach_isolated(placements: list[tuple[int, str, str | None, list[str]]], i
         if not votes:
             lonely[isolated.first_unit.get(e, "")].append(e)
             continue
-        i: int | None = min(votes, key=lambda j: (-votes[j], placements[j][1]))
-        while i is not None:
-            placements[i][3].append(e)
-            parent = placements[i][2]
-            i = index[parent] if parent is not None else None
+        at: int | None = min(votes, key=lambda j: (-votes[j], placements[j][1]))
+        while at is not None:
+            placements[at][3].append(e)
+            parent = placements[at][2]
+            at = index[parent] if parent is not None else None
     for unit, members in sorted(lonely.items()):
         for k in range(0, len(members), max_cluster_size):
             placements.append((0, f"iso:{unit}:{k}", None, members[k:k + max_cluster_size]))
@@ -271,8 +271,8 @@ def _stable_ids(level: int, new: list[tuple[str, list[str]]],
     """Each new community key's id: the id of the old community at its level it overlaps best
     (greedy, Jaccard >= 0.5), else a hash of its members."""
     owner: dict[str, str] = {}
-    for cid, members in old.items():
-        for m in members:
+    for cid, old_members in old.items():
+        for m in old_members:
             owner[m] = cid
     pairs = []
     for key, members in new:

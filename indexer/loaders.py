@@ -235,7 +235,7 @@ def _too_many_rows(max_rows: int) -> _SkipFile:
 def _csv(text: str, max_rows: int) -> str:
     """One paragraph per row: `column: value` pairs, so rows chunk and cite individually."""
     reader = csv.DictReader(io.StringIO(text))
-    rows = []
+    rows: list[str] = []
     for row in reader:
         if len(rows) >= max_rows:
             raise _too_many_rows(max_rows)

@@ -45,7 +45,7 @@ def json_schema_for(model: type[BaseModel]) -> dict[str, Any]:
             target = walk(defs[node["$ref"].rsplit("/", 1)[-1]])
             extra = {k: walk(v) for k, v in node.items() if k not in ("$ref", "title", "default")}
             return {**target, **extra}
-        out = {}
+        out: dict[str, Any] = {}
         for key, value in node.items():
             if key in ("title", "default"):
                 continue

@@ -257,7 +257,9 @@ class Embedder(Protocol):
     """Text -> L2-normalised float32 rows. `dims` may be None until the first reply (endpoints)."""
 
     name: str
-    dims: int | None
+
+    @property
+    def dims(self) -> int | None: ...
 
     async def embed(self, texts: list[str]) -> np.ndarray: ...
 

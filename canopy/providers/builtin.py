@@ -106,7 +106,12 @@ class BuiltinProvider:
                 head = set(terms(f.summary))
                 items += [(s, set(terms(s)) | head) for s in split_sentences(f.explanation)]
             seen: set[str] = set()  # summaries and findings often repeat a sentence
-            per_report.append([it for it in items if not (it[0] in seen or seen.add(it[0]))])
+            kept = []
+            for it in items:
+                if it[0] not in seen:
+                    seen.add(it[0])
+                    kept.append(it)
+            per_report.append(kept)
         scorer = Scorer(query, [t for items in per_report for _, t in items])
         points: list[MapPoint] = []
         for r, items in zip(reports, per_report):
@@ -182,9 +187,9 @@ class BuiltinProvider:
             return NO_INFORMATION, 0
         lines = [f"- {trim(items[i][1], 400)} [{blocks[items[i][0]].kind} {blocks[items[i][0]].id}]"
                  for i in chosen]
-        head = ("Extractive answer (builtin provider, no language model): the most relevant "
-                "passages, best first.")
-        return head + "\n\n" + "\n".join(lines), max(0, min(100, score))
+        intro = ("Extractive answer (builtin provider, no language model): the most relevant "
+                 "passages, best first.")
+        return intro + "\n\n" + "\n".join(lines), max(0, min(100, score))
 
     async def hyde(self, query: str) -> str:
         """The query itself: with no generative model there is no hypothetical answer to write,

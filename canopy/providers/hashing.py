@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections import Counter
+from collections import Counter, defaultdict
 from functools import lru_cache
 
 import numpy as np
@@ -71,7 +71,7 @@ class HashEmbedder:
 
     def _vector(self, text: str) -> np.ndarray:
         terms = lexical_terms(text)
-        feats: Counter[str] = Counter(terms)
+        feats: defaultdict[str, float] = defaultdict(float, Counter(terms))
         for a, b in zip(terms, terms[1:], strict=False):
             feats[a + " " + b] += 0.5
         v = np.zeros(self.dims, dtype=np.float32)

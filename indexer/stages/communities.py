@@ -114,10 +114,10 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     same = rs == rt
     np.add.at(w_in, rs[same], edges.w[same])
     delta.root_stats = {cid: (float(w_in[i]), float(d_tot[i])) for cid, i in position.items()}
-    m = float(edges.w.sum())
+    m_total = float(edges.w.sum())
     s_in, s_d2 = float(w_in.sum()), float((d_tot ** 2).sum())
-    q = modularity(s_in, s_d2, m)
-    delta.meta = {"q_reference": repr(q), "q_local": repr(q), "m_total": repr(m),
+    q = modularity(s_in, s_d2, m_total)
+    delta.meta = {"q_reference": repr(q), "q_local": repr(q), "m_total": repr(m_total),
                   "s_in": repr(s_in), "s_d2": repr(s_d2)}
     return delta
 

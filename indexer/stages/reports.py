@@ -150,8 +150,8 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
     among = reads.relationships_among(ids)
     rel_rows = cache.relationship_rows({r for rs in among.values() for r in rs})
     claims_by_subject: dict[str, list[Any]] = defaultdict(list)
-    for c in reads.claims_of(entity_rows):
-        claims_by_subject[c.claim.subject].append(c)
+    for cl in reads.claims_of(entity_rows):
+        claims_by_subject[cl.claim.subject].append(cl)
     committed_reports = b.committed.reports(ids)
     staged: list[tuple[Any, ...]] = []
     pending: list[CommunityContent] = []

@@ -107,7 +107,7 @@ def unit_evidence(ctx: QueryContext, unit: TextUnit, doc: Document) -> UnitEvide
     cache = ctx.caches.unit_evidence
     hit = cache.get(key)
     if hit is not None:
-        return hit  # type: ignore[no-any-return]
+        return hit
     sentences = [s.strip() for s in _SENTENCE.split(unit.text) if s and s.strip()]
     terms = [lexical_terms(s) for s in sentences]
     head = lexical_terms(header)
