@@ -207,7 +207,8 @@ class CallerReader:
         return len(self.members(cid))
 
     def degree(self, eid: str) -> int:
-        """Relationships of the entity that exist for the caller (never a count with hidden ones)."""
+        """Relationships of the entity that exist for the caller (never a count with hidden
+        ones)."""
         d = self._degrees.get(eid)
         if d is None:
             d = self._degrees[eid] = len(self.incident([eid]))
@@ -283,7 +284,8 @@ class CallerReader:
         ids = list(dict.fromkeys(ids))
         states = self.relationship_states(ids)
         rows = self.relationship_rows(ids)
-        todo = [r for r in ids if states[r] == State.VIEW and ("relationship", r) not in self._served]
+        todo = [r for r in ids
+                if states[r] == State.VIEW and ("relationship", r) not in self._served]
         if todo:
             ends = await self.entities({e for r in todo for e in (
                 rows[r].relationship.source, rows[r].relationship.target)})
@@ -356,8 +358,9 @@ class CallerReader:
         ends = self.entity_states({e for c in rows for e in (c.claim.subject, c.claim.object) if e})
         out = []
         for c in rows:
-            readable = not c.gate.stale and c.gate.acl <= self.caller.readable if not self.trivial else True
-            if readable and ends.get(c.claim.subject) and (not c.claim.object or ends.get(c.claim.object)):
+            readable = self.trivial or (not c.gate.stale and c.gate.acl <= self.caller.readable)
+            if (readable and ends.get(c.claim.subject)
+                    and (not c.claim.object or ends.get(c.claim.object))):
                 out.append(c.claim)
         return out
 

@@ -114,7 +114,7 @@ class BuiltinProvider:
             per_report.append(kept)
         scorer = Scorer(query, [t for items in per_report for _, t in items])
         points: list[MapPoint] = []
-        for r, items in zip(reports, per_report):
+        for r, items in zip(reports, per_report, strict=True):
             cite = f" [Data: Reports ({r.community_id})]"
             if scorer.generic:
                 lead = [s for s, _ in items if not s.startswith(REPORT_INTRO)][:2] or [r.title]
@@ -145,8 +145,8 @@ class BuiltinProvider:
             for line in _bullets(p.description):
                 if line not in lines:
                     lines.append(line)
-        head = ("Extractive answer (builtin provider, no language model): the most relevant points, "
-                "best first.")
+        head = ("Extractive answer (builtin provider, no language model): the most relevant "
+                "points, best first.")
         return head + "\n\n" + "\n".join(lines[:MAX_REDUCE_POINTS])
 
     async def answer(self, query: str, blocks: list[ContextBlock], *, response_type: str) -> str:
