@@ -62,28 +62,30 @@ class JwtVerifier:
         leeway_s: float = 30.0,
     ) -> None:
         if not issuer or not audience:
-            raise ConfigError("JWT verification needs both an issuer (auth.jwt_issuer) and an audience "
-                              "(auth.jwt_audience): without them any token the provider signs for any "
-                              "application would be accepted")
+            raise ConfigError("JWT verification needs both an issuer (auth.jwt_issuer) and an "
+                              "audience (auth.jwt_audience): without them any token the provider "
+                              "signs for any application would be accepted")
         if (key is None) == (jwks_url is None):
-            raise ConfigError("JWT verification needs exactly one key: auth.jwt_key (shared secret), "
-                              "auth.jwt_public_key_file (PEM) or auth.jwt_jwks_url")
+            raise ConfigError("JWT verification needs exactly one key: auth.jwt_key (shared "
+                              "secret), auth.jwt_public_key_file (PEM) or auth.jwt_jwks_url")
         algorithms = list(algorithms)
         if not algorithms:
             raise ConfigError("auth.jwt_algorithms must name at least one algorithm")
         unknown = [a for a in algorithms if a not in HMAC_ALGORITHMS | PUBLIC_KEY_ALGORITHMS]
         if unknown:
             raise ConfigError(f"unsupported JWT algorithm(s) {unknown}: use one of "
-                              f"{sorted(HMAC_ALGORITHMS | PUBLIC_KEY_ALGORITHMS)} ('none' is never accepted)")
+                              f"{sorted(HMAC_ALGORITHMS | PUBLIC_KEY_ALGORITHMS)} "
+                              "('none' is never accepted)")
         symmetric = bool(key is not None and not _is_pem(key))
         wrong = [a for a in algorithms if (a in HMAC_ALGORITHMS) != symmetric]
         if wrong:
             kind = "a shared secret (auth.jwt_key)" if symmetric else "a public key or JWKS"
-            raise ConfigError(f"JWT algorithm(s) {wrong} do not fit {kind}: HS* need a shared secret, "
-                              "RS*/PS*/ES*/EdDSA a public key")
-        if symmetric and len(_as_bytes(key)) < MIN_HMAC_KEY_BYTES:
-            raise ConfigError(f"auth.jwt_key is too short: an HMAC key needs at least {MIN_HMAC_KEY_BYTES} "
-                              "bytes (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)")
+            raise ConfigError(f"JWT algorithm(s) {wrong} do not fit {kind}: HS* need a shared "
+                              "secret, RS*/PS*/ES*/EdDSA a public key")
+        if symmetric and key is not None and len(_as_bytes(key)) < MIN_HMAC_KEY_BYTES:
+            raise ConfigError(f"auth.jwt_key is too short: an HMAC key needs at least "
+                              f"{MIN_HMAC_KEY_BYTES} bytes (e.g. `python -c 'import secrets; "
+                              "print(secrets.token_urlsafe(48))'`)")
         self.issuer = issuer
         self.audience = audience
         self.algorithms = algorithms
@@ -113,7 +115,7 @@ class JwtVerifier:
             return None
         try:
             claims = self.decode(token)
-        except jwt.PyJWTError as exc:  # expired, wrong issuer/audience/signature/alg, unknown kid...
+        except jwt.PyJWTError as exc:  # expired, wrong iss/aud/signature/alg, unknown kid...
             log.info("JWT refused: %s", exc)  # the reason only: never the token
             return None
         except Exception:  # a JWKS endpoint down, a malformed key set: refuse, keep serving
@@ -155,8 +157,9 @@ def resolve_path(path: Path, base_dir: Path) -> Path:
 
 
 def verifier_from_settings(auth: AuthSettings, base_dir: Path) -> TokenVerifier | None:
-    """The verifier `[auth]` describes (relative paths against `base_dir`), or None if it names none.
-    A setting that cannot work (a missing file, a weak key, a missing audience) is a ConfigError."""
+    """The verifier `[auth]` describes (relative paths against `base_dir`), or None if it names
+    none. A setting that cannot work (a missing file, a weak key, a missing audience) is a
+    ConfigError."""
     verifiers: list[TokenVerifier] = []
     if auth.tokens_file is not None:
         verifiers.append(TokenFile(resolve_path(auth.tokens_file, base_dir)))
@@ -170,13 +173,15 @@ def verifier_from_settings(auth: AuthSettings, base_dir: Path) -> TokenVerifier 
 def _jwt_from_settings(auth: AuthSettings, base_dir: Path) -> JwtVerifier:
     sources = [s for s in (auth.jwt_key, auth.jwt_public_key_file, auth.jwt_jwks_url) if s]
     if len(sources) != 1:
-        raise ConfigError("JWT verification needs exactly one of auth.jwt_key, auth.jwt_public_key_file "
-                          f"and auth.jwt_jwks_url ({len(sources)} set)")
+        raise ConfigError("JWT verification needs exactly one of auth.jwt_key, "
+                          "auth.jwt_public_key_file and auth.jwt_jwks_url "
+                          f"({len(sources)} set)")
     key: str | None = None
     if auth.jwt_key is not None:
         key = auth.jwt_key.get_secret_value()
         if _is_pem(key):
-            raise ConfigError("auth.jwt_key is a PEM key: put public keys in auth.jwt_public_key_file")
+            raise ConfigError(
+                "auth.jwt_key is a PEM key: put public keys in auth.jwt_public_key_file")
     elif auth.jwt_public_key_file is not None:
         path = resolve_path(auth.jwt_public_key_file, base_dir)
         try:
@@ -185,7 +190,8 @@ def _jwt_from_settings(auth: AuthSettings, base_dir: Path) -> JwtVerifier:
             raise ConfigError(f"cannot read auth.jwt_public_key_file {path}: {exc}") from None
         if not _is_pem(key):
             raise ConfigError(f"{path} is not a PEM public key")
-    algorithms = auth.jwt_algorithms or (["HS256"] if auth.jwt_key is not None else ["RS256", "ES256"])
+    default = ["HS256"] if auth.jwt_key is not None else ["RS256", "ES256"]
+    algorithms = auth.jwt_algorithms or default
     if auth.jwt_jwks_url is not None and not auth.jwt_jwks_url.startswith(
             ("https://", "http://127.", "http://localhost", "http://[::1]")):
         raise ConfigError("auth.jwt_jwks_url must be https:// (plain http only on localhost)")

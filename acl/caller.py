@@ -26,7 +26,8 @@ class Caller:
         return not self.hidden
 
 
-def caller_for(principal: Principal, policy: Policy, classes: Mapping[int, tuple[str, ...]]) -> Caller:
+def caller_for(principal: Principal, policy: Policy,
+               classes: Mapping[int, tuple[str, ...]]) -> Caller:
     """The caller's readable classes among the index's (`classes`: id -> labels)."""
     readable = frozenset(c for c, labels in classes.items() if policy.readable(labels, principal))
     return Caller(principal, readable, frozenset(classes) - readable)

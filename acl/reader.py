@@ -119,8 +119,10 @@ class CallerReader:
             elif self.trivial:
                 st = State.FULL
             else:
-                st = state(gate, self.caller.readable,
-                           lambda e=eid: self._live_readable(stale[e].entity.text_unit_ids))
+                def live_units(e: str = eid) -> bool:
+                    return self._live_readable(stale[e].entity.text_unit_ids)
+
+                st = state(gate, self.caller.readable, live_units)
             self._states[("entity", eid)] = st
         return {e: self._states[("entity", e)] for e in ids}
 
@@ -144,8 +146,10 @@ class CallerReader:
             elif not (ends.get(e.source) and ends.get(e.target)):
                 st = State.NONE
             else:
-                st = state(e.gate, self.caller.readable, lambda r=e.id: self._live_readable(
-                    stale[r].relationship.text_unit_ids))
+                def live_units(r: str = e.id) -> bool:
+                    return self._live_readable(stale[r].relationship.text_unit_ids)
+
+                st = state(e.gate, self.caller.readable, live_units)
             self._states[("relationship", e.id)] = st
 
     def incident(self, entity_ids: Iterable[str]) -> list[Edge]:
@@ -175,9 +179,11 @@ class CallerReader:
                 elif self.trivial:
                     st = State.FULL if fresh else State.NONE
                 else:
+                    def any_member(c: str = cid) -> bool:
+                        return bool(self.members(c))
+
                     st = community_state(row.gate, report[0] if report else None, fresh,
-                                         self.caller.readable,
-                                         lambda c=cid: bool(self.members(c)))
+                                         self.caller.readable, any_member)
                 self._states[("community", cid)] = st
             out[cid] = st
         return out
@@ -203,7 +209,8 @@ class CallerReader:
         return len(self.members(cid))
 
     def degree(self, eid: str) -> int:
-        """Relationships of the entity that exist for the caller (never a count with hidden ones)."""
+        """Relationships of the entity that exist for the caller (never a count with hidden
+        ones)."""
         d = self._degrees.get(eid)
         if d is None:
             d = self._degrees[eid] = len(self.incident([eid]))
@@ -279,7 +286,8 @@ class CallerReader:
         ids = list(dict.fromkeys(ids))
         states = self.relationship_states(ids)
         rows = self.relationship_rows(ids)
-        todo = [r for r in ids if states[r] == State.VIEW and ("relationship", r) not in self._served]
+        todo = [r for r in ids
+                if states[r] == State.VIEW and ("relationship", r) not in self._served]
         if todo:
             ends = await self.entities({e for r in todo for e in (
                 rows[r].relationship.source, rows[r].relationship.target)})
@@ -352,8 +360,9 @@ class CallerReader:
         ends = self.entity_states({e for c in rows for e in (c.claim.subject, c.claim.object) if e})
         out = []
         for c in rows:
-            readable = not c.gate.stale and c.gate.acl <= self.caller.readable if not self.trivial else True
-            if readable and ends.get(c.claim.subject) and (not c.claim.object or ends.get(c.claim.object)):
+            readable = self.trivial or (not c.gate.stale and c.gate.acl <= self.caller.readable)
+            if (readable and ends.get(c.claim.subject)
+                    and (not c.claim.object or ends.get(c.claim.object))):
                 out.append(c.claim)
         return out
 

@@ -72,8 +72,8 @@ def hash_token(token: str) -> str:
 
 def check_principal(name: str) -> str:
     if not _PRINCIPAL.match(name):
-        raise ConfigError(f"invalid principal name {name!r}: 1-200 characters, no spaces or control "
-                          "characters")
+        raise ConfigError(f"invalid principal name {name!r}: 1-200 characters, no spaces or "
+                          "control characters")
     return name
 
 
@@ -148,8 +148,8 @@ def revoke_tokens(path: Path, principal: str, token_id: str | None = None) -> li
     path = Path(path)
     with _locked(path):
         records = read_tokens(path)
-        gone = [r for r in records
-                if r.principal == principal and (token_id is None or r.sha256.startswith(token_id.lower()))]
+        gone = [r for r in records if r.principal == principal
+                and (token_id is None or r.sha256.startswith(token_id.lower()))]
         if gone:
             _write(path, [r for r in records if r not in gone])
     return gone

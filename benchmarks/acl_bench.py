@@ -1,7 +1,8 @@
 """What access control costs at query time, on the 609-article MultiHop-RAG index.
 
     python benchmarks/acl_bench.py --index-dir /tmp/mh/idx --docs /tmp/mh/docs
-    python benchmarks/acl_bench.py --index-dir /tmp/mh/idx --docs /tmp/mh/docs --queries 5 --reports 20
+    python benchmarks/acl_bench.py --index-dir /tmp/mh/idx --docs /tmp/mh/docs \
+        --queries 5 --reports 20
 
 The index named by --index-dir (built with the builtin provider, e.g. by `canopy index DOCS
 --index-dir ...`) is copied into a work folder and never modified. A policy (canopy.toml in the
@@ -99,11 +100,12 @@ def machine() -> dict[str, Any]:
 
     return {"python": platform.python_version(), "platform": platform.platform(),
             "cpus": os.cpu_count(),
-            "commit": git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain") else ""),
+            "commit": git("rev-parse", "--short", "HEAD")
+            + ("+dirty" if git("status", "--porcelain") else ""),
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-# ---- the tools ------------------------------------------------------------------------------------
+# ---- the tools -----------------------------------------------------------------------------------
 
 
 class Targets:
@@ -114,7 +116,9 @@ class Targets:
         self.report: dict[tuple[str, str], str] = {}
 
 
-def tools(service: CanopyService, targets: Targets) -> dict[str, Callable[[QueryContext, str, str], Awaitable[Any]]]:
+def tools(
+    service: CanopyService, targets: Targets
+) -> dict[str, Callable[[QueryContext, str, str], Awaitable[Any]]]:
     async def global1(ctx: QueryContext, who: str, q: str) -> Any:
         r = await engines.global_search(ctx, q, community_level=1)
         if r.citations:
@@ -189,12 +193,13 @@ def latency(service: CanopyService, questions: list[str]) -> dict[str, Any]:
             out["first_ms"] = first
         for name, runs in one_pass(who).items():
             out["ms"].setdefault(name, {})[who] = runs
-            log(f"  {who} {name}: p50 {percentile(runs, 50):.0f} ms over {len(runs)}"
-                + (f" (first pass p50 {percentile(first[name], 50):.0f})" if who == "restricted" else ""))
+            first_pass = (f" (first pass p50 {percentile(first[name], 50):.0f})"
+                          if who == "restricted" else "")
+            log(f"  {who} {name}: p50 {percentile(runs, 50):.0f} ms over {len(runs)}" + first_pass)
     return out
 
 
-# ---- view cost --------------------------------------------------------------------------------------
+# ---- view cost -----------------------------------------------------------------------------------
 
 
 def clear_view_cache(service: CanopyService | None, index_dir: Path) -> None:
@@ -267,8 +272,12 @@ def llm_cost(service: CanopyService, index_dir: Path, n_reports: int, latency_s:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--index-dir", type=Path, required=True, help="builtin index of --docs (copied)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--index-dir", type=Path, required=True, help="builtin index of --docs (copied)"
+    )
     ap.add_argument("--docs", type=Path, required=True, help="the documents folder it indexes")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temp folder)")
     ap.add_argument("--glob", default="??[147]-*.md", help="files labelled `restricted`")
@@ -280,7 +289,9 @@ def main() -> None:
     args = ap.parse_args()
     for key in [k for k in os.environ if k.startswith(("CANOPY_", "OPENAI_"))]:
         del os.environ[key]
-    questions = [q["query"] for q in json.loads(QUESTIONS.read_text(encoding="utf-8"))][: args.queries]
+    questions = [q["query"] for q in json.loads(QUESTIONS.read_text(encoding="utf-8"))][
+        : args.queries
+    ]
 
     tmp = None
     if args.work is None:
@@ -298,7 +309,9 @@ def main() -> None:
         config = work / "canopy.toml"
         config.write_text(POLICY.format(glob=args.glob), encoding="utf-8")
         ws = open_workspace(args.docs, index_dir, config)
-        labelled = sum(1 for p in args.docs.iterdir() if ws.policy.labels_for(p.name) == ("restricted",))
+        labelled = sum(
+            1 for p in args.docs.iterdir() if ws.policy.labels_for(p.name) == ("restricted",)
+        )
         log(f"relabelling: {labelled} files match {args.glob!r}")
         t0 = time.perf_counter()
         relabel = build_index(ws)
@@ -335,7 +348,8 @@ def main() -> None:
     for name, by in lat["ms"].items():
         f, r = by["full"], by["restricted"]
         first = lat["first_ms"][name]
-        rows.append({"tool": name, "n": len(r), "full_p50": percentile(f, 50), "full_p95": percentile(f, 95),
+        rows.append({"tool": name, "n": len(r),
+                     "full_p50": percentile(f, 50), "full_p95": percentile(f, 95),
                      "restricted_p50": percentile(r, 50), "restricted_p95": percentile(r, 95),
                      "ratio_p50": percentile(r, 50) / max(percentile(f, 50), 1e-9),
                      "restricted_first_p50": percentile(first, 50),
@@ -377,10 +391,12 @@ def report(r: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in r["latency"]:
-        lines.append(f"| {row['tool']} | {row['n']} | {row['full_p50']:.0f} | {row['full_p95']:.0f} "
-                     f"| {row['restricted_p50']:.0f} | {row['restricted_p95']:.0f} "
-                     f"| {row['ratio_p50']:.2f} | {row['restricted_first_p50']:.0f} / "
-                     f"{row['restricted_first_p95']:.0f} | {row['restricted_cold_ms']:.0f} |")
+        lines.append(
+            f"| {row['tool']} | {row['n']} | {row['full_p50']:.0f} | {row['full_p95']:.0f} "
+            f"| {row['restricted_p50']:.0f} | {row['restricted_p95']:.0f} "
+            f"| {row['ratio_p50']:.2f} | {row['restricted_first_p50']:.0f} / "
+            f"{row['restricted_first_p95']:.0f} | {row['restricted_cold_ms']:.0f} |"
+        )
     w = r["warm"]
     views = ", ".join(f"{v} {k.removesuffix('_views')}" for k, v in w["cold"].items()
                       if k.endswith("_views"))
@@ -390,7 +406,8 @@ def report(r: dict[str, Any]) -> str:
          f"{_secs(w['cold']['wall_s'])}; after a restart, from the SQLite cache "
          f"{_secs(w['sqlite']['wall_s'])} ({_speedup(w['cold']['wall_s'], w['sqlite']['wall_s'])}; "
          "views with one visible description are rebuilt, not stored); from memory "
-         f"{_secs(w['memory']['wall_s'])} ({_speedup(w['cold']['wall_s'], w['memory']['wall_s'])})."),
+         f"{_secs(w['memory']['wall_s'])} "
+         f"({_speedup(w['cold']['wall_s'], w['memory']['wall_s'])})."),
     ]
     m = r["llm_views"]
     c = m["cold"]
@@ -406,8 +423,10 @@ def report(r: dict[str, Any]) -> str:
     ]
     for phase in ("cold", "sqlite", "memory"):
         p = m[phase]
-        lines.append(f"| {phase} | {_secs(p['wall_s'])} | {p['http_requests']} | {p['calls'] or '-'} "
-                     f"| {p['prompt_tokens']} | {p['completion_tokens']} |")
+        lines.append(
+            f"| {phase} | {_secs(p['wall_s'])} | {p['http_requests']} | {p['calls'] or '-'} "
+            f"| {p['prompt_tokens']} | {p['completion_tokens']} |"
+        )
     lines += [
         "",
         (f"Per report view, cold: {c['http_requests'] / per:.1f} requests, "

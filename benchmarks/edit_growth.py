@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from server.runtime import build_index, open_workspace  # noqa: E402
-from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
+from server.runtime import build_index, open_workspace
+from tests.fakes.openai_server import FakeOpenAI
 
 EXAMPLES = REPO / "examples" / "docs"
 TARGETS = ("projects/kestrel.md", "projects/tern.md", "suppliers/helio_cells.md",

@@ -400,7 +400,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-serve", action="store_true", help="skip serve and concurrency")
     p.add_argument("--fake", action="store_true", help="add the fake-LLM build at --fake-size")
     p.add_argument("--fake-size", type=int, default=1827)
-    p.add_argument("--serve-args", default="", help="extra `serve` flags: --serve-args='--workers 2'")
+    p.add_argument(
+        "--serve-args", default="", help="extra `serve` flags: --serve-args='--workers 2'"
+    )
     p.add_argument("--queries", type=int, default=30, help="DEV questions for local and basic")
     p.add_argument("--global-queries", type=int, default=10, help="DEV questions for global")
     p.add_argument("--global-level", type=int, default=None,

@@ -6,9 +6,10 @@
     python benchmarks/index_bench.py --profile             # also cProfile each run
 
 Corpora: A Christmas Carol (../shared/eval-data/books) and the MultiHop-RAG news articles
-(../shared/eval-data/multihop-rag/corpus.json, written once to a temp folder as one .md per article).
-Modes: `builtin` (the offline provider) and `fake` (the test suite's fake OpenAI-compatible server at
-zero latency, hosted in its own process so its CPU and memory are not charged to the run).
+(../shared/eval-data/multihop-rag/corpus.json, written once to a temp folder as one .md per
+article). Modes: `builtin` (the offline provider) and `fake` (the test suite's fake
+OpenAI-compatible server at zero latency, hosted in its own process so its CPU and memory are not
+charged to the run).
 
 Every (corpus, mode) pair is indexed in a fresh Python subprocess, so peak RSS is per run, and then
 indexed again in another fresh subprocess against the same index: that no-op rerun must cost ~0 LLM
@@ -42,8 +43,8 @@ CAROL_DIR = EVAL_DATA / "books"
 MULTIHOP_JSON = EVAL_DATA / "multihop-rag" / "corpus.json"
 RESULTS = REPO / "benchmarks" / "results"
 
-# Microsoft GraphRAG 3.3.0, measured by the project on this machine: indexing A Christmas Carol against
-# a zero-latency mock LLM (the same setting as mode `fake` here).
+# Microsoft GraphRAG 3.3.0, measured by the project on this machine: indexing A Christmas Carol
+# against a zero-latency mock LLM (the same setting as mode `fake` here).
 GRAPHRAG_REFERENCE = {
     "system": "Microsoft GraphRAG 3.3.0",
     "corpus": "carol",
@@ -347,7 +348,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                         }
                     )
                     print(
-                        f"[index_bench] {label}: {data['wall_s']:.2f} s, {data['peak_rss_mb']:.0f} MB",
+                        f"[index_bench] {label}: {data['wall_s']:.2f} s, "
+                        f"{data['peak_rss_mb']:.0f} MB",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -444,15 +446,16 @@ def render(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
         (
-            f"## Canopy indexing benchmark ({m['date']}, commit {m['commit']}, Python {m['python']}, "
-            f"{m['cpus']} CPUs)"
+            f"## Canopy indexing benchmark ({m['date']}, commit {m['commit']}, "
+            f"Python {m['python']}, {m['cpus']} CPUs)"
         ),
         "",
     ]
     lines += [
         (
-            "| corpus | mode | run | wall s | process s | units/s | peak RSS MB | docs | units | entities "
-            "| rels | communities (by level) | reports | provider calls by task | tokens | fake reqs |"
+            "| corpus | mode | run | wall s | process s | units/s | peak RSS MB | docs | units "
+            "| entities | rels | communities (by level) | reports | provider calls by task "
+            "| tokens | fake reqs |"
         ),
         "|" + "---|" * 16,
     ]
@@ -463,9 +466,10 @@ def render(report: dict[str, Any]) -> str:
             for _, v in sorted(s.get("communities_by_level", {}).items(), key=lambda kv: int(kv[0]))
         )
         lines.append(
-            f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {r['wall_s']:.2f} | {r['process_s']:.2f} "
-            f"| {r['units_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {s['documents']} | {s['text_units']} "
-            f"| {s['entities']} | {s['relationships']} | {s['communities']} ({levels}) | {s['reports']} "
+            f"| {r['corpus_name']} | {r['mode']} | {r['run']} | {r['wall_s']:.2f} "
+            f"| {r['process_s']:.2f} | {r['units_per_s']:.1f} | {r['peak_rss_mb']:.0f} "
+            f"| {s['documents']} | {s['text_units']} | {s['entities']} | {s['relationships']} "
+            f"| {s['communities']} ({levels}) | {s['reports']} "
             f"| {_calls(r['usage'])} | {_tokens(r['usage'])} | {r.get('fake_requests', '-')} |"
         )
     lines += [
@@ -474,7 +478,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         "| corpus | mode | run | "
         + " | ".join(STAGE_LABELS)
-        + " | RSS after imports MB | VmHWM MB (largest rise) | fake server CPU s | load avg before/after |",
+        + " | RSS after imports MB | VmHWM MB (largest rise) | fake server CPU s "
+        "| load avg before/after |",
         "|" + "---|" * (7 + len(STAGE_LABELS)),
     ]
     for r in report["runs"]:
@@ -495,8 +500,9 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         (
-            f"Reference: {ref['system']}, A Christmas Carol, zero-latency mock LLM, measured on this machine: "
-            f"{ref['wall_s']:.0f} s, {ref['peak_rss_mb']:.0f} MB peak RSS, {ref['llm_requests']} LLM requests."
+            f"Reference: {ref['system']}, A Christmas Carol, zero-latency mock LLM, "
+            f"measured on this machine: {ref['wall_s']:.0f} s, {ref['peak_rss_mb']:.0f} MB "
+            f"peak RSS, {ref['llm_requests']} LLM requests."
         ),
         "",
     ]
@@ -522,7 +528,8 @@ def render(report: dict[str, Any]) -> str:
         ):
             lines += [
                 "",
-                f"Top by {title}: {r['corpus_name']} / {r['mode']} / {r['run']} ({r['profile_file']}):",
+                f"Top by {title}: {r['corpus_name']} / {r['mode']} / {r['run']} "
+                f"({r['profile_file']}):",
                 "",
                 "| where | self s | cumulative s | calls |",
                 "|---|---|---|---|",

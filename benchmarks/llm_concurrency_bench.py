@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop  # noqa: E402
+from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
 
 SETUPS: dict[str, dict[str, Any]] = {
     "adaptive": {"llm": {}, "quota": False},

@@ -8,8 +8,9 @@ against basic_search's and against plain BM25 / vector / hybrid retrieval over t
 Corpus and index: the 609 MultiHop-RAG articles (../shared/eval-data/multihop-rag/corpus.json),
 one .md per article, "# {title}\\n\\n{body}" (benchmarks/incremental_bench.py:write_articles;
 with --front-matter, the article's source, author, date and category open it as YAML front
-matter, which Canopy puts in every unit's header), indexed with the builtin offline provider and the builtin embedder. Without --index-dir the index
-is built into a temp folder (~1 min) and removed afterwards.
+matter, which Canopy puts in every unit's header), indexed with the builtin offline provider and
+the builtin embedder. Without --index-dir the index is built into a temp folder (~1 min) and
+removed afterwards.
 
 Questions: MultiHopRAG.json, 2,556 queries. Split by a hash of the query text: DEV is every query
 with int(sha256(query).hexdigest(), 16) % 5 != 0 (2,045 queries). Only DEV is ever run: the rest
@@ -105,7 +106,9 @@ def _clean_env() -> None:
 
 
 @contextmanager
-def multihop_index(index_dir: Path | None, front_matter: bool = False) -> Iterator[tuple[Path, Path]]:
+def multihop_index(
+    index_dir: Path | None, front_matter: bool = False
+) -> Iterator[tuple[Path, Path]]:
     """(docs folder, index folder) of the 609-article builtin index: `index_dir` if it holds
     one (its docs folder is taken from the index), else built there, or in a temp folder that
     is removed afterwards."""
@@ -352,12 +355,16 @@ def main() -> None:
                     help="reuse (or build into) this index folder; default: a temp folder")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of "
                     + ", ".join(SYSTEMS))
-    ap.add_argument("--front-matter", action="store_true",
-                    help="write each article with its corpus metadata (source, author, date, category) "
-                    "as YAML front matter; default: title and body only, as in the issue's references")
+    ap.add_argument(
+        "--front-matter",
+        action="store_true",
+        help="write each article with its corpus metadata (source, author, date, category) "
+        "as YAML front matter; default: title and body only, as in the issue's references",
+    )
     ap.add_argument("--minilm-model", type=Path, default=None,
-                    help="a sentence-transformers model folder (e.g. all-MiniLM-L6-v2) for the systems "
-                    + ", ".join(MINILM_SYSTEMS) + " (needs sentence-transformers installed)")
+                    help="a sentence-transformers model folder (e.g. all-MiniLM-L6-v2) for the "
+                    "systems " + ", ".join(MINILM_SYSTEMS)
+                    + " (needs sentence-transformers installed)")
     ap.add_argument("--limit", type=int, default=None, help="first N DEV questions")
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/"
                     "retrieval_eval.json (retrieval_eval_front_matter.json with --front-matter)")

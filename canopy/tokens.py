@@ -38,7 +38,8 @@ def _vocab_file(name: str) -> Path:
     # vocabularies (~1 s) to learn their special tokens; only the one file is needed here.
     spec = importlib.util.find_spec("bpe_openai")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the bpe-openai package (bundled tiktoken vocabularies) is not installed")
+        raise RuntimeError(
+            "the bpe-openai package (bundled tiktoken vocabularies) is not installed")
     return Path(next(iter(spec.submodule_search_locations))) / "data" / name
 
 
@@ -57,7 +58,8 @@ def _load_ranks(encoding: str, expected_hash: str | None) -> dict[bytes, int]:
     data = gzip.decompress(_vocab_file(_VOCAB_FILES[encoding]).read_bytes())
     # The same check tiktoken applies to its download: the bundled file must be byte-identical.
     if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
-        raise RuntimeError(f"bundled {encoding} vocabulary differs from tiktoken's; upgrade bpe-openai")
+        raise RuntimeError(
+            f"bundled {encoding} vocabulary differs from tiktoken's; upgrade bpe-openai")
     ranks: dict[bytes, int] = {}
     for line in data.splitlines():
         if line:
@@ -82,13 +84,13 @@ def _encoding(encoding: str) -> tiktoken.Encoding:
         raise ValueError(f"unsupported encoding {encoding!r}; use one of {sorted(_VOCAB_FILES)}")
     # tiktoken's constructor for this encoding, with the loader pointed at the bundled file.
     original = openai_public.load_tiktoken_bpe
-    openai_public.load_tiktoken_bpe = (  # type: ignore[assignment]
+    openai_public.load_tiktoken_bpe = (
         lambda _url, expected_hash=None: _load_ranks(encoding, expected_hash)
     )
     try:
         spec = getattr(openai_public, encoding)()
     finally:
-        openai_public.load_tiktoken_bpe = original  # type: ignore[assignment]
+        openai_public.load_tiktoken_bpe = original
     return tiktoken.Encoding(**spec)
 
 

@@ -1,1 +1,2 @@
-"""Indexing: documents -> text units -> graph -> communities -> reports -> vectors (design §3, §4)."""
+"""Indexing: documents -> text units -> graph -> communities -> reports -> vectors (design §3,
+§4)."""

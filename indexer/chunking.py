@@ -71,14 +71,16 @@ def _segments(text: str, tok: Tokenizer, max_tokens: int) -> list[_Seg]:
         counted = [(a, b, tok.count(text[a:b])) for a, b, _ in pieces]
         split: list[tuple[int, int, int]] = []
         for a, b, n in counted:
-            split.extend(_split_long(text, a, b, n, max_tokens, tok) if n > max_tokens else [(a, b, n)])
+            split.extend(_split_long(text, a, b, n, max_tokens, tok)
+                         if n > max_tokens else [(a, b, n)])
         para_tokens = sum(n for _, _, n in split)
         for i, (a, b, n) in enumerate(split):
             segs.append(_Seg(a, b, n, i == 0, para_tokens if i == 0 else 0, _h(text[a:b])))
     return segs
 
 
-def _split_long(text: str, a: int, b: int, n: int, max_tokens: int, tok: Tokenizer) -> list[tuple[int, int, int]]:
+def _split_long(text: str, a: int, b: int, n: int, max_tokens: int,
+                tok: Tokenizer) -> list[tuple[int, int, int]]:
     """A sentence longer than a unit (tables, code, unpunctuated text): cut at whitespace."""
     out: list[tuple[int, int, int]] = []
     width = max(1, int((b - a) * (max_tokens * 0.8) / n))
@@ -127,7 +129,8 @@ def _split_run(run: list[_Seg], max_tokens: int) -> list[list[_Seg]]:
     for s in run:
         prefix.append(prefix[-1] + s.tokens)
     floor = max_tokens // 8
-    candidates = [k for k in range(1, len(run)) if prefix[k] >= floor and total - prefix[k] >= floor]
+    candidates = [k for k in range(1, len(run))
+                  if prefix[k] >= floor and total - prefix[k] >= floor]
     if not candidates:
         candidates = list(range(1, len(run)))
     k = min(candidates, key=lambda i: (not run[i].para_start, run[i].key))

@@ -144,7 +144,8 @@ class _Fresh:
         self.e = edges
         self.p = params
         self.label = np.full(edges.n_nodes, -1, dtype=np.int64)
-        self.out: list[tuple[int, str, str | None, np.ndarray]] = []  # level, key, parent key, nodes
+        # level, key, parent key, nodes
+        self.out: list[tuple[int, str, str | None, np.ndarray]] = []
 
     def groups(self, nodes: np.ndarray, edge_idx: np.ndarray) -> list[np.ndarray]:
         """Leiden groups of `nodes` over `edge_idx` (edges among them); nodes with no edge among
@@ -182,7 +183,8 @@ class _Fresh:
             self.label[g] = -1
         return out
 
-    def split(self, nodes: np.ndarray, edge_idx: np.ndarray, level: int, parent: str | None) -> None:
+    def split(self, nodes: np.ndarray, edge_idx: np.ndarray, level: int,
+              parent: str | None) -> None:
         key = f"L{level}:{self.e.names[int(nodes[0])]}"
         self.out.append((level, key, parent, nodes))
         if len(nodes) <= self.p.max_cluster_size or level + 1 >= self.p.max_levels:
@@ -234,7 +236,8 @@ def build_hierarchy(
     out = Hierarchy(replace_all=True)
     for level, key, parent, members in placements:
         cid = ids[key]
-        out.placements[cid] = Placement(cid, level, ids[parent] if parent else None, sorted(members))
+        out.placements[cid] = Placement(cid, level, ids[parent] if parent else None,
+                                        sorted(members))
     out.deleted = {cid for level in prev.values() for cid in level} - set(out.placements)
     return out
 
@@ -256,11 +259,11 @@ def _attach_isolated(placements: list[tuple[int, str, str | None, list[str]]], i
         if not votes:
             lonely[isolated.first_unit.get(e, "")].append(e)
             continue
-        i: int | None = min(votes, key=lambda j: (-votes[j], placements[j][1]))
-        while i is not None:
-            placements[i][3].append(e)
-            parent = placements[i][2]
-            i = index[parent] if parent is not None else None
+        at: int | None = min(votes, key=lambda j: (-votes[j], placements[j][1]))
+        while at is not None:
+            placements[at][3].append(e)
+            parent = placements[at][2]
+            at = index[parent] if parent is not None else None
     for unit, members in sorted(lonely.items()):
         for k in range(0, len(members), max_cluster_size):
             placements.append((0, f"iso:{unit}:{k}", None, members[k:k + max_cluster_size]))
@@ -271,8 +274,8 @@ def _stable_ids(level: int, new: list[tuple[str, list[str]]],
     """Each new community key's id: the id of the old community at its level it overlaps best
     (greedy, Jaccard >= 0.5), else a hash of its members."""
     owner: dict[str, str] = {}
-    for cid, members in old.items():
-        for m in members:
+    for cid, old_members in old.items():
+        for m in old_members:
             owner[m] = cid
     pairs = []
     for key, members in new:
@@ -317,7 +320,8 @@ class GraphChange:
 
     new_entities: frozenset[str]  # entities of the new generation that the old one lacked
     removed_entities: frozenset[str]  # entities of the old generation that are gone
-    changed_edges: frozenset[tuple[str, str]]  # endpoints of relationships added, removed or reweighted
+    # endpoints of relationships added, removed or reweighted
+    changed_edges: frozenset[tuple[str, str]]
     isolated: Isolated  # new entities without relationships
 
 
@@ -392,7 +396,8 @@ class _Local:
             for n in pending:
                 weights: dict[str, float] = defaultdict(float)
                 for m, w in self.adj[n].items():
-                    group = owner.get(m) if m in self.c.new_entities else self.chain.get(m, {}).get(level)
+                    group = (owner.get(m) if m in self.c.new_entities
+                             else self.chain.get(m, {}).get(level))
                     if group:
                         weights[group] += w
                 if weights:
@@ -518,7 +523,7 @@ class _Local:
             target: str | None = min(votes, key=lambda cid: (-votes[cid], cid))
             while target is not None:
                 target = self.add_member(target, e)
-        for unit, members in sorted(lonely.items()):
+        for _unit, members in sorted(lonely.items()):  # by unit
             for k in range(0, len(members), self.p.max_cluster_size):
                 group = members[k:k + self.p.max_cluster_size]
                 self.place(self.new_id(0, group), 0, None, group)

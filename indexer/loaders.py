@@ -124,7 +124,8 @@ def front_matter(text: str, rel: str = "") -> tuple[dict[str, Any], str]:
     try:
         fields = yaml.safe_load(m.group(1) or "")
     except yaml.YAMLError as exc:
-        log.warning("%s: front matter is not valid YAML, kept as text (%s)", rel, str(exc).splitlines()[0])
+        log.warning("%s: front matter is not valid YAML, kept as text (%s)", rel,
+                    str(exc).splitlines()[0])
         return {}, text
     if fields is None:
         fields = {}
@@ -133,7 +134,8 @@ def front_matter(text: str, rel: str = "") -> tuple[dict[str, Any], str]:
     return {str(k): v for k, v in fields.items()}, text[m.end():]
 
 
-def metadata_pairs(fields: dict[str, Any], keep: list[str] | None = None) -> tuple[tuple[str, str], ...]:
+def metadata_pairs(fields: dict[str, Any],
+                   keep: list[str] | None = None) -> tuple[tuple[str, str], ...]:
     """Front-matter fields as (field, value) text pairs: scalars, dates written out ("October 6,
     2023", as people ask for them) and lists of scalars; not the title (the document's name),
     flags, nested mappings or links (their words would match every question about the web)."""
@@ -223,7 +225,8 @@ def _html(text: str) -> str:
     soup = BeautifulSoup(text, "html.parser")
     for tag in soup(["script", "style", "noscript"]):
         tag.decompose()
-    blocks = [el.get_text(" ", strip=True) for el in soup.find_all(["h1", "h2", "h3", "h4", "p", "li", "td", "pre"])]
+    blocks = [el.get_text(" ", strip=True)
+              for el in soup.find_all(["h1", "h2", "h3", "h4", "p", "li", "td", "pre"])]
     body = "\n\n".join(b for b in blocks if b)
     return body or soup.get_text("\n", strip=True)
 
@@ -235,7 +238,7 @@ def _too_many_rows(max_rows: int) -> _SkipFile:
 def _csv(text: str, max_rows: int) -> str:
     """One paragraph per row: `column: value` pairs, so rows chunk and cite individually."""
     reader = csv.DictReader(io.StringIO(text))
-    rows = []
+    rows: list[str] = []
     for row in reader:
         if len(rows) >= max_rows:
             raise _too_many_rows(max_rows)
@@ -257,7 +260,8 @@ def _jsonl(text: str, max_rows: int) -> str:
             rows.append(line)
             continue
         if isinstance(obj, dict):
-            rows.append("\n".join(f"{k}: {v}" for k, v in obj.items() if isinstance(v, (str, int, float))))
+            rows.append("\n".join(f"{k}: {v}" for k, v in obj.items()
+                                   if isinstance(v, (str, int, float))))
         else:
             rows.append(str(obj))
     return "\n\n".join(rows)

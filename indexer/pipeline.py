@@ -119,19 +119,22 @@ async def run_index(
     loaded: list[LoadedDocument] = []
     skips: list[Skip] = []
     unchanged: list[str] = []
-    stats: dict[str, tuple[int, int]] = {}
+    file_stats: dict[str, tuple[int, int]] = {}
     for entry in list_files(docs_dir, settings.input, store.index_dir):
         if isinstance(entry, Skip):
             skips.append(entry)
             continue
-        stats[entry.path] = (entry.size, entry.mtime_ns)
+        file_stats[entry.path] = (entry.size, entry.mtime_ns)
         if not full and on_disk.get(entry.path) == (entry.size, entry.mtime_ns) and entry.mtime_ns:
             unchanged.append(entry.path)
             continue
         got = load_entry(entry, settings.input)
-        (loaded if isinstance(got, LoadedDocument) else skips).append(got)  # type: ignore[arg-type]
+        if isinstance(got, LoadedDocument):
+            loaded.append(got)
+        else:
+            skips.append(got)
     plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels),
-                          stats=stats, unchanged=unchanged)
+                          stats=file_stats, unchanged=unchanged)
     skips.sort(key=lambda s: s.path)
     if (not full and plan.unchanged and not plan.touched and not previous_failures and not revoking
             and not stale
@@ -139,9 +142,10 @@ async def run_index(
         # Nothing to do: same documents, labels and settings, nothing to retry or finish.
         with store.snapshot() as snap:
             counts = _counts(snap)
-        stats = {**counts, "noop": True, "documents_rechunked": 0, "skipped": len(skips),
-                 "units_extracted": 0, "units_failed": 0, "reports_generated": 0,
-                 "reports_reused": counts["reports"], "embedded": 0}
+        stats: dict[str, Any] = {
+            **counts, "noop": True, "documents_rechunked": 0, "skipped": len(skips),
+            "units_extracted": 0, "units_failed": 0, "reports_generated": 0,
+            "reports_reused": counts["reports"], "embedded": 0}
         # Old search-table versions may still hold deleted text: prune them once that is due.
         tidy_search_tables(store, settings.storage, changed=False)
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
@@ -208,7 +212,7 @@ async def run_index(
         }
         if b.stats.get("cjk") or full:  # CJK text (the server preloads its segmenter)
             meta["cjk"] = "1" if b.stats.get("cjk") else "0"
-        stats: dict[str, Any] = {
+        stats = {
             "documents": len(plan.documents), "documents_rechunked": len(plan.changed) if not full
             else len(plan.documents), "skipped": len(skips),
             "units_extracted": len(extracted.extracted),

@@ -174,12 +174,12 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
         for x in (r.source, r.target):
             if x in members and x not in chosen:
                 chosen[x] = entities[x]
-    for e in sorted((entities[i] for i in members_left if i not in chosen),
-                    key=lambda e: (-e.degree, e.id)):
-        if used + sizes.entity(e) > budget:
+    for ent in sorted((entities[i] for i in members_left if i not in chosen),
+                      key=lambda e: (-e.degree, e.id)):
+        if used + sizes.entity(ent) > budget:
             break
-        used += sizes.entity(e)
-        chosen[e.id] = e
+        used += sizes.entity(ent)
+        chosen[ent.id] = ent
     ent_list = sorted(chosen.values(), key=lambda e: (-e.degree, e.id))
     claims = sorted((cl for cl in content.claims if cl.subject in chosen),
                     key=lambda cl: cl.id)[:50]
@@ -196,6 +196,7 @@ def _degree(entities: dict[str, Entity], eid: str) -> int:
 def context_units(ctx: ReportContext) -> set[str]:
     """Every text unit the elements of a report's context derive from."""
     units: set[str] = set()
+    items: Iterable[Entity | Relationship | Report | Claim]
     for items in (ctx.entities, ctx.relationships, ctx.sub_reports, ctx.claims):
         for item in items:
             units.update(item.text_unit_ids)
@@ -211,7 +212,8 @@ def to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: 
         rels = [ctx.relationships[i] for i in f.relationship_ids if 0 <= i < len(ctx.relationships)]
         subs = [ctx.sub_reports[i] for i in f.report_ids if 0 <= i < len(ctx.sub_reports)]
         fu: set[str] = set()
-        for x in [*ents, *rels, *subs]:
+        cited: list[Entity | Relationship | Report] = [*ents, *rels, *subs]
+        for x in cited:
             fu.update(x.text_unit_ids)
         findings.append(Finding(f.summary, f.explanation, tuple(e.id for e in ents),
                                 tuple(r.id for r in rels), tuple(sorted(fu))))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +15,9 @@ from canopy.settings import QuerySettings
 
 __all__ = ["BoundedCache", "EngineCaches", "ProgressCallback", "QueryContext"]
 
-# progress(done, total, message) - the MCP layer forwards it as progress notifications.
-ProgressCallback = Callable[[float, float | None, str], Awaitable[None]]
+# progress(done, total, message) - the MCP layer forwards it as progress notifications. A
+# coroutine function: the service schedules it on the caller's loop (run_coroutine_threadsafe).
+ProgressCallback = Callable[[float, float | None, str], Coroutine[Any, Any, None]]
 
 
 class BoundedCache:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar, get_args
 
 from mcp.server import MCPServer
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -56,8 +56,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
-                            openWorldHint=False)
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+_LOG_LEVELS: dict[str, LogLevel] = {name: name for name in get_args(LogLevel)}
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
 
 # Errors whose message is written for the agent and safe to forward as is.
 _FORWARDED = (InvalidArgument, NotFound, IndexMissing, ConfigError, EndpointUnavailable)
@@ -208,9 +211,7 @@ def build_server(
         version=_version(),
         token_verifier=auth,
         auth=auth_settings if auth is not None else None,
-        log_level=level
-        if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-        else "WARNING",
+        log_level=_LOG_LEVELS.get(level, "WARNING"),
     )
     gw = _Gateway(service, principal_name)
     _add_search_tools(server, gw)

@@ -25,13 +25,16 @@ class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     elapsed_ms: int = 0
-    provider: str = Field("builtin", description="'builtin' (offline, extractive) or 'openai:<model>'")
-    embedding_calls: int = Field(0, description="Embedding endpoint calls (0 with the builtin embedder)")
+    provider: str = Field(
+        "builtin", description="'builtin' (offline, extractive) or 'openai:<model>'")
+    embedding_calls: int = Field(
+        0, description="Embedding endpoint calls (0 with the builtin embedder)")
 
 
 class Citation(BaseModel):
     kind: str = Field(description="report | entity | relationship | claim | text_unit")
-    id: str = Field(description="Pass report ids to drill_down(community_id=...); text units resolve via resources")
+    id: str = Field(description="Pass report ids to drill_down(community_id=...); "
+                                "text units resolve via resources")
     title: str = ""
     document: str | None = Field(None, description="Source document path (text units)")
 
@@ -40,11 +43,15 @@ class SearchResult(BaseModel):
     method: str = Field(description="global | local | drift | basic")
     query: str
     answer: str = Field(description="The answer; extractive when no LLM is configured")
-    citations: list[Citation] = Field(default_factory=list, description="Sources the answer and context draw on")
-    context: str = Field("", description="The retrieved context the answer was written from (may be truncated)")
-    community_level: int | None = Field(None, description="Level used by global search (None = dynamic)")
+    citations: list[Citation] = Field(
+        default_factory=list, description="Sources the answer and context draw on")
+    context: str = Field(
+        "", description="The retrieved context the answer was written from (may be truncated)")
+    community_level: int | None = Field(
+        None, description="Level used by global search (None = dynamic)")
     usage: UsageInfo = Field(default_factory=UsageInfo)
-    truncated: bool = Field(False, description="True when context or citations were cut to fit the result limit")
+    truncated: bool = Field(
+        False, description="True when context or citations were cut to fit the result limit")
     note: str | None = Field(None, description="How to get more, when truncated")
 
 
@@ -52,11 +59,13 @@ class SourceSpan(BaseModel):
     text_unit_id: str
     document: str = Field(description="Document path relative to the indexed folder")
     char_start: int = Field(description="Offset in the document's text as loaded (for Markdown, "
-                            "after its front matter; for HTML, PDF and DOCX, in the extracted text)")
+                            "after its front matter; for HTML, PDF and DOCX, in the extracted "
+                            "text)")
     char_end: int
     text: str
-    metadata: dict[str, str] = Field(default_factory=dict, description="The document's front-matter "
-                                     "fields (source, author, date...), when it has any")
+    metadata: dict[str, str] = Field(
+        default_factory=dict,
+        description="The document's front-matter fields (source, author, date...), when it has any")
 
 
 class EntityCard(BaseModel):
@@ -93,14 +102,21 @@ class FindingCard(BaseModel):
 
 
 class DrillResult(BaseModel):
-    community: CommunityCard | None = Field(None, description="The community at this point (None at the roots)")
-    entity: EntityCard | None = Field(None, description="The entity asked about (drill_down(entity=...))")
+    community: CommunityCard | None = Field(
+        None, description="The community at this point (None at the roots)")
+    entity: EntityCard | None = Field(
+        None, description="The entity asked about (drill_down(entity=...))")
     findings: list[FindingCard] = Field(default_factory=list)
-    parents: list[CommunityCard] = Field(default_factory=list, description="Chain from the root down to the parent")
-    children: list[CommunityCard] = Field(default_factory=list, description="Sub-communities (or the roots)")
-    entities: list[EntityCard] = Field(default_factory=list, description="Top member entities by degree")
-    relationships: list[RelationshipCard] = Field(default_factory=list, description="Top member relationships")
-    sources: list[SourceSpan] = Field(default_factory=list, description="Source text spans (leaf or finding)")
+    parents: list[CommunityCard] = Field(
+        default_factory=list, description="Chain from the root down to the parent")
+    children: list[CommunityCard] = Field(
+        default_factory=list, description="Sub-communities (or the roots)")
+    entities: list[EntityCard] = Field(
+        default_factory=list, description="Top member entities by degree")
+    relationships: list[RelationshipCard] = Field(
+        default_factory=list, description="Top member relationships")
+    sources: list[SourceSpan] = Field(
+        default_factory=list, description="Source text spans (leaf or finding)")
     truncated: bool = False
     note: str | None = None
     usage: UsageInfo = Field(default_factory=UsageInfo)

@@ -124,6 +124,7 @@ def _set_aside_damage(ws: Workspace) -> str | None:
     if not (ws.index_dir / DB_NAME).exists():
         return None
     facts = check_database(ws.index_dir)
+    reason: str | None
     if isinstance(facts, str):
         reason, database = facts, True
     else:

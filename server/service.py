@@ -73,7 +73,7 @@ class _LoopThreads:
         loop = getattr(self._local, "loop", None)
         if loop is None:
             loop = self._local.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(coro_fn())  # type: ignore[arg-type]
+        return loop.run_until_complete(coro_fn())
 
     async def run(self, coro_fn: Callable[[], Awaitable[T]]) -> T:
         return await asyncio.wrap_future(self._pool.submit(self._run, coro_fn))

@@ -60,10 +60,13 @@ class IndexStatus(BaseModel):
     reports: int
     skipped: list[SkipInfo]
     failures: list[FailureInfo]
-    last_run: dict[str, object] = Field(default_factory=dict, description="Stats of the last committed run")
-    llm_usage: dict[str, dict[str, int]] = Field(default_factory=dict, description="LLM usage of the last run, by task")
+    last_run: dict[str, object] = Field(
+        default_factory=dict, description="Stats of the last committed run")
+    llm_usage: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="LLM usage of the last run, by task")
     llm_concurrency: ConcurrencyInfo | None = Field(
-        None, description="Requests in flight the LLM client achieved in the last run (None: builtin)")
+        None,
+        description="Requests in flight the LLM client achieved in the last run (None: builtin)")
 
 
 def index_status(store: Store) -> IndexStatus:
@@ -136,8 +139,9 @@ def status_for_caller(
     communities = inventory.community_ids()
     reports = sum(1 for s in reader.community_states(communities).values() if s)
     units = reader.units(f.id for f in full.failures if f.task == "extract")
-    visible_communities = {cid for cid, row in reader.community_rows(
-        f.id for f in full.failures if f.task == "report").items() if row.gate.readable_by(readable)}
+    failed_reports = reader.community_rows(f.id for f in full.failures if f.task == "report")
+    visible_communities = {cid for cid, row in failed_reports.items()
+                           if row.gate.readable_by(readable)}
     everything = reader.caller.reads_everything
     return full.model_copy(update={
         "documents": inventory.count_readable("documents"),

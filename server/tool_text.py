@@ -61,7 +61,8 @@ def search_text(r: SearchResult) -> str:
         out.append("\nSources:")
         out += [_citation_line(c) for c in r.citations[:MAX_CITATIONS]]
         if len(r.citations) > MAX_CITATIONS:
-            out.append(f"- … and {len(r.citations) - MAX_CITATIONS} more in structuredContent.citations")
+            more = len(r.citations) - MAX_CITATIONS
+            out.append(f"- … and {more} more in structuredContent.citations")
     if r.usage.provider == "builtin" and r.context.strip():
         # No LLM wrote the answer: give the calling agent the retrieved context to synthesize from.
         out.append("\nRetrieved context (extractive mode, no LLM configured):")
@@ -96,7 +97,8 @@ def drill_text(r: DrillResult) -> str:
         out.append(f"Entity {entity.name} ({entity.type}, degree {entity.degree}) [{entity.id}]: "
                    f"{entity.description}\n")
     if r.community is None:
-        out.append("Top of the community hierarchy. Pass one of these ids as drill_down(community_id=...):")
+        out.append("Top of the community hierarchy. "
+                   "Pass one of these ids as drill_down(community_id=...):")
     else:
         out.append(f"Community {_card(r.community)}")
         if r.community.summary:
@@ -104,7 +106,8 @@ def drill_text(r: DrillResult) -> str:
     if r.parents:
         out.append("\nParents (root first): " + " > ".join(f"{p.id} {p.title}" for p in r.parents))
     if r.findings:
-        out.append("\nFindings (pass the number as drill_down(community_id=..., finding=N) for sources):")
+        out.append("\nFindings "
+                   "(pass the number as drill_down(community_id=..., finding=N) for sources):")
         for i, f in enumerate(r.findings):
             units = f" [units: {', '.join(f.text_unit_ids[:5])}]" if f.text_unit_ids else ""
             out.append(f"{i}. {f.summary}: {f.explanation}{units}")
@@ -117,7 +120,8 @@ def drill_text(r: DrillResult) -> str:
         out += [f"- {_card(c)}" for c in r.children]
     if r.entities:
         out.append("\nEntities:")
-        out += [f"- {e.name} ({e.type}, degree {e.degree}) [{e.id}]: {e.description}" for e in r.entities]
+        out += [f"- {e.name} ({e.type}, degree {e.degree}) [{e.id}]: {e.description}"
+                for e in r.entities]
     if r.relationships:
         out.append("\nRelationships:")
         out += [f"- {x.source} — {x.target} (weight {x.weight:g}) [{x.id}]: {x.description}"
@@ -130,7 +134,8 @@ def drill_text(r: DrillResult) -> str:
 
 
 def status_text(s: IndexStatus) -> str:
-    provider = "builtin (offline, no LLM endpoint configured)" if s.provider == "builtin" else s.provider
+    provider = ("builtin (offline, no LLM endpoint configured)" if s.provider == "builtin"
+                else s.provider)
     out = [
         f"Index generation {s.generation}; provider {provider}; embeddings {s.embedder}",
         f"documents {s.documents}, text units {s.text_units}",

@@ -13,7 +13,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60
+) -> None:
     """Return once something listens on 127.0.0.1:port; fail fast if `proc` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -40,8 +40,8 @@ from mcp import Client, MCPError
 from canopy.errors import EndpointUnavailable
 from canopy.providers import make_embedder
 from canopy.providers.builtin import BuiltinProvider
-from indexer.pipeline import run_index
 from canopy.store.export import Graph, load_graph
+from indexer.pipeline import run_index
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
@@ -65,26 +65,27 @@ date: 2024-05-14
 Zebulon Quartzfield leads Project Zephyr, a confidential acquisition study at Northwind Robotics. Zebulon Quartzfield met Maria Okafor in Eindhoven in May 2024 to discuss Okonkwo Brightwater Holdings. The code word for the deal is CANARY-7f3a, and CANARY-7f3a must never appear outside the board.
 
 Okonkwo Brightwater Holdings offered to buy Helio Cells Ltd for 41 million pounds. Zebulon Quartzfield told Sofia Brandt that Okonkwo Brightwater Holdings would keep Line 3 in Sheffield running. Helio Cells Ltd and Okonkwo Brightwater Holdings signed a letter of intent in Rotterdam; CANARY-7f3a was the file name.
-""", ("Zebulon Quartzfield", "Okonkwo Brightwater Holdings", "Project Zephyr", "CANARY-7f3a",
-      "CANARY-8b6d")),  # the last only in its front matter: metadata is guarded like text
+""", ("Zebulon Quartzfield", "Okonkwo Brightwater Holdings", "Project Zephyr",  # noqa: E501 - fixture documents keep one paragraph per line
+      "CANARY-7f3a", "CANARY-8b6d")),  # the last only in front matter: metadata is guarded too
     "restricted/hr/review.md": ("""# Performance review: Project Tern
 
 Philippa Marrowgate reviewed Jonas Lindqvist for Project Tern in December 2024. Philippa Marrowgate hired Thistledown Vexley Partners to interview the Tern team in Eindhoven. The review is filed under CANARY-91bd.
 
 Thistledown Vexley Partners reported that Bluewater Logistics delays hurt morale on Project Tern. Jonas Lindqvist disputed the findings of Thistledown Vexley Partners with Philippa Marrowgate; the appeal reference is CANARY-91bd.
-""", ("Philippa Marrowgate", "Thistledown Vexley Partners", "CANARY-91bd")),
+""", ("Philippa Marrowgate", "Thistledown Vexley Partners", "CANARY-91bd")),  # noqa: E501 - fixture documents keep one paragraph per line
     "restricted/legal/case.md": ("""# Legal hold: Tern recall
 
 Ignatius Fernhollow of Quillon Sarabande Trust represents the owners of recalled Tern packs against Helio Cells Ltd. Ignatius Fernhollow filed the claim in Sheffield in January 2025 under docket CANARY-c04e.
 
 Quillon Sarabande Trust asked Daniel Ferreira for the audit of batch HC-2311. Daniel Ferreira and Ignatius Fernhollow met in Rotterdam; Quillon Sarabande Trust seeks damages from Helio Cells Ltd under CANARY-c04e.
-""", ("Ignatius Fernhollow", "Quillon Sarabande Trust", "CANARY-c04e")),
+""", ("Ignatius Fernhollow", "Quillon Sarabande Trust", "CANARY-c04e")),  # noqa: E501 - fixture documents keep one paragraph per line
     "restricted/lab/orion.md": ("""# Lab notebook: Project Orion
 
 Wilhelmina Ostrovane runs Project Orion, a solid-state cell trial with Cobaltreach Meridian AG in Hamburg. Wilhelmina Ostrovane showed Priya Raman the first Orion prototype at the Eindhoven plant; the sample label is CANARY-5e21.
 
 Cobaltreach Meridian AG will ship Orion cells to Northwind Robotics through Bluewater Logistics. Priya Raman and Wilhelmina Ostrovane want Orion cells in the Kestrel K3 by 2026, batch CANARY-5e21.
-""", ("Wilhelmina Ostrovane", "Cobaltreach Meridian AG", "Project Orion", "CANARY-5e21")),
+""", ("Wilhelmina Ostrovane", "Cobaltreach Meridian AG", "Project Orion",  # noqa: E501 - fixture documents keep one paragraph per line
+      "CANARY-5e21")),
 }
 
 QUERIES = [
@@ -204,7 +205,9 @@ class Probe:
         asked = json.dumps(args, ensure_ascii=False).lower()
         self.t.outputs.append((asked, text_of(result)))
         if result.structured_content is not None:
-            self.t.outputs.append((asked, json.dumps(result.structured_content, ensure_ascii=False)))
+            self.t.outputs.append(
+                (asked, json.dumps(result.structured_content, ensure_ascii=False))
+            )
             for c in result.structured_content.get("citations", []):
                 if c["kind"] == "text_unit":
                     self.t.units.add(c["id"])
@@ -222,8 +225,9 @@ class Probe:
         return text
 
 
-async def sweep(service: CanopyService, principal: str, *, queries: list[str], findings: bool = True,
-                entity_sample: int | None = None, rng: random.Random | None = None) -> Transcript:
+async def sweep(service: CanopyService, principal: str, *, queries: list[str],
+                findings: bool = True, entity_sample: int | None = None,
+                rng: random.Random | None = None) -> Transcript:
     """Call every tool and resource as `principal`, following every navigation handle."""
     t = Transcript()
     async with Client(build_server(service, principal_name=principal)) as client:
@@ -252,7 +256,9 @@ async def sweep(service: CanopyService, principal: str, *, queries: list[str], f
             t.units.update(s["text_unit_id"] for s in d["sources"])
             if findings:
                 for i in range(len(d["findings"])):
-                    f = (await p.tool("drill_down", {"community_id": cid, "finding": i, "limit": 100}))
+                    f = await p.tool(
+                        "drill_down", {"community_id": cid, "finding": i, "limit": 100}
+                    )
                     t.units.update(s["text_unit_id"] for s in f.structured_content["sources"])
             await p.resource(f"canopy://reports/{cid}")
         names = sorted(t.entities)
@@ -301,7 +307,9 @@ def assert_no_leak(t: Transcript, tokens: list[str], hidden: Hidden, who: str) -
         assert not leaked, (who, leaked, asked, _context(low, leaked[0]))
     blob = "\n".join(text for _, text in t.outputs)
     ids = re.findall(r"\b(?:tu|ent|rel|c\d+)-[0-9a-f]{6,}\b", blob)
-    bad = sorted({i for i in ids if i in hidden.units or i in hidden.entities or i in hidden.communities})
+    bad = sorted(
+        {i for i in ids if i in hidden.units or i in hidden.entities or i in hidden.communities}
+    )
     assert not bad, (who, bad[:5])
 
 
@@ -310,7 +318,9 @@ def _context(text: str, token: str) -> str:
     return text[max(0, i - 300): i + 200]
 
 
-async def assert_hidden_like_missing(service: CanopyService, principal: str, hidden: Hidden) -> None:
+async def assert_hidden_like_missing(
+    service: CanopyService, principal: str, hidden: Hidden
+) -> None:
     """Every handle to a hidden item answers exactly like the same handle to a missing one."""
     cid = min(hidden.communities) if hidden.communities else None
     eid = min(hidden.entities) if hidden.entities else None
@@ -359,7 +369,7 @@ def check_principal(service: CanopyService, policy: Policy, principal: str, docs
     return t
 
 
-# ---- fixtures -------------------------------------------------------------------------------------
+# ---- fixtures ------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +387,9 @@ def base_policy() -> Policy:
 
 
 @pytest.fixture(scope="module")
-def leak_index(tmp_path_factory: pytest.TempPathFactory, base_policy: Policy) -> Iterator[tuple[Path, Path]]:
+def leak_index(
+    tmp_path_factory: pytest.TempPathFactory, base_policy: Policy
+) -> Iterator[tuple[Path, Path]]:
     root = tmp_path_factory.mktemp("leaks")
     docs, index_dir = root / "docs", root / "index"
     write_corpus(docs, base_policy)
@@ -431,7 +443,9 @@ def test_canaries_are_indexed_and_reach_a_principal_who_may_read_them(leak_index
 
 
 @pytest.mark.parametrize("principal", ["staff", "board", "counsel", "nobody"])
-def test_no_canary_reaches_a_principal_through_any_tool_or_resource(leak_index, base_policy, principal):
+def test_no_canary_reaches_a_principal_through_any_tool_or_resource(
+    leak_index, base_policy, principal
+):
     docs, index_dir = leak_index
     svc = service_for(docs, index_dir)
     try:

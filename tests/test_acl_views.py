@@ -146,7 +146,9 @@ def mixed_entity(svc: CanopyService, g: Graph, *, several: bool) -> str:
             continue
         rows = svc.store.writer.execute(
             "SELECT DISTINCT description FROM entity_instances WHERE key = ? AND unit_id IN "
-            "(SELECT value FROM json_each(?))", (normalize_name(e.name), json.dumps(units))).fetchall()
+            "(SELECT value FROM json_each(?))",
+            (normalize_name(e.name), json.dumps(units)),
+        ).fetchall()
         if (len({r[0] for r in rows if r[0]}) > 1) == several:
             return e.id
     raise AssertionError("no such entity in the example corpus")
@@ -160,7 +162,9 @@ def view_community(svc: CanopyService, g: Graph, who: str = "staff") -> str:
 # ---- the fast path ------------------------------------------------------------------------------
 
 
-def test_a_caller_who_reads_everything_gets_the_canonical_artifacts_with_no_view_work(service, graph):
+def test_a_caller_who_reads_everything_gets_the_canonical_artifacts_with_no_view_work(
+    service, graph
+):
     async def everything(ctx: QueryContext) -> tuple[bool, dict[str, Any], dict[str, Any]]:
         return (ctx.reader.trivial, await ctx.reader.reports(graph.communities),
                 await ctx.reader.entities(graph.entities))
@@ -255,7 +259,9 @@ def test_a_report_view_is_rewritten_from_the_visible_part_of_its_community(servi
     canonical = graph.reports[cid]
     view = served(service, "staff", "reports", [cid])[cid]
     assert provider.calls["report"] >= 1
-    assert view != canonical and view.community_id == cid and view.fingerprint == canonical.fingerprint
+    assert (
+        view != canonical and view.community_id == cid and view.fingerprint == canonical.fingerprint
+    )
     vis = readable(service, "staff", graph)
     assert view.text_unit_ids and set(view.text_unit_ids) <= vis
     ents = states(service, "staff", "entity", graph.entities)
@@ -354,7 +360,7 @@ def test_canonical_hidden_and_unknown_ids_cost_no_view_work(service, graph):
     assert set(reports) == set(canonical) and not provider.calls
 
 
-# ---- tools, status and warm ------------------------------------------------------------------------
+# ---- tools, status and warm ----------------------------------------------------------------------
 
 
 def test_index_status_counts_what_the_caller_is_served(service, graph):

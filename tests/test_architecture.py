@@ -64,13 +64,17 @@ def test_library_code_never_prints() -> None:
             if path.is_relative_to(CLI):
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "print"):
                     pytest.fail(f"print() in {path.relative_to(REPO)}:{node.lineno}")
 
 
 def test_importing_the_server_writes_nothing_to_stdout() -> None:
-    code = "import server.mcp_app, server.engines, server.http, indexer.pipeline, acl.reader, canopy.providers.builtin"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    code = ("import server.mcp_app, server.engines, server.http, indexer.pipeline, acl.reader, "
+            "canopy.providers.builtin")
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
 

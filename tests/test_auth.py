@@ -74,7 +74,8 @@ def clean_env() -> dict[str, str]:
 
 
 def multi_tenant_copy(root: Path) -> Path:
-    """examples/multi-tenant copied under `root`, indexed into root/index; returns the docs folder."""
+    """examples/multi-tenant copied under `root`, indexed into root/index; returns the docs
+    folder."""
     shutil.copytree(MULTI, root / "multi-tenant", ignore=shutil.ignore_patterns(".canopy"))
     docs = root / "multi-tenant" / "docs"
     build_index(open_workspace(docs, index_dir=root / "index"))
@@ -85,10 +86,12 @@ def multi_tenant_copy(root: Path) -> Path:
 def canopy_serve_http(docs: Path, index_dir: Path, log_path: Path, *extra: str) -> Iterator[str]:
     """`canopy serve DOCS --http` in a subprocess on a free loopback port; yields its /mcp URL."""
     port = free_port()
-    args = [sys.executable, "-m", "server.cli", "-v", "serve", str(docs), "--index-dir", str(index_dir),
-            "--http", "--port", str(port), *extra]
+    args = [sys.executable, "-m", "server.cli", "-v", "serve", str(docs),
+            "--index-dir", str(index_dir), "--http", "--port", str(port), *extra]
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(args, cwd=REPO, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            args, cwd=REPO, env=clean_env(), stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             wait_for_port(port, proc)
             yield f"http://127.0.0.1:{port}/mcp"
@@ -99,7 +102,8 @@ def canopy_serve_http(docs: Path, index_dir: Path, log_path: Path, *extra: str) 
 
 @asynccontextmanager
 async def http_client(url: str, token: str, **headers: str) -> AsyncIterator[Client]:
-    async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}", **headers}, timeout=60) as http,
+    auth = {"Authorization": f"Bearer {token}", **headers}
+    async with (httpx2.AsyncClient(headers=auth, timeout=60) as http,
                 Client(streamable_http_client(url, http_client=http)) as client):
         yield client
 
@@ -109,8 +113,9 @@ async def post_initialize(url: str, headers: dict[str, str]) -> httpx2.Response:
             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                        "clientInfo": {"name": "test", "version": "0"}}}
     async with httpx2.AsyncClient(timeout=30) as http:
-        return await http.post(url, json=body, headers={"Accept": "application/json, text/event-stream",
-                                                        **headers})
+        return await http.post(
+            url, json=body, headers={"Accept": "application/json, text/event-stream", **headers}
+        )
 
 
 async def documents_seen(url: str, token: str) -> int:
@@ -210,7 +215,9 @@ def test_an_unusable_token_file_is_a_clear_error_at_start(
 
 def test_the_bundled_demo_tokens_match_the_hashed_example_file() -> None:
     verifier = TokenFile(MULTI / "tokens.jsonl")
-    assert {name: verifier.principal_of(token) for name, token in DEMO.items()} == {n: n for n in DEMO}
+    assert {name: verifier.principal_of(token) for name, token in DEMO.items()} == {
+        n: n for n in DEMO
+    }
     assert all(token not in (MULTI / "tokens.jsonl").read_text() for token in DEMO.values())
     assert {r.principal for r in read_tokens(MULTI / "tokens.jsonl")} == set(DEMO)
 
@@ -239,11 +246,15 @@ def claims(**changes: Any) -> dict[str, Any]:
 
 
 def rs256(key: rsa.RSAPrivateKey, kid: str | None = None, **changes: Any) -> str:
-    return jwt.encode(claims(**changes), key, algorithm="RS256", headers={"kid": kid} if kid else None)
+    return jwt.encode(
+        claims(**changes), key, algorithm="RS256", headers={"kid": kid} if kid else None
+    )
 
 
 def rs_verifier(key: rsa.RSAPrivateKey, **kwargs: Any) -> JwtVerifier:
-    return JwtVerifier(issuer=ISSUER, audience=AUDIENCE, algorithms=["RS256"], key=public_pem(key), **kwargs)
+    return JwtVerifier(
+        issuer=ISSUER, audience=AUDIENCE, algorithms=["RS256"], key=public_pem(key), **kwargs
+    )
 
 
 def unsigned(**changes: Any) -> str:
@@ -281,7 +292,8 @@ async def test_the_principal_comes_from_the_configured_claim(rsa_key: rsa.RSAPri
     pytest.param(lambda k, o: rs256(k, nbf=int(time.time()) + 3600), id="not-yet-valid"),
     pytest.param(lambda k, o: rs256(o), id="signed-by-another-key"),
     pytest.param(lambda k, o: unsigned(), id="alg-none"),
-    pytest.param(lambda k, o: jwt.encode(claims(), HS_KEY, algorithm="HS256"), id="hs256-not-allowed"),
+    pytest.param(lambda k, o: jwt.encode(claims(), HS_KEY, algorithm="HS256"),
+                 id="hs256-not-allowed"),
     pytest.param(lambda k, o: rs256(k)[:-4] + "AAAA", id="tampered-signature"),
     pytest.param(lambda k, o: "not.a.jwt", id="garbage"),
 ])
@@ -306,10 +318,10 @@ async def test_an_hs256_jwt_with_the_shared_key_is_accepted_and_alg_none_is_not(
     ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE}, "exactly one"),
     ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwt_key": HS_KEY,
       "jwt_jwks_url": "https://id.example.test/jwks"}, "exactly one"),
-    ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwt_key": HS_KEY, "jwt_algorithms": ["none"]},
-     "never accepted"),
-    ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwt_key": HS_KEY, "jwt_algorithms": ["RS256"]},
-     "do not fit"),
+    ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwt_key": HS_KEY,
+      "jwt_algorithms": ["none"]}, "never accepted"),
+    ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwt_key": HS_KEY,
+      "jwt_algorithms": ["RS256"]}, "do not fit"),
     ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwt_key": "short"}, "too short"),
     ({"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwt_jwks_url": "http://id.example.test/jwks"},
      "https"),
@@ -319,20 +331,25 @@ def test_unsafe_jwt_settings_are_refused_at_start(settings: dict[str, Any], mess
         verifier_from_settings(AuthSettings(**settings), Path("."))
 
 
-def test_a_public_key_is_never_used_as_an_hmac_secret(rsa_key: rsa.RSAPrivateKey, tmp_path: Path) -> None:
+def test_a_public_key_is_never_used_as_an_hmac_secret(
+    rsa_key: rsa.RSAPrivateKey, tmp_path: Path
+) -> None:
     """The classic algorithm confusion: an HS256 token 'signed' with the server's public key."""
     pem = tmp_path / "idp.pem"
     pem.write_text(public_pem(rsa_key))
     with pytest.raises(ConfigError, match="do not fit"):
         verifier_from_settings(AuthSettings(jwt_issuer=ISSUER, jwt_audience=AUDIENCE,
-                                            jwt_public_key_file=Path("idp.pem"), jwt_algorithms=["HS256"]),
+                                            jwt_public_key_file=Path("idp.pem"),
+                                            jwt_algorithms=["HS256"]),
                                tmp_path)
     verifier = verifier_from_settings(AuthSettings(jwt_issuer=ISSUER, jwt_audience=AUDIENCE,
                                                    jwt_public_key_file=Path("idp.pem")), tmp_path)
     assert isinstance(verifier, JwtVerifier) and verifier.algorithms == ["RS256", "ES256"]
     forged = jwt.api_jws.PyJWS()  # bypass PyJWT's own refusal to HMAC-sign with a PEM key
     forged._algorithms["HS256"].prepare_key = lambda key: key  # type: ignore[method-assign]
-    token = forged.encode(json.dumps(claims()).encode(), public_pem(rsa_key).encode(), algorithm="HS256")
+    token = forged.encode(
+        json.dumps(claims()).encode(), public_pem(rsa_key).encode(), algorithm="HS256"
+    )
     assert verifier.access_token(token) is None
     assert verifier.access_token(rs256(rsa_key)) is not None
 
@@ -369,7 +386,8 @@ async def test_jwts_are_checked_against_the_identity_providers_jwks_which_is_cac
     rsa_key: rsa.RSAPrivateKey,
 ) -> None:
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key()))
-    with jwks_server({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}) as (url, requests):
+    keys = {"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}
+    with jwks_server(keys) as (url, requests):
         verifier = verifier_from_settings(
             AuthSettings(jwt_issuer=ISSUER, jwt_audience=AUDIENCE, jwt_jwks_url=url), Path("."))
         assert verifier is not None
@@ -400,8 +418,11 @@ def multi_tenant(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def served(multi_tenant: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`canopy serve --http` over the example, tokens from its canopy.toml [auth]; yields the URL."""
+def served(
+    multi_tenant: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`canopy serve --http` over the example, tokens from its canopy.toml [auth]; yields the
+    URL."""
     docs, index_dir = multi_tenant
     log_path = tmp_path_factory.mktemp("serve-log") / "server.log"
     with canopy_serve_http(docs, index_dir, log_path) as url:
@@ -411,25 +432,32 @@ def served(multi_tenant: tuple[Path, Path], tmp_path_factory: pytest.TempPathFac
 @pytest.mark.parametrize("headers", [
     pytest.param({}, id="no-token"),
     pytest.param({"Authorization": "Bearer cnpy_demo_alice_wrong"}, id="wrong-token"),
-    pytest.param({"Authorization": "Bearer " + jwt.encode(claims(), HS_KEY, algorithm="HS256")}, id="jwt"),
+    pytest.param({"Authorization": "Bearer " + jwt.encode(claims(), HS_KEY, algorithm="HS256")},
+                 id="jwt"),
     pytest.param({"Authorization": DEMO["alice"]}, id="token-without-bearer"),
     pytest.param({"X-Canopy-Principal": "alice"}, id="principal-header"),
 ])
-async def test_a_request_without_a_valid_bearer_token_gets_401(served: str, headers: dict[str, str]) -> None:
+async def test_a_request_without_a_valid_bearer_token_gets_401(
+    served: str, headers: dict[str, str]
+) -> None:
     response = await post_initialize(served, headers)
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer ")
     assert "oauth-protected-resource" in response.headers["www-authenticate"]
 
 
-async def test_two_users_get_their_own_views_from_the_same_server_at_the_same_time(served: str) -> None:
+async def test_two_users_get_their_own_views_from_the_same_server_at_the_same_time(
+    served: str,
+) -> None:
     async def session(who: str) -> dict[str, Any]:
         async with http_client(served, DEMO[who]) as c:
             status, finance, hr, local = await asyncio.gather(
                 c.call_tool("index_status", {}),
                 c.call_tool("basic_search", {"query": FINANCE_QUESTION, "k": 20}),
                 c.call_tool("basic_search", {"query": HR_QUESTION, "k": 20}),
-                c.call_tool("local_search", {"query": "What does the 2025 budget give Project Tern?"}),
+                c.call_tool(
+                    "local_search", {"query": "What does the 2025 budget give Project Tern?"}
+                ),
             )
         assert not any(r.is_error for r in (status, finance, hr, local)), who
         return {"documents": status.structured_content["documents"],
@@ -438,7 +466,8 @@ async def test_two_users_get_their_own_views_from_the_same_server_at_the_same_ti
                 "local": local.structured_content}
 
     alice, bob, carol = await asyncio.gather(session("alice"), session("bob"), session("carol"))
-    assert {"alice": alice["documents"], "bob": bob["documents"], "carol": carol["documents"]} == DOCUMENTS
+    seen = {"alice": alice["documents"], "bob": bob["documents"], "carol": carol["documents"]}
+    assert seen == DOCUMENTS
     assert all(fact in alice["finance"] for fact in FINANCE_FACTS)
     for other in (bob, carol):
         assert not any(fact in other[key] for fact in FINANCE_FACTS for key in ("finance", "hr"))
@@ -452,8 +481,12 @@ async def test_two_users_get_their_own_views_from_the_same_server_at_the_same_ti
     assert any(str(d).startswith("restricted/finance/") for d in cited), cited
 
 
-async def test_identity_comes_from_the_token_never_from_headers_or_tool_arguments(served: str) -> None:
-    async with http_client(served, DEMO["bob"], **{"X-Canopy-Principal": "alice", "X-User": "alice"}) as c:
+async def test_identity_comes_from_the_token_never_from_headers_or_tool_arguments(
+    served: str,
+) -> None:
+    async with http_client(
+        served, DEMO["bob"], **{"X-Canopy-Principal": "alice", "X-User": "alice"}
+    ) as c:
         status = await c.call_tool("index_status", {"principal": "alice", "user": "alice"})
         found = await c.call_tool("basic_search", {"query": FINANCE_QUESTION, "principal": "alice"})
     assert status.structured_content["documents"] == DOCUMENTS["bob"]
@@ -464,7 +497,8 @@ async def test_a_session_cannot_be_taken_over_with_another_users_token(served: s
     response = await post_initialize(served, {"Authorization": f"Bearer {DEMO['bob']}"})
     assert response.status_code == 200
     session = response.headers["mcp-session-id"]
-    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "index_status", "arguments": {}}}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "index_status", "arguments": {}}}
     async with httpx2.AsyncClient(timeout=30) as http:
         hijack = await http.post(served, json=call, headers={
             "Authorization": f"Bearer {DEMO['alice']}", "Mcp-Session-Id": session,
@@ -485,7 +519,9 @@ async def test_a_token_revoked_while_the_server_runs_gets_401_on_its_next_reques
     assert await documents_seen(served, DEMO["bob"]) == DOCUMENTS["bob"]
 
 
-async def test_a_policy_edit_applies_to_the_running_server_without_a_restart(tmp_path: Path) -> None:
+async def test_a_policy_edit_applies_to_the_running_server_without_a_restart(
+    tmp_path: Path,
+) -> None:
     docs = await asyncio.to_thread(multi_tenant_copy, tmp_path)
     index_dir = tmp_path / "index"
     with canopy_serve_http(docs, index_dir, tmp_path / "server.log") as url:
@@ -496,25 +532,31 @@ async def test_a_policy_edit_applies_to_the_running_server_without_a_restart(tmp
         assert await documents_seen(url, DEMO["bob"]) == DOCUMENTS["alice"]
         async with http_client(url, DEMO["bob"]) as c:
             found = await c.call_tool("basic_search", {"query": FINANCE_QUESTION, "k": 20})
-        assert all(fact in text_of(found) + json.dumps(found.structured_content) for fact in FINANCE_FACTS)
+        assert all(
+            fact in text_of(found) + json.dumps(found.structured_content) for fact in FINANCE_FACTS
+        )
         # A rule edit relabels documents: it applies when the update that relabels them commits.
         toml.write_text(toml.read_text().replace('"restricted/finance/**"', '"nowhere/**"'))
         assert await documents_seen(url, DEMO["alice"]) == DOCUMENTS["alice"]
         await asyncio.to_thread(build_index, open_workspace(docs, index_dir=index_dir))
-        assert await documents_seen(url, DEMO["alice"]) == DOCUMENTS["bob"]  # finance/ matches no rule now
+        assert (
+            await documents_seen(url, DEMO["alice"]) == DOCUMENTS["bob"]
+        )  # finance/ matches no rule now
         assert await documents_seen(url, DEMO["bob"]) == DOCUMENTS["bob"]
     assert "policy reloaded" in (tmp_path / "server.log").read_text()
 
 
-async def test_a_jwt_caller_over_http_is_identified_by_its_claim(multi_tenant: tuple[Path, Path]) -> None:
+async def test_a_jwt_caller_over_http_is_identified_by_its_claim(
+    multi_tenant: tuple[Path, Path],
+) -> None:
     docs, index_dir = multi_tenant
     verifier = verifier_from_settings(
         AuthSettings(jwt_issuer=ISSUER, jwt_audience=AUDIENCE, jwt_key=HS_KEY), Path("."))
     service = CanopyService(open_workspace(docs, index_dir=index_dir))
     port = free_port()
     server = build_server(service, auth=verifier, port=port)
-    config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=port,
-                            log_level="warning")
+    config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1",
+                            port=port, log_level="warning")
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
@@ -525,8 +567,12 @@ async def test_a_jwt_caller_over_http_is_identified_by_its_claim(multi_tenant: t
             token = jwt.encode(claims(sub=who), HS_KEY, algorithm="HS256")
             assert await documents_seen(url, token) == DOCUMENTS[who]
         expired = jwt.encode(claims(exp=int(time.time()) - 3600), HS_KEY, algorithm="HS256")
-        assert (await post_initialize(url, {"Authorization": f"Bearer {expired}"})).status_code == 401
-        assert (await post_initialize(url, {"Authorization": f"Bearer {unsigned()}"})).status_code == 401
+        assert (
+            await post_initialize(url, {"Authorization": f"Bearer {expired}"})
+        ).status_code == 401
+        assert (
+            await post_initialize(url, {"Authorization": f"Bearer {unsigned()}"})
+        ).status_code == 401
     finally:
         uv.should_exit = True
         thread.join(10)
@@ -554,7 +600,9 @@ def test_serve_wires_the_token_file_and_the_insecure_flag_as_asked(
     plain = tmp_path / "plain"
     shutil.copytree(docs, plain, ignore=shutil.ignore_patterns("canopy.toml", ".canopy"))
     calls: list[tuple[Any, str]] = []
-    monkeypatch.setattr(http, "serve_in_process", lambda server, host, port: calls.append((server, host)))
+    monkeypatch.setattr(
+        http, "serve_in_process", lambda server, host, port: calls.append((server, host))
+    )
     tokens = tmp_path / "t.jsonl"
     add_token(tokens, "alice")
     args = ["serve", str(plain), "--index-dir", str(index_dir), "--http", "--host", "0.0.0.0"]
@@ -563,19 +611,29 @@ def test_serve_wires_the_token_file_and_the_insecure_flag_as_asked(
     assert "bearer tokens required" in done.output
     server, host = calls[-1]
     assert host == "0.0.0.0" and server.settings.auth is not None
-    assert isinstance(server._token_verifier, TokenFile) and server._token_verifier.path == tokens.resolve()
+    assert (
+        isinstance(server._token_verifier, TokenFile)
+        and server._token_verifier.path == tokens.resolve()
+    )
     done = CliRunner().invoke(main, [*args, "--insecure-no-auth"])
     assert done.exit_code == 0, done.output
     assert "no authentication" in done.output and calls[-1][0].settings.auth is None
-    done = CliRunner().invoke(main, ["serve", str(plain), "--index-dir", str(index_dir), "--tokens", str(tokens)])
+    done = CliRunner().invoke(
+        main, ["serve", str(plain), "--index-dir", str(index_dir), "--tokens", str(tokens)]
+    )
     assert done.exit_code == 2 and "--tokens applies to --http only" in done.output
 
 
-async def test_the_stdio_caller_is_the_principal_named_at_start_up(multi_tenant: tuple[Path, Path]) -> None:
+async def test_the_stdio_caller_is_the_principal_named_at_start_up(
+    multi_tenant: tuple[Path, Path],
+) -> None:
     docs, index_dir = multi_tenant
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "server.cli", "serve", str(docs), "--index-dir", str(index_dir)],
-        env={**clean_env(), "CANOPY_PRINCIPAL": "carol"}, cwd=str(REPO))
+        command=sys.executable,
+        args=["-m", "server.cli", "serve", str(docs), "--index-dir", str(index_dir)],
+        env={**clean_env(), "CANOPY_PRINCIPAL": "carol"},
+        cwd=str(REPO),
+    )
     async with Client(params) as client:
         status = await client.call_tool("index_status", {"principal": "alice"})
         found = await client.call_tool("basic_search", {"query": HR_QUESTION})
@@ -647,7 +705,9 @@ def test_an_unreadable_settings_file_fails_closed_until_it_is_fixed(
     service, docs = tenant_service
     toml = docs / "canopy.toml"
     good = toml.read_text()
-    toml.write_text(good.replace('bob = ["staff"]', 'bob = ["staff"') + "\n[acl.principals.broken\n")
+    toml.write_text(
+        good.replace('bob = ["staff"]', 'bob = ["staff"') + "\n[acl.principals.broken\n"
+    )
     for who in ("bob", "alice"):
         with pytest.raises(ConfigError, match="cannot be read, so nothing is served"):
             seen_by(service, who)
@@ -658,7 +718,8 @@ def test_an_unreadable_settings_file_fails_closed_until_it_is_fixed(
 
 def test_a_policy_given_in_code_is_not_replaced_by_the_settings_file(tmp_path: Path) -> None:
     docs = multi_tenant_copy(tmp_path)
-    acl = {"enabled": True, "rules": [{"glob": "**", "labels": ["all"]}], "principals": {"bob": ["all"]}}
+    acl = {"enabled": True, "rules": [{"glob": "**", "labels": ["all"]}],
+           "principals": {"bob": ["all"]}}
     build_index(open_workspace(docs, index_dir=tmp_path / "index", acl=acl))
     service = CanopyService(open_workspace(docs, index_dir=tmp_path / "index", acl=acl))
     try:

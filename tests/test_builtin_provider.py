@@ -21,8 +21,10 @@ TYPES = ["organization", "person", "geo", "event"]
 
 PARAGRAPH = (
     "Maria Okafor leads Project Kestrel at Northwind Robotics in Rotterdam. "
-    "The battery cells come from Helio Cells Ltd, and Maria Okafor meets Helio Cells Ltd every month. "
-    "In 2024 the robot was shown at the Automate Summit in Hamburg, where EMEA customers placed orders. "
+    "The battery cells come from Helio Cells Ltd, and Maria Okafor meets Helio Cells Ltd every "
+    "month. "
+    "In 2024 the robot was shown at the Automate Summit in Hamburg, where EMEA customers placed "
+    "orders. "
     "However, the Tern pack was recalled after a defect was found by Dr. Chen."
 )
 CHINESE = "李明是深圳华光传感器有限公司的质量经理。他与陈宇在北京会见了 Project Kestrel 的团队。"
@@ -33,9 +35,13 @@ def unit(text: str, uid: str = "tu-test") -> TextUnit:
                     char_end=len(text))
 
 
-def extract(text: str, *, types: list[str] = TYPES, claims: bool = False, uid: str = "tu-test") -> Extraction:
+def extract(
+    text: str, *, types: list[str] = TYPES, claims: bool = False, uid: str = "tu-test"
+) -> Extraction:
     provider = BuiltinProvider()
-    return asyncio.run(provider.extract(unit(text, uid), entity_types=types, claims=claims, max_gleanings=1))
+    return asyncio.run(
+        provider.extract(unit(text, uid), entity_types=types, claims=claims, max_gleanings=1)
+    )
 
 
 def names(ex: Extraction) -> set[str]:
@@ -55,7 +61,8 @@ def relation(a: Entity, b: Entity, description: str, weight: float = 1.0) -> Rel
 def report(cid: str, title: str, summary: str, findings: tuple[Finding, ...] = (),
            rating: float = 5.0) -> Report:
     return Report(community_id=cid, level=0, title=title, summary=summary, rating=rating,
-                  rating_explanation="", findings=findings, text_unit_ids=("tu-1",), fingerprint=cid)
+                  rating_explanation="", findings=findings, text_unit_ids=("tu-1",),
+                  fingerprint=cid)
 
 
 # ---- extraction -----------------------------------------------------------------------------
@@ -64,8 +71,8 @@ def report(cid: str, title: str, summary: str, findings: tuple[Finding, ...] = (
 class TestExtraction:
     def test_finds_people_organizations_places_events_and_acronyms(self) -> None:
         found = names(extract(PARAGRAPH))
-        assert {"Maria Okafor", "Project Kestrel", "Northwind Robotics", "Helio Cells Ltd", "Rotterdam",
-                "Hamburg", "Automate Summit", "EMEA", "Dr. Chen"} <= found
+        assert {"Maria Okafor", "Project Kestrel", "Northwind Robotics", "Helio Cells Ltd",
+                "Rotterdam", "Hamburg", "Automate Summit", "EMEA", "Dr. Chen"} <= found
 
     def test_ignores_sentence_initial_common_words(self) -> None:
         found = {n.lower() for n in names(extract(PARAGRAPH))}
@@ -88,7 +95,9 @@ class TestExtraction:
         r = rels[frozenset(("Maria Okafor", "Helio Cells Ltd"))]
         assert "meets Helio Cells Ltd every month" in r.description
         assert r.strength == 1.0
-        assert rels[frozenset(("Maria Okafor", "Project Kestrel"))].description.startswith("Maria Okafor leads")
+        assert rels[frozenset(("Maria Okafor", "Project Kestrel"))].description.startswith(
+            "Maria Okafor leads"
+        )
         assert all(r.source in names(ex) and r.target in names(ex) for r in ex.relationships)
 
     def test_strength_counts_the_sentences_an_entity_pair_shares(self) -> None:
@@ -118,7 +127,9 @@ class TestExtraction:
         assert "recalled" in claims[0].description
 
     def test_garbage_is_dropped(self) -> None:
-        found = names(extract("On Monday, in March 2024, the A team met. I said OK. 12345 units shipped. X"))
+        found = names(
+            extract("On Monday, in March 2024, the A team met. I said OK. 12345 units shipped. X")
+        )
         assert not found
 
     def test_extraction_is_deterministic_and_runs_one_pass(self) -> None:
@@ -147,7 +158,8 @@ class TestExtraction:
 class TestSummarize:
     DESCRIPTIONS = (
         "Maria Okafor leads Project Kestrel. She started the project in 2020 in Rotterdam.",
-        "Maria Okafor leads Project Kestrel. Maria Okafor keeps the risk register for Project Kestrel.",
+        "Maria Okafor leads Project Kestrel. "
+        "Maria Okafor keeps the risk register for Project Kestrel.",
         "Maria Okafor presented the Kestrel K2 robot in Hamburg. She likes sailing.",
     )
 
@@ -155,14 +167,22 @@ class TestSummarize:
         provider = BuiltinProvider()
         tok = get_tokenizer()
         for budget in (5, 20, 40, 500):
-            out = asyncio.run(provider.summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=budget))
+            out = asyncio.run(
+                provider.summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=budget)
+            )
             assert tok.count(out) <= budget
-            assert out == asyncio.run(provider.summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=budget))
+            assert out == asyncio.run(
+                provider.summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=budget)
+            )
 
     def test_summary_dedupes_sentences_and_prefers_central_ones(self) -> None:
-        out = asyncio.run(BuiltinProvider().summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=500))
+        out = asyncio.run(
+            BuiltinProvider().summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=500)
+        )
         assert out.count("Maria Okafor leads Project Kestrel.") == 1
-        short = asyncio.run(BuiltinProvider().summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=12))
+        short = asyncio.run(
+            BuiltinProvider().summarize("Maria Okafor", self.DESCRIPTIONS, max_tokens=12)
+        )
         assert short == "Maria Okafor leads Project Kestrel."
 
     def test_empty_input_gives_an_empty_summary(self) -> None:
@@ -171,15 +191,20 @@ class TestSummarize:
 
 class TestReport:
     def context(self, sub_reports: list[Report] | None = None) -> ReportContext:
-        maria = entity("Maria Okafor", "Maria Okafor leads Project Kestrel. She works in Rotterdam.", 3)
+        maria = entity(
+            "Maria Okafor", "Maria Okafor leads Project Kestrel. She works in Rotterdam.", 3
+        )
         helio = entity("Helio Cells Ltd", "Helio Cells Ltd supplies battery cells.", 2)
         kestrel = entity("Project Kestrel", "Project Kestrel builds warehouse robots.", 2)
         tern = entity("Project Tern", "Project Tern builds battery packs.", 1)
-        rels = [relation(maria, kestrel, "Maria Okafor leads Project Kestrel.", 2.0),
-                relation(helio, kestrel, "Helio Cells Ltd supplies cells for Project Kestrel.", 1.0),
-                relation(tern, helio, "Project Tern buys cells from Helio Cells Ltd.", 3.0)]
+        rels = [
+            relation(maria, kestrel, "Maria Okafor leads Project Kestrel.", 2.0),
+            relation(helio, kestrel, "Helio Cells Ltd supplies cells for Project Kestrel.", 1.0),
+            relation(tern, helio, "Project Tern buys cells from Helio Cells Ltd.", 3.0),
+        ]
         claims = [Claim(id="c1", subject=tern.id, object="", type="RECALL", status="SUSPECTED",
-                        description="Project Tern recalled packs in October.", text_unit_ids=("tu-1",))]
+                        description="Project Tern recalled packs in October.",
+                        text_unit_ids=("tu-1",))]
         return ReportContext(community_id="c-1", level=1, entities=[tern, helio, maria, kestrel],
                              relationships=rels, claims=claims, sub_reports=sub_reports or [])
 
@@ -202,8 +227,10 @@ class TestReport:
                 assert ctx.entities[f.entity_ids[0]].name in f.summary
 
     def test_report_draws_on_sub_reports_when_given(self) -> None:
-        subs = [report("c-7", "Battery supply chain", "Helio Cells Ltd is the single source of Tern cells."),
-                report("c-8", "Robot engineering", "Project Kestrel integrates Tern packs and Heron cameras.")]
+        subs = [report("c-7", "Battery supply chain",
+                       "Helio Cells Ltd is the single source of Tern cells."),
+                report("c-8", "Robot engineering",
+                       "Project Kestrel integrates Tern packs and Heron cameras.")]
         out = asyncio.run(BuiltinProvider().report(self.context(subs), max_tokens=2000))
         assert "single source of Tern cells" in out.summary
         assert [f.report_ids for f in out.findings if f.report_ids] == [[0], [1]]
@@ -212,7 +239,9 @@ class TestReport:
     def test_a_report_made_only_of_sub_reports_is_titled_after_them(self) -> None:
         subs = [report("c-7", "Battery supply chain", "Helio Cells Ltd is the single source."),
                 report("c-8", "Robot engineering", "Project Kestrel integrates Tern packs.")]
-        ctx = ReportContext(community_id="c-1", level=2, entities=[], relationships=[], sub_reports=subs)
+        ctx = ReportContext(
+            community_id="c-1", level=2, entities=[], relationships=[], sub_reports=subs
+        )
         out = asyncio.run(BuiltinProvider().report(ctx, max_tokens=2000))
         assert out.title == "Battery supply chain; Robot engineering"
         assert [f.report_ids for f in out.findings] == [[0], [1]]
@@ -230,8 +259,8 @@ class TestReport:
 KESTREL = report(
     "c-3", "Maria Okafor and Project Kestrel",
     "Maria Okafor leads Project Kestrel, a warehouse robot built in Rotterdam.",
-    (Finding("Battery supply", "Helio Cells Ltd is the single source for Tern battery cells. The recall "
-             "stopped deliveries for three weeks."),),
+    (Finding("Battery supply", "Helio Cells Ltd is the single source for Tern battery cells. "
+             "The recall stopped deliveries for three weeks."),),
 )
 COOKING = report("c-9", "Bakery", "The bakery sells sourdough bread and croissants every morning.")
 
@@ -242,17 +271,26 @@ class TestQueries:
         assert asyncio.run(provider.rate("Who supplies the battery cells?", KESTREL)) > 0
         assert asyncio.run(provider.rate("Who supplies the battery cells?", COOKING)) == 0
 
-    def test_map_gives_no_points_for_an_unrelated_query_and_cited_points_for_a_related_one(self) -> None:
+    def test_map_gives_no_points_for_an_unrelated_query_and_cited_points_for_a_related_one(
+        self,
+    ) -> None:
         provider = BuiltinProvider()
-        none = asyncio.run(provider.map("quantum chromodynamics lattice", [KESTREL, COOKING], response_type="x"))
+        none = asyncio.run(
+            provider.map("quantum chromodynamics lattice", [KESTREL, COOKING], response_type="x")
+        )
         assert all(p.score == 0 for p in none.points)
-        some = asyncio.run(provider.map("battery cell supplier", [KESTREL, COOKING], response_type="x"))
+        some = asyncio.run(
+            provider.map("battery cell supplier", [KESTREL, COOKING], response_type="x")
+        )
         (point,) = some.points
         assert point.score > 0 and point.report_ids == ["c-3"]
-        assert "Helio Cells Ltd" in point.description and point.description.endswith("[Data: Reports (c-3)]")
+        assert "Helio Cells Ltd" in point.description and point.description.endswith(
+            "[Data: Reports (c-3)]"
+        )
 
     def test_map_treats_a_generic_question_as_about_every_report(self) -> None:
-        out = asyncio.run(BuiltinProvider().map("What are the main themes?", [KESTREL, COOKING], response_type="x"))
+        out = asyncio.run(BuiltinProvider().map("What are the main themes?", [KESTREL, COOKING],
+                                                response_type="x"))
         assert [p.report_ids for p in out.points] == [["c-3"], ["c-9"]]
         assert all(p.score > 0 for p in out.points)
 
@@ -270,23 +308,28 @@ class TestQueries:
 
     def test_answer_cites_the_blocks_its_sentences_come_from(self) -> None:
         blocks = [
-            ContextBlock("entity", "ent-1", "Helio Cells Ltd", "Helio Cells Ltd makes battery cells."),
-            ContextBlock("text_unit", "tu-42", "", "The bakery opens early. Tern packs use cells from Helio "
-                         "Cells Ltd in Rotterdam.", source="docs/tern.md"),
+            ContextBlock("entity", "ent-1", "Helio Cells Ltd",
+                         "Helio Cells Ltd makes battery cells."),
+            ContextBlock("text_unit", "tu-42", "", "The bakery opens early. Tern packs use cells "
+                         "from Helio Cells Ltd in Rotterdam.", source="docs/tern.md"),
             ContextBlock("report", "c-9", "Bakery", "The bakery sells bread."),
         ]
         out = asyncio.run(BuiltinProvider().answer("Which company makes the battery cells?", blocks,
                                                    response_type="x"))
         assert "Helio Cells Ltd makes battery cells. [entity ent-1]" in out
         assert "[text_unit tu-42]" in out and "bread" not in out
-        nothing = asyncio.run(BuiltinProvider().answer("quantum chromodynamics", blocks, response_type="x"))
+        nothing = asyncio.run(
+            BuiltinProvider().answer("quantum chromodynamics", blocks, response_type="x")
+        )
         assert nothing == NO_INFORMATION
 
     def test_drift_answers_scores_and_asks_follow_ups_about_uncovered_entities(self) -> None:
         blocks = [
-            ContextBlock("entity", "ent-1", "Helio Cells Ltd", "Helio Cells Ltd supplies cells to Project Kestrel."),
+            ContextBlock("entity", "ent-1", "Helio Cells Ltd",
+                         "Helio Cells Ltd supplies cells to Project Kestrel."),
             ContextBlock("entity", "ent-2", "Project Kestrel", "Project Kestrel builds robots."),
-            ContextBlock("report", "c-3", "Battery supply", "Battery supply for Project Kestrel is fragile."),
+            ContextBlock("report", "c-3", "Battery supply",
+                         "Battery supply for Project Kestrel is fragile."),
         ]
         provider = BuiltinProvider()
         out = asyncio.run(provider.drift("What are the risks for Project Kestrel?", blocks))
@@ -313,7 +356,8 @@ class TestQueries:
 
 
 def test_sentences_split_on_latin_and_chinese_punctuation_but_not_on_titles() -> None:
-    text = "Mr. Fezziwig laughed. Dr. Chen agreed!\n\n# Risks\n- Battery supply is thin.\n李明来了。陈宇也来了！"
+    text = ("Mr. Fezziwig laughed. Dr. Chen agreed!\n\n# Risks\n- Battery supply is thin.\n"
+            "李明来了。陈宇也来了！")
     assert split_sentences(text) == ["Mr. Fezziwig laughed.", "Dr. Chen agreed!", "Risks",
                                      "Battery supply is thin.", "李明来了。", "陈宇也来了！"]
     assert not re.search(r"\*\*|#", " ".join(split_sentences("**Lead:** Maria Okafor")))

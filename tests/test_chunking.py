@@ -43,7 +43,9 @@ def test_a_one_paragraph_edit_in_a_long_document_changes_at_most_two_units() -> 
             continue
         edited = list(paras)
         mid = len(edited[i]) // 2
-        edited[i] = edited[i][:mid] + " (an inserted clause, written for this test) " + edited[i][mid:]
+        edited[i] = (
+            edited[i][:mid] + " (an inserted clause, written for this test) " + edited[i][mid:]
+        )
         changed = set(_ids("\n\n".join(edited))) - before
         assert 1 <= len(changed) <= 2, f"paragraph {i}: {len(changed)} units changed"
         checked += 1

@@ -64,7 +64,8 @@ def assert_hierarchy(h: dict[str, Placement], universe: set[str]) -> None:
     kids = _children(h)
     levels = sorted({p.level for p in h.values()})
     for level in levels:
-        part = [p.members for p in h.values() if p.level == level or (p.level < level and not kids[p.id])]
+        part = [p.members for p in h.values()
+                if p.level == level or (p.level < level and not kids[p.id])]
         assert is_partition(part, universe), f"level {level} is not a partition"
     for p in h.values():
         if p.parent is not None:
@@ -118,9 +119,11 @@ def _apply(old: dict[str, Placement], change: Hierarchy) -> dict[str, Placement]
 def _update(old_h: dict[str, Placement], old_e: Edges, new_e: Edges, universe_old: set[str],
             universe_new: set[str], isolated: Isolated = NO_ISOLATED) -> dict[str, Placement]:
     changed = {k for k in set(old_e) | set(new_e) if old_e.get(k) != new_e.get(k)}
-    change = GraphChange(frozenset(universe_new - universe_old), frozenset(universe_old - universe_new),
-                         frozenset(changed), isolated)
-    delta = update_hierarchy(FakeHierarchy(old_h, old_e), FakeHierarchy(old_h, new_e), change, PARAMS)
+    change = GraphChange(frozenset(universe_new - universe_old),
+                         frozenset(universe_old - universe_new), frozenset(changed), isolated)
+    delta = update_hierarchy(
+        FakeHierarchy(old_h, old_e), FakeHierarchy(old_h, new_e), change, PARAMS
+    )
     return _apply(old_h, delta)
 
 
@@ -137,7 +140,9 @@ class TestFreshClustering:
 
     def test_small_components_and_isolated_entities_get_communities(self) -> None:
         edges = _edges([("a", "b"), ("b", "c"), ("a", "c"), ("x", "y"), ("y", "z"), ("x", "z")])
-        h = _fresh(edges, Isolated({"lonely": [], "near_a": ["a"]}, {"lonely": "u9", "near_a": "u1"}))
+        h = _fresh(
+            edges, Isolated({"lonely": [], "near_a": ["a"]}, {"lonely": "u9", "near_a": "u1"})
+        )
         tops = [set(p.members) for p in h.values() if p.level == 0]
         assert {"a", "b", "c", "near_a"} in tops and {"x", "y", "z"} in tops and {"lonely"} in tops
 
@@ -160,7 +165,9 @@ class TestFreshClustering:
 
 
 class TestLocalUpdate:
-    def test_a_newcomer_joins_its_neighbours_and_untouched_communities_keep_their_members(self) -> None:
+    def test_a_newcomer_joins_its_neighbours_and_untouched_communities_keep_their_members(
+        self,
+    ) -> None:
         old_e = _big_graph()
         old_h = _fresh(old_e)
         new_e = {**old_e, **_edges([("newbie", "n0_01"), ("newbie", "n0_02")])}
@@ -216,7 +223,9 @@ class TestLocalUpdate:
 def test_modularity_from_aggregates_matches_its_definition() -> None:
     # two triangles joined by one edge, split into the two triangles
     w_in, degrees, m = 6.0, [7.0, 7.0], 7.0
-    assert abs(modularity(w_in, sum(d * d for d in degrees), m) - (6 / 7 - 2 * (7 / 14) ** 2)) < 1e-12
+    assert (
+        abs(modularity(w_in, sum(d * d for d in degrees), m) - (6 / 7 - 2 * (7 / 14) ** 2)) < 1e-12
+    )
 
 
 def test_is_partition_rejects_overlap_and_gaps() -> None:

@@ -23,6 +23,7 @@ from canopy.providers.llm import LLMProvider
 from canopy.settings import LLMSettings
 from canopy.store.export import Graph, load_graph
 from server.cli import main
+from server.context import QueryContext
 from server.engines import (
     basic_search,
     drift_search,
@@ -37,7 +38,6 @@ from server.engines.common import NOTHING_FOUND, tokenizer
 from server.engines.global_engine import map_batches, reports_at_level
 from server.results import SearchResult
 from server.runtime import Workspace, build_index, open_workspace
-from server.context import QueryContext
 from server.service import CanopyService
 from tests.conftest import EXAMPLES
 
@@ -308,7 +308,8 @@ class TestServingRule:
                 (lambda i: run(drill_down(restricted, community_id=i)), report.community_id,
                  "c9-0000000000"),
                 (lambda i: run(drill_down(restricted, entity=i)), entity.name, "Nobody Such"),
-                (lambda i: run(report_markdown(restricted, i)), report.community_id, "c1-ffffffffff"),
+                (lambda i: run(report_markdown(restricted, i)), report.community_id,
+                 "c1-ffffffffff"),
                 (lambda i: source_span(restricted, i), unit, "tu-0000000000000000"),
             ]
             for call, hidden_id, unknown_id in pairs:
@@ -543,7 +544,9 @@ class TestLocalRanking:
         (docs / "a.md").write_text("---\nsource: Nordwind Gazette\n---\n# Port news\n\n"
                                    "Ships arrived. Weather was calm.\n\nThe union met.\n\n"
                                    "Twelve cranes were moved along the quay.\n", encoding="utf-8")
-        (docs / "b.md").write_text("# Other\n\nCranes were moved at another quay.\n", encoding="utf-8")
+        (docs / "b.md").write_text(
+            "# Other\n\nCranes were moved at another quay.\n", encoding="utf-8"
+        )
         ws = open_workspace(docs, index_dir=tmp_path / "idx")
         build_index(ws)
         svc = CanopyService(ws)

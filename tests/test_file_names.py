@@ -60,7 +60,7 @@ def test_the_display_form_is_injective_utf8_and_identity_on_plain_names(names: l
 
     shown = [display_name(n) for n in names]
     assert len(set(shown)) == len(names)
-    for raw, text in zip(names, shown):
+    for raw, text in zip(names, shown, strict=True):
         text.encode("utf-8")
         assert "/" not in text
         try:

@@ -17,7 +17,7 @@ import pytest
 from canopy.store import Store
 from canopy.store.export import Graph, load_graph
 from indexer.communities import is_partition
-from server.runtime import Workspace, build_index, open_workspace
+from server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES, REPO, carol_text
 
 
@@ -43,7 +43,8 @@ def canonical(index_dir: Path) -> dict[str, Any]:
         "units": sorted(key.values()),
         "entities": sorted((e.id, e.name, e.type, e.description, e.degree, prov(e.text_unit_ids))
                            for e in g.entities.values()),
-        "relationships": sorted((r.id, r.source, r.target, r.description, r.weight, prov(r.text_unit_ids))
+        "relationships": sorted((r.id, r.source, r.target, r.description, r.weight,
+                                 prov(r.text_unit_ids))
                                 for r in g.relationships.values()),
         "claims": sorted((c.subject, c.object, c.type, c.description, prov(c.text_unit_ids))
                          for c in g.claims.values()),
@@ -112,7 +113,9 @@ class Corpus:
         files = self.files()
         if op == "add" or len(files) < 3:
             self.added += 1
-            (self.root / f"added_{self.added}.md").write_text("\n\n".join(self.rng.choice(self.pool)), encoding="utf-8")
+            (self.root / f"added_{self.added}.md").write_text(
+                "\n\n".join(self.rng.choice(self.pool)), encoding="utf-8"
+            )
             return "add"
         victim = self.rng.choice(files)
         if op == "edit":
@@ -128,7 +131,9 @@ class Corpus:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_random_edit_sequences_give_the_same_graph_as_a_fresh_build(tmp_path: Path, seed: int) -> None:
+def test_random_edit_sequences_give_the_same_graph_as_a_fresh_build(
+    tmp_path: Path, seed: int
+) -> None:
     corpus = Corpus(tmp_path / "docs", seed)
     ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
     build_index(ws)
@@ -192,7 +197,9 @@ def test_a_policy_edit_relabels_units_without_reextraction(tmp_path: Path) -> No
     ws = open_workspace(docs, index_dir=tmp_path / "idx")
     build_index(ws)
     (docs / "canopy.toml").write_text(
-        '[acl]\ndefault = ["staff"]\n[[acl.rules]]\nglob = "finance/**"\nlabels = ["finance"]\n', encoding="utf-8")
+        '[acl]\ndefault = ["staff"]\n[[acl.rules]]\nglob = "finance/**"\nlabels = ["finance"]\n',
+        encoding="utf-8",
+    )
     result = build_index(open_workspace(docs, index_dir=tmp_path / "idx"))
     assert result.stats["units_extracted"] == 0 and result.stats["embedded"] == 0
     labels = {d.path: d.labels for d in graph_of(ws.index_dir).documents.values()}
@@ -203,7 +210,8 @@ def test_a_policy_edit_relabels_units_without_reextraction(tmp_path: Path) -> No
 def _spawn_index(docs: Path, index_dir: Path, base_url: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CANOPY_LLM_BASE_URL": base_url, "CANOPY_LLM__CONCURRENCY": "2",
            "CANOPY_LLM__BACKOFF_S": "0.01", "CANOPY_EXTRACT__MAX_GLEANINGS": "0"}
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "index", str(docs), "--index-dir", str(index_dir)],
+    return subprocess.Popen([sys.executable, "-m", "server.cli", "index", str(docs),
+                             "--index-dir", str(index_dir)],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -221,20 +229,24 @@ def test_kill_9_mid_update_then_rerun_equals_a_clean_build(tmp_path: Path) -> No
         assert proc.poll() is None, "indexing finished before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        resumed = open_workspace(docs, index_dir=tmp_path / "killed", llm={"base_url": fake.base_url, **llm},
+        resumed = open_workspace(docs, index_dir=tmp_path / "killed",
+                                 llm={"base_url": fake.base_url, **llm},
                                  extract={"max_gleanings": 0})
         result = build_index(resumed)
         # Extractions finished before the kill were kept and not requested again.
         assert result.stats["units_extracted"] < result.stats["text_units"]
     with FakeOpenAI() as fake2:
-        clean = open_workspace(docs, index_dir=tmp_path / "clean", llm={"base_url": fake2.base_url, **llm},
+        clean = open_workspace(docs, index_dir=tmp_path / "clean",
+                               llm={"base_url": fake2.base_url, **llm},
                                extract={"max_gleanings": 0})
         build_index(clean)
     assert canonical(resumed.index_dir) == canonical(clean.index_dir)
     assert_community_invariants(resumed.index_dir)
 
 
-def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(tmp_path: Path) -> None:
+def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(
+    tmp_path: Path,
+) -> None:
     """Deletion commits first; if regeneration then fails, a rerun must finish it, not skip."""
     import asyncio
 
@@ -255,7 +267,9 @@ def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(tmp
     store = Store(ws.index_dir)
     try:
         with pytest.raises(EndpointUnavailable):
-            asyncio.run(run_index(docs, store, ws.settings, ReportsDown(), make_embedder(ws.settings)))
+            asyncio.run(
+                run_index(docs, store, ws.settings, ReportsDown(), make_embedder(ws.settings))
+            )
         assert "helio_cells.md" not in {d.path for d in load_graph(store).documents.values()}
     finally:
         store.close()
@@ -292,8 +306,9 @@ def test_when_the_guard_reclusters_nothing_of_the_local_update_remains(tmp_path:
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
 
 
-def test_reports_written_in_small_member_chunks_equal_one_chunk(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reports_written_in_small_member_chunks_equal_one_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Top levels are read a bounded number of members at a time: cutting every level into
     tiny chunks changes nothing in the communities or reports."""
     import indexer.stages.reports as stage

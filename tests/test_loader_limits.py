@@ -7,7 +7,6 @@ over a limit becomes a recorded skip naming the limit, and the files after it st
 
 from __future__ import annotations
 
-import io
 import time
 import zipfile
 from pathlib import Path

@@ -30,9 +30,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server import MCPServer
 from mcp.server.auth.provider import AccessToken
 
+from canopy.store.export import load_graph
 from server import engines
 from server.cli import main
-from canopy.store.export import load_graph
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
@@ -40,7 +40,8 @@ from tests.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "docs"
-TOOLS = {"global_search", "local_search", "drift_search", "basic_search", "drill_down", "index_status"}
+TOOLS = {"global_search", "local_search", "drift_search", "basic_search", "drill_down",
+         "index_status"}
 MISSING_REPORT = "c1-0000000000"
 MISSING_UNIT = "tu-0000000000000000"
 
@@ -48,7 +49,8 @@ MISSING_UNIT = "tu-0000000000000000"
 CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("global_search", {"query": "What are the main risks across the supply chain?"}, "Helio Cells"),
     ("local_search", {"query": "Who leads Project Kestrel?"}, "Maria Okafor"),
-    ("drift_search", {"query": "What caused the Tern recall and how many packs did it affect?"}, "340"),
+    ("drift_search", {"query": "What caused the Tern recall and how many packs did it affect?"},
+     "340"),
     ("basic_search", {"query": "How many Tern T2 packs were recalled?", "k": 5}, "340"),
     ("drill_down", {}, "level 0"),
     ("index_status", {}, "documents {documents}"),
@@ -107,7 +109,8 @@ def mcp_server(service: CanopyService) -> MCPServer:
 
 @pytest.fixture(scope="module")
 def acl_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CanopyService]:
-    """Part of the corpus under a policy: finance/ is readable by `cfo` only; `intern` reads the rest."""
+    """Part of the corpus under a policy: finance/ is readable by `cfo` only; `intern` reads the
+    rest."""
     docs = tmp_path_factory.mktemp("acl-docs")
     for name in ("finance", "projects", "events"):
         shutil.copytree(EXAMPLES / name, docs / name)
@@ -131,7 +134,8 @@ def hidden_from_intern(svc: CanopyService) -> tuple[str, str]:
     finance_units = {u.id for u in g.units.values()
                      if g.documents[u.document_id].path.startswith("finance/")}
     report = next(r.community_id for r in g.reports.values() if all(
-        set(g.entities[e].text_unit_ids) <= finance_units for e in g.communities[r.community_id].entity_ids))
+        set(g.entities[e].text_unit_ids) <= finance_units
+        for e in g.communities[r.community_id].entity_ids))
     return report, min(finance_units)
 
 
@@ -142,15 +146,21 @@ async def check_listing(client: Client) -> None:
         assert tool.input_schema["type"] == "object"
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
         assert tool.annotations is not None
-        assert tool.annotations.read_only_hint is True and tool.annotations.destructive_hint is False
-        assert tool.annotations.idempotent_hint is True and tool.annotations.open_world_hint is False
+        assert (
+            tool.annotations.read_only_hint is True and tool.annotations.destructive_hint is False
+        )
+        assert (
+            tool.annotations.idempotent_hint is True and tool.annotations.open_world_hint is False
+        )
         assert tool.description and tool.description.startswith("Returns")
     arguments = {name: set(tool.input_schema["properties"]) for name, tool in tools.items()}
     assert arguments["global_search"] == {"query", "community_level", "response_type"}
     assert arguments["drill_down"] == {"community_id", "entity", "finding", "limit"}
     assert arguments["basic_search"] == {"query", "k", "response_type"}
     assert arguments["index_status"] == set()
-    templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+    templates = {
+        t.uri_template for t in (await client.list_resource_templates()).resource_templates
+    }
     assert templates == {"canopy://reports/{community_id}", "canopy://units/{unit_id}"}
     assert [r.uri for r in (await client.list_resources()).resources] == ["canopy://reports"]
 
@@ -170,7 +180,9 @@ async def check_every_tool(client: Client, documents: int = 17) -> None:
 # ---- in memory ------------------------------------------------------------------------------
 
 
-async def test_tools_are_listed_with_schemas_and_read_only_annotations(mcp_server: MCPServer) -> None:
+async def test_tools_are_listed_with_schemas_and_read_only_annotations(
+    mcp_server: MCPServer,
+) -> None:
     async with Client(mcp_server) as client:
         await check_listing(client)
 
@@ -182,7 +194,9 @@ async def test_every_tool_answers_an_example_question_with_text_and_structured_c
         await check_every_tool(client)
 
 
-async def test_search_text_is_the_answer_with_its_sources_not_a_json_dump(mcp_server: MCPServer) -> None:
+async def test_search_text_is_the_answer_with_its_sources_not_a_json_dump(
+    mcp_server: MCPServer,
+) -> None:
     async with Client(mcp_server) as client:
         result = await client.call_tool("local_search", {"query": "Who leads Project Kestrel?"})
     text, data = text_of(result), result.structured_content
@@ -191,7 +205,9 @@ async def test_search_text_is_the_answer_with_its_sources_not_a_json_dump(mcp_se
     assert all(c["id"] in text for c in data["citations"][:25])
 
 
-async def test_citations_resolve_through_drill_down_and_the_resources(mcp_server: MCPServer) -> None:
+async def test_citations_resolve_through_drill_down_and_the_resources(
+    mcp_server: MCPServer,
+) -> None:
     async with Client(mcp_server) as client:
         cites = []
         for name, args, _ in CALLS[:4]:
@@ -210,14 +226,18 @@ async def test_citations_resolve_through_drill_down_and_the_resources(mcp_server
             assert uid in text and document in text
 
 
-async def test_drill_down_goes_from_the_roots_to_a_finding_and_its_source_text(mcp_server: MCPServer) -> None:
+async def test_drill_down_goes_from_the_roots_to_a_finding_and_its_source_text(
+    mcp_server: MCPServer,
+) -> None:
     async with Client(mcp_server) as client:
         roots = (await client.call_tool("drill_down", {})).structured_content
         assert roots["community"] is None and roots["children"]
         top = roots["children"][0]["id"]
         opened = (await client.call_tool("drill_down", {"community_id": top})).structured_content
         assert opened["findings"]
-        sourced = await client.call_tool("drill_down", {"community_id": top, "finding": 0, "limit": 3})
+        sourced = await client.call_tool(
+            "drill_down", {"community_id": top, "finding": 0, "limit": 3}
+        )
         assert not sourced.is_error, text_of(sourced)
         spans = sourced.structured_content["sources"]
         assert spans and len(spans) <= 3
@@ -281,8 +301,11 @@ async def test_global_search_sends_progress_notifications(mcp_server: MCPServer)
         seen.append((done, total, message))
 
     async with Client(mcp_server) as client:
-        result = await client.call_tool("global_search", {"query": "What themes run through the projects?"},
-                                        progress_callback=progress)
+        result = await client.call_tool(
+            "global_search",
+            {"query": "What themes run through the projects?"},
+            progress_callback=progress,
+        )
     assert not result.is_error
     assert seen, "no progress notifications arrived"
     values = [d for d, _, _ in seen]
@@ -306,10 +329,13 @@ async def test_an_openai_compatible_llm_writes_the_answers(
                 result = await client.call_tool(name, args)
                 assert not result.is_error, (name, text_of(result))
                 usage = result.structured_content["usage"]
-                assert usage["llm_calls"] >= 1 and usage["provider"].startswith("openai:"), (name, usage)
+                assert usage["llm_calls"] >= 1, (name, usage)
+                assert usage["provider"].startswith("openai:"), (name, usage)
                 assert "extractive mode" not in text_of(result)
             fake_openai.fail_next(5, status=503)  # a new question: answers are cached by request
-            down = await client.call_tool("local_search", {"query": "Where is Helio Cells Ltd based?"})
+            down = await client.call_tool(
+                "local_search", {"query": "Where is Helio Cells Ltd based?"}
+            )
             assert down.is_error and "unavailable" in text_of(down), text_of(down)
     finally:
         svc.close()
@@ -325,14 +351,18 @@ async def test_hidden_and_nonexistent_ids_give_identical_errors(acl_service: Can
         a = await client.call_tool("drill_down", {"community_id": hidden_report})
         b = await client.call_tool("drill_down", {"community_id": MISSING_REPORT})
         assert a.is_error and b.is_error
-        assert text_of(a).replace(hidden_report, "<id>") == text_of(b).replace(MISSING_REPORT, "<id>")
+        assert text_of(a).replace(hidden_report, "<id>") == text_of(b).replace(
+            MISSING_REPORT, "<id>"
+        )
         for template, hidden, missing in (("canopy://reports/{}", hidden_report, MISSING_REPORT),
                                           ("canopy://units/{}", hidden_unit, MISSING_UNIT)):
             errors = []
             for ident in (hidden, missing):
                 with pytest.raises(MCPError) as info:
                     await client.read_resource(template.format(ident))
-                errors.append((info.value.error.code, info.value.error.message.replace(ident, "<id>")))
+                errors.append(
+                    (info.value.error.code, info.value.error.message.replace(ident, "<id>"))
+                )
             assert errors[0] == errors[1]
     async with Client(build_server(acl_service, principal_name="cfo")) as client:
         assert not (await client.call_tool("drill_down", {"community_id": hidden_report})).is_error
@@ -382,7 +412,9 @@ async def http_client(url: str, headers: dict[str, str]) -> AsyncIterator[Client
         yield client
 
 
-async def test_http_callers_are_identified_by_their_bearer_token(acl_service: CanopyService) -> None:
+async def test_http_callers_are_identified_by_their_bearer_token(
+    acl_service: CanopyService,
+) -> None:
     port = free_port()
     server = build_server(acl_service, principal_name="cfo", port=port,
                           auth=TokenTable({"tok-cfo": "cfo", "tok-intern": "intern"}))
@@ -393,7 +425,8 @@ async def test_http_callers_are_identified_by_their_bearer_token(acl_service: Ca
             # The header naming another principal is ignored: only the verified token counts.
             headers = {"Authorization": f"Bearer {token}", "X-Canopy-Principal": "cfo"}
             async with http_client(url, headers) as c:
-                documents[token] = (await c.call_tool("index_status", {})).structured_content["documents"]
+                status = await c.call_tool("index_status", {})
+                documents[token] = status.structured_content["documents"]
         assert documents == {"tok-cfo": 8, "tok-intern": 6}
         async with httpx2.AsyncClient() as http:
             refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
@@ -419,7 +452,8 @@ async def test_the_stdio_server_lists_and_answers_every_tool(example_index: Path
 
 @pytest.fixture
 def http_serve_fresh(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """`canopy serve --http` on part of the examples (6 documents), not indexed yet; yields (port, log)."""
+    """`canopy serve --http` on part of the examples (6 documents), not indexed yet; yields
+    (port, log)."""
     docs = tmp_path / "docs"
     for name in ("projects", "events"):
         shutil.copytree(EXAMPLES / name, docs / name)
@@ -494,8 +528,8 @@ def test_the_mcp_inspector_cli_lists_the_tools(example_index: Path) -> None:
     cmd = [npx, "-y", "@modelcontextprotocol/inspector", "--cli",
            sys.executable, *serve_args(EXAMPLES, example_index), "--method", "tools/list"]
     try:
-        done = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=240,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        done = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True,
+                              timeout=240, env={**os.environ, "PYTHONPATH": str(REPO)})
     except subprocess.TimeoutExpired:
         pytest.skip("npx did not fetch and run the MCP Inspector within 240 s")
     if done.returncode != 0 and ("npm ERR" in done.stderr or "npm error" in done.stderr):
@@ -520,18 +554,24 @@ async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path)
     """`canopy serve --watch`: one process serves over stdio and commits new generations."""
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES / "suppliers", docs)
-    params = StdioServerParameters(command=sys.executable, args=serve_args(docs, tmp_path / "idx", "--watch"),
+    params = StdioServerParameters(command=sys.executable,
+                                   args=serve_args(docs, tmp_path / "idx", "--watch"),
                                    env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
     async with Client(params) as client:
-        before = await client.call_tool("basic_search", {"query": "Who is Perpetua Lindgren?", "k": 3})
+        before = await client.call_tool(
+            "basic_search", {"query": "Who is Perpetua Lindgren?", "k": 3}
+        )
         assert not before.is_error and "Perpetua Lindgren" not in text_of(before)
-        (docs / "new_hire.md").write_text("# New hire\n\nPerpetua Lindgren joined Helio Cells Ltd as CFO.",
-                                          encoding="utf-8")
+        (docs / "new_hire.md").write_text(
+            "# New hire\n\nPerpetua Lindgren joined Helio Cells Ltd as CFO.", encoding="utf-8"
+        )
         deadline = time.monotonic() + 60
         seen = False
         while time.monotonic() < deadline and not seen:
             await anyio.sleep(0.5)
-            result = await client.call_tool("basic_search", {"query": "Who is Perpetua Lindgren?", "k": 3})
+            result = await client.call_tool(
+                "basic_search", {"query": "Who is Perpetua Lindgren?", "k": 3}
+            )
             assert not result.is_error
             seen = "Perpetua Lindgren" in text_of(result)
         assert seen, "the watcher's update never reached the serving process"
@@ -559,7 +599,9 @@ async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
             t0 = time.perf_counter()
 
             async def global_call() -> None:
-                result = await slow.call_tool("global_search", {"query": "What are the main themes?"})
+                result = await slow.call_tool(
+                    "global_search", {"query": "What are the main themes?"}
+                )
                 assert not result.is_error, text_of(result)
                 done["global"] = time.perf_counter() - t0
 

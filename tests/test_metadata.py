@@ -58,8 +58,8 @@ class TestFrontMatter:
         pairs = metadata_pairs({"summary": "word " * 100, "day": dt.date(2024, 2, 29), "n": 3,
                                 "quoted": "2023-11-27T08:45:59+00:00", "code": "2023-13-99"})
         assert pairs[0][1].endswith("…") and len(pairs[0][1]) <= 201
-        assert pairs[1:] == (("day", "February 29, 2024"), ("n", "3"), ("quoted", "November 27, 2023"),
-                             ("code", "2023-13-99"))
+        assert pairs[1:] == (("day", "February 29, 2024"), ("n", "3"),
+                             ("quoted", "November 27, 2023"), ("code", "2023-13-99"))
 
     @pytest.mark.parametrize("text", [
         "---\ntitle: [unclosed\n---\nBody.",  # invalid YAML
@@ -69,7 +69,9 @@ class TestFrontMatter:
     def test_anything_else_stays_text(self, text: str) -> None:
         assert front_matter(text) == ({}, text)
 
-    def test_scan_takes_the_title_from_front_matter_and_only_reads_markdown(self, tmp_path: Path) -> None:
+    def test_scan_takes_the_title_from_front_matter_and_only_reads_markdown(
+        self, tmp_path: Path
+    ) -> None:
         (tmp_path / "a.md").write_text(ARTICLE.replace("{body}", "Body."), encoding="utf-8")
         (tmp_path / "b.txt").write_text("---\ntitle: Not front matter in a .txt\n---\nText.",
                                         encoding="utf-8")
@@ -92,7 +94,9 @@ def test_metadata_heads_every_unit_in_search_context_and_sources(tmp_path: Path)
     docs.mkdir()
     (docs / "cranes.md").write_text(ARTICLE.replace("{body}", _paragraphs(24, "cranes")),
                                     encoding="utf-8")
-    (docs / "other.md").write_text("# Grain exports\n\n" + _paragraphs(6, "grain"), encoding="utf-8")
+    (docs / "other.md").write_text(
+        "# Grain exports\n\n" + _paragraphs(6, "grain"), encoding="utf-8"
+    )
     (docs / "canopy.toml").write_text("[chunking]\nchunk_tokens = 300\noverlap_tokens = 20\n",
                                       encoding="utf-8")
     ws = open_workspace(docs, index_dir=tmp_path / "idx")
@@ -130,16 +134,20 @@ def test_metadata_heads_every_unit_in_search_context_and_sources(tmp_path: Path)
         svc.close()
 
     (docs / "cranes.md").write_text(
-        ARTICLE.replace("Nordwind Gazette", "Baltic Ledger").replace("{body}", _paragraphs(24, "cranes")),
-        encoding="utf-8")
+        ARTICLE.replace("Nordwind Gazette", "Baltic Ledger").replace(
+            "{body}", _paragraphs(24, "cranes")
+        ),
+        encoding="utf-8",
+    )
     update = build_index(ws)
     assert update.stats["units_extracted"] == 0 and update.stats["reports_generated"] == 0
     assert update.stats["embedded"] >= len(units)
     svc = CanopyService(ws)
     try:
         with svc.context(None) as ctx:
-            found = {h.id for h in ctx.reader.search("text_units", vector=None, text="Baltic Ledger", k=20)}
-            gone = {h.id for h in ctx.reader.search("text_units", vector=None, text="Nordwind", k=20)}
+            search = ctx.reader.search
+            found = {h.id for h in search("text_units", vector=None, text="Baltic Ledger", k=20)}
+            gone = {h.id for h in search("text_units", vector=None, text="Nordwind", k=20)}
         assert {u.id for u in units} <= found and not gone & {u.id for u in units}
     finally:
         svc.close()
@@ -166,7 +174,10 @@ def _pdf_bytes(line: str) -> bytes:
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
     return bytes(out)
 
 

@@ -1,4 +1,5 @@
-"""The indexing pipeline end to end: provenance, communities, reports, skips, providers, failures."""
+"""The indexing pipeline end to end: provenance, communities, reports, skips, providers,
+failures."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ class TestBuiltinIndexOfTheExamples:
         g, units, _ = _graph(built)
         live = set(units)
         groups = {
-            "entity": g.entities.values(), "relationship": g.relationships.values(), "claim": g.claims.values(),
+            "entity": g.entities.values(),
+            "relationship": g.relationships.values(),
+            "claim": g.claims.values(),
             "report": g.reports.values(),
         }
         for kind, items in groups.items():
@@ -52,10 +55,13 @@ class TestBuiltinIndexOfTheExamples:
         for c in g.community_rows.values():
             assert c.gate.acl, "community without provenance"
 
-    def test_vector_rows_are_exactly_the_live_artifacts_with_their_acl_classes(self, built: Workspace) -> None:
+    def test_vector_rows_are_exactly_the_live_artifacts_with_their_acl_classes(
+        self, built: Workspace
+    ) -> None:
         g, units, _ = _graph(built)
         vs = VectorStore(built.index_dir, built.settings.embed.dims)
-        expected = {"text_units": set(units), "entities": set(g.entities), "reports": set(g.reports)}
+        expected = {"text_units": set(units), "entities": set(g.entities),
+                    "reports": set(g.reports)}
         for table, ids in expected.items():
             t = vs._table(table)
             assert t is not None
@@ -63,7 +69,9 @@ class TestBuiltinIndexOfTheExamples:
             assert {r["id"] for r in rows} == ids and len(rows) == len(ids)
             assert all(r["acl"] for r in rows)
 
-    def test_levels_partition_entities_and_every_community_has_a_report(self, built: Workspace) -> None:
+    def test_levels_partition_entities_and_every_community_has_a_report(
+        self, built: Workspace
+    ) -> None:
         g, _, _ = _graph(built)
         levels = sorted({c.level for c in g.communities.values()})
         assert len(levels) >= 2
@@ -77,7 +85,9 @@ class TestBuiltinIndexOfTheExamples:
         g, _, _ = _graph(built)
         assert any(any("\u4e00" <= ch <= "\u9fff" for ch in e.name) for e in g.entities.values())
 
-    def test_rerunning_index_changes_nothing_and_reuses_every_report(self, built: Workspace) -> None:
+    def test_rerunning_index_changes_nothing_and_reuses_every_report(
+        self, built: Workspace
+    ) -> None:
         before = _graph(built)[0]
         result = build_index(built)
         assert result.stats["units_extracted"] == 0
@@ -96,7 +106,9 @@ class TestBuiltinIndexOfTheExamples:
         assert sum(st.communities_by_level.values()) == st.communities == st.reports
 
 
-def test_sub_community_reports_are_substituted_when_elements_exceed_the_budget(tmp_path: Path) -> None:
+def test_sub_community_reports_are_substituted_when_elements_exceed_the_budget(
+    tmp_path: Path,
+) -> None:
     ws = open_workspace(EXAMPLES, index_dir=tmp_path / "idx", reports={"max_context_tokens": 700})
     build_index(ws)
     g, _, _ = _graph(ws)
@@ -114,12 +126,21 @@ def test_bad_files_are_skipped_with_reasons_and_never_stop_the_rest(tmp_path: Pa
     (docs / "binary.txt").write_bytes(b"\x00\x01\x02binary" * 100)
     (docs / "empty.txt").write_text("   \n", encoding="utf-8")
     (docs / "latin1.txt").write_bytes("Café society met José Álvarez in Málaga.".encode("latin-1"))
-    (docs / "gbk.txt").write_bytes(("深圳华光传感器有限公司为项目提供摄像头模组。" * 20).encode("gbk"))
+    (docs / "gbk.txt").write_bytes(
+        ("深圳华光传感器有限公司为项目提供摄像头模组。" * 20).encode("gbk")
+    )
     (docs / "big.txt").write_text("x" * 5000, encoding="utf-8")
     (docs / "canopy.toml").write_text("[input]\nmax_file_bytes = 4000\n", encoding="utf-8")
-    (docs / "rows.csv").write_text("name,city\nAlice Smith,Paris\nBob Jones,Berlin\n", encoding="utf-8")
-    (docs / "notes.jsonl").write_text('{"title": "Note", "text": "Carol White visited Rome."}\nnot json\n', encoding="utf-8")
-    (docs / "page.html").write_text("<html><body><script>x()</script><h1>Launch</h1><p>Dana Reed spoke.</p></body></html>", encoding="utf-8")
+    (docs / "rows.csv").write_text(
+        "name,city\nAlice Smith,Paris\nBob Jones,Berlin\n", encoding="utf-8"
+    )
+    (docs / "notes.jsonl").write_text(
+        '{"title": "Note", "text": "Carol White visited Rome."}\nnot json\n', encoding="utf-8"
+    )
+    (docs / "page.html").write_text(
+        "<html><body><script>x()</script><h1>Launch</h1><p>Dana Reed spoke.</p></body></html>",
+        encoding="utf-8",
+    )
     ws = open_workspace(docs, index_dir=docs / ".canopy")
     result = build_index(ws)
     skipped = {s.path: s.reason for s in result.skips}
@@ -142,7 +163,9 @@ class TestAgainstTheFakeOpenAIServer:
         settings = {"base_url": base_url, "max_retries": 2, "backoff_s": 0.01, **llm}
         return open_workspace(docs, index_dir=tmp_path / "idx", llm=settings)
 
-    def test_extraction_gleaning_summaries_and_reports_go_through_the_endpoint(self, tmp_path: Path, fake_openai) -> None:  # type: ignore[no-untyped-def]
+    def test_extraction_gleaning_summaries_and_reports_go_through_the_endpoint(
+        self, tmp_path: Path, fake_openai
+    ) -> None:  # type: ignore[no-untyped-def]
         ws = self._ws(tmp_path, fake_openai.base_url)
         result = build_index(ws)
         for task in ("extract", "glean", "report"):
@@ -168,7 +191,9 @@ class TestAgainstTheFakeOpenAIServer:
         assert result.stats["units_failed"] == 0 and not result.failures
         assert [r.status for r in fake_openai.requests[:2]] == [429, 429]
 
-    def test_malformed_json_fails_one_unit_visibly_and_is_retried_next_run(self, tmp_path: Path, fake_openai) -> None:  # type: ignore[no-untyped-def]
+    def test_malformed_json_fails_one_unit_visibly_and_is_retried_next_run(
+        self, tmp_path: Path, fake_openai
+    ) -> None:  # type: ignore[no-untyped-def]
         ws = self._ws(tmp_path, fake_openai.base_url, concurrency=1)
         fake_openai.malformed_next(2)  # the first unit's answer and its repair are both invalid
         result = build_index(ws)
@@ -182,13 +207,20 @@ class TestAgainstTheFakeOpenAIServer:
         again = build_index(ws)
         assert again.stats["units_extracted"] == 1 and again.stats["units_failed"] == 0
 
-    def test_a_dead_endpoint_gives_a_clear_error_and_leaves_the_index_intact(self, tmp_path: Path, fake_openai) -> None:  # type: ignore[no-untyped-def]
+    def test_a_dead_endpoint_gives_a_clear_error_and_leaves_the_index_intact(
+        self, tmp_path: Path, fake_openai
+    ) -> None:  # type: ignore[no-untyped-def]
         ws = self._ws(tmp_path, fake_openai.base_url)
         build_index(ws)
         before = _graph(ws)
-        (ws.docs_dir / "new.md").write_text("# New\n\nZed Quinn joined Helio Cells Ltd in Sheffield.", encoding="utf-8")
-        dead = open_workspace(ws.docs_dir, index_dir=ws.index_dir,
-                              llm={"base_url": "http://127.0.0.1:9/v1", "max_retries": 1, "backoff_s": 0.01})
+        (ws.docs_dir / "new.md").write_text(
+            "# New\n\nZed Quinn joined Helio Cells Ltd in Sheffield.", encoding="utf-8"
+        )
+        dead = open_workspace(
+            ws.docs_dir,
+            index_dir=ws.index_dir,
+            llm={"base_url": "http://127.0.0.1:9/v1", "max_retries": 1, "backoff_s": 0.01},
+        )
         with pytest.raises(EndpointUnavailable) as info:
             build_index(dead)
         assert "127.0.0.1:9" in str(info.value)
@@ -197,7 +229,9 @@ class TestAgainstTheFakeOpenAIServer:
 
 
 @pytest.mark.skipif(not (SHARED / "books").exists(), reason="shared eval data not present")
-def test_a_christmas_carol_indexes_offline_with_two_levels_and_a_report_per_community(tmp_path: Path) -> None:
+def test_a_christmas_carol_indexes_offline_with_two_levels_and_a_report_per_community(
+    tmp_path: Path,
+) -> None:
     ws = open_workspace(SHARED / "books", index_dir=tmp_path / "carol")
     result = build_index(ws)
     assert len(result.stats["communities_by_level"]) >= 2
@@ -215,4 +249,7 @@ def test_docx_files_are_loaded_paragraph_by_paragraph(tmp_path: Path) -> None:
     doc.add_paragraph("Maria Okafor presented Project Kestrel to Verdant Grocers.")
     path = tmp_path / "review.docx"
     doc.save(str(path))
-    assert load_file(path) == "Quarterly review\n\nMaria Okafor presented Project Kestrel to Verdant Grocers."
+    assert (
+        load_file(path)
+        == "Quarterly review\n\nMaria Okafor presented Project Kestrel to Verdant Grocers."
+    )

@@ -134,8 +134,9 @@ def test_readers_see_one_generation_per_request_while_an_update_commits(indexed:
     try:
         with service.context(None) as ctx:
             pinned = ctx.reader.generation
-            (indexed.docs_dir / "extra.md").write_text("# Extra\n\nOrla Dunmere joined Helio Cells.",
-                                                       encoding="utf-8")
+            (indexed.docs_dir / "extra.md").write_text(
+                "# Extra\n\nOrla Dunmere joined Helio Cells.", encoding="utf-8"
+            )
             thread = threading.Thread(target=_update, args=(indexed,))
             thread.start()
             thread.join()

@@ -130,7 +130,8 @@ def test_kill_9_during_an_incremental_update_then_rerun_equals_a_clean_build(
     shutil.copytree(EXAMPLES, docs)
     llm = {"max_retries": 2, "backoff_s": 0.01}
     with FakeOpenAI(latency=0.05) as fake:
-        first = open_workspace(docs, index_dir=tmp_path / "idx", llm={"base_url": fake.base_url, **llm},
+        first = open_workspace(docs, index_dir=tmp_path / "idx",
+                               llm={"base_url": fake.base_url, **llm},
                                extract={"max_gleanings": 0})
         build_index(first)
         (docs / "suppliers" / "helio_cells.md").write_text(
@@ -151,7 +152,8 @@ def test_kill_9_during_an_incremental_update_then_rerun_equals_a_clean_build(
         build_index(first)
     with FakeOpenAI() as fake2:
         clean = open_workspace(docs, index_dir=tmp_path / "clean",
-                               llm={"base_url": fake2.base_url, **llm}, extract={"max_gleanings": 0})
+                               llm={"base_url": fake2.base_url, **llm},
+                               extract={"max_gleanings": 0})
         build_index(clean)
     assert canonical(first.index_dir) == canonical(clean.index_dir)
     assert_community_invariants(first.index_dir)

@@ -38,14 +38,18 @@ def test_edits_renames_and_deletions_are_applied_in_debounced_batches(tmp_path: 
     ws = open_workspace(docs, index_dir=tmp_path / "idx")
     build_index(ws)
     applied: list[tuple[set[Path], object]] = []
-    watcher = Watcher(docs, ws.index_dir, lambda: build_index(open_workspace(docs, index_dir=ws.index_dir)),
+    watcher = Watcher(docs, ws.index_dir,
+                      lambda: build_index(open_workspace(docs, index_dir=ws.index_dir)),
                       debounce=0.3, on_applied=lambda paths, r: applied.append((paths, r))).start()
     try:
         # A burst of writes to one file (as editors do) becomes one batch.
         target = docs / "helio_cells.md"
         for i in range(5):
-            target.write_text(target.read_text(encoding="utf-8") + f"\n\nUpdate {i}: Quentin Marsh joined Helio Cells Ltd.",
-                              encoding="utf-8")
+            target.write_text(
+                target.read_text(encoding="utf-8")
+                + f"\n\nUpdate {i}: Quentin Marsh joined Helio Cells Ltd.",
+                encoding="utf-8",
+            )
             time.sleep(0.02)
         (docs / "notes.md.swp").write_bytes(b"\x00swap")
         assert _wait(lambda: len(applied) >= 1)
@@ -106,7 +110,8 @@ def test_the_watcher_applies_an_edit_while_the_server_keeps_answering(tmp_path: 
     ws = open_workspace(docs, index_dir=tmp_path / "idx")
     build_index(ws)
     service = CanopyService(ws)
-    watcher = Watcher(docs, ws.index_dir, lambda: build_index(open_workspace(docs, index_dir=ws.index_dir)),
+    watcher = Watcher(docs, ws.index_dir,
+                      lambda: build_index(open_workspace(docs, index_dir=ws.index_dir)),
                       debounce=0.2).start()
 
     async def serve_while_editing() -> tuple[int, bool]:
@@ -122,7 +127,9 @@ def test_the_watcher_applies_an_edit_while_the_server_keeps_answering(tmp_path: 
             if not edited and answered >= 3:
                 (docs / "helio_cells.md").write_text(
                     (docs / "helio_cells.md").read_text(encoding="utf-8")
-                    + "\n\nOphelia Grantham became head of quality at Helio Cells Ltd.", encoding="utf-8")
+                    + "\n\nOphelia Grantham became head of quality at Helio Cells Ltd.",
+                    encoding="utf-8",
+                )
                 edited = True
             await asyncio.sleep(0.05)
         return answered, seen_edit

@@ -19,7 +19,8 @@ def make_provider(settings: Settings, store: Store | None = None) -> Provider:
         from canopy.llm import ChatClient
         from canopy.providers.llm import LLMProvider
 
-        return LLMProvider(ChatClient(settings.llm, cache=store, backoff_base=settings.llm.backoff_s))
+        client = ChatClient(settings.llm, cache=store, backoff_base=settings.llm.backoff_s)
+        return LLMProvider(client)
     from canopy.providers.builtin import BuiltinProvider
 
     return BuiltinProvider()

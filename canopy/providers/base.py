@@ -53,7 +53,8 @@ __all__ = [
 class EntityOut(BaseModel):
     name: str = Field(description="Entity name as written in the text")
     type: str = Field(description="One of the allowed entity types")
-    description: str = Field(description="Comprehensive description of the entity's attributes and activities")
+    description: str = Field(
+        description="Comprehensive description of the entity's attributes and activities")
 
 
 class RelationshipOut(BaseModel):
@@ -83,8 +84,10 @@ class SummaryOut(BaseModel):
 
 class FindingOut(BaseModel):
     summary: str = Field(description="Short headline of the insight")
-    explanation: str = Field(description="Several sentences grounded in the data, citing record ids")
-    entity_ids: list[int] = Field([], description="Ids of entity records (from the Entities table) supporting it")
+    explanation: str = Field(
+        description="Several sentences grounded in the data, citing record ids")
+    entity_ids: list[int] = Field(
+        [], description="Ids of entity records (from the Entities table) supporting it")
     relationship_ids: list[int] = Field([], description="Ids of relationship records supporting it")
     report_ids: list[int] = Field([], description="Ids of sub-community reports supporting it")
 
@@ -98,8 +101,10 @@ class ReportOut(BaseModel):
 
 
 class MapPoint(BaseModel):
-    description: str = Field(description="A point of the answer, citing report ids like [Data: Reports (2, 7)]")
-    score: int = Field(ge=0, le=100, description="How helpful the point is for answering the question, 0-100")
+    description: str = Field(
+        description="A point of the answer, citing report ids like [Data: Reports (2, 7)]")
+    score: int = Field(
+        ge=0, le=100, description="How helpful the point is for answering the question, 0-100")
     report_ids: list[str] = Field([], description="Community/report ids that support the point")
 
 
@@ -118,7 +123,8 @@ class AnswerOut(BaseModel):
 class DriftOut(BaseModel):
     intermediate_answer: str
     score: int = Field(ge=0, le=100, description="How well the answer addresses the question")
-    follow_up_queries: list[str] = Field(description="Specific questions that would improve the answer")
+    follow_up_queries: list[str] = Field(
+        description="Specific questions that would improve the answer")
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -135,8 +141,8 @@ class ContextBlock:
     source: str = ""  # document path for text units
 
 
-_PLURAL = {"entity": "entities", "relationship": "relationships", "text_unit": "text units", "claim": "claims",
-           "report": "reports"}
+_PLURAL = {"entity": "entities", "relationship": "relationships", "text_unit": "text units",
+           "claim": "claims", "report": "reports"}
 
 
 def render_blocks(blocks: list[ContextBlock]) -> str:
@@ -173,12 +179,14 @@ class ReportContext:
             parts.append("-----Reports-----\nid,title,content")
             parts += [f"{i},{r.title},{r.full_text()}" for i, r in enumerate(self.sub_reports)]
         parts.append("-----Entities-----\nid,entity,description,degree")
-        parts += [f"{i},{e.name},{e.description},{self.degrees.get(e.id, e.degree)}" for i, e in enumerate(self.entities)]
+        parts += [f"{i},{e.name},{e.description},{self.degrees.get(e.id, e.degree)}"
+                  for i, e in enumerate(self.entities)]
         names = {e.id: e.name for e in self.entities}
         if self.relationships:
             parts.append("-----Relationships-----\nid,source,target,description,weight")
             parts += [
-                f"{i},{names.get(r.source, r.source)},{names.get(r.target, r.target)},{r.description},{r.weight:g}"
+                f"{i},{names.get(r.source, r.source)},{names.get(r.target, r.target)},"
+                f"{r.description},{r.weight:g}"
                 for i, r in enumerate(self.relationships)
             ]
         if self.claims:
@@ -257,7 +265,9 @@ class Embedder(Protocol):
     """Text -> L2-normalised float32 rows. `dims` may be None until the first reply (endpoints)."""
 
     name: str
-    dims: int | None
+
+    @property
+    def dims(self) -> int | None: ...
 
     async def embed(self, texts: list[str]) -> np.ndarray: ...
 
@@ -277,7 +287,8 @@ class Provider(Protocol):
         provider calls no endpoint."""
         ...
 
-    async def extract(self, unit: TextUnit, *, entity_types: list[str], claims: bool, max_gleanings: int) -> Extraction:
+    async def extract(self, unit: TextUnit, *, entity_types: list[str], claims: bool,
+                      max_gleanings: int) -> Extraction:
         """Entities, relationships (and claims) of one text unit, with adaptive gleaning.
         Raises `InvalidOutput` when output stays invalid after retries and repair."""
         ...

@@ -106,10 +106,15 @@ class BuiltinProvider:
                 head = set(terms(f.summary))
                 items += [(s, set(terms(s)) | head) for s in split_sentences(f.explanation)]
             seen: set[str] = set()  # summaries and findings often repeat a sentence
-            per_report.append([it for it in items if not (it[0] in seen or seen.add(it[0]))])
+            kept = []
+            for it in items:
+                if it[0] not in seen:
+                    seen.add(it[0])
+                    kept.append(it)
+            per_report.append(kept)
         scorer = Scorer(query, [t for items in per_report for _, t in items])
         points: list[MapPoint] = []
-        for r, items in zip(reports, per_report):
+        for r, items in zip(reports, per_report, strict=True):
             cite = f" [Data: Reports ({r.community_id})]"
             if scorer.generic:
                 lead = [s for s, _ in items if not s.startswith(REPORT_INTRO)][:2] or [r.title]
@@ -140,8 +145,8 @@ class BuiltinProvider:
             for line in _bullets(p.description):
                 if line not in lines:
                     lines.append(line)
-        head = ("Extractive answer (builtin provider, no language model): the most relevant points, "
-                "best first.")
+        head = ("Extractive answer (builtin provider, no language model): the most relevant "
+                "points, best first.")
         return head + "\n\n" + "\n".join(lines[:MAX_REDUCE_POINTS])
 
     async def answer(self, query: str, blocks: list[ContextBlock], *, response_type: str) -> str:
@@ -182,9 +187,9 @@ class BuiltinProvider:
             return NO_INFORMATION, 0
         lines = [f"- {trim(items[i][1], 400)} [{blocks[items[i][0]].kind} {blocks[items[i][0]].id}]"
                  for i in chosen]
-        head = ("Extractive answer (builtin provider, no language model): the most relevant "
-                "passages, best first.")
-        return head + "\n\n" + "\n".join(lines), max(0, min(100, score))
+        intro = ("Extractive answer (builtin provider, no language model): the most relevant "
+                 "passages, best first.")
+        return intro + "\n\n" + "\n".join(lines), max(0, min(100, score))
 
     async def hyde(self, query: str) -> str:
         """The query itself: with no generative model there is no hypothetical answer to write,

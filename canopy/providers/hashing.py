@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections import Counter
+from collections import Counter, defaultdict
 from functools import lru_cache
 
 import numpy as np
@@ -24,10 +24,11 @@ __all__ = ["HashEmbedder", "lexical_terms"]
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _STOP = frozenset(
-    "a an and are as at be been but by for from had has have he her his i if in into is it its me my "
-    "not of on or our she so that the their them then there these they this to was we were what when "
-    "where which who whom why will with would you your do does did can could should about after before "
-    "than also more most other some such only own same very just over under again further once here".split()
+    "a an and are as at be been but by for from had has have he her his i if in into is it its me "
+    "my not of on or our she so that the their them then there these they this to was we were what "
+    "when where which who whom why will with would you your do does did can could should about "
+    "after before than also more most other some such only own same very just over under again "
+    "further once here".split()
 )
 
 
@@ -71,13 +72,14 @@ class HashEmbedder:
 
     def _vector(self, text: str) -> np.ndarray:
         terms = lexical_terms(text)
-        feats: Counter[str] = Counter(terms)
+        feats: defaultdict[str, float] = defaultdict(float, Counter(terms))
         for a, b in zip(terms, terms[1:], strict=False):
             feats[a + " " + b] += 0.5
         v = np.zeros(self.dims, dtype=np.float32)
         for f, tf in feats.items():
             h = zlib.crc32(f.encode("utf-8"))
-            v[h % self.dims] += (1.0 if (h >> 31) & 1 else -1.0) * (1.0 + math.log(tf) if tf >= 1 else tf)
+            sign = 1.0 if (h >> 31) & 1 else -1.0
+            v[h % self.dims] += sign * (1.0 + math.log(tf) if tf >= 1 else tf)
         n = float(np.linalg.norm(v))
         return v / n if n > 0 else v
 

@@ -38,14 +38,16 @@ def load_graph(store: Store) -> Graph:
     g = Graph()
     with store.snapshot() as s:
         db = s.db
-        g.documents = {r[0]: DocumentRow.of(r).document for r in db.execute("SELECT * FROM documents")}
+        g.documents = {r[0]: DocumentRow.of(r).document
+                       for r in db.execute("SELECT * FROM documents")}
         g.units = {r[0]: UnitRow.of(r).unit for r in db.execute("SELECT * FROM text_units")}
         g.entities = {r[0]: EntityRow.of(r).entity for r in db.execute("SELECT * FROM entities")}
         g.relationships = {r[0]: RelationshipRow.of(r).relationship
                            for r in db.execute("SELECT * FROM relationships")}
         g.claims = {r[0]: ClaimRow.of(r).claim for r in db.execute("SELECT * FROM claims")}
         g.reports = {r[0]: ReportRow.of(r).report for r in db.execute("SELECT * FROM reports")}
-        g.community_rows = {r[0]: CommunityRow.of(r) for r in db.execute("SELECT * FROM communities")}
+        g.community_rows = {r[0]: CommunityRow.of(r)
+                            for r in db.execute("SELECT * FROM communities")}
         members: dict[str, list[str]] = defaultdict(list)
         for cid, eid in db.execute("SELECT community_id, entity_id FROM community_members "
                                    "ORDER BY community_id, entity_id"):

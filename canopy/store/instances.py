@@ -42,7 +42,7 @@ def extraction_rows(ex: Extraction) -> InstanceRows:
         a, b = normalize_name(r.source), normalize_name(r.target)
         if a == b or a not in keys or b not in keys:
             continue
-        out.relationships.append((ex.unit_id, pos, relationship_id(a, b), *sorted((a, b)),
+        out.relationships.append((ex.unit_id, pos, relationship_id(a, b), min(a, b), max(a, b),
                                   r.description.strip(), float(r.strength)))
     for pos, c in enumerate(ex.claims):
         subject = normalize_name(c.subject)

@@ -57,7 +57,8 @@ def stage_communities(b: Build, g: GraphDelta) -> HierarchyDelta:
     committed = b.committed
     has_previous = bool(committed.roots()) if not b.full else False
     if b.full or not has_previous:
-        return _fresh(b, previous=_previous_memberships(committed) if has_previous or b.full else None)
+        previous = _previous_memberships(committed) if has_previous or b.full else None
+        return _fresh(b, previous=previous)
     isolated = _isolated(b, sorted(g.new_entities - g.removed_entities))
     change = GraphChange(frozenset(g.new_entities), frozenset(g.removed_entities),
                          frozenset(g.changed_edges), isolated)
@@ -114,10 +115,10 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     same = rs == rt
     np.add.at(w_in, rs[same], edges.w[same])
     delta.root_stats = {cid: (float(w_in[i]), float(d_tot[i])) for cid, i in position.items()}
-    m = float(edges.w.sum())
+    m_total = float(edges.w.sum())
     s_in, s_d2 = float(w_in.sum()), float((d_tot ** 2).sum())
-    q = modularity(s_in, s_d2, m)
-    delta.meta = {"q_reference": repr(q), "q_local": repr(q), "m_total": repr(m),
+    q = modularity(s_in, s_d2, m_total)
+    delta.meta = {"q_reference": repr(q), "q_local": repr(q), "m_total": repr(m_total),
                   "s_in": repr(s_in), "s_d2": repr(s_d2)}
     return delta
 
@@ -130,8 +131,9 @@ def _stage(b: Build, h: Hierarchy) -> HierarchyDelta:
     b.staging.delete("community_members", deleted)
     b.staging.delete("reports", deleted)
     placed = sorted(h.placements.values(), key=lambda p: p.id)
-    b.staging.put("communities", [CommunityRow(p.id, p.level, p.parent, len(p.members), 0, "",
-                                               Gate(frozenset(), "", False)).values() for p in placed])
+    b.staging.put("communities", [
+        CommunityRow(p.id, p.level, p.parent, len(p.members), 0, "",
+                     Gate(frozenset(), "", False)).values() for p in placed])
     b.staging.put_members((p.id, p.level, p.members) for p in placed)
     return HierarchyDelta(set(h.placements), set(deleted), h.replace_all)
 
@@ -180,7 +182,7 @@ def _guard_aggregates(b: Build, g: GraphDelta, delta: HierarchyDelta) -> None:
     s_in = float(get("s_in", "0") or 0)
     s_d2 = float(get("s_d2", "0") or 0)
     m = float(get("m_total", "0") or 0)
-    for cid, row in old_rows.items():
+    for row in old_rows.values():
         if row.parent is None:
             s_in -= row.w_in
             s_d2 -= row.d_tot ** 2

@@ -60,6 +60,7 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
     vanished = {r.document.content_hash: r for r in previous.values()
                 if r.document.path not in seen_paths}
     plan = DocumentPlan({}, {})
+    old: DocumentRow | None
     for old in kept:
         labels = labeler(old.document.path)
         doc = replace(old.document, labels=labels)

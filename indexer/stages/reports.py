@@ -14,8 +14,8 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash
@@ -85,7 +85,8 @@ def _dirty(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> 
         dirty.update(chain.values())
     edges = reads.relationships(g.relationships)
     old = b.committed.relationships(g.removed_relationships | g.relationships)
-    ends = {(r.relationship.source, r.relationship.target) for r in [*edges.values(), *old.values()]}
+    ends = {(r.relationship.source, r.relationship.target)
+            for r in [*edges.values(), *old.values()]}
     chains = reads.memberships({e for pair in ends for e in pair})
     for s, t in ends:
         cs, ct = chains.get(s, {}), chains.get(t, {})
@@ -104,7 +105,8 @@ def _dirty(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> 
     return out
 
 
-async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> ReportOutcome:
+async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta,
+                        retry: Iterable[str]) -> ReportOutcome:
     dirty = _dirty(b, g, h, retry)
     if b.full:
         b.store.element_tokens_clear()
@@ -152,8 +154,8 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
     among = reads.relationships_among(ids)
     rel_rows = cache.relationship_rows({r for rs in among.values() for r in rs})
     claims_by_subject: dict[str, list[Any]] = defaultdict(list)
-    for c in reads.claims_of(entity_rows):
-        claims_by_subject[c.claim.subject].append(c)
+    for cl in reads.claims_of(entity_rows):
+        claims_by_subject[cl.claim.subject].append(cl)
     committed_reports = b.committed.reports(ids)
     staged: list[tuple[Any, ...]] = []
     pending: list[CommunityContent] = []
@@ -262,5 +264,6 @@ async def _write(b: Build, contents: list[CommunityContent], sizes: ElementSizes
         raise unavailable[0]  # the endpoint is down: stop rather than commit reportless communities
     for report in sorted(written, key=lambda r: r.community_id):
         acl = b.reads.unit_acl(report.text_unit_ids)
-        b.staging.put("reports", [ReportRow(report, Gate(frozenset(acl.values()), "", False)).values()])
+        gate = Gate(frozenset(acl.values()), "", False)
+        b.staging.put("reports", [ReportRow(report, gate).values()])
     out.generated += len(written)

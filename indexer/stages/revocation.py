@@ -80,10 +80,11 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
         purge(db, deleted)  # cached responses and views that quote the deleted units
         db.execute(f"DELETE FROM documents WHERE id {_IN}", (removed,))
         for doc_id in sorted(plan.relabelled):
-            row = plan.documents[doc_id]
+            doc_row = plan.documents[doc_id]
             db.execute("UPDATE documents SET labels = ?, acl = ? WHERE id = ?",
-                       (dump(row.document.labels), row.acl, doc_id))
-            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?", (row.acl, doc_id))
+                       (dump(doc_row.document.labels), doc_row.acl, doc_id))
+            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?",
+                       (doc_row.acl, doc_id))
         db.executemany("INSERT INTO term_df VALUES (?, ?, ?) ON CONFLICT(term, acl) "
                        "DO UPDATE SET df = df + excluded.df",
                        [(t, a, n) for (t, a), n in df.items() if n])

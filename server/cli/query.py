@@ -15,8 +15,8 @@ import click
 from server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 if TYPE_CHECKING:
-    from server.results import SearchResult
     from server.context import QueryContext
+    from server.results import SearchResult
 
 __all__ = ["query"]
 

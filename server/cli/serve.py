@@ -114,10 +114,12 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
             click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})",
                        err=True)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+            if level not in ("debug", "info", "warning", "error"):
+                level = "warning"
             run_http(HttpSpec(str(docs), str(index_dir) if index_dir else None,
                               str(config) if config else None, principal,
                               str(tokens_file.resolve()) if tokens_file else None, host, port,
-                              level if level in ("debug", "info", "warning", "error") else "warning"),
+                              level),
                      workers)
             return
         from server.mcp_app import build_server, run_stdio

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from canopy.errors import InvalidArgument
 from canopy.providers.base import ContextBlock, render_blocks
+from server.context import QueryContext
+from server.engines.cards import block_citation
 from server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -16,8 +18,6 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
-from server.context import QueryContext
-from server.engines.cards import block_citation
 from server.engines.evidence import vector_weight
 from server.engines.local_engine import unit_block
 from server.results import SearchResult

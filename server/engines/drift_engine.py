@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from canopy.ids import normalize_name
 from canopy.providers.base import ContextBlock, DriftOut, MapPoint, render_blocks
+from server.context import QueryContext
+from server.engines.cards import block_citation
 from server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -25,8 +27,6 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
-from server.context import QueryContext
-from server.engines.cards import block_citation
 from server.engines.evidence import vector_weight
 from server.engines.local_engine import build_local_context, report_block
 from server.results import SearchResult

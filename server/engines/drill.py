@@ -148,7 +148,8 @@ async def _roots(ctx: QueryContext, limit: int, notes: list[str]) -> DrillResult
     return DrillResult(children=shown)
 
 
-async def _names(ctx: QueryContext, rels: list[Relationship], known: dict[str, Entity]) -> dict[str, str]:
+async def _names(ctx: QueryContext, rels: list[Relationship],
+                 known: dict[str, Entity]) -> dict[str, str]:
     ends = {x for r in rels for x in (r.source, r.target)} - set(known)
     got = await ctx.reader.entities(ends)
     return {i: e.name for i, e in {**known, **got}.items()}

@@ -107,7 +107,7 @@ def unit_evidence(ctx: QueryContext, unit: TextUnit, doc: Document) -> UnitEvide
     cache = ctx.caches.unit_evidence
     hit = cache.get(key)
     if hit is not None:
-        return hit  # type: ignore[no-any-return]
+        return hit
     sentences = [s.strip() for s in _SENTENCE.split(unit.text) if s and s.strip()]
     terms = [lexical_terms(s) for s in sentences]
     head = lexical_terms(header)
@@ -182,7 +182,8 @@ def cover_clauses(ranked: list[str], scores: dict[str, float], masses: dict[str,
     remaining = list(ranked)
     while remaining and len(head) < docs:
         best = max(remaining, key=lambda u: (
-            scores[u] + COVER * sum(max(0.0, m - c) for m, c in zip(masses[u], covered, strict=True)),
+            scores[u] + COVER * sum(max(0.0, m - c)
+                                    for m, c in zip(masses[u], covered, strict=True)),
             -position[u]))
         remaining.remove(best)
         doc = document_of(best)

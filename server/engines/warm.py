@@ -33,7 +33,8 @@ async def warm_views(ctx: QueryContext, kinds: Iterable[str] = KINDS) -> dict[st
                                       if s == State.VIEW]
         if "report" in kinds:
             ids = inventory.community_ids()
-            needed["report"] = [c for c, s in reader.community_states(ids).items() if s == State.VIEW]
+            needed["report"] = [c for c, s in reader.community_states(ids).items()
+                                if s == State.VIEW]
     out: dict[str, Any] = {f"{k}_views": len(needed[k]) for k in kinds}
     cache = reader.views.cache
     before = dict(cache.stats)

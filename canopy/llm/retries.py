@@ -1,0 +1,151 @@
+"""The retry policy shared by the chat and embedding clients.
+
+Retries with exponential backoff and jitter on 429, 5xx, timeouts and connection errors,
+honouring `Retry-After` / `retry-after-ms`; when retries run out, or at once on 401/403/404,
+`EndpointUnavailable` with a message naming the endpoint and the last status. `note_failure`
+tells the adaptive limiter when a failure means the endpoint is overloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from canopy.endpoint import ConnectFailed, EndpointError, RequestTimeout, StatusError
+from canopy.errors import EndpointUnavailable
+from canopy.limiter import Permit
+
+__all__ = ["RetryPolicy", "call_with_retries", "describe", "note_failure", "retry_after"]
+
+T = TypeVar("T")
+
+_RETRY_STATUSES = frozenset({408, 409, 429})
+# Replies that mean "too much load": the adaptive window shrinks on these (and on timeouts).
+_OVERLOAD_STATUSES = frozenset({429, 503, 529})
+_FATAL_STATUSES = {
+    401: "rejected the API key (HTTP 401); check CANOPY_LLM_API_KEY / CANOPY_EMBED_API_KEY",
+    403: "refused access (HTTP 403); the key lacks permission for this model or endpoint",
+    404: "answered HTTP 404; check the base URL (usually ending in /v1) and the model {model!r}",
+}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 5
+    backoff_base: float = 1.0  # first wait in seconds; doubles per attempt, with jitter
+    backoff_max: float = 60.0  # cap of any single wait, Retry-After included
+
+
+def _status(exc: BaseException) -> int | None:
+    return exc.status if isinstance(exc, StatusError) else None
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (ConnectFailed, RequestTimeout)):
+        return True
+    status = _status(exc)
+    return status is not None and (status in _RETRY_STATUSES or status >= 500)
+
+
+def retry_after(exc: BaseException | None) -> float | None:
+    """Seconds the server asked us to wait (retry-after-ms, Retry-After seconds or HTTP date)."""
+    if not isinstance(exc, StatusError):
+        return None
+    headers = exc.headers
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def note_failure(permit: Permit, exc: BaseException) -> None:
+    """Tell the limiter when a failed request means the endpoint is overloaded."""
+    if isinstance(exc, RequestTimeout) or _status(exc) in _OVERLOAD_STATUSES:
+        permit.overloaded(retry_after(exc))
+
+
+def describe(exc: BaseException) -> str:
+    """A short, library-independent account of why a request failed."""
+    if isinstance(exc, RequestTimeout):
+        return "request timed out"
+    if isinstance(exc, ConnectFailed):
+        return f"connection failed ({exc})"[:300]
+    status = _status(exc)
+    if status is not None:
+        return f"HTTP {status}"
+    return type(exc).__name__
+
+
+async def call_with_retries(
+    call: Callable[[], Awaitable[T]], *, what: str, model: str, policy: RetryPolicy
+) -> T:
+    """Run `call` and retry transient failures; translate endpoint failures into Canopy errors.
+
+    `what` names the endpoint in messages ("LLM endpoint http://.../v1"). Raises
+    `EndpointUnavailable` when retries run out or on 401/403/404; other 4xx `StatusError`s
+    are re-raised unchanged for the caller to interpret (e.g. a rejected response_format)."""
+
+    def wait(exc: BaseException | None, attempt: int) -> float:
+        asked = retry_after(exc)
+        if asked is not None:
+            return min(asked, policy.backoff_max)
+        base = min(policy.backoff_base * 2 ** (attempt - 1), policy.backoff_max)
+        return base / 2 + random.uniform(0, base / 2)  # "equal jitter"
+
+    attempts = policy.max_retries + 1
+    try:
+        # The first attempt runs bare: most calls succeed, and tenacity's per-call set-up
+        # costs more than the rest of the retry policy together.
+        try:
+            return await call()
+        except EndpointError as exc:
+            if attempts == 1 or not _is_transient(exc):
+                raise
+            await asyncio.sleep(wait(exc, 1))
+
+        def later_wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            return wait(exc, state.attempt_number + 1)
+
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(attempts - 1),
+            wait=later_wait,
+            retry=retry_if_exception(_is_transient),
+            reraise=True,
+            sleep=asyncio.sleep,
+        ):
+            with attempt:
+                result = await call()
+        return result
+    except EndpointError as exc:
+        status = _status(exc)
+        if status in _FATAL_STATUSES:
+            reason = _FATAL_STATUSES[status].format(model=model)
+            raise EndpointUnavailable(f"{what} {reason}.") from None
+        if _is_transient(exc):
+            n = "attempt" if attempts == 1 else "attempts"
+            raise EndpointUnavailable(
+                f"{what} is unavailable: {attempts} {n} failed, the last with {describe(exc)}."
+            ) from None
+        raise
