@@ -281,16 +281,22 @@ def index_steps(n: int, base: list[dict[str, str]], args: argparse.Namespace,
                 phases: set[str], size_dir: Path) -> dict[str, dict[str, Any]]:
     """Full build, then +1 / edit / delete / no-op on that index (and the fake build)."""
     docs, index_dir = size_dir / "docs", size_dir / "index"
-    files = materialize(docs, base, n)
+    reused = args.reuse is not None
+    files = (sorted(docs.glob("*.md"))[:n] if reused else materialize(docs, base, n))
     spec = {"repo": str(args.repo), "docs": str(docs), "index_dir": str(index_dir)}
     steps: dict[str, dict[str, Any]] = {}
     if "fake" in phases and n == args.fake_size:
         steps["fake"] = fake_build(spec, args, size_dir)
     if not phases & {"build", "updates", "serve", "concurrency"}:
         return steps  # the others need an index: the full build is measured on the way
-    log(f"{n}: full build")
-    steps["build"] = index_step(spec, args.build_timeout, size_dir)
-    log(describe(f"{n} full build", steps["build"]))
+    if reused:  # an index a --keep run left: the code under test first brings it up to date
+        log(f"{n}: reusing {size_dir} (full build not measured); catching up")
+        steps["build"] = {**index_step(spec, args.build_timeout, size_dir), "reused": True}
+        log(describe(f"{n} catch-up run", steps["build"]))
+    else:
+        log(f"{n}: full build")
+        steps["build"] = index_step(spec, args.build_timeout, size_dir)
+        log(describe(f"{n} full build", steps["build"]))
     if "updates" not in phases or steps["build"]["status"] != "ok":
         return steps
     changes: dict[str, Callable[[], object]] = {
@@ -354,7 +360,7 @@ def serve_step(n: int, args: argparse.Namespace, phases: set[str],
 
 def measure_size(n: int, base: list[dict[str, str]], args: argparse.Namespace,
                  phases: set[str], work: Path) -> dict[str, Any]:
-    size_dir = work / str(n)
+    size_dir = args.reuse if args.reuse is not None else work / str(n)
     size_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     row: dict[str, Any] = {"articles": n, "steps": index_steps(n, base, args, phases, size_dir)}
@@ -364,7 +370,7 @@ def measure_size(n: int, base: list[dict[str, str]], args: argparse.Namespace,
         row["serve"] = (serve_step(n, args, phases, size_dir) if built
                         else {"status": "skipped (no complete index)"})
     row["seconds"] = round(time.perf_counter() - t0, 1)
-    if not args.keep:
+    if not args.keep and args.reuse is None:
         shutil.rmtree(size_dir, ignore_errors=True)
     return row
 
@@ -418,6 +424,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--serve-timeout", type=float, default=1800.0,
                    help="the whole serve + concurrency phase of one size")
     p.add_argument("--keep", action="store_true", help="keep corpora and indexes (path printed)")
+    p.add_argument("--reuse", type=Path, default=None,
+                   help="a size folder a --keep run left (DIR/docs, DIR/index): measure updates "
+                        "and serving on it, one size only; the full build is not re-measured")
     p.add_argument("--out", type=Path, default=RESULTS / "growth_bench.json")
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
                    help="print the tables of saved results (several: merged by size); run nothing")
@@ -453,6 +462,8 @@ def main(argv: list[str] | None = None) -> None:
     args.repo = args.repo.resolve()
     phases = chosen_phases(args)
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if args.reuse is not None and len(sizes) != 1:
+        raise SystemExit("--reuse measures one size: give --sizes N")
     base = json.loads(CORPUS.read_text(encoding="utf-8"))
     work = Path(tempfile.mkdtemp(prefix="canopy-growth-"))
     report: dict[str, Any] = {"machine": machine(args.repo), "rows": [], "settings": {

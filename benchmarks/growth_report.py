@@ -34,6 +34,8 @@ def step_value(step: str, key: str) -> Callable[[Row], float | None]:
         r = row["steps"].get(step, {})
         if r.get("status") != "ok":
             return None
+        if r.get("reused") and key != "text_units":  # a catch-up run, not a full build
+            return None
         value = r.get("stats", {}).get(key) if key == "text_units" else r.get(key)
         return value if isinstance(value, int | float) else None
     return get
