@@ -126,7 +126,8 @@ def status_for_caller(
     if reader.trivial:
         return full
     inventory, readable = reader.inventory, reader.caller.readable
-    stale = {table: inventory.stale_ids(table) for table in ("entities", "relationships", "communities")}
+    stale = {table: inventory.stale_ids(table)
+             for table in ("entities", "relationships", "communities")}
     entities = inventory.count_readable("entities") + sum(
         1 for s in reader.entity_states(stale["entities"]).values() if s)
     relationships = inventory.count_readable("relationships") + sum(

@@ -6,8 +6,8 @@ The example corpus is indexed once per module with the builtin (offline) provide
 
 from __future__ import annotations
 
-import json
 import asyncio
+import json
 import os
 import shutil
 import subprocess

@@ -41,7 +41,7 @@ class _Rows:
     """Entity and relationship rows the stage reads, kept across its chunks and levels (a member
     is read once, not once per level above it), within a bound."""
 
-    def __init__(self, b: Build, limit: int = 150_000) -> None:
+    def __init__(self, b: Build, limit: int = 40_000) -> None:
         self.b = b
         self.limit = limit
         self.entities: dict[str, EntityRow] = {}
