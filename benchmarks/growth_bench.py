@@ -467,7 +467,8 @@ def main(argv: list[str] | None = None) -> None:
     base = json.loads(CORPUS.read_text(encoding="utf-8"))
     work = Path(tempfile.mkdtemp(prefix="canopy-growth-"))
     report: dict[str, Any] = {"machine": machine(args.repo), "rows": [], "settings": {
-        **{k: v for k, v in vars(args).items() if not k.startswith("_")},
+        **{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+           if not k.startswith("_")},
         "repo": str(args.repo), "out": str(args.out), "phases": sorted(phases),
         "fake_llm": FAKE_LLM}}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -275,8 +275,10 @@ def test_repaired_output_is_cached_under_the_original_request(fake_openai):
 
 
 def test_concurrent_calls_overlap_so_wall_time_stays_well_below_the_serial_time(fake_openai):
-    fake_openai.latency = 0.2
-    client = make_client(fake_openai, concurrency=8)
+    fake_openai.latency = 0.5
+    # Wide latency tolerance: on a loaded machine the limiter would otherwise back off (that
+    # rule has its own tests in test_llm_concurrency.py).
+    client = make_client(fake_openai, concurrency=8, latency_tolerance=10.0)
 
     async def run() -> list[str]:
         return await asyncio.gather(
@@ -288,7 +290,7 @@ def test_concurrent_calls_overlap_so_wall_time_stays_well_below_the_serial_time(
 
     start = time.monotonic()
     assert len(asyncio.run(run())) == 8
-    assert time.monotonic() - start < 0.8  # serial would be 1.6 s
+    assert time.monotonic() - start < 2.0  # serial would be 4 s
     assert fake_openai.max_in_flight >= 4
     assert client.usage()["hyde"].calls == 8
 
