@@ -1,0 +1,628 @@
+"""Soak benchmark (issue 9, Safety): `canopy serve --watch` under edits and concurrent MCP clients
+for minutes on end; the server's memory must level off.
+
+    python benchmarks/soak.py                                   # 100 articles, 16 clients, 10 min
+    nice -n 19 python benchmarks/soak.py --minutes 10 --out benchmarks/results/soak.json
+    python benchmarks/soak.py --minutes 2 --clients 4 --serve-args='--workers 2'   # quick look
+
+Corpus: the first --articles MultiHop-RAG articles, written as growth_bench.py writes them (one
+`.md` per article, `# {title}\\n\\n{body}`), indexed with the builtin provider by
+`python -m server.cli index DOCS --index-dir IDX` from --repo. Then
+`python -m server.cli serve DOCS --index-dir IDX --http --port P --watch [serve args]` runs as a
+subprocess of its own (loopback, no token) for --minutes while
+  - --clients MCP sessions (the SDK's Streamable HTTP client, as in growth_serve.py) each loop
+    over local_search, basic_search (when the server lists it), drill_down (the top-level list,
+    then one community of it) and global_search, with DEV questions only
+    (int(sha256(q), 16) % 5 != 0; the other fifth is never sent);
+  - an editor appends a sentence to the middle paragraph of a random document every
+    --edit-every s, adds the next article of growth_bench's stream every --add-every s and
+    deletes a random document every --delete-every s, so the watcher applies real updates,
+    deletions included;
+  - every --sample-every s a sampler records the RSS of the server's process tree (psutil when
+    installed, else /proc), calls and errors so far, and the generation and document count from
+    the index_status tool, and prints a row.
+A failed call (exception or isError result) is counted by kind and the first message of each kind
+is printed when it happens; "No community ... in this index" from drill_down, when an update
+replaced the community a client had just listed, is counted apart as a stale id. Server log lines
+with ERROR, CRITICAL, Traceback or "failed" are printed as they appear; "applied ... -> generation"
+lines count the updates the watcher applied.
+
+At the end: the RSS at the end of each minute, the least-squares slope of RSS (MB/min) over the
+first and the second half of the run, calls, errors, p50/p95 latency (overall and by tool), updates
+applied; JSON to --out (rewritten after every sample, so a stopped run keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from growth_bench import (  # beside this script
+    CORPUS,
+    HERE_REPO,
+    RESULTS,
+    child_env,
+    edit_one_paragraph,
+    machine,
+    materialize,
+    write_article,
+)
+from growth_serve import (
+    descendants,
+    dev_questions,
+    free_port,
+    percentile,
+    session,
+    status_kb,
+    wait_for_port,
+)
+
+try:
+    import psutil
+except ImportError:  # /proc is read instead
+    psutil = None
+
+TOOLS = ("local_search", "basic_search", "drill_down", "global_search")
+STALE = re.compile(r"No community .* in this index")
+LOG_APPLIED = re.compile(r"applied (\d+) changed path\(s\) -> generation (\d+)")
+LOG_BAD = re.compile(r"ERROR|CRITICAL|Traceback|failed|Exception", re.IGNORECASE)
+
+
+def log(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- memory of the server's process tree -------------------------------------------------------
+
+
+def tree_rss(pid: int) -> tuple[float, dict[int, float]]:
+    """(total MB, MB by pid) over the server and every process below it."""
+    by_pid: dict[int, float] = {}
+    if psutil is not None:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0, {}
+        for p in procs:
+            try:
+                by_pid[p.pid] = p.memory_info().rss / 2**20
+            except psutil.NoSuchProcess:
+                pass
+    else:
+        for p in descendants(pid):
+            kb = status_kb(p, "VmRSS")
+            if kb:
+                by_pid[p] = kb / 1024
+    return round(sum(by_pid.values()), 1), {p: round(mb, 1) for p, mb in by_pid.items()}
+
+
+def proc_details(pids: list[int]) -> dict[str, Any]:
+    """Over `pids` (Linux /proc; zeros elsewhere): threads, open file descriptors, anonymous and
+    file-backed RSS (MB), and threads by name with digits dropped ("canopy-call_3" ->
+    "canopy-call_"), to tell a growing pool from a leak."""
+    out: dict[str, Any] = {"threads": 0, "fds": 0, "rss_anon_mb": 0.0, "rss_file_mb": 0.0}
+    names: dict[str, int] = {}
+    for p in pids:
+        out["threads"] += status_kb(p, "Threads")  # the field's number, whatever its unit
+        out["rss_anon_mb"] += status_kb(p, "RssAnon") / 1024
+        out["rss_file_mb"] += status_kb(p, "RssFile") / 1024
+        try:
+            out["fds"] += len(os.listdir(f"/proc/{p}/fd"))
+            for task in os.listdir(f"/proc/{p}/task"):
+                name = re.sub(r"\d+", "", Path(f"/proc/{p}/task/{task}/comm").read_text().strip())
+                names[name] = names.get(name, 0) + 1
+        except OSError:
+            pass
+    out["rss_anon_mb"], out["rss_file_mb"] = round(out["rss_anon_mb"], 1), round(out["rss_file_mb"], 1)
+    out["threads_by_name"] = dict(sorted(names.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (minutes, MB) points, in MB/min."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if not sxx:
+        return None
+    return round(sum((x - mx) * (y - my) for x, y in points) / sxx, 2)
+
+
+# ---- what the run counts ------------------------------------------------------------------------
+
+
+def exc_text(exc: BaseException) -> str:
+    """`Type: message` of an exception, of the first leaf of an exception group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+class Tally:
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.calls = 0
+        self.latencies: dict[str, list[float]] = {}
+        self.errors = 0
+        self.kinds: dict[str, dict[str, Any]] = {}
+        self.stale = 0
+        self.stale_first: str | None = None
+        self.in_flight = 0
+        self.max_ms = 0.0
+        self.max_call: str | None = None
+
+    def ok(self, tool: str, ms: float) -> None:
+        self.calls += 1
+        self.latencies.setdefault(tool, []).append(ms)
+        if ms > self.max_ms:
+            self.max_ms, self.max_call = ms, f"{tool} at {time.monotonic() - self.t0:.0f} s"
+
+    def error(self, kind: str, message: str) -> None:
+        self.errors += 1
+        entry = self.kinds.setdefault(kind, {"count": 0, "first_message": message,
+                                             "first_at_s": round(time.monotonic() - self.t0, 1)})
+        entry["count"] += 1
+        if entry["count"] == 1:
+            log(f"ERROR {kind}: {message}")
+
+    def stale_id(self, message: str) -> None:
+        self.stale += 1
+        if self.stale_first is None:
+            self.stale_first = message
+            log(f"stale drill_down id (counted apart from errors): {message}")
+
+    @staticmethod
+    def mark(exc: BaseException) -> None:
+        try:
+            exc.soak_counted = True  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+
+    @staticmethod
+    def counted(exc: BaseException) -> bool:
+        """Whether `exc` (or, for a group, each exception in it) was counted by call()."""
+        if isinstance(exc, BaseExceptionGroup):
+            return all(Tally.counted(e) for e in exc.exceptions)
+        return bool(getattr(exc, "soak_counted", False))
+
+    def all_latencies(self) -> list[float]:
+        return [ms for v in self.latencies.values() for ms in v]
+
+
+def result_text(result: Any) -> str:
+    return " ".join(getattr(c, "text", "") for c in (result.content or []))[:500]
+
+
+# ---- clients, editor, server log ----------------------------------------------------------------
+
+
+async def call(client: Any, tool: str, args: dict[str, Any], tally: Tally) -> Any:
+    """One tool call, counted; returns the structured content, or None after an isError result.
+    An exception is counted and raised again (the caller opens a new session)."""
+    tally.in_flight += 1
+    t0 = time.perf_counter()
+    try:
+        result = await client.call_tool(tool, args)
+    except Exception as exc:
+        tally.error(f"{tool}: {type(exc).__name__}", exc_text(exc))
+        tally.mark(exc)
+        raise
+    finally:
+        tally.in_flight -= 1
+    ms = (time.perf_counter() - t0) * 1000
+    if result.is_error:
+        text = result_text(result)
+        if tool == "drill_down" and STALE.search(text):
+            tally.stale_id(text)
+        else:
+            tally.error(f"{tool}: isError", text)
+        return None
+    tally.ok(tool, ms)
+    return result.structured_content or {}
+
+
+async def client_loop(i: int, url: str, tools: list[str], questions: list[str],
+                      timeout: float, stop: asyncio.Event, tally: Tally, seed: int) -> None:
+    """One session calling the tools in turn until `stop`; a new session after an exception."""
+    rng = random.Random(seed * 1000 + i)
+    j = i  # clients start at different tools
+    communities: list[str] = []
+    while not stop.is_set():
+        try:
+            async with session(url, timeout) as client:
+                while not stop.is_set():
+                    tool = tools[j % len(tools)]
+                    j += 1
+                    if tool == "drill_down":
+                        if communities:  # one community of the list fetched last time
+                            await call(client, tool, {"community_id": rng.choice(communities)},
+                                       tally)
+                            communities = []
+                        else:
+                            out = await call(client, tool, {"limit": 20}, tally)
+                            communities = [c["id"] for c in (out or {}).get("children", [])]
+                    else:
+                        await call(client, tool, {"query": rng.choice(questions)}, tally)
+        except Exception as exc:  # noqa: BLE001 - counted (by call() or here), then a new session
+            if not tally.counted(exc):
+                tally.error("session", exc_text(exc))
+            await asyncio.sleep(1.0)
+
+
+class Editor:
+    """Edits, adds and deletes documents on a schedule (times from the start of the load)."""
+
+    def __init__(self, docs: Path, base: list[dict[str, str]], first_new: int,
+                 args: argparse.Namespace) -> None:
+        self.docs, self.base, self.next_article = docs, base, first_new
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.done = {"edits": 0, "adds": 0, "deletes": 0}
+        self.failures: list[str] = []
+
+    def files(self) -> list[Path]:
+        return sorted(self.docs.glob("*.md"))
+
+    def step(self, what: str) -> None:
+        try:
+            if what == "edits":
+                edit_one_paragraph(self.rng.choice(self.files()))
+            elif what == "adds":
+                write_article(self.docs, self.base, self.next_article)
+                self.next_article += 1
+            else:
+                self.rng.choice(self.files()).unlink()
+            self.done[what] += 1
+        except Exception as exc:  # noqa: BLE001 - the editor's own fault: shown, the run goes on
+            self.failures.append(f"{what}: {exc_text(exc)}")
+            log(f"editor failed ({what}): {exc_text(exc)}")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        t0 = time.monotonic()
+        every = {"edits": self.args.edit_every, "adds": self.args.add_every,
+                 "deletes": self.args.delete_every}
+        due = dict(every)
+        while not stop.is_set():
+            now = time.monotonic() - t0
+            for what, t in due.items():
+                if now >= t:
+                    self.step(what)
+                    due[what] += every[what]
+            wait = max(0.0, min(due.values()) - (time.monotonic() - t0))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=wait)
+            except TimeoutError:
+                pass
+
+
+class ServerLog:
+    """Reads the server's log as it grows: updates applied, and lines that report trouble."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+        self.applied: list[dict[str, int]] = []
+        self.bad: list[str] = []
+        self.partial = ""
+
+    def poll(self, t: float) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        self.offset += len(chunk)
+        text = self.partial + chunk.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        for line in lines:
+            m = LOG_APPLIED.search(line)
+            if m:
+                self.applied.append({"paths": int(m.group(1)), "generation": int(m.group(2)),
+                                     "at_s": round(t)})
+            elif LOG_BAD.search(line):
+                self.bad.append(line[:400])
+                if len(self.bad) <= 20:
+                    log(f"server log: {line[:400]}")
+                elif len(self.bad) == 21:
+                    log("server log: more trouble lines; see the log file and the JSON")
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+async def status(client: Any, timeout: float) -> dict[str, Any]:
+    try:
+        result = await asyncio.wait_for(client.call_tool("index_status", {}), timeout)
+    except Exception as exc:  # noqa: BLE001 - the sampler counts it as an error
+        return {"error": exc_text(exc)}
+    if result.is_error:
+        return {"error": result_text(result)}
+    s = result.structured_content or {}
+    return {"generation": s.get("generation"), "documents": s.get("documents")}
+
+
+def print_header() -> None:
+    print("| min | t s | RSS MB | anon / file MB | calls | errors | calls/s (last interval) | "
+          "in flight | generation | documents | updates applied | threads | fds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+
+
+def print_row(s: dict[str, Any]) -> None:
+    print(f"| {s['t_s'] / 60:.1f} | {s['t_s']:.0f} | {s['rss_mb']:.1f} | "
+          f"{s['rss_anon_mb']:.0f} / {s['rss_file_mb']:.0f} | {s['calls']} | "
+          f"{s['errors']} | {s['calls_per_s']} | {s['in_flight']} | {s.get('generation', '-')} | "
+          f"{s.get('documents', '-')} | {s['updates_applied']} | {s['threads']} | {s['fds']} |",
+          flush=True)
+
+
+async def soak(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str, port: int,
+               docs: Path, base: list[dict[str, str]], server_log: ServerLog,
+               report: dict[str, Any], save: Any) -> None:
+    timeout = args.call_timeout
+    questions = dev_questions()
+    await wait_for_port(port, proc, 300)
+    async with session(url, timeout) as control:
+        listed = [t.name for t in (await control.list_tools()).tools]
+        tools = [t for t in TOOLS if t in listed]
+        report["tools_listed"], report["tools_used"] = listed, tools
+        log(f"server tools: {', '.join(listed)}; clients call {', '.join(tools)}")
+        t0 = time.monotonic()
+        tally = Tally(t0)
+        stop = asyncio.Event()
+        editor = Editor(docs, base, args.articles, args)
+        samples: list[dict[str, Any]] = report["samples"]
+
+        async def sample(phase: str) -> None:
+            t = time.monotonic() - t0
+            server_log.poll(t)
+            rss, by_pid = tree_rss(proc.pid)
+            details = proc_details(list(by_pid))
+            prev = samples[-1] if samples else None
+            dt = t - prev["t_s"] if prev else 0
+            row = {"t_s": round(t, 1), "phase": phase, "rss_mb": rss,
+                   "rss_by_pid_mb": {str(p): mb for p, mb in by_pid.items()},
+                   "main_hwm_mb": round(status_kb(proc.pid, "VmHWM") / 1024, 1),
+                   **details,
+                   "calls": tally.calls, "errors": tally.errors, "stale_ids": tally.stale,
+                   "calls_per_s": round((tally.calls - prev["calls"]) / dt, 1) if dt else None,
+                   "in_flight": tally.in_flight, "updates_applied": len(server_log.applied),
+                   **editor.done, **await status(control, timeout)}
+            if "error" in row:
+                tally.error("index_status (sampler)", row["error"])
+            samples.append(row)
+            print_row(row)
+            save()
+
+        print_header()
+        await sample("start")
+        workers = [asyncio.create_task(client_loop(i, url, tools, questions, timeout, stop,
+                                                   tally, args.seed)) for i in range(args.clients)]
+        edits = asyncio.create_task(editor.run(stop))
+        end = t0 + args.minutes * 60
+        next_t = t0 + args.sample_every
+        while next_t <= end + 1e-6:
+            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+            if proc.poll() is not None:
+                tally.error("server", f"server process exited with {proc.returncode}")
+                break
+            await sample("load")
+            next_t += args.sample_every
+        stop.set()
+        await edits
+        _, pending = await asyncio.wait(workers, timeout=timeout + 10)
+        for task in pending:  # a client still waiting after the call timeout: a stall
+            task.cancel()
+        if pending:
+            tally.error("stall", f"{len(pending)} client(s) still in a call {timeout + 10:.0f} s "
+                                 "after the end")
+        await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.sleep(args.settle)  # let the watcher apply the last changes
+        await sample("after load")
+    report["tally"] = tally
+    report["editor"] = editor
+
+
+def summarize(report: dict[str, Any], args: argparse.Namespace,
+              server_log: ServerLog) -> dict[str, Any]:
+    samples = [s for s in report["samples"] if s["phase"] in ("start", "load")]
+    tally: Tally = report.pop("tally")
+    editor: Editor = report.pop("editor")
+    per_minute = []
+    for m in range(1, int(args.minutes) + 1):
+        at = [s for s in samples if s["t_s"] <= m * 60 + 1]
+        if at:
+            per_minute.append({"minute": m, "rss_mb": at[-1]["rss_mb"], "calls": at[-1]["calls"],
+                               "errors": at[-1]["errors"]})
+    half = args.minutes * 30
+    points = [(s["t_s"] / 60, s["rss_mb"]) for s in samples]
+    first = [p for p in points if p[0] * 60 <= half + 1]
+    second = [p for p in points if p[0] * 60 >= half - 1]
+    lat = tally.all_latencies()
+    rss = [s["rss_mb"] for s in samples]
+    last_gen = next((s.get("generation") for s in reversed(report["samples"])
+                     if s.get("generation") is not None), None)
+    summary = {
+        "rss_start_mb": rss[0] if rss else None, "rss_end_mb": rss[-1] if rss else None,
+        "rss_max_mb": max(rss) if rss else None,
+        "rss_after_load_mb": report["samples"][-1]["rss_mb"] if report["samples"] else None,
+        "rss_per_minute": per_minute,
+        "slope_first_half_mb_per_min": slope(first),
+        "slope_second_half_mb_per_min": slope(second),
+        "slope_after_minute_1_mb_per_min": slope([p for p in points if p[0] >= 1 - 1 / 60]),
+        "threads_start_end": [samples[0]["threads"], samples[-1]["threads"]] if samples else None,
+        "fds_start_end": [samples[0]["fds"], samples[-1]["fds"]] if samples else None,
+        "threads_by_name_end": samples[-1]["threads_by_name"] if samples else None,
+        "calls": tally.calls, "errors": tally.errors,
+        "error_kinds": tally.kinds, "stale_drill_ids": tally.stale,
+        "stale_first_message": tally.stale_first,
+        "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
+        "max_ms": round(tally.max_ms, 1), "slowest_call": tally.max_call,
+        "by_tool": {t: {"calls": len(v), "p50_ms": percentile(v, 50),
+                        "p95_ms": percentile(v, 95), "max_ms": round(max(v), 1)}
+                    for t, v in tally.latencies.items()},
+        "edits": editor.done, "editor_failures": editor.failures,
+        "updates_applied": len(server_log.applied),
+        "paths_applied": sum(a["paths"] for a in server_log.applied),
+        "generation_start": report["samples"][0].get("generation") if report["samples"] else None,
+        "generation_end": last_gen,
+        "server_log_trouble": server_log.bad[:200],
+        "server_log_trouble_lines": len(server_log.bad),
+        "stall_intervals": [s["t_s"] for s in samples[1:] if s["calls_per_s"] == 0],
+    }
+    return summary
+
+
+def print_summary(s: dict[str, Any], args: argparse.Namespace) -> None:
+    print("\nRSS (MB) of the server's process tree at the end of each minute:\n")
+    print("| minute | " + " | ".join(str(m["minute"]) for m in s["rss_per_minute"]) + " |")
+    print("|---|" + "---|" * len(s["rss_per_minute"]))
+    print("| RSS MB | " + " | ".join(f"{m['rss_mb']:.0f}" for m in s["rss_per_minute"]) + " |")
+    f, g = s["slope_first_half_mb_per_min"], s["slope_second_half_mb_per_min"]
+    print(f"\nstart {s['rss_start_mb']} MB, max {s['rss_max_mb']} MB, end of load "
+          f"{s['rss_end_mb']} MB, after the clients stopped {s['rss_after_load_mb']} MB")
+    print(f"slope of RSS: first half {f} MB/min, second half {g} MB/min (minute 1 to the end: "
+          f"{s['slope_after_minute_1_mb_per_min']} MB/min); threads {s['threads_start_end']}, "
+          f"open fds {s['fds_start_end']} (start, end of load)")
+    print(f"threads by name at the end of the load: {s['threads_by_name_end']}")
+    print(f"calls {s['calls']} ok, {s['errors']} errors, {s['stale_drill_ids']} stale drill_down "
+          f"ids; p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms, slowest {s['max_ms']} ms "
+          f"({s['slowest_call']})")
+    for tool, v in s["by_tool"].items():
+        print(f"  {tool}: {v['calls']} calls, p50 {v['p50_ms']} ms, p95 {v['p95_ms']} ms, "
+              f"max {v['max_ms']} ms")
+    for kind, e in s["error_kinds"].items():
+        print(f"  error {kind}: {e['count']}x, first at {e['first_at_s']} s: {e['first_message']}")
+    d = s["edits"]
+    print(f"editor: {d['edits']} edits, {d['adds']} adds, {d['deletes']} deletes; watcher: "
+          f"{s['updates_applied']} updates applied ({s['paths_applied']} paths), generation "
+          f"{s['generation_start']} -> {s['generation_end']}")
+    if s["server_log_trouble_lines"]:
+        print(f"server log: {s['server_log_trouble_lines']} line(s) reporting trouble (JSON: "
+              "server_log_trouble)")
+    if s["stall_intervals"]:
+        print(f"intervals with no completed call (stalls) ending at: {s['stall_intervals']} s")
+
+
+# ---- entry point --------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--articles", type=int, default=100, help="first N MultiHop-RAG articles")
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--edit-every", type=float, default=20.0, help="seconds between edits")
+    p.add_argument("--add-every", type=float, default=60.0, help="seconds between new articles")
+    p.add_argument("--delete-every", type=float, default=120.0, help="seconds between deletions")
+    p.add_argument("--sample-every", type=float, default=10.0)
+    p.add_argument("--serve-args", default="",
+                   help="extra `serve` flags: --serve-args='--workers 2'")
+    p.add_argument("--call-timeout", type=float, default=120.0, help="seconds per MCP call")
+    p.add_argument("--settle", type=float, default=10.0,
+                   help="seconds after the clients stop before the last sample")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repo", type=Path, default=HERE_REPO,
+                   help="checkout whose server is run (default: this script's)")
+    p.add_argument("--keep", action="store_true", help="keep the corpus, index and server log")
+    p.add_argument("--out", type=Path, default=RESULTS / "soak.json")
+    return p.parse_args(argv)
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> tuple[int | None, list[int]]:
+    """Stop the server as Ctrl-C would (click then prints "Aborted!" and exits 1); its exit code
+    and the processes of its tree still alive 5 s after it exited."""
+    tree = descendants(proc.pid) if proc.poll() is None else [proc.pid]
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)  # as Ctrl-C: uvicorn and the watcher shut down
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            log("server did not stop within 30 s of SIGINT: killing its process group")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    time.sleep(5)
+    alive = [p for p in tree if p != proc.pid and Path(f"/proc/{p}").exists()]
+    if alive:
+        log(f"processes of the server still alive after it exited: {alive}")
+    return proc.returncode, alive
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    args.repo = args.repo.resolve()
+    base = json.loads(CORPUS.read_text(encoding="utf-8"))
+    work = Path(tempfile.mkdtemp(prefix="canopy-soak-"))
+    docs, index_dir, log_path = work / "docs", work / "index", work / "server.log"
+    report: dict[str, Any] = {
+        "machine": {**machine(args.repo), "psutil": psutil is not None,
+                    "nice": os.getpriority(os.PRIO_PROCESS, 0)},
+        "settings": {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}},
+        "samples": []}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        args.out.write_text(json.dumps({k: v for k, v in report.items()
+                                        if k not in ("tally", "editor")}, indent=2))
+
+    materialize(docs, base, args.articles)
+    env = child_env(args.repo)
+    log(f"indexing {args.articles} articles (builtin provider) in {work}")
+    t = time.perf_counter()
+    built = subprocess.run([sys.executable, "-m", "server.cli", "index", str(docs),
+                            "--index-dir", str(index_dir)], cwd=args.repo, env=env,
+                           capture_output=True, text=True, check=False)
+    report["index_s"] = round(time.perf_counter() - t, 1)
+    if built.returncode != 0:
+        raise SystemExit(f"canopy index failed ({built.returncode}):\n{built.stderr[-3000:]}")
+    log(f"indexed in {report['index_s']} s")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv_ = [sys.executable, "-m", "server.cli", "serve", str(docs), "--index-dir",
+             str(index_dir), "--http", "--port", str(port), "--watch",
+             *shlex.split(args.serve_args)]
+    report["server_argv"] = argv_[1:]
+    server_log = ServerLog(log_path)
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(argv_, cwd=args.repo, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    log(f"server pid {proc.pid} at {url}: {args.clients} clients for {args.minutes} min")
+    try:
+        asyncio.run(soak(args, proc, url, port, docs, base, server_log, report, save))
+    finally:
+        report["server_exit_code"], report["server_orphans"] = stop_server(proc)
+        server_log.poll(0)
+        if "tally" in report:
+            report["summary"] = summarize(report, args, server_log)
+        report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        report["server_log_tail"] = log_path.read_text(errors="replace")[-4000:]
+        save()
+        if args.keep:
+            log(f"kept corpus, index and server log under {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if "summary" in report:
+        print_summary(report["summary"], args)
+    log(f"server exit code {report['server_exit_code']}; JSON: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
