@@ -127,7 +127,8 @@ def proc_details(pids: list[int]) -> dict[str, Any]:
                 names[name] = names.get(name, 0) + 1
         except OSError:
             pass
-    out["rss_anon_mb"], out["rss_file_mb"] = round(out["rss_anon_mb"], 1), round(out["rss_file_mb"], 1)
+    out["rss_anon_mb"] = round(out["rss_anon_mb"], 1)
+    out["rss_file_mb"] = round(out["rss_file_mb"], 1)
     out["threads_by_name"] = dict(sorted(names.items(), key=lambda kv: -kv[1]))
     return out
 
