@@ -43,7 +43,7 @@ from canopy.errors import ConfigError, IndexMissing
 from canopy.providers import make_embedder, make_provider
 from canopy.providers.base import Provider
 from canopy.settings import AclSettings, find_config, load_settings
-from canopy.providers.heuristics import load_jieba
+from canopy.providers.builtin.text import load_jieba
 from canopy.tokens import preload
 from canopy.vectors import VectorStore
 from server.context import EngineCaches, ProgressCallback, QueryContext

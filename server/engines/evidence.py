@@ -26,7 +26,7 @@ Hits@10, so it only contributes candidates. Weighting units by the entities the 
 graph contributes candidates, not score. Measured with benchmarks/retrieval_eval.py on the DEV
 split of MultiHop-RAG; the weights below are not sensitive (+-0.005 Hits@10 over a grid).
 
-Terms are canopy.providers.hashing.lexical_terms (stemmed words, CJK bigrams). Document
+Terms are canopy.providers.builtin.text.lexical_terms (stemmed words, CJK bigrams). Document
 frequencies come from the index's lexical statistics, summed over the ACL classes the caller may
 read (maintained by the indexer with every change; nothing is counted at query time); a unit's
 sentence analysis is computed when it is first a candidate and kept in a bounded cache.
@@ -45,7 +45,7 @@ import numpy as np
 
 from canopy.ids import content_hash
 from canopy.model import Document, TextUnit
-from canopy.providers.hashing import lexical_terms
+from canopy.providers.builtin.text import lexical_terms
 from canopy.vectors import rrf
 from server.context import QueryContext
 

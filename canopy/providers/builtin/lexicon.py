@@ -1,4 +1,4 @@
-"""Small word lists behind the builtin provider's heuristics (canopy.providers.heuristics).
+"""Small word lists behind the builtin provider's text analysis and extraction heuristics.
 
 Deliberately short: they give cues, not answers. Every list is lowercase; lookups lowercase
 their input. Multi-word gazetteer entries are matched against a whole phrase.
