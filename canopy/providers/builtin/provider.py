@@ -3,8 +3,9 @@
 Used when no endpoint is configured (design §7), so indexing and every query engine run with no
 network and no keys. Nothing here generates language: extraction finds name-like phrases
 (canopy.providers.builtin.extraction), summaries, reports and answers are assembled from
-sentences of the inputs, and relevance is lexical (canopy.providers.builtin.relevance.Scorer). Deterministic: same inputs, same
-outputs, ties broken by position. `usage()` counts calls per task with zero tokens.
+sentences of the inputs, and relevance is lexical (canopy.providers.builtin.relevance.Scorer).
+Deterministic: same inputs, same outputs, ties broken by position. `usage()` counts calls per
+task with zero tokens.
 """
 
 from __future__ import annotations
