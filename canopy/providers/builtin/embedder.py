@@ -18,7 +18,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from canopy.providers.builtin.text import lexical_terms
+from canopy.providers.builtin.text import TERMS_VERSION, lexical_terms
 
 __all__ = ["HashEmbedder"]
 
@@ -31,7 +31,9 @@ class HashEmbedder:
 
     def __init__(self, dims: int = 384) -> None:
         self.dims = dims
-        self.name = f"builtin-hash-{dims}"
+        # The name keys cached vectors and is recorded in the index: a new analysis of the
+        # terms must not reuse vectors hashed from the old one.
+        self.name = f"builtin-hash-{dims}-t{TERMS_VERSION}"
 
     def _vector(self, text: str) -> np.ndarray:
         terms = lexical_terms(text)
@@ -41,7 +43,8 @@ class HashEmbedder:
         v = np.zeros(self.dims, dtype=np.float32)
         for f, tf in feats.items():
             h = zlib.crc32(f.encode("utf-8"))
-            v[h % self.dims] += (1.0 if (h >> 31) & 1 else -1.0) * (1.0 + math.log(tf) if tf >= 1 else tf)
+            sign = 1.0 if (h >> 31) & 1 else -1.0
+            v[h % self.dims] += sign * (1.0 + math.log(tf) if tf >= 1 else tf)
         n = float(np.linalg.norm(v))
         return v / n if n > 0 else v
 

@@ -1,6 +1,26 @@
-"""Text analysis for the builtin provider and the lexical index: words, stems, stop words,
-sentences, CJK detection and segmentation. Pure functions, deterministic, no network; jieba is
-loaded lazily and only for text that contains CJK characters.
+"""The one text-analysis module: words, stems, stop words, sentences, CJK detection and
+segmentation. The builtin provider uses it, and so do the lexical index (the BM25 statistics
+that indexer/stages/documents.py counts from `lexical_terms`), the builtin embedder (which
+hashes them) and local_search's evidence ranking (server/engines/evidence.py). Pure functions,
+deterministic, no network; jieba is loaded lazily and only for text that contains CJK characters.
+
+Words are runs of letters of any script (apostrophes inside a word keep it whole: "o'brien",
+"don't"), runs of digits, and CJK runs. A word is lower-cased, drops a possessive "'s", is
+dropped if it is a stop word (lexicon.STOPWORDS) or a single letter (a digit stays), and is
+stemmed by `stem`. CJK runs are segmented two ways:
+- `lexical_terms`: character bigrams. No dictionary: cheap at index time, and the statistics
+  stored in the index do not depend on jieba's version;
+- `terms`: jieba's words without Chinese stop words, for query-time relevance over a few texts,
+  where a dictionary word is a more precise match than a bigram.
+
+`stem` and lexicon.STOPWORDS replace an index stemmer and stop list and a relevance stemmer;
+`stem` is the one whose conflations are right (plurals: "says"/"say", "features"/"feature"; no
+"business" -> "busines" or "based" -> "bas"). Against the two analyses it replaces, on DEV
+questions only: local_search Hits@10 0.879 -> 0.878 (Hits@4 0.732 -> 0.734) on MultiHop-RAG
+(benchmarks/retrieval_eval.py, 1,802 questions), and Hits@10 of gold paragraphs 0.583 -> 0.605
+on eval-data's MuSiQue sample (82 questions, one document per paragraph). Changing what
+`lexical_terms` returns changes stored statistics and builtin vectors: bump TERMS_VERSION, and
+the indexer rebuilds them (indexer/pipeline.py).
 """
 
 from __future__ import annotations
@@ -8,22 +28,30 @@ from __future__ import annotations
 import logging
 import re
 from functools import lru_cache
+from itertools import pairwise
 from types import ModuleType
 
 from canopy.providers.builtin import lexicon as lx
 
 __all__ = [
+    "TERMS_VERSION",
     "has_cjk",
     "lexical_terms",
     "load_jieba",
     "split_sentences",
+    "stem",
     "terms",
     "trim",
 ]
 
+TERMS_VERSION = 2  # of `lexical_terms`: 1 had its own stemmer and stop words
+
 _CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK = re.compile(f"[{_CJK_CLASS}]")
-_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_CJK_SPLIT = re.compile(f"([{_CJK_CLASS}]+)")
+# Letters of any script with apostrophes inside, or digits. CJK runs are cut out of a word
+# afterwards (`_word_terms`): once per distinct word, not once per occurrence.
+_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*|\d+")
 
 
 def has_cjk(text: str) -> bool:
@@ -53,80 +81,85 @@ def trim(text: str, limit: int = 300) -> str:
     return cut.rstrip(" ,;:") + "…"
 
 
-# ---- index terms ----------------------------------------------------------------------------
-
-_WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
-_STOP = frozenset(
-    "a an and are as at be been but by for from had has have he her his i if in into is it its me my "
-    "not of on or our she so that the their them then there these they this to was we were what when "
-    "where which who whom why will with would you your do does did can could should about after before "
-    "than also more most other some such only own same very just over under again further once here".split()
-)
+# ---- words and terms ------------------------------------------------------------------------
 
 
+def stem(word: str) -> str:
+    """A light English stemmer for lower-cased words: plurals ("-ies", "-es" after a sibilant,
+    "-s" but not "-ss", "-us", "-is") and, when at least four letters remain, "-ing" and "-ed".
+    Light on purpose: it joins a word's plural and its singular, and leaves short words alone
+    ("based", "making"), where cutting a suffix would join unrelated words."""
+    n = len(word)
+    if n > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if n > 4 and word.endswith("es") and (word[-3] in "sxz" or word[-4:-2] in ("ch", "sh")):
+        return word[:-2]
+    if n > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    if n > 6 and word.endswith("ing"):
+        return word[:-3]
+    if n > 5 and word.endswith("ed"):
+        return word[:-2]
+    return word
+
+
+def _term(word: str) -> str | None:
+    """The term of one lower-cased word without CJK, or None for a stop word or a single
+    letter."""
+    word = word.replace("’", "'")
+    if word in lx.STOPWORDS:
+        return None
+    word = word.removesuffix("'s")
+    if (len(word) <= 1 and not word.isdigit()) or word in lx.STOPWORDS:
+        return None
+    return stem(word)
+
+
+def _word_terms(word: str, cjk_words: bool) -> tuple[str, ...]:
+    """The terms of one lower-cased word: CJK runs as jieba's words (`cjk_words`) or character
+    bigrams."""
+    if not _CJK.search(word):
+        t = _term(word)
+        return () if t is None else (t,)
+    out: list[str] = []
+    for i, part in enumerate(_CJK_SPLIT.split(word)):
+        if i % 2 == 0:  # between CJK runs: letters of other scripts ("Kestrel项目")
+            t = _term(part) if part else None
+            out += () if t is None else (t,)
+        elif cjk_words:
+            out += [w for w in load_jieba().cut(part) if len(w) > 1 and w not in lx.STOPWORDS_ZH]
+        else:
+            out += [a + b for a, b in pairwise(part)] or [part]
+    return tuple(out)
+
+
+# Memoized per word: a corpus has far fewer distinct words than words.
 @lru_cache(maxsize=200_000)
-def _index_stem(w: str) -> str:
-    for suf in ("ingly", "edly", "ing", "ies", "ied", "es", "ed", "ly", "s"):
-        if len(w) > len(suf) + 3 and w.endswith(suf):
-            return w[: -len(suf)] + ("y" if suf in ("ies", "ied") else "")
-    return w
+def _index_word(word: str) -> tuple[str, ...]:
+    return _word_terms(word, cjk_words=False)
 
 
-@lru_cache(maxsize=200_000)
-def _word_terms(w: str) -> tuple[str, ...]:
-    """The terms of one lower-cased word (memoized: a corpus has far fewer distinct words)."""
-    if _CJK.search(w):
-        chars = [c for c in w if _CJK.match(c)]
-        return tuple(a + b for a, b in zip(chars, chars[1:], strict=False)) or tuple(chars)
-    if w in _STOP or len(w) <= 1:
-        return ()
-    return (_index_stem(w),)
+@lru_cache(maxsize=50_000)
+def _relevance_word(word: str) -> tuple[str, ...]:
+    return _word_terms(word, cjk_words=True)
 
 
 def lexical_terms(text: str) -> list[str]:
-    """Lower-cased, stemmed content words; CJK runs become character bigrams."""
+    """Terms of `text` for the lexical index and the builtin embedder, in order (repeats kept):
+    stemmed content words; CJK runs become character bigrams."""
     out: list[str] = []
     for w in _WORD.findall(text.lower()):
-        out += _word_terms(w)
+        out += _index_word(w)
     return out
-
-
-# ---- relevance terms ------------------------------------------------------------------------
-
-_LAT_WORD = re.compile(r"[a-z0-9à-öø-ÿ]+(?:['’][a-z]+)?")
-
-
-def _stem(w: str) -> str:
-    if w.endswith(("'s", "’s")):
-        w = w[:-2]
-    if len(w) > 5 and w.endswith("ing"):
-        return w[:-3]
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    if len(w) > 4 and w.endswith("es") and (w[-3] in "sxz" or w[-4:-2] in ("ch", "sh")):
-        return w[:-2]
-    if len(w) > 4 and w.endswith("ed"):
-        return w[:-2]
-    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        return w[:-1]
-    return w
 
 
 def terms(text: str) -> list[str]:
-    """Search terms of `text`, in order (repeats kept)."""
-    low = text.lower()
-    out = [_stem(w) for w in _LAT_WORD.findall(low)
-           if w not in lx.STOPWORDS and (len(w) > 1 or w.isdigit())]
-    if has_cjk(low):
-        cut = load_jieba().cut
-        for run in _CJK_RUN.findall(low):
-            out += [w for w in cut(run) if len(w) > 1 and w not in lx.STOPWORDS_ZH]
+    """Terms of `text` for query-time relevance, in order (repeats kept): stemmed content words;
+    CJK runs become jieba's words (without Chinese stop words)."""
+    out: list[str] = []
+    for w in _WORD.findall(text.lower()):
+        out += _relevance_word(w)
     return out
-
-
-def stem(w: str) -> str:
-    """The stem `terms` gives a lower-cased word."""
-    return _stem(w)
 
 
 # ---- sentences ------------------------------------------------------------------------------
