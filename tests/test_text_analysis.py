@@ -1,11 +1,13 @@
 """The one text-analysis module, canopy.providers.builtin.text, as a specification: the terms
 the lexical index counts and the builtin embedder hashes (`lexical_terms`), the terms the builtin
-provider scores relevance with (`terms`) and the stemmer both share (`stem`).
+provider scores relevance with (`terms`), the stemmer both share (`stem`), and the two sentence
+splitters (`split_sentences` for reading, `split_at_stops` for local_search's scoring windows).
 
 Every text here is made up for these tests (places such as Vellmore and Kestrel do not exist)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -14,6 +16,8 @@ from canopy.providers.builtin import BuiltinProvider, HashEmbedder, lexicon
 from canopy.providers.builtin.text import (
     TERMS_VERSION,
     lexical_terms,
+    split_at_stops,
+    split_sentences,
     stem,
     terms,
 )
@@ -121,6 +125,60 @@ def test_relevance_and_index_terms_agree_on_text_without_cjk() -> None:
     text = "Ilse Varga's crews were repainting Vellmore's ferries in 2031; nobody objected."
     assert terms(text) == lexical_terms(text) == [
         "ilse", "varga", "crew", "repaint", "vellmore", "ferry", "2031", "nobody", "object"]
+
+
+class TestSplitSentences:
+    def test_abbreviations_and_initials_do_not_end_a_sentence(self) -> None:
+        text = ("Dr. Ilse Varga met J. R. Pellow at the quay. They agreed on fees, e.g. the "
+                "mooring fee. Prof. Odum left.")
+        assert split_sentences(text) == [
+            "Dr. Ilse Varga met J. R. Pellow at the quay.",
+            "They agreed on fees, e.g. the mooring fee.", "Prof. Odum left."]
+
+    def test_a_stop_ends_a_sentence_only_before_a_capital_or_a_digit(self) -> None:
+        assert split_sentences("Fares rose 3 p.c. last year. 2031 was worse. see below.") == [
+            "Fares rose 3 p.c. last year.", "2031 was worse. see below."]
+
+    def test_markdown_markers_go_and_each_heading_or_item_stands_alone(self) -> None:
+        text = ("# Vellmore harbour\n\n**Keeper:** Ilse Varga\n- Crane 4 is [out of order](x.md)\n"
+                "- Berths are full\n\n| berth | ship |\n| 7 | Tallis |")
+        assert split_sentences(text) == [
+            "Vellmore harbour", "Keeper: Ilse Varga", "Crane 4 is out of order",
+            "Berths are full", "berth ; ship", "7 ; Tallis"]
+
+    def test_wrapped_prose_lines_join_into_one_sentence(self) -> None:
+        text = ("The last ferry of the season leaves Vellmore at dawn and,\n"
+                "weather permitting, reaches the outer islands by noon. It returns empty.")
+        assert split_sentences(text) == [
+            ("The last ferry of the season leaves Vellmore at dawn and, weather permitting, "
+             "reaches the outer islands by noon."), "It returns empty."]
+
+    def test_cjk_full_stops_end_a_sentence_without_a_space(self) -> None:
+        assert split_sentences("港口明年扩建。码头开放吗？是的！") == [
+            "港口明年扩建。", "码头开放吗？", "是的！"]
+
+
+class TestSplitAtStops:
+    TEXT = ('Dr. Varga met J. R. Pellow. "The quay is closed." Work (all of it.) stops\n'
+            "**Keeper:** Ilse Varga\n港口扩建。码头开放！")
+
+    def test_every_stop_before_a_space_and_every_line_break_cuts(self) -> None:
+        assert split_at_stops(self.TEXT) == [
+            "Dr.", "Varga met J.", "R.", "Pellow.", '"The quay is closed."', "Work (all of it.)",
+            "stops", "**Keeper:** Ilse Varga", "港口扩建。码头开放！"]
+
+    def test_the_pieces_are_the_text_as_written(self) -> None:
+        """Nothing is removed but the whitespace between pieces: not markup, not quotes."""
+        pieces = split_at_stops(self.TEXT)
+        assert re.sub(r"\s", "", "".join(pieces)) == re.sub(r"\s", "", self.TEXT)
+        assert all(p == p.strip() and "\n" not in p for p in pieces)
+
+    def test_a_stop_without_a_following_space_does_not_cut(self) -> None:
+        assert split_at_stops("Version 2.5 of vellmore.md shipped.") == [
+            "Version 2.5 of vellmore.md shipped."]
+
+    def test_empty_and_blank_text_has_no_pieces(self) -> None:
+        assert split_at_stops("") == split_at_stops(" \n\n ") == []
 
 
 class TestTermsVersion:
