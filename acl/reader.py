@@ -8,13 +8,15 @@ ask in bulk (`entities(ids)`, `reports(ids)`, ...): the reader reads the rows in
 builds the missing views concurrently, and answers. A hidden id is answered exactly like a
 missing one: it is absent from the result.
 
-A reader lives for one request, on one thread, over one snapshot (canopy.store.Snapshot): the
-request sees one generation from its first read to its last.
+A reader lives for one request, on one thread, over one snapshot (canopy.storage.GraphSnapshot,
+SQLite's canopy.store.Snapshot): the request sees one generation from its first read to its last;
+search goes through a canopy.storage.SearchIndex pinned to the same generation.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,12 +25,14 @@ import numpy as np
 
 from acl.access import State, community_state, state
 from acl.caller import Caller
+from acl.inventory import Inventory
 from acl.view_cache import BuiltView, ViewCache
 from acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import Embedder, Provider, Usage, detached_usage
-from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, Snapshot, Store
-from canopy.vectors import Hit, VectorReader
+from canopy.storage import GraphSnapshot, SearchIndex
+from canopy.store import CommunityRow, Edge, EntityRow, Gate, RelationshipRow, Store
+from canopy.vectors import Hit
 
 __all__ = ["CallerReader", "ViewSupport"]
 
@@ -44,12 +48,13 @@ class ViewSupport:
 
 
 class CallerReader:
-    def __init__(self, snap: Snapshot, caller: Caller, *, views: ViewSupport,
-                 vectors: VectorReader, embedder: Embedder, all_live: bool) -> None:
-        self.snap = snap
+    def __init__(self, snap: GraphSnapshot, caller: Caller, *, views: ViewSupport,
+                 vectors: SearchIndex, embedder: Embedder, all_live: bool) -> None:
+        self._snap = snap
+        self.inventory = Inventory(snap, caller)
         self.caller = caller
         self.views = views
-        self.vectors = vectors
+        self._vectors = vectors
         self.embedder = embedder
         self.generation = snap.generation
         # Reads everything of a generation with nothing revoked: canonical artifacts only.
@@ -58,6 +63,8 @@ class CallerReader:
         self.view_usage: dict[str, Usage] = {}  # provider calls views of this request cost
         self._entities: dict[str, EntityRow | None] = {}
         self._relationships: dict[str, RelationshipRow | None] = {}
+        self._entity_gates: dict[str, Gate | None] = {}
+        self._edges: dict[str, Edge | None] = {}
         self._communities: dict[str, CommunityRow | None] = {}
         self._report_gates: dict[str, tuple[Gate, str] | None] = {}
         self._states: dict[tuple[str, str], State] = {}
@@ -78,69 +85,84 @@ class CallerReader:
         return {i: cache[i] for i in ids if cache[i] is not None}
 
     def entity_rows(self, ids: Iterable[str]) -> dict[str, EntityRow]:
-        return self._fetch(self._entities, self.snap.entities, ids)
+        return self._fetch(self._entities, self._snap.entities, ids)
 
     def relationship_rows(self, ids: Iterable[str]) -> dict[str, RelationshipRow]:
-        return self._fetch(self._relationships, self.snap.relationships, ids)
+        return self._fetch(self._relationships, self._snap.relationships, ids)
 
     def community_rows(self, ids: Iterable[str]) -> dict[str, CommunityRow]:
-        return self._fetch(self._communities, self.snap.communities, ids)
+        return self._fetch(self._communities, self._snap.communities, ids)
+
+    def _gates(self, ids: Iterable[str]) -> dict[str, Gate]:
+        return self._fetch(self._entity_gates, self._snap.entity_gates, ids)
+
+    def edge_rows(self, ids: Iterable[str]) -> dict[str, Edge]:
+        return self._fetch(self._edges, self._snap.edge_gates, ids)
 
     def entity_key(self, eid: str) -> str:
         return self.entity_rows([eid])[eid].key
 
     def _live_readable(self, units: Iterable[str]) -> bool:
-        return any(a in self.caller.readable for a in self.snap.unit_acl(units).values())
+        return any(a in self.caller.readable for a in self._snap.unit_acl(units).values())
 
     # ---- existence (no provider calls) -----------------------------------------------------
 
     def entity_states(self, ids: Iterable[str]) -> dict[str, State]:
-        rows = self.entity_rows(ids)
-        out = {}
-        for eid in dict.fromkeys(ids):
-            st = self._states.get(("entity", eid))
-            if st is None:
-                row = rows.get(eid)
-                if row is None:
-                    st = State.NONE
-                elif self.trivial:
-                    st = State.FULL
-                else:
-                    st = state(row.gate, self.caller.readable,
-                               lambda r=row: self._live_readable(r.entity.text_unit_ids))
-                self._states[("entity", eid)] = st
-            out[eid] = st
-        return out
+        ids = list(dict.fromkeys(ids))
+        todo = [e for e in ids if ("entity", e) not in self._states]
+        gates = self._gates(todo)  # the gate decides, except for a stale entity's live units
+        stale = self.entity_rows([e for e in todo if e in gates and gates[e].stale])
+        for eid in todo:
+            gate = gates.get(eid)
+            if gate is None:
+                st = State.NONE
+            elif self.trivial:
+                st = State.FULL
+            else:
+                st = state(gate, self.caller.readable,
+                           lambda e=eid: self._live_readable(stale[e].entity.text_unit_ids))
+            self._states[("entity", eid)] = st
+        return {e: self._states[("entity", e)] for e in ids}
 
     def relationship_states(self, ids: Iterable[str]) -> dict[str, State]:
         ids = list(dict.fromkeys(ids))
-        rows = self.relationship_rows(ids)
-        ends = self.entity_states({e for r in rows.values()
-                                   for e in (r.relationship.source, r.relationship.target)})
-        out = {}
-        for rid in ids:
-            st = self._states.get(("relationship", rid))
-            if st is None:
-                row = rows.get(rid)
-                if row is None:
-                    st = State.NONE
-                elif self.trivial:
-                    st = State.FULL
-                else:
-                    r = row.relationship
-                    st = state(row.gate, self.caller.readable,
-                               lambda r=r: self._live_readable(r.text_unit_ids))
-                    if not (ends.get(r.source) and ends.get(r.target)):
-                        st = State.NONE
-                self._states[("relationship", rid)] = st
-            out[rid] = st
-        return out
+        todo = [r for r in ids if ("relationship", r) not in self._states]
+        edges = self.edge_rows(todo)
+        self._decide_edges([edges[r] for r in todo if r in edges])
+        for rid in todo:
+            self._states.setdefault(("relationship", rid), State.NONE)
+        return {r: self._states[("relationship", r)] for r in ids}
+
+    def _decide_edges(self, edges: list[Edge]) -> None:
+        """Record the state of each edge: its gate's, and none when an endpoint does not exist
+        for the caller (a stale edge's live units are read from its row)."""
+        ends = self.entity_states({x for e in edges for x in (e.source, e.target)})
+        stale = self.relationship_rows([e.id for e in edges if e.gate.stale and not self.trivial])
+        for e in edges:
+            if self.trivial:
+                st = State.FULL
+            elif not (ends.get(e.source) and ends.get(e.target)):
+                st = State.NONE
+            else:
+                st = state(e.gate, self.caller.readable, lambda r=e.id: self._live_readable(
+                    stale[r].relationship.text_unit_ids))
+            self._states[("relationship", e.id)] = st
+
+    def incident(self, entity_ids: Iterable[str]) -> list[Edge]:
+        """The relationships incident to these entities that exist for the caller, as Edge rows
+        (cheap: for ranking before reading any description; a view's weight may differ)."""
+        got = self._snap.incident_edges(entity_ids)
+        for rid, edge in got.items():
+            self._edges.setdefault(rid, edge)
+        self._decide_edges([e for r, e in got.items() if ("relationship", r) not in self._states])
+        return sorted((e for r, e in got.items() if self._states[("relationship", r)]),
+                      key=lambda e: e.id)
 
     def community_states(self, ids: Iterable[str]) -> dict[str, State]:
         """Whether each community's report is served: canonical (FULL), as a view, or not."""
         ids = list(dict.fromkeys(ids))
         rows = self.community_rows(ids)
-        gates = self._fetch(self._report_gates, self.snap.report_gates, ids)
+        gates = self._fetch(self._report_gates, self._snap.report_gates, ids)
         out = {}
         for cid in ids:
             st = self._states.get(("community", cid))
@@ -164,7 +186,7 @@ class CallerReader:
         """Member entities of a community that exist for the caller."""
         got = self._members.get(cid)
         if got is None:
-            ids = self.snap.members([cid]).get(cid, [])
+            ids = self._snap.members([cid]).get(cid, [])
             states = self.entity_states(ids)
             got = self._members[cid] = [e for e in ids if states[e]]
         return got
@@ -177,16 +199,35 @@ class CallerReader:
         if self.trivial or row.gate.readable_by(self.caller.readable):
             return row.n_members
         if not row.gate.stale:
-            return self.snap.count_members_within(cid, self.caller.readable)
+            return self._snap.count_members_within(cid, self.caller.readable)
         return len(self.members(cid))
 
     def degree(self, eid: str) -> int:
         """Relationships of the entity that exist for the caller (never a count with hidden ones)."""
         d = self._degrees.get(eid)
         if d is None:
-            rids = self.snap.relationship_ids_of([eid]).get(eid, [])
-            d = self._degrees[eid] = sum(1 for s in self.relationship_states(rids).values() if s)
+            d = self._degrees[eid] = len(self.incident([eid]))
         return d
+
+    async def ranked_members(self, cid: str, limit: int) -> tuple[list[Entity], int]:
+        """A community's `limit` best-connected members as served (most relationships that
+        exist for the caller first, then by name) and how many members exist for the caller.
+        Ranked on names and degrees alone: a top community may have thousands of members."""
+        ids = self.members(cid)
+        briefs = self._snap.entity_briefs(ids)
+        if self.trivial:
+            degree = {e: briefs[e][1] for e in ids}
+            name = {e: briefs[e][0] for e in ids}
+        else:
+            counted = Counter(x for e in self.incident(ids) for x in {e.source, e.target})
+            degree = {e: counted[e] for e in ids}
+            self._degrees.update(degree)
+            states = self.entity_states(ids)
+            views = await self.entities([e for e in ids if states[e] == State.VIEW])
+            name = {e: views[e].name if e in views else briefs[e][0] for e in ids}
+        top = sorted(ids, key=lambda e: (-degree[e], name[e]))[:limit]
+        served = await self.entities(top)
+        return [served[e] for e in top if e in served], len(ids)
 
     # ---- content (views built as needed) ---------------------------------------------------
 
@@ -220,7 +261,7 @@ class CallerReader:
 
     async def _entity_view(self, eid: str) -> None:
         row = self.entity_rows([eid])[eid]
-        extra = sorted(self.snap.unit_acl(row.entity.text_unit_ids)) if row.gate.stale else []
+        extra = sorted(self._snap.unit_acl(row.entity.text_unit_ids)) if row.gate.stale else []
         key = view_key("entity", eid, row.hash, row.gate, self.caller.readable,
                        self.views.provider.name, self.views.params, *extra)
 
@@ -259,7 +300,7 @@ class CallerReader:
         ends_rows = self.entity_rows([r.source, r.target])
         extra = [f"{e.hash}:{e.gate.sig}" for e in ends_rows.values()]
         if row.gate.stale:
-            extra += sorted(self.snap.unit_acl(r.text_unit_ids))
+            extra += sorted(self._snap.unit_acl(r.text_unit_ids))
         key = view_key("relationship", rid, row.hash, row.gate, self.caller.readable,
                        self.views.provider.name, self.views.params, *extra)
 
@@ -277,7 +318,7 @@ class CallerReader:
         ids = list(dict.fromkeys(ids))
         states = self.community_states(ids)
         full = [c for c in ids if states[c] == State.FULL]
-        canonical = {c: r.report for c, r in self.snap.reports(full).items()} if full else {}
+        canonical = {c: r.report for c, r in self._snap.reports(full).items()} if full else {}
         todo = [c for c in ids if states[c] == State.VIEW and ("report", c) not in self._served]
         if todo:
             with detached_usage() as usage:
@@ -307,7 +348,7 @@ class CallerReader:
 
     def claims_of(self, entity_ids: Iterable[str]) -> list[Claim]:
         """Servable claims about these entities (claims are per unit: no views)."""
-        rows = self.snap.claims_of(entity_ids)
+        rows = self._snap.claims_of(entity_ids)
         ends = self.entity_states({e for c in rows for e in (c.claim.subject, c.claim.object) if e})
         out = []
         for c in rows:
@@ -319,7 +360,7 @@ class CallerReader:
     def units(self, ids: Iterable[str]) -> dict[str, tuple[TextUnit, Document]]:
         """Servable text units (live and readable) with their documents, in order."""
         ids = list(dict.fromkeys(ids))
-        got = self.snap.unit_documents(ids)
+        got = self._snap.unit_documents(ids)
         return {u: (got[u][0].unit, got[u][1]) for u in ids
                 if u in got and got[u][0].acl in self.caller.readable}
 
@@ -327,21 +368,33 @@ class CallerReader:
 
     def entity_ids_by_key(self, keys: Iterable[str]) -> dict[str, str]:
         """Entity id of each normalized name that names an entity existing for the caller."""
-        found = self.snap.entity_ids_by_key(keys)
+        found = self._snap.entity_ids_by_key(keys)
         states = self.entity_states(found.values())
         return {k: e for k, e in found.items() if states[e]}
 
+    async def served_weights(self, edges: Iterable[Edge]) -> dict[str, float]:
+        """Each existing edge's weight as served: a view's own (what the caller may not read
+        does not weigh), else the edge row's. Views are built only for edges served as views."""
+        edges = list(edges)
+        states = self.relationship_states(e.id for e in edges)
+        views = await self.relationships([e.id for e in edges if states[e.id] == State.VIEW])
+        return {e.id: views[e.id].weight if e.id in views else e.weight
+                for e in edges if states[e.id]}
+
     def relationship_ids_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
-        got = self.snap.relationship_ids_of(entity_ids)
-        states = self.relationship_states({r for rs in got.values() for r in rs})
-        return {e: [r for r in rs if states[r]] for e, rs in got.items()}
+        entity_ids = set(entity_ids)
+        out: dict[str, list[str]] = {}
+        for e in self.incident(entity_ids):
+            for end in {e.source, e.target} & entity_ids:
+                out.setdefault(end, []).append(e.id)
+        return out
 
     def communities_of(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
         """Communities holding each entity, deepest first (their reports may not be servable)."""
-        return self.snap.communities_of(entity_ids)
+        return self._snap.communities_of(entity_ids)
 
     def child_ids(self, ids: Iterable[str]) -> dict[str, list[str]]:
-        return self.snap.children(ids)
+        return self._snap.children(ids)
 
     def servable_tops(self, ids: Iterable[str]) -> list[str]:
         """The given communities where servable, else their nearest servable descendants: a
@@ -358,22 +411,22 @@ class CallerReader:
 
     def roots(self) -> list[str]:
         """The tops of the caller's servable hierarchy."""
-        return self.servable_tops(r.id for r in self.snap.roots())
+        return self.servable_tops(r.id for r in self._snap.roots())
 
     def level_partition(self, level: int) -> list[str]:
         """Servable communities standing for `level` (communities at it plus childless
         shallower ones)."""
-        ids = [r.id for r in self.snap.level_partition(level)]
+        ids = [r.id for r in self._snap.level_partition(level)]
         states = self.community_states(ids)
         return [c for c in ids if states[c]]
 
     def deepest_level(self) -> int:
         """The caller's deepest level: levels made only of hidden communities do not exist."""
-        levels = self.snap.levels()
+        levels = self._snap.levels()
         if self.trivial:
             return max(levels, default=0)
         for level in reversed(levels):
-            if self.snap.level_touches(level, self.caller.readable):
+            if self._snap.level_touches(level, self.caller.readable):
                 return level
         return 0
 
@@ -385,12 +438,12 @@ class CallerReader:
     def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
                level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
         """Hybrid search over rows the caller may read in full (prefiltered before ranking)."""
-        return self.vectors.search(table, vector=vector, text=text, k=k,
+        return self._vectors.search(table, vector=vector, text=text, k=k,
                                    hidden_acl=self.caller.hidden, level=level,
                                    vector_weight=vector_weight)
 
     def term_stats(self, terms: Iterable[str]) -> tuple[dict[str, int], int, int]:
         """(document frequency per term, units, summed terms) over the units the caller may
         read: BM25 weights that no hidden unit moves."""
-        return (self.snap.term_df(terms, self.caller.readable),
-                *self.snap.unit_stats(self.caller.readable))
+        return (self._snap.term_df(terms, self.caller.readable),
+                *self._snap.unit_stats(self.caller.readable))

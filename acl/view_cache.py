@@ -59,7 +59,9 @@ def load_view(kind: str, artifact_id: str, payload: str) -> Any:
     if kind == "relationship":
         return Relationship(artifact_id, d["source"], d["target"], d["description"], d["weight"],
                             tuple(d["units"]))
-    findings = tuple(Finding(f[0], f[1], tuple(f[2]), tuple(f[3]), tuple(f[4])) for f in d["findings"])
+    findings = tuple(
+        Finding(f[0], f[1], tuple(f[2]), tuple(f[3]), tuple(f[4])) for f in d["findings"]
+    )
     return Report(artifact_id, d["level"], d["title"], d["summary"], d["rating"],
                   d["rating_explanation"], findings, tuple(d["units"]), d["fingerprint"],
                   d["context_tokens"], tuple(d["used_subreports"]))
@@ -135,7 +137,8 @@ class ViewCache:
         self.stats[f"built_{kind}"] += 1
         if built.persist:
             try:
-                self.store.view_put(key, kind=kind, artifact_id=artifact_id, payload=payload)
+                self.store.view_put(key, kind=kind, artifact_id=artifact_id, payload=payload,
+                                    units=built.value.text_unit_ids)
             except sqlite3.Error as exc:  # e.g. a read-only index: serve it, just uncached
                 log.warning("view of %s not cached: %s", artifact_id, exc)
 

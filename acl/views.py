@@ -33,6 +33,7 @@ from canopy.model import Community, Entity, Relationship, Report
 from canopy.providers.base import Provider
 from canopy.settings import ExtractSettings, ReportSettings
 from canopy.store.rows import Gate
+from canopy.store.sources import cache_sources
 from canopy.tokens import get_tokenizer
 from indexer.graph import most_frequent, summary_input, summary_key
 from indexer.reports import CommunityContent, ElementSizes, write_report
@@ -64,7 +65,8 @@ def view_key(kind: str, artifact_id: str, content: str, gate: Gate, readable: fr
                         *extra, length=32)
 
 
-async def _summary(reader: CallerReader, name: str, descs: list[str]) -> tuple[str, bool]:
+async def _summary(reader: CallerReader, name: str, descs: list[str],
+                   units: tuple[str, ...]) -> tuple[str, bool]:
     """The summary of several visible descriptions, and whether it is durable (False when the
     endpoint was down and the offline provider wrote it: then it is not cached for long)."""
     params = reader.views.params
@@ -73,23 +75,27 @@ async def _summary(reader: CallerReader, name: str, descs: list[str]) -> tuple[s
     memo = summary_key(provider.name, params.summary_max_tokens, name, kept)
     text = reader.views.store.cache_get(memo)
     if text is None:
-        try:
-            text = await provider.summarize(name, kept, max_tokens=params.summary_max_tokens)
-        except InvalidOutput:
-            text = ""
-        except EndpointUnavailable:
-            _warn_offline()
-            offline = await _offline().summarize(name, kept, max_tokens=params.summary_max_tokens)
-            return offline.strip() or " ".join(kept), False
-        if text:
-            reader.views.store.cache_put(memo, text)
+        with cache_sources(units):  # what is cached quotes these units' descriptions
+            try:
+                text = await provider.summarize(name, kept, max_tokens=params.summary_max_tokens)
+            except InvalidOutput:
+                text = ""
+            except EndpointUnavailable:
+                _warn_offline()
+                offline = await _offline().summarize(name, kept,
+                                                     max_tokens=params.summary_max_tokens)
+                return offline.strip() or " ".join(kept), False
+            if text:
+                reader.views.store.cache_put(memo, text)
     return text.strip() or " ".join(kept), True
 
 
 async def entity_view(reader: CallerReader, entity: Entity, key: str) -> tuple[Entity | None, bool]:
     """The caller's view of `entity` from its instances in live units they can read, and
     whether it is durable; None when no such instance exists."""
-    rows = reader.snap.entity_instances([reader.entity_key(entity.id)], classes=reader.caller.readable)
+    rows = reader._snap.entity_instances(
+        [reader.entity_key(entity.id)], classes=reader.caller.readable
+    )
     if not rows:
         return None, True
     names: Counter[str] = Counter(r.name for r in rows)
@@ -97,33 +103,33 @@ async def entity_view(reader: CallerReader, entity: Entity, key: str) -> tuple[E
     descs = list(dict.fromkeys(r.description for r in rows if r.description))
     units = tuple(sorted({r.unit_id for r in rows}))
     name = most_frequent(names)
-    description, durable = (await _summary(reader, name, descs)) if len(descs) > 1 else (
+    description, durable = (await _summary(reader, name, descs, units)) if len(descs) > 1 else (
         descs[0] if descs else "", True)
     return Entity(entity.id, name, most_frequent(types), description, units, 0), durable
 
 
 async def relationship_view(reader: CallerReader, rel: Relationship,
                             ends: dict[str, Entity]) -> tuple[Relationship | None, bool]:
-    rows = reader.snap.relationship_instances([rel.id], classes=reader.caller.readable)
+    rows = reader._snap.relationship_instances([rel.id], classes=reader.caller.readable)
     if not rows or rel.source not in ends or rel.target not in ends:
         return None, True
     descs = list(dict.fromkeys(r.description for r in rows if r.description))
     weight = sum(float(r.strength) for r in rows)
     units = tuple(sorted({r.unit_id for r in rows}))
     name = f"{ends[rel.source].name} -- {ends[rel.target].name}"
-    description, durable = (await _summary(reader, name, descs)) if len(descs) > 1 else (
+    description, durable = (await _summary(reader, name, descs, units)) if len(descs) > 1 else (
         descs[0] if descs else "", True)
     return Relationship(rel.id, rel.source, rel.target, description, weight, units), durable
 
 
 async def report_view(reader: CallerReader, cid: str) -> tuple[Report | None, bool]:
     """A report written from the part of community `cid` the caller can see."""
-    row = reader.snap.communities([cid]).get(cid)
+    row = reader._snap.communities([cid]).get(cid)
     if row is None:
         return None, True
     members = list(reader.members(cid))
     entities = await reader.entities(members)
-    among = reader.snap.relationships_among([cid]).get(cid, [])
+    among = reader._snap.relationships_among([cid]).get(cid, [])
     relationships = {i: r for i, r in (await reader.relationships(among)).items()
                      if r.source in entities and r.target in entities}
     claims = [c for c in reader.claims_of(entities) if c.subject in entities]
@@ -139,8 +145,15 @@ async def report_view(reader: CallerReader, cid: str) -> tuple[Report | None, bo
         for k in kids:
             inside = kid_members[k]
             content.children[k] = Community(
-                k, row.level + 1, cid, (), tuple(sorted(inside)),
-                tuple(i for i, r in relationships.items() if r.source in inside and r.target in inside))
+                k,
+                row.level + 1,
+                cid,
+                (),
+                tuple(sorted(inside)),
+                tuple(
+                    i for i, r in relationships.items() if r.source in inside and r.target in inside
+                ),
+            )
         return await reader.reports(kids)
 
     views = reader.views

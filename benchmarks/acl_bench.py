@@ -22,7 +22,7 @@ on the copy to relabel (no re-extraction, no report regenerated). Then, in this 
    and of serving views.
 2. `canopy warm` for `restricted` with the builtin provider, from an empty cache: views per
    kind, seconds; then the same views again from the SQLite cache after a simulated restart
-   (forget_caller_views) and from memory: the view-cache hit speedup.
+   (the service's view cache forgotten) and from memory: the view-cache hit speedup.
 3. The LLM cost of views: M report views (a seeded sample of the communities `restricted` is
    served as views) built through the real openai client against the test suite's fake
    OpenAI-compatible server (zero latency unless --llm-latency): calls per task, prompt and
@@ -53,19 +53,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from acl.views import VIEW
+from acl.access import State
 from canopy.llm import ChatClient
-from canopy.providers.base import usage_scope
 from canopy.providers.llm import LLMProvider
 from canopy.settings import LLMSettings
+from canopy.store.export import load_graph
 from server import engines
-from server.engines.serving import (
-    caller_views_of,
-    forget_caller_views,
-    warm_views,
-)
+from server.context import QueryContext
+from server.engines.warm import warm_views
 from server.runtime import build_index, open_workspace
-from server.service import CanopyService, QueryContext
+from server.service import CanopyService
 from server.status import index_status, status_for_caller
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -139,7 +136,7 @@ def tools(service: CanopyService, targets: Targets) -> dict[str, Callable[[Query
 
     async def status(ctx: QueryContext, who: str, q: str) -> Any:
         policy = service.ws.policy
-        principal = ctx.vis.principal
+        principal = ctx.caller.principal
         return status_for_caller(index_status(service.store), ctx,
                                  lambda path: policy.readable(policy.labels_for(path), principal))
 
@@ -168,10 +165,12 @@ def latency(service: CanopyService, questions: list[str]) -> dict[str, Any]:
     targets = Targets()
     table = tools(service, targets)
     out: dict[str, Any] = {"cold_ms": {}, "first_ms": {}, "ms": {}}
-    ctx = {who: service.context(service.principal(who)) for who in PRINCIPALS}
+    def call(fn: Any, who: str, q: str) -> Callable[[], Awaitable[Any]]:
+        return lambda: service.run(who, lambda c: fn(c, who, q))
+
     log("latency: cold first call per tool (restricted, empty view cache)")
     for name, fn in table.items():
-        out["cold_ms"][name] = asyncio.run(timed(lambda fn=fn: fn(ctx["restricted"], "restricted", questions[0])))
+        out["cold_ms"][name] = asyncio.run(timed(call(fn, "restricted", questions[0])))
         log(f"  {name}: {out['cold_ms'][name]:.0f} ms")
 
     def one_pass(who: str) -> dict[str, list[float]]:
@@ -181,8 +180,7 @@ def latency(service: CanopyService, questions: list[str]) -> dict[str, Any]:
                 if (name.startswith("drill_down (entity") and (who, q) not in targets.entity) or \
                         (name.startswith("drill_down (comm") and (who, q) not in targets.report):
                     continue
-                ms.setdefault(name, []).append(
-                    asyncio.run(timed(lambda fn=fn, q=q, who=who: fn(ctx[who], who, q))))
+                ms.setdefault(name, []).append(asyncio.run(timed(call(fn, who, q))))
         return ms
 
     for who in PRINCIPALS:
@@ -199,8 +197,9 @@ def latency(service: CanopyService, questions: list[str]) -> dict[str, Any]:
 # ---- view cost --------------------------------------------------------------------------------------
 
 
-def clear_view_cache(index_dir: Path) -> None:
-    forget_caller_views()
+def clear_view_cache(service: CanopyService | None, index_dir: Path) -> None:
+    if service is not None:
+        service.view_cache.forget()
     db = sqlite3.connect(index_dir / "canopy.sqlite")
     with db:
         db.execute("DELETE FROM acl_views")
@@ -208,14 +207,13 @@ def clear_view_cache(index_dir: Path) -> None:
 
 
 def warm_cost(service: CanopyService, index_dir: Path) -> dict[str, Any]:
-    clear_view_cache(index_dir)
+    clear_view_cache(service, index_dir)
     out: dict[str, Any] = {}
     for phase in ("cold", "sqlite", "memory"):
         if phase == "sqlite":
-            forget_caller_views()
-        ctx = service.context(service.principal("restricted"))
+            service.view_cache.forget()
         t0 = time.perf_counter()
-        figures = asyncio.run(warm_views(ctx))
+        figures = asyncio.run(service.run("restricted", warm_views))
         figures["wall_s"] = round(time.perf_counter() - t0, 6)
         out[phase] = figures
         log(f"warm ({phase}): {figures['wall_s']} s, built {figures['built']}")
@@ -224,35 +222,37 @@ def warm_cost(service: CanopyService, index_dir: Path) -> dict[str, Any]:
 
 def llm_cost(service: CanopyService, index_dir: Path, n_reports: int, latency_s: float,
              seed: int) -> dict[str, Any]:
-    forget_caller_views()
+    clear_view_cache(service, index_dir)
+    g = load_graph(service.store)
     with FakeOpenAI(latency=latency_s) as fake:
         client = ChatClient(LLMSettings(base_url=fake.base_url, model="fake", max_retries=1,
                                         concurrency=8), cache=None, backoff_base=0.01)
-        provider = LLMProvider(client)
-        base = service.context(service.principal("restricted"))
-        ctx = QueryContext(base.view, base.vis, provider, base.settings)
-        cv = caller_views_of(ctx)
-        candidates = sorted(c for c in ctx.view.graph.communities if cv.community_state(c) == VIEW)
+        service.use_provider(LLMProvider(client))
+
+        async def states(ctx: QueryContext) -> dict[str, State]:
+            return ctx.reader.community_states(g.communities)
+
+        found = asyncio.run(service.run("restricted", states))
+        candidates = sorted(c for c, st in found.items() if st == State.VIEW)
         chosen = sorted(random.Random(seed).sample(candidates, min(n_reports, len(candidates))))
         levels: dict[str, int] = {}
         for c in chosen:
-            key = str(ctx.view.graph.communities[c].level)
+            key = str(g.communities[c].level)
             levels[key] = levels.get(key, 0) + 1
         out: dict[str, Any] = {"reports": len(chosen), "by_level": levels, "latency_s": latency_s,
                                "candidates": len(candidates)}
 
-        async def build() -> None:
-            await cv.build([("report", c) for c in chosen], provider)
+        async def build(ctx: QueryContext) -> dict[str, Any]:
+            await ctx.reader.reports(chosen)
+            return ctx.reader.view_usage
 
         for phase in ("cold", "sqlite", "memory"):
             if phase == "sqlite":
-                forget_caller_views()
-                cv = caller_views_of(QueryContext(base.view, base.vis, provider, base.settings))
+                service.view_cache.forget()
             before = len(fake.requests)
-            with usage_scope() as usage:
-                t0 = time.perf_counter()
-                asyncio.run(build())
-                wall = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            usage = asyncio.run(service.run("restricted", build))
+            wall = time.perf_counter() - t0
             out[phase] = {
                 "wall_s": round(wall, 6), "http_requests": len(fake.requests) - before,
                 "calls": {t: u.calls for t, u in sorted(usage.items()) if u.calls},
@@ -304,22 +304,23 @@ def main() -> None:
         relabel = build_index(ws)
         relabel_s = time.perf_counter() - t0
         assert relabel.stats["units_extracted"] == 0, relabel.stats
-        clear_view_cache(index_dir)
+        clear_view_cache(None, index_dir)
         service = CanopyService(open_workspace(args.docs, index_dir, config))
         try:
-            cv = caller_views_of(service.context(service.principal("restricted")))
-            g = service.views.get().graph
-            shape = {"documents": len(service.views.get().documents), "restricted_documents": labelled,
+            g = load_graph(service.store)
+
+            async def count(ctx: QueryContext) -> dict[str, dict[str, int]]:
+                ents = ctx.reader.entity_states(g.entities).values()
+                reps = ctx.reader.community_states(g.communities).values()
+                return {kind: {"canonical": sum(s == State.FULL for s in states),
+                               "view": sum(s == State.VIEW for s in states),
+                               "hidden": sum(s == State.NONE for s in states)}
+                        for kind, states in (("entities", list(ents)), ("reports", list(reps)))}
+
+            shape = {"documents": len(g.documents), "restricted_documents": labelled,
                      "entities": len(g.entities), "relationships": len(g.relationships),
                      "communities": len(g.communities),
-                     "restricted_caller": {
-                         "entities": {"canonical": sum(cv.entity_state(e) == 2 for e in g.entities),
-                                      "view": sum(cv.entity_state(e) == 1 for e in g.entities),
-                                      "hidden": sum(cv.entity_state(e) == 0 for e in g.entities)},
-                         "reports": {"canonical": sum(cv.community_state(c) == 2 for c in g.communities),
-                                     "view": sum(cv.community_state(c) == 1 for c in g.communities),
-                                     "hidden": sum(cv.community_state(c) == 0 for c in g.communities)},
-                     }}
+                     "restricted_caller": asyncio.run(service.run("restricted", count))}
             log(f"shape: {shape}")
             lat = latency(service, questions)
             warm = warm_cost(service, index_dir)
@@ -327,7 +328,6 @@ def main() -> None:
         finally:
             service.close()
     finally:
-        forget_caller_views()
         if tmp is not None:
             tmp.cleanup()
 

@@ -1,9 +1,8 @@
 """Retrieval quality on MultiHop-RAG: evidence-article Hits@4 / Hits@10 of local_search's context
 against basic_search's and against plain BM25 / vector / hybrid retrieval over text units.
 
-    python benchmarks/retrieval_eval.py                          # DEV split, every system
-    python benchmarks/retrieval_eval.py --split heldout          # held-out split (once, at the end)
-    python benchmarks/retrieval_eval.py --split both --limit 200 # quick look
+    python benchmarks/retrieval_eval.py                          # DEV questions, every system
+    python benchmarks/retrieval_eval.py --limit 200              # quick look
     python benchmarks/retrieval_eval.py --index-dir /tmp/mh/idx  # reuse an index (built if missing)
 
 Corpus and index: the 609 MultiHop-RAG articles (../shared/eval-data/multihop-rag/corpus.json),
@@ -13,8 +12,9 @@ matter, which Canopy puts in every unit's header), indexed with the builtin offl
 is built into a temp folder (~1 min) and removed afterwards.
 
 Questions: MultiHopRAG.json, 2,556 queries. Split by a hash of the query text: DEV is every query
-with int(sha256(query).hexdigest(), 16) % 5 != 0 (2,045 queries; all tuning was done on it), the
-rest (511) is HELD-OUT. Null queries (empty evidence_list) are skipped: they have no evidence.
+with int(sha256(query).hexdigest(), 16) % 5 != 0 (2,045 queries). Only DEV is ever run: the rest
+is evaluated outside the team, so this script cannot load it. Null queries (empty evidence_list)
+are skipped: they have no evidence.
 
 Metric (per system and query):
 1. take the text units the system returns, in rank order: for the tools, exactly the
@@ -90,12 +90,12 @@ def is_dev(query: str) -> bool:
     return int(hashlib.sha256(query.encode()).hexdigest(), 16) % 5 != 0
 
 
-def load_questions(split: str) -> list[dict[str, Any]]:
-    """Questions of `split` (dev | heldout | all) that have evidence."""
+def load_questions(split: str = "dev") -> list[dict[str, Any]]:
+    """The DEV questions that have evidence (the only split there is to load)."""
+    if split != "dev":
+        raise ValueError("only DEV questions are evaluated here; the rest is held out")
     data = json.loads(QUESTIONS.read_text(encoding="utf-8"))
-    keep = {"dev": lambda q: is_dev(q), "heldout": lambda q: not is_dev(q),
-            "all": lambda q: True}[split]
-    return [q for q in data if q["evidence_list"] and keep(q["query"])]
+    return [q for q in data if q["evidence_list"] and is_dev(q["query"])]
 
 
 def _clean_env() -> None:
@@ -178,7 +178,7 @@ def article_of_units(ctx) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def _table_ranking(ctx, query: str, mode: str) -> list[str]:  # type: ignore[no-untyped-def]
     from canopy.vectors import _WORD
 
-    table = ctx.reader.vectors.tables["text_units"]
+    table = ctx.reader._vectors.tables["text_units"]
     if mode == "vector":
         vector = ctx.reader.embedder.embed_sync([query])[0]
         q = table.search(vector, query_type="vector").limit(DEPTH).select(["id", "_distance"])
@@ -350,7 +350,6 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index-dir", type=Path, default=None,
                     help="reuse (or build into) this index folder; default: a temp folder")
-    ap.add_argument("--split", choices=["dev", "heldout", "both"], default="dev")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of "
                     + ", ".join(SYSTEMS))
     ap.add_argument("--front-matter", action="store_true",
@@ -359,12 +358,12 @@ def main() -> None:
     ap.add_argument("--minilm-model", type=Path, default=None,
                     help="a sentence-transformers model folder (e.g. all-MiniLM-L6-v2) for the systems "
                     + ", ".join(MINILM_SYSTEMS) + " (needs sentence-transformers installed)")
-    ap.add_argument("--limit", type=int, default=None, help="first N questions of each split")
+    ap.add_argument("--limit", type=int, default=None, help="first N DEV questions")
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/"
                     "retrieval_eval.json (retrieval_eval_front_matter.json with --front-matter)")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
-    splits = ["dev", "heldout"] if args.split == "both" else [args.split]
+    splits = ["dev"]
     if args.out is None:
         args.out = RESULTS / ("retrieval_eval_front_matter.json" if args.front_matter
                               else "retrieval_eval.json")

@@ -4,6 +4,8 @@ text from libraries never reaches a caller.
     CanopyError
     ├── ConfigError            bad settings or policy (user-facing, no traceback)
     ├── IndexMissing           no index at the given folder yet
+    ├── IndexDamaged           the index's files are unreadable or inconsistent: only
+    │                          `canopy index --full` brings it back
     ├── ProviderError          an LLM/embedding endpoint failed
     │   ├── EndpointUnavailable   unreachable / auth failure / retries exhausted
     │   └── InvalidOutput         output failed validation after repair (per-unit failure)
@@ -17,6 +19,7 @@ __all__ = [
     "CanopyError",
     "ConfigError",
     "EndpointUnavailable",
+    "IndexDamaged",
     "IndexMissing",
     "InvalidArgument",
     "InvalidOutput",
@@ -35,6 +38,28 @@ class ConfigError(CanopyError):
 
 class IndexMissing(CanopyError):
     pass
+
+
+class IndexDamaged(CanopyError):
+    """The index's database or search tables cannot be read, or disagree with each other.
+
+    `reason` says what is wrong in words safe for any caller: no file paths, no library text
+    (those go to the operator's log). `docs` is the documents folder when the code that raises
+    knows it; the message then names the exact command that rebuilds the index."""
+
+    def __init__(self, reason: str, docs: str | None = None) -> None:
+        self.reason = reason
+        self.docs = docs
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        command = f"canopy index --full {self.docs}" if self.docs else "canopy index --full <docs>"
+        return (f"The index is damaged ({self.reason}). Rebuild it from the documents with "
+                f"`{command}`.")
+
+    def for_docs(self, docs: object) -> IndexDamaged:
+        """The same error, naming the documents folder in its remedy."""
+        return IndexDamaged(self.reason, str(docs))
 
 
 class ProviderError(CanopyError):

@@ -3,13 +3,13 @@
 Precedence, highest first: explicit keyword arguments (tests, CLI flags), environment variables
 (`CANOPY_<SECTION>__<FIELD>`, plus the short aliases below), `canopy.toml`, defaults.
 Short aliases: CANOPY_LLM_BASE_URL / CANOPY_LLM_MODEL / CANOPY_LLM_API_KEY (falling back to
-OPENAI_BASE_URL / OPENAI_API_KEY) and CANOPY_EMBED_BASE_URL / CANOPY_EMBED_MODEL / CANOPY_EMBED_API_KEY.
+OPENAI_BASE_URL / OPENAI_API_KEY) and CANOPY_EMBED_BASE_URL / CANOPY_EMBED_MODEL /
+CANOPY_EMBED_API_KEY.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ __all__ = [
     "QuerySettings",
     "ReportSettings",
     "Settings",
+    "StorageSettings",
     "load_settings",
 ]
 
@@ -43,9 +44,13 @@ INDEX_DIRNAME = ".canopy"
 
 
 class LLMSettings(BaseModel):
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint; unset = builtin offline provider")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint; unset = builtin offline provider"
+    )
     model: str = Field("gpt-4o-mini", description="Chat model name sent to the endpoint")
-    api_key: SecretStr | None = Field(None, description="API key (many local servers accept any value)")
+    api_key: SecretStr | None = Field(
+        None, description="API key (many local servers accept any value)"
+    )
     concurrency: int = Field(
         64, ge=1, le=256,
         description="Most chat requests in flight: the adaptive window's ceiling "
@@ -62,10 +67,16 @@ class LLMSettings(BaseModel):
         2.0, gt=1, le=100,
         description="Growth stops when requests take this many times the best seen (the "
         "endpoint is queueing, not working in parallel)")
-    max_retries: int = Field(5, ge=0, le=20, description="Retries on 429/5xx/timeouts, with backoff")
+    max_retries: int = Field(
+        5, ge=0, le=20, description="Retries on 429/5xx/timeouts, with backoff"
+    )
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds")
-    backoff_s: float = Field(1.0, ge=0, description="First retry wait when no Retry-After is sent; doubles")
-    json_schema: bool = Field(True, description="Use response_format json_schema; false = JSON mode + validation")
+    backoff_s: float = Field(
+        1.0, ge=0, description="First retry wait when no Retry-After is sent; doubles"
+    )
+    json_schema: bool = Field(
+        True, description="Use response_format json_schema; false = JSON mode + validation"
+    )
     temperature: float = Field(0.0, ge=0, le=2)
 
     @property
@@ -74,8 +85,12 @@ class LLMSettings(BaseModel):
 
 
 class EmbedSettings(BaseModel):
-    base_url: str | None = Field(None, description="OpenAI-compatible embeddings endpoint; unset = builtin")
-    model: str = Field("text-embedding-3-small", description="Embedding model name sent to the endpoint")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible embeddings endpoint; unset = builtin"
+    )
+    model: str = Field(
+        "text-embedding-3-small", description="Embedding model name sent to the endpoint"
+    )
     api_key: SecretStr | None = None
     dims: int = Field(384, ge=32, le=4096, description="Dimensions of the builtin hashing embedder")
     batch_size: int = Field(64, ge=1, le=2048)
@@ -94,21 +109,31 @@ class InputSettings(BaseModel):
         [".txt", ".md", ".markdown", ".html", ".htm", ".csv", ".jsonl", ".pdf", ".docx"],
         description="File extensions that are indexed",
     )
-    max_file_bytes: int = Field(20_000_000, ge=1, description="Larger files are skipped with a reason")
+    max_file_bytes: int = Field(
+        20_000_000, ge=1, description="Larger files are skipped with a reason"
+    )
     exclude: list[str] = Field(
         ["**/.git/**", "**/node_modules/**", "**/.*"], description="Glob patterns never indexed"
     )
     front_matter: bool = Field(
-        True, description="Read YAML front matter of Markdown files: its title names the document and its "
-        "other fields (source, author, date...) head every text unit for search and context")
+        True,
+        description="Read YAML front matter of Markdown files: its title names the document and "
+        "its other fields (source, author, date...) head every text unit for search and context",
+    )
     metadata_fields: list[str] = Field(
-        [], description="Front-matter fields to keep (empty: every scalar or list field that is not a link)")
+        [],
+        description="Front-matter fields to keep (empty: every scalar or list field that is not "
+        "a link)",
+    )
     # Loader limits: a file over one is skipped with the limit named in `canopy status`.
     max_unpacked_bytes: int = Field(
         100_000_000, ge=1, description="Largest total size of a DOCX's unpacked parts (zip bombs)")
     max_pages: int = Field(5_000, ge=1, description="PDFs with more pages are skipped")
     max_paragraphs: int = Field(
-        500_000, ge=1, description="DOCX paragraphs, or CSV/JSONL rows, above which a file is skipped")
+        500_000,
+        ge=1,
+        description="DOCX paragraphs, or CSV/JSONL rows, above which a file is skipped",
+    )
     max_text_chars: int = Field(
         20_000_000, ge=1, description="Files whose extracted text is longer are skipped")
     load_timeout_s: float = Field(
@@ -117,22 +142,30 @@ class InputSettings(BaseModel):
 
 class ChunkSettings(BaseModel):
     chunk_tokens: int = Field(1200, ge=50, le=32000, description="Maximum tokens of a text unit")
-    overlap_tokens: int = Field(100, ge=0, le=2000, description="Tokens of preceding text prefixed to a unit")
+    overlap_tokens: int = Field(
+        100, ge=0, le=2000, description="Tokens of preceding text prefixed to a unit"
+    )
     encoding: str = Field("o200k_base", description="tiktoken encoding used for all counts")
 
 
 class ExtractSettings(BaseModel):
     entity_types: list[str] = Field(["organization", "person", "geo", "event"])
-    max_gleanings: int = Field(1, ge=0, le=5, description="Extra passes; stops early when a pass adds nothing")
+    max_gleanings: int = Field(
+        1, ge=0, le=5, description="Extra passes; stops early when a pass adds nothing"
+    )
     claims: bool = Field(False, description="Extract claims (covariates)")
-    summary_max_tokens: int = Field(300, ge=20, description="Budget of a merged description summary")
+    summary_max_tokens: int = Field(
+        300, ge=20, description="Budget of a merged description summary"
+    )
 
 
 class CommunitySettings(BaseModel):
     max_cluster_size: int = Field(10, ge=2)
     seed: int = Field(0xDEADBEEF)
     max_levels: int = Field(4, ge=1, le=10)
-    modularity_drift: float = Field(0.05, ge=0, description="Re-cluster from scratch when modularity falls by more")
+    modularity_drift: float = Field(
+        0.05, ge=0, description="Re-cluster from scratch when modularity falls by more"
+    )
 
 
 class ReportSettings(BaseModel):
@@ -140,15 +173,33 @@ class ReportSettings(BaseModel):
     max_report_tokens: int = Field(1500, ge=100)
 
 
+class StorageSettings(BaseModel):
+    keep_versions_s: float = Field(
+        600.0, ge=0,
+        description="Seconds old search-table versions are kept after a newer one commits, for "
+        "requests still reading them (a request holds its versions from start to end); index "
+        "runs rewrite and prune the search tables at most once per this period, so deleted "
+        "text leaves them one to two periods (plus five minutes) after the deletion. 0 = at "
+        "once, keeping only the latest version: for indexes no server reads while they are "
+        "updated")
+
+
 class QuerySettings(BaseModel):
     seed: int = 42
     map_batch_tokens: int = Field(8000, ge=500, description="Report tokens per global map call")
     reduce_tokens: int = Field(8000, ge=500)
     local_context_tokens: int = Field(8000, ge=500)
-    community_level: int | None = Field(None, description="Fixed level for global search; None = dynamic")
+    community_level: int | None = Field(
+        None, description="Fixed level for global search; None = dynamic"
+    )
     drift_depth: int = Field(2, ge=1, le=5)
     drift_breadth: int = Field(3, ge=1, le=10)
-    result_token_limit: int = Field(20000, ge=1000, description="Cap of one tool result (hosts allow ~25k)")
+    result_token_limit: int = Field(
+        20000, ge=1000, description="Cap of one tool result (hosts allow ~25k)"
+    )
+    cache_mb: int = Field(256, ge=16, description=(
+        "Memory the server gives its caches, in MB: search-index pages, callers' views, "
+        "per-passage text analysis (`serve --workers N` processes share it, N-th each)"))
 
 
 class AclRule(BaseModel):
@@ -172,13 +223,25 @@ class AuthSettings(BaseModel):
     """
 
     tokens_file: Path | None = Field(
-        None, description="JSON-lines file of hashed bearer tokens -> principal (`canopy token add`)")
-    principal_claim: str = Field("sub", min_length=1, description="JWT claim naming the caller's principal")
-    jwt_issuer: str | None = Field(None, description="Required `iss` of JWTs; setting it turns JWT checks on")
-    jwt_audience: str | None = Field(None, description="Required `aud` of JWTs (this server's identifier)")
-    jwt_jwks_url: str | None = Field(None, description="JWKS endpoint of the identity provider (keys cached)")
+        None,
+        description="JSON-lines file of hashed bearer tokens -> principal (`canopy token add`)",
+    )
+    principal_claim: str = Field(
+        "sub", min_length=1, description="JWT claim naming the caller's principal"
+    )
+    jwt_issuer: str | None = Field(
+        None, description="Required `iss` of JWTs; setting it turns JWT checks on"
+    )
+    jwt_audience: str | None = Field(
+        None, description="Required `aud` of JWTs (this server's identifier)"
+    )
+    jwt_jwks_url: str | None = Field(
+        None, description="JWKS endpoint of the identity provider (keys cached)"
+    )
     jwt_key: SecretStr | None = Field(None, description="Shared secret for HS256/384/512 JWTs")
-    jwt_public_key_file: Path | None = Field(None, description="PEM public key for RS/PS/ES/EdDSA JWTs")
+    jwt_public_key_file: Path | None = Field(
+        None, description="PEM public key for RS/PS/ES/EdDSA JWTs"
+    )
     jwt_algorithms: list[str] = Field(
         [], description="Accepted JWT algorithms; [] = HS256 with jwt_key, else RS256 and ES256")
     jwt_leeway_s: float = Field(30.0, ge=0, le=600, description="Clock skew allowed on exp/nbf/iat")
@@ -207,6 +270,7 @@ class Settings(BaseSettings):
     extract: ExtractSettings = ExtractSettings()
     communities: CommunitySettings = CommunitySettings()
     reports: ReportSettings = ReportSettings()
+    storage: StorageSettings = StorageSettings()
     query: QuerySettings = QuerySettings()
     acl: AclSettings = AclSettings()
     auth: AuthSettings = AuthSettings()
@@ -220,17 +284,15 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_path = _CONFIG_PATH.get("path")
-        sources: list[PydanticBaseSettingsSource] = [init_settings, _AliasEnvSource(settings_cls), env_settings]
+        toml_path = settings_cls.model_config.get("toml_file")
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            _AliasEnvSource(settings_cls),
+            env_settings,
+        ]
         if toml_path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
         return tuple(sources)
-
-
-# pydantic-settings reads the TOML path from class config; a module slot lets load_settings pick
-# the file per call without subclassing.
-_CONFIG_PATH: dict[str, Path | None] = {"path": None}
-_CONFIG_LOCK = threading.Lock()
 
 
 class _AliasEnvSource(PydanticBaseSettingsSource):
@@ -245,7 +307,9 @@ class _AliasEnvSource(PydanticBaseSettingsSource):
         ("embed", "api_key"): ("CANOPY_EMBED_API_KEY",),
     }
 
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+    def get_field_value(
+        self, field: Any, field_name: str
+    ) -> tuple[Any, str, bool]:  # pragma: no cover
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
@@ -267,19 +331,20 @@ def find_config(docs_dir: Path | None, config: Path | None = None) -> Path | Non
     return None
 
 
-def load_settings(docs_dir: Path | None = None, config: Path | None = None, **overrides: Any) -> Settings:
+def load_settings(
+    docs_dir: Path | None = None, config: Path | None = None, **overrides: Any
+) -> Settings:
     """Settings for a documents folder: its canopy.toml (or `config`), then env, then overrides."""
     path = find_config(docs_dir, config)
     acl_present = False
     if path is not None:
         with path.open("rb") as fh:
             acl_present = "acl" in tomllib.load(fh)
-    with _CONFIG_LOCK:  # serving and watching threads may load settings at once
-        _CONFIG_PATH["path"] = path
-        try:
-            settings = Settings(**overrides)
-        finally:
-            _CONFIG_PATH["path"] = None
+    # pydantic-settings takes the TOML file from the class's config: a subclass per file
+    # (no shared state, so serving and watching threads may load settings at once).
+    cls = Settings if path is None else type("Settings", (Settings,), {
+        "model_config": SettingsConfigDict(**{**Settings.model_config, "toml_file": path})})
+    settings = cls(**overrides)
     if acl_present and not settings.acl.enabled:
         settings.acl.enabled = True
     return settings

@@ -5,29 +5,53 @@ classes of the units it derives from, so retrieval *prefilters* by what a caller
 ranking (design §5): scores, counts and top-k never reflect hidden rows.
 
 Writes are diffs (rows of changed artifacts deleted and added); rows appended since the last
-index optimization are searched by a flat scan until `maintain` folds them into the full-text
+index optimization are searched by a flat scan until `tidy` folds them into the full-text
 index, which happens when they pass a share of the table. Every committed generation records
 the table versions it was written with; readers check out exactly those (`reader`), and a
 writer first rolls the tables back to the committed versions (`restore`), so a crashed update
 leaves nothing behind that a later one could duplicate.
+
+Deleted rows stay in Lance's data files (marked deleted) and in every older version until the
+files are rewritten and the versions pruned. `tidy`, run by the writer after a commit, does
+both: it rewrites the fragments that still store deleted rows (writers note them: `scrub`, meta
+`lance_scrub`; a fragment holds one write's rows, so this costs what the deletions touched) and
+prunes old versions, so deleted text leaves the disk within about two grace periods (design §2,
+issue "Safety" case 10).
+A reader holds the versions it started with for one request, so a version is pruned only once
+it has not been committed for the grace period: each change of the committed versions is
+recorded with its time (`superseded`, meta `lance_history`), and `floor` gives, per table, the
+oldest version committed within the grace period; nothing from it on is pruned. A grace
+period of 0 prunes all but the latest version at once (for indexes nobody reads meanwhile).
+
+A table that is missing, or cannot be opened or searched, raises `IndexDamaged`: a reader must
+never mistake a lost table for an empty one.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lancedb
 import numpy as np
-import pyarrow as pa
 
-__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "rrf"]
+from canopy.errors import IndexDamaged
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
+# commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
+
+__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "floor", "load_scrub",
+           "merge_scrub", "rrf", "superseded"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -36,7 +60,13 @@ _WORD = re.compile(r"\w+", re.UNICODE)  # FTS query syntax characters are droppe
 # Unindexed rows are scanned flat: fold them into the FTS index past this share of the table.
 _UNINDEXED_SHARE = 0.1
 _UNINDEXED_MIN = 2000
-_KEEP_VERSIONS = timedelta(hours=1)  # readers hold a generation's versions for one request
+_SCRUB_BATCH = 20_000  # rows per batch when a table is rewritten
+# Longer than an optimization takes before it prunes (about 7 s for 70,000 rows here).
+_PRUNE_MARGIN = timedelta(minutes=5)
+# A table this large gets an IVF vector index (exact distances within the probed partitions):
+# a flat scan of 380,000 rows x 384 dims takes about a second, the index answers in ~10 ms and
+# builds in ~20 s. Below it a flat scan is fast enough.
+VECTOR_INDEX_MIN = 20_000
 
 
 @dataclass(frozen=True)
@@ -56,6 +86,8 @@ class Hit:
 
 
 def _schema(dims: int) -> pa.Schema:
+    import pyarrow as pa
+
     return pa.schema([
         ("id", pa.string()), ("text", pa.string()), ("hash", pa.string()),
         ("vector", pa.list_(pa.float32(), dims)), ("acl", pa.list_(pa.int32())),
@@ -74,6 +106,41 @@ def rrf(*rankings: list[str], k: int = _RRF_K, weights: list[float] | None = Non
     return [Hit(i, s) for i, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def superseded(history: str | None, old: dict[str, int], now: float) -> str:
+    """`history` (JSON) with the versions `old` recorded as committed until `now`."""
+    entries = json.loads(history or "[]")
+    return json.dumps([*entries, [now, old]])
+
+
+def floor(history: str | None, current: dict[str, int], now: float, keep: float
+          ) -> tuple[dict[str, int], str]:
+    """Per table, the oldest version committed within the last `keep` seconds (readers may
+    hold it), and the history without entries older than that."""
+    entries = [e for e in json.loads(history or "[]") if e[0] > now - keep]
+    out = dict(current)
+    for _, versions in entries:
+        for name, version in versions.items():
+            out[name] = min(out.get(name, version), int(version))
+    return out, json.dumps(entries)
+
+
+def merge_scrub(recorded: str | None, new: dict[str, set[int]]) -> str:
+    """Meta `lance_scrub` (fragments with deleted rows, per table) with `new` added."""
+    out = {name: set(frags) for name, frags in json.loads(recorded or "{}").items()}
+    for name, frags in new.items():
+        out.setdefault(name, set()).update(frags)
+    return json.dumps({name: sorted(frags) for name, frags in sorted(out.items()) if frags})
+
+
+def load_scrub(recorded: str | None) -> dict[str, set[int]]:
+    return {name: set(frags) for name, frags in json.loads(recorded or "{}").items()}
+
+
+def _deleted_rows(history: list[dict[str, Any]]) -> int:
+    """Rows the latest version's files store but marks deleted."""
+    return int(history[-1]["metadata"].get("total_deletion_file_rows", 0) or 0)
+
+
 def _quote(values: Iterable[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
@@ -81,32 +148,70 @@ def _quote(values: Iterable[str]) -> str:
 class VectorStore:
     """The LanceDB tables of one index folder (the writer's side, and readers' factory)."""
 
-    def __init__(self, index_dir: Path, dims: int) -> None:
+    def __init__(self, index_dir: Path, dims: int, *, cache_bytes: int | None = None) -> None:
+        """`cache_bytes`: what LanceDB may keep of index and table metadata in memory (its
+        defaults allow gigabytes); None keeps its defaults (one-off index runs)."""
         self.path = Path(index_dir) / "lance"
         self.dims = dims
-        self._db = lancedb.connect(str(self.path))
+        import lancedb
+
+        session = None
+        if cache_bytes is not None:
+            session = lancedb.Session(index_cache_size_bytes=cache_bytes * 3 // 4,
+                                      metadata_cache_size_bytes=cache_bytes // 4)
+        self._db = lancedb.connect(str(self.path), session=session)
         self._local = threading.local()
         self._clearing: set[str] = set()
+        # Per table, the fragments this writer deleted rows from (a row address is the
+        # fragment id in its high 32 bits, the offset in the low ones).
+        self.scrub: dict[str, set[int]] = {}
 
     def _table(self, name: str) -> Any | None:
         if name in self._db.list_tables().tables:
             return self._db.open_table(name)
         return None
 
+    def _committed(self, name: str, version: int) -> Any:
+        """Table `name` checked out at `version`, or IndexDamaged (a committed table that is
+        missing must not read as an empty one)."""
+        try:
+            t = self._table(name)
+            if t is not None:
+                t.checkout(version)
+        except Exception as exc:  # lancedb raises RuntimeError/ValueError/OSError with paths
+            log.info("search table %s cannot be opened at version %d: %s", name, version, exc)
+            raise IndexDamaged("a search table cannot be opened at its committed version") from None
+        if t is None:
+            log.info("search table %s is missing from %s", name, self.path)
+            raise IndexDamaged("a search table is missing")
+        return t
+
     # ---- writing --------------------------------------------------------------------------
 
-    def restore(self, versions: dict[str, int]) -> None:
+    def restore(self, versions: dict[str, int], *, missing_ok: bool = False) -> None:
         """Roll each table back to the version its committed generation recorded (tables the
-        generation does not know are dropped): what a crashed update wrote is undone."""
+        generation does not know are dropped): what a crashed update wrote is undone. A
+        recorded table that is missing raises IndexDamaged unless `missing_ok` (a rebuild,
+        which writes every table anew); one that cannot be restored always does."""
         for name in TABLES:
-            t = self._table(name)
-            if t is None:
-                continue
             version = versions.get(name)
             if version is None:
-                self._db.drop_table(name)
-            elif t.version != version:
-                t.restore(version)
+                if self._table(name) is not None:
+                    self._db.drop_table(name)
+                continue
+            t = self._table(name)
+            if t is None:
+                if missing_ok:
+                    continue
+                raise IndexDamaged("a search table is missing")
+            if t.version != version:
+                try:
+                    t.restore(version)
+                except Exception as exc:
+                    log.info("search table %s cannot be restored to version %d: %s",
+                                name, version, exc)
+                    raise IndexDamaged("a search table cannot be opened at its committed "
+                                       "version") from None
 
     def clear(self) -> None:
         """Empty every table before this writer's first write to it (a full rebuild). Rows are
@@ -135,7 +240,14 @@ class VectorStore:
             t = self._db.create_table(name, schema=_schema(self.dims))
         ids = sorted(set(delete))
         for i in range(0, len(ids), 500):
-            t.delete(f"id IN ({_quote(ids[i:i + 500])})")
+            where = f"id IN ({_quote(ids[i:i + 500])})"
+            # Note the fragments that will hold deleted rows: `tidy` rewrites only those.
+            found = t.search().where(where).with_row_id(True).select(["id"]).limit(None)
+            self.scrub.setdefault(name, set()).update(
+                int(r) >> 32 for r in found.to_arrow()["_rowid"].to_pylist())
+            t.delete(where)
+        import pyarrow as pa
+
         for i in range(0, len(rows), 5000):
             t.add(pa.Table.from_pylist([
                 {"id": r.id, "text": r.text, "hash": r.hash, "vector": r.vector.astype(np.float32),
@@ -143,19 +255,101 @@ class VectorStore:
             ], schema=_schema(self.dims)))
 
     def maintain(self, name: str) -> None:
-        """Create the full-text index, or fold appended rows into it once they are many."""
+        """Create the table's full-text index (and, once the table is large, a vector index).
+        Folding appended rows into them is `tidy`'s, after the commit: an optimization prunes
+        versions, which must never happen to a committed version."""
         t = self._table(name)
         if t is None:
             return
-        indices = list(t.list_indices())
-        if not indices:
-            if t.count_rows():
-                t.create_fts_index("text", replace=True)
-            return
-        stats = t.index_stats(indices[0].name)
-        unindexed = getattr(stats, "num_unindexed_rows", 0) or 0
-        if unindexed > max(_UNINDEXED_MIN, _UNINDEXED_SHARE * t.count_rows()):
-            t.optimize(cleanup_older_than=_KEEP_VERSIONS)
+        rows = t.count_rows()
+        indices = {tuple(i.columns) for i in t.list_indices()}
+        if ("text",) not in indices and rows:
+            t.create_fts_index("text", replace=True)
+        if ("vector",) not in indices and rows >= VECTOR_INDEX_MIN:
+            from lancedb.index import IvfFlat
+
+            partitions = max(16, int(rows ** 0.5))
+            t.create_index("vector", config=IvfFlat(distance_type="l2", num_partitions=partitions))
+
+    def tidy(self, committed: dict[str, int], keep_from: dict[str, int] | None, *, due: bool,
+             record: Callable[[dict[str, int]], None],
+             scrub: dict[str, set[int]] | None = None) -> dict[str, int]:
+        """After a commit (each table at its committed version, the latest): fold appended rows
+        into the indexes once they pass a share of a table, and when `due` also rewrite the
+        fragments that still store deleted rows (`scrub`: per table, the fragments writers
+        deleted from; a table storing deleted rows elsewhere is rewritten whole) and prune old
+        versions: those before `keep_from` (per table, the oldest version readers may hold:
+        `floor`, which includes the committed one), or, with None, every version but the
+        latest. `record(versions)` commits the new versions (same rows). Returns the committed
+        versions.
+
+        Lance prunes by age, measured when its pruning step runs (after compaction): versions
+        created up to `_PRUNE_MARGIN` before `keep_from` are kept too, so the committed version
+        survives a crash before `record`. With None it does not (nobody reads concurrently)."""
+        work: dict[str, Any] = {}
+        for name, version in sorted(committed.items()):
+            t = self._table(name)
+            if t is None or t.version != version:
+                continue  # the writer restores committed versions before it writes
+            history = t.list_versions()
+            stored_deleted = _deleted_rows(history)
+            oldest = version if keep_from is None else min(keep_from.get(name, version), version)
+            prunable = any(v["version"] < oldest for v in history)
+            if not (self._fold_due(t) or (due and (stored_deleted or prunable))):
+                continue
+            if due and stored_deleted:
+                fragments = sorted((scrub or {}).get(name, ()))
+                if fragments:
+                    self._rewrite(t, version, fragments)
+                if _deleted_rows(t.list_versions()):  # deleted rows nobody noted: all of them
+                    log.info("search table %s: rewriting every fragment", name)
+                    self._rewrite(t, version, None)
+            with warnings.catch_warnings():
+                # lancedb warns that age 0 breaks readers of older versions: the caller said
+                # there are none ([storage] keep_versions_s = 0 documents it).
+                warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
+                t.optimize(cleanup_older_than=self._keep_age(history, oldest, keep_from),
+                           delete_unverified=True)
+            log.debug("search table %s tidied: version %d", name, t.version)
+            work[name] = t
+        if not work:
+            return committed
+        final = {**committed, **{name: int(t.version) for name, t in work.items()}}
+        record(final)
+        return final
+
+    @staticmethod
+    def _keep_age(history: list[dict[str, Any]], oldest: int,
+                  keep_from: dict[str, int] | None) -> timedelta:
+        """The age below which versions are kept: that of version `oldest`, plus the margin."""
+        if keep_from is None:
+            return timedelta(0)
+        created = min((v["timestamp"] for v in history if v["version"] >= oldest),
+                      default=datetime.now())  # list_versions gives naive local times
+        return datetime.now() - created + _PRUNE_MARGIN
+
+    @staticmethod
+    def _fold_due(t: Any) -> bool:
+        unindexed = max((i.num_unindexed_rows or 0 for i in t.list_indices()), default=0)
+        return unindexed > max(_UNINDEXED_MIN, _UNINDEXED_SHARE * t.count_rows())
+
+    def _rewrite(self, t: Any, version: int, fragments: list[int] | None) -> None:
+        """Write the live rows of these fragments of `t` (all with None; at `version`) into new
+        files and delete the old rows: a fragment whose rows are all deleted leaves the table,
+        and its files leave with the old versions. The work is the size of the fragments,
+        which are the size of the writes that made them. Batches are read from the committed
+        version, which the prune keeps."""
+        where = None if fragments is None else " OR ".join(
+            f"(_rowid >= {f << 32} AND _rowid < {(f + 1) << 32})" for f in fragments)
+        source = self._db.open_table(t.name)
+        source.checkout(version)
+        t.delete(where or "true")
+        query = source.search().limit(None).select(list(source.schema.names))
+        if where:
+            query = query.where(where)
+        for batch in query.to_batches(_SCRUB_BATCH):
+            if batch.num_rows:
+                t.add(batch)
 
     def versions(self) -> dict[str, int]:
         """The tables' current versions (tables still waiting to be cleared are cleared)."""
@@ -176,12 +370,7 @@ class VectorStore:
         cached = getattr(self._local, "reader", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        tables = {}
-        for name, version in versions.items():
-            t = self._table(name)
-            if t is not None:
-                t.checkout(version)
-                tables[name] = t
+        tables = {name: self._committed(name, version) for name, version in versions.items()}
         reader = VectorReader(tables)
         self._local.reader = (key, reader)
         return reader
@@ -221,10 +410,18 @@ class VectorReader:
         rankings: list[list[str]] = []
         weights: list[float] = []
         if vector is not None:
-            q = t.search(vector.astype(np.float32), query_type="vector").limit(k).select(["id", "_distance"])
+            q = (
+                t.search(vector.astype(np.float32), query_type="vector")
+                .limit(k)
+                .select(["id", "_distance"])
+            )
             if where:
                 q = q.where(where, prefilter=True)
-            rankings.append([r["id"] for r in q.to_list()])
+            try:
+                rankings.append([r["id"] for r in q.to_list()])
+            except Exception as exc:  # missing or truncated files: the text names them
+                log.info("vector search of %s failed: %s", name, exc)
+                raise IndexDamaged("a search table cannot be read") from None
             weights.append(vector_weight)
         words = " ".join(_WORD.findall(text or ""))
         if words:

@@ -22,10 +22,12 @@ from canopy.model import Entity, Relationship
 from canopy.providers.base import Provider
 from canopy.store.reads import EntityInstanceRow, RelationshipInstanceRow
 from canopy.store.rows import EntityRow, Gate, RelationshipRow
+from canopy.store.sources import cache_sources
 from canopy.tokens import Tokenizer
 
 __all__ = [
     "EntityDraft",
+    "Pending",
     "RelationshipDraft",
     "SummaryMemo",
     "acl_signature",
@@ -156,8 +158,18 @@ class SummaryMemo(Protocol):
     def cache_put(self, key: str, response: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class Pending:
+    """An element whose description is to be settled: its name, its distinct instance
+    descriptions, and the units those come from (the summary request quotes them)."""
+
+    name: str
+    descriptions: tuple[str, ...]
+    units: tuple[str, ...]
+
+
 async def describe(
-    pending: dict[str, tuple[str, tuple[str, ...]]],
+    pending: dict[str, Pending],
     provider: Provider,
     tok: Tokenizer,
     *,
@@ -166,33 +178,35 @@ async def describe(
     concurrency: int,
     on_done: Callable[[], None] | None = None,
 ) -> dict[str, str]:
-    """One description per element id from `pending` (id -> (name, distinct descriptions)):
-    the only description as is, or a summary of several (one provider call each, unless this
-    exact input was summarized before)."""
+    """One description per element id from `pending`: the only description as is, or a
+    summary of several (one provider call each, unless this exact input was summarized
+    before; what is cached records the element's units, canopy.store.sources)."""
     sem = asyncio.Semaphore(concurrency)
     out: dict[str, str] = {}
 
-    async def one(element_id: str, name: str, descs: tuple[str, ...]) -> None:
+    async def one(element_id: str, name: str, descs: tuple[str, ...], units: tuple[str, ...]
+                  ) -> None:
         kept = summary_input(list(descs), tok)
         key = summary_key(provider.name, max_tokens, name, kept)
         text = memo.cache_get(key) if memo else None
         if text is None:
-            try:
-                async with sem:
-                    text = await provider.summarize(name, kept, max_tokens=max_tokens)
-            except InvalidOutput:
-                text = ""  # fall back to the joined descriptions below; never fail the index
-            if memo and text:
-                memo.cache_put(key, text)
+            with cache_sources(units):
+                try:
+                    async with sem:
+                        text = await provider.summarize(name, kept, max_tokens=max_tokens)
+                except InvalidOutput:
+                    text = ""  # fall back to the joined descriptions below; never fail the index
+                if memo and text:
+                    memo.cache_put(key, text)
         if on_done:
             on_done()
         out[element_id] = text.strip() or " ".join(kept)
 
     several = []
-    for element_id, (name, descs) in sorted(pending.items()):
-        if len(descs) <= 1:
-            out[element_id] = descs[0] if descs else ""
+    for element_id, p in sorted(pending.items()):
+        if len(p.descriptions) <= 1:
+            out[element_id] = p.descriptions[0] if p.descriptions else ""
         else:
-            several.append(one(element_id, name, descs))
+            several.append(one(element_id, p.name, p.descriptions, p.units))
     await asyncio.gather(*several)
     return out

@@ -1,4 +1,5 @@
-"""`run_index`: the whole pipeline, planned as a diff against the committed generation (design §3-4).
+"""`run_index`: the whole pipeline, planned as a diff against the committed generation
+(design §3-4).
 
 Reads top to bottom as the paper's pipeline: scan -> chunk -> extract -> merge -> summarize ->
 communities -> reports -> embed -> commit. Each stage (indexer/stages/) works on what changed
@@ -9,8 +10,11 @@ first, at once (revocation); everything else becomes visible in one atomic commi
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +27,9 @@ from canopy.providers.builtin.text import TERMS_VERSION
 from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
 from canopy.tokens import get_tokenizer
-from indexer.loaders import LoadedDocument, scan_folder
+from canopy.vectors import merge_scrub
+from indexer.listing import list_files
+from indexer.loaders import LoadedDocument, load_entry
 from indexer.stages import Build, Progress
 from indexer.stages.communities import stage_communities
 from indexer.stages.context import no_progress
@@ -32,7 +38,7 @@ from indexer.stages.extraction import extract_units
 from indexer.stages.graph import stage_graph
 from indexer.stages.reports import stage_reports
 from indexer.stages.revocation import revoke
-from indexer.stages.vectors import stage_vectors
+from indexer.stages.vectors import stage_vectors, tidy_search_tables
 
 __all__ = ["IndexResult", "Progress", "run_index", "settings_fingerprint"]
 
@@ -49,6 +55,7 @@ class IndexResult:
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     skips: list[Skip] = field(default_factory=list)
     failures: list[UnitFailure] = field(default_factory=list)
+    recovered: str | None = None  # what a full build did about a damaged index (server.runtime)
 
 
 def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embedder) -> str:
@@ -63,6 +70,16 @@ def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
     """What stored extractions depend on: a change extracts every unit again."""
     return content_hash(provider.name, settings.chunking.model_dump_json(),
                         settings.extract.model_dump_json())
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory so far, in MB (0 where the platform has no rusage)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20) if sys.platform == "darwin" else peak / 1024, 1)
 
 
 def _counts(reads: GraphReads) -> dict[str, Any]:
@@ -93,18 +110,34 @@ async def run_index(
     full = full or store.generation == 0 or store.get_meta("settings_fingerprint") != fingerprint
     rebuild_vectors = full or store.get_meta("embedder") != embedder.name
 
-    # 1. scan, and plan the documents of the new generation against the committed ones
-    scanned = list(scan_folder(docs_dir, settings.input, store.index_dir))
-    loaded = [d for d in scanned if isinstance(d, LoadedDocument)]
-    skips = [s for s in scanned if isinstance(s, Skip)]
+    # 1. scan, and plan the documents of the new generation against the committed ones; a file
+    #    whose size and modification time are the committed ones is not read again
     with store.snapshot() as snap:
         previous = snap.all_documents()
         previous_failures = snap.failures()
         previous_skips = snap.skips()
         revoking = snap.meta("revoking") == "1"
         stale = bool(snap.stale_ids("entities") or snap.stale_ids("communities"))
-    plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels))
-    if (not full and plan.unchanged and not previous_failures and not revoking and not stale
+    on_disk = {r.document.path: (r.size, r.mtime_ns) for r in previous.values()}
+    loaded: list[LoadedDocument] = []
+    skips: list[Skip] = []
+    unchanged: list[str] = []
+    stats: dict[str, tuple[int, int]] = {}
+    for entry in list_files(docs_dir, settings.input, store.index_dir):
+        if isinstance(entry, Skip):
+            skips.append(entry)
+            continue
+        stats[entry.path] = (entry.size, entry.mtime_ns)
+        if not full and on_disk.get(entry.path) == (entry.size, entry.mtime_ns) and entry.mtime_ns:
+            unchanged.append(entry.path)
+            continue
+        got = load_entry(entry, settings.input)
+        (loaded if isinstance(got, LoadedDocument) else skips).append(got)  # type: ignore[arg-type]
+    plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels),
+                          stats=stats, unchanged=unchanged)
+    skips.sort(key=lambda s: s.path)
+    if (not full and plan.unchanged and not plan.touched and not previous_failures and not revoking
+            and not stale
             and skips == previous_skips and not rebuild_vectors):
         # Nothing to do: same documents, labels and settings, nothing to retry or finish.
         with store.snapshot() as snap:
@@ -112,19 +145,35 @@ async def run_index(
         stats = {**counts, "noop": True, "documents_rechunked": 0, "skipped": len(skips),
                  "units_extracted": 0, "units_failed": 0, "reports_generated": 0,
                  "reports_reused": counts["reports"], "embedded": 0}
+        # Old search-table versions may still hold deleted text: prune them once that is due.
+        tidy_search_tables(store, settings.storage, changed=False)
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
     run_id = store.start_run()
     store.set_meta({"extraction_fingerprint": extraction})
+    # The search tables' library takes seconds to import: do it while extraction runs.
+    threading.Thread(target=importlib.import_module, args=("lancedb",), daemon=True,
+                     name="canopy-import-lancedb").start()
 
     # 2. deletions and relabels apply now, before any regeneration (design §2)
     revoked = revoke(store, plan) if not full else []
 
     tok = get_tokenizer(settings.chunking.encoding)
     staging = Staging(store, full=full)
+    seconds: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
+    peak_mb: dict[str, float] = {"plan": _peak_mb()}
+    clock = [time.perf_counter()]
+
+    def lap(stage: str) -> None:  # time and peak memory so far, by stage (in the run's stats)
+        now = time.perf_counter()
+        seconds[stage] = round(now - clock[0], 3)
+        peak_mb[stage] = _peak_mb()
+        clock[0] = now
+
     try:
         b = Build(store, staging, settings, provider, embedder, tok, full, progress)
         # 3. documents and text units (edit-stable chunking: unchanged units keep their ids)
         units = stage_documents(b, plan)
+        lap("documents")
         # 4. extraction of new units, and retries of units that failed before
         retry = [f.unit_id for f in previous_failures if f.task == "extract"]
         live_retry = list(b.reads.unit_acl(retry)) if retry and not full else []
@@ -132,22 +181,34 @@ async def run_index(
         if not reextract:
             todo = sorted(set(todo) - store.extracted(todo)) + live_retry
         extracted = await extract_units(b, todo)
+        lap("extract")
         # 5. entities, relationships and claims touched by the changed units
         changed = [*units.added, *units.removed, *units.relabelled, *live_retry]
         graph = await stage_graph(b, changed)
+        lap("merge")
         # 6. communities: a local update, or a fresh clustering
         hierarchy = stage_communities(b, graph)
+        lap("communities")
         # 7. fingerprints and reports, bottom-up
         failed_reports = [f.unit_id for f in previous_failures if f.task == "report"]
         reports = await stage_reports(b, graph, hierarchy, failed_reports)
+        lap("reports")
         # 8. embeddings and search rows of what changed
         vectors = await stage_vectors(b, rebuild=rebuild_vectors)
+        lap("vectors")
         # 9. one atomic commit
         failures = extracted.failures + reports.failures
         usage = {task: u.as_dict() for task, u in sorted(provider.usage().items())}
-        meta = {"provider": provider.name, "embedder": embedder.name,
-                "lance_versions": json.dumps(vectors.versions), "docs_dir": str(Path(docs_dir).resolve()),
-                "revoking": "0", "settings_fingerprint": fingerprint, **hierarchy.meta}
+        meta = {
+            "provider": provider.name,
+            "embedder": embedder.name,
+            "lance_versions": json.dumps(vectors.versions),
+            "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub),
+            "docs_dir": str(Path(docs_dir).resolve()),
+            "revoking": "0",
+            "settings_fingerprint": fingerprint,
+            **hierarchy.meta,
+        }
         if b.stats.get("cjk") or full:  # CJK text (the server preloads its segmenter)
             meta["cjk"] = "1" if b.stats.get("cjk") else "0"
         stats: dict[str, Any] = {
@@ -163,10 +224,19 @@ async def run_index(
         load = provider.concurrency()
         if load is not None:  # the LLM client's achieved concurrency (shown by `canopy status`)
             stats["llm_concurrency"] = load.as_dict()
-        generation = staging.commit(CommitInfo(meta, failures, skips, [*units.removed, *revoked], run_id, stats,
-                                                usage))
+        stats["seconds"] = seconds
+        stats["peak_mb"] = peak_mb
+        generation = staging.commit(CommitInfo(meta, failures, skips, [*units.removed, *revoked],
+                                               run_id, stats, usage))
+        lap("commit")
     finally:
         staging.close()
+    # Readers now use the new generation: compact the search tables and, once due, rewrite
+    # what still stores deleted rows and drop old versions; then drop the WAL's old pages.
+    tidy_search_tables(store, settings.storage, changed=True)
+    if (units.removed or revoked or full) and not store.truncate_wal():
+        log.info("a reader holds an older snapshot: the WAL is truncated at a later checkpoint")
+    lap("tidy")
     with store.snapshot() as snap:
         stats.update(_counts(snap))
     store.finish_run(run_id, stats)

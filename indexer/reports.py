@@ -22,12 +22,14 @@ from canopy.errors import InvalidOutput
 from canopy.ids import content_hash
 from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
 from canopy.providers.base import Provider, ReportContext, ReportOut
+from canopy.store.sources import cache_sources
 from canopy.tokens import Tokenizer
 
 __all__ = [
     "CommunityContent",
     "ElementSizes",
     "build_report_context",
+    "context_units",
     "fingerprint",
     "to_report",
     "write_report",
@@ -56,11 +58,26 @@ def fingerprint(level: int, entity_hashes: Iterable[str], relationship_hashes: I
 
 
 class ElementSizes:
-    """Token sizes of elements as they appear in a report context (memoized)."""
+    """Token sizes of elements as they appear in a report context (memoized by element id;
+    `seed` gives sizes known from elsewhere, `fresh` returns those counted here)."""
 
     def __init__(self, tok: Tokenizer) -> None:
         self.tok = tok
         self._cache: dict[str, int] = {}
+        self._seeded: set[str] = set()
+
+    def seed(self, known: dict[str, int]) -> None:
+        for i, n in known.items():
+            if i not in self._cache:
+                self._cache[i] = n
+                self._seeded.add(i)
+
+    def known(self, i: str) -> bool:
+        return i in self._cache
+
+    def fresh(self, ids: Iterable[str]) -> dict[str, int]:
+        """Sizes of these ids counted by this object (not seeded), where counted."""
+        return {i: self._cache[i] for i in ids if i in self._cache and i not in self._seeded}
 
     def entity(self, e: Entity) -> int:
         n = self._cache.get(e.id)
@@ -83,27 +100,57 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
     entities, relationships = content.entities, content.relationships
     tok = sizes.tok
     members = set(entities)
-    rels = sorted((relationships[r] for r in c.relationship_ids if r in relationships),
-                  key=lambda r: (-(_degree(entities, r.source) + _degree(entities, r.target)), r.id))
-    all_tokens = sum(sizes.entity(e) for e in entities.values()) + sum(sizes.relationship(r) for r in rels)
+    rels = sorted(
+        (relationships[r] for r in c.relationship_ids if r in relationships),
+        key=lambda r: (-(_degree(entities, r.source) + _degree(entities, r.target)), r.id),
+    )
+    all_tokens = sum(sizes.entity(e) for e in entities.values()) + sum(
+        sizes.relationship(r) for r in rels
+    )
     subs: list[Report] = []
     if c.children and all_tokens > budget:
         # Substitute child reports, largest child first, until the rest fits.
-        kids = [content.children[k] for k in c.children if k in child_reports and k in content.children]
-        kids.sort(key=lambda k: (-sum(sizes.entity(entities[e]) for e in k.entity_ids if e in entities)
-                                 - sum(sizes.relationship(relationships[r]) for r in k.relationship_ids
-                                       if r in relationships), k.id))
+        kids = [
+            content.children[k] for k in c.children if k in child_reports and k in content.children
+        ]
+        kids.sort(
+            key=lambda k: (
+                -sum(sizes.entity(entities[e]) for e in k.entity_ids if e in entities)
+                - sum(
+                    sizes.relationship(relationships[r])
+                    for r in k.relationship_ids
+                    if r in relationships
+                ),
+                k.id,
+            )
+        )
         covered: set[str] = set()
         sub_tokens = 0
+        # What the elements not yet covered by a substituted child cost, kept up to date as
+        # children are added (a relationship leaves once both its ends are covered).
+        rest = all_tokens
+        incident: dict[str, list[Relationship]] = {}
+        for r in rels:
+            incident.setdefault(r.source, []).append(r)
+            if r.target != r.source:
+                incident.setdefault(r.target, []).append(r)
         for k in kids:
             subs.append(child_reports[k.id])
             sub_tokens += tok.count(child_reports[k.id].full_text()) + 4
-            covered |= set(k.entity_ids)
-            rest = sum(sizes.entity(entities[e]) for e in members - covered) + sum(
-                sizes.relationship(r) for r in rels if not (r.source in covered and r.target in covered))
+            for e in k.entity_ids:
+                if e in covered:
+                    continue
+                covered.add(e)
+                if e in members:
+                    rest -= sizes.entity(entities[e])
+                for r in incident.get(e, ()):
+                    other = r.target if r.source == e else r.source
+                    if other in covered:
+                        rest -= sizes.relationship(r)
             if sub_tokens + rest <= budget:
                 break
-        while subs and sub_tokens > budget:  # even the reports alone are too long: drop the smallest
+        # even the reports alone are too long: drop the smallest
+        while subs and sub_tokens > budget:
             dropped = subs.pop()
             sub_tokens -= tok.count(dropped.full_text()) + 4
             covered -= set(content.children[dropped.community_id].entity_ids)
@@ -134,7 +181,8 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
         used += sizes.entity(e)
         chosen[e.id] = e
     ent_list = sorted(chosen.values(), key=lambda e: (-e.degree, e.id))
-    claims = sorted((cl for cl in content.claims if cl.subject in chosen), key=lambda cl: cl.id)[:50]
+    claims = sorted((cl for cl in content.claims if cl.subject in chosen),
+                    key=lambda cl: cl.id)[:50]
     return ReportContext(community_id=c.id, level=c.level, entities=ent_list,
                          relationships=chosen_rels, claims=claims, sub_reports=subs,
                          degrees={e.id: e.degree for e in ent_list})
@@ -145,17 +193,18 @@ def _degree(entities: dict[str, Entity], eid: str) -> int:
     return e.degree if e is not None else 0
 
 
+def context_units(ctx: ReportContext) -> set[str]:
+    """Every text unit the elements of a report's context derive from."""
+    units: set[str] = set()
+    for items in (ctx.entities, ctx.relationships, ctx.sub_reports, ctx.claims):
+        for item in items:
+            units.update(item.text_unit_ids)
+    return units
+
+
 def to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: int) -> Report:
     """The report of `out` with its findings' evidence mapped back to artifact ids and units."""
-    units: set[str] = set()
-    for e in ctx.entities:
-        units.update(e.text_unit_ids)
-    for r in ctx.relationships:
-        units.update(r.text_unit_ids)
-    for sr in ctx.sub_reports:
-        units.update(sr.text_unit_ids)
-    for cl in ctx.claims:
-        units.update(cl.text_unit_ids)
+    units = context_units(ctx)
     findings = []
     for f in out.findings:
         ents = [ctx.entities[i] for i in f.entity_ids if 0 <= i < len(ctx.entities)]
@@ -167,9 +216,16 @@ def to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: 
         findings.append(Finding(f.summary, f.explanation, tuple(e.id for e in ents),
                                 tuple(r.id for r in rels), tuple(sorted(fu))))
     return Report(
-        community_id=c.id, level=c.level, title=out.title.strip() or c.id, summary=out.summary.strip(),
-        rating=float(out.rating), rating_explanation=out.rating_explanation, findings=tuple(findings),
-        text_unit_ids=tuple(sorted(units)), fingerprint=c.fingerprint, context_tokens=context_tokens,
+        community_id=c.id,
+        level=c.level,
+        title=out.title.strip() or c.id,
+        summary=out.summary.strip(),
+        rating=float(out.rating),
+        rating_explanation=out.rating_explanation,
+        findings=tuple(findings),
+        text_unit_ids=tuple(sorted(units)),
+        fingerprint=c.fingerprint,
+        context_tokens=context_tokens,
         used_subreports=tuple(r.community_id for r in ctx.sub_reports),
     )
 
@@ -194,10 +250,11 @@ async def write_report(
     children = await child_reports() if c.children and total > context_tokens else {}
     ctx = build_report_context(content, children, sizes, context_tokens)
     tokens = sizes.tok.count(ctx.render())
-    try:
-        out: ReportOut = await provider.report(ctx, max_tokens=max_tokens)
-    except InvalidOutput:
-        if fallback is None:
-            raise
-        out = await fallback.report(ctx, max_tokens=max_tokens)
+    with cache_sources(context_units(ctx)):  # the request quotes what these units gave
+        try:
+            out: ReportOut = await provider.report(ctx, max_tokens=max_tokens)
+        except InvalidOutput:
+            if fallback is None:
+                raise
+            out = await fallback.report(ctx, max_tokens=max_tokens)
     return to_report(c, ctx, out, tokens)

@@ -20,12 +20,14 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from canopy.errors import CanopyError
+
 __all__ = ["Watcher", "is_ignored"]
 
 log = logging.getLogger(__name__)
 
-_TEMP_PATTERNS = ("*.swp", "*.swx", "*.swo", "*~", ".#*", "#*#", "*.tmp", "*.temp", "*.part", "*.crdownload",
-                  ".DS_Store", "Thumbs.db", "*.lock", "4913")
+_TEMP_PATTERNS = ("*.swp", "*.swx", "*.swo", "*~", ".#*", "#*#", "*.tmp", "*.temp", "*.part",
+                  "*.crdownload", ".DS_Store", "Thumbs.db", "*.lock", "4913")
 
 
 def is_ignored(path: Path, docs_dir: Path, index_dir: Path) -> bool:
@@ -130,8 +132,14 @@ class Watcher:
         while (batch := self._next_batch()) is not None:
             try:
                 result = self.apply()
+            except CanopyError as exc:  # written for people (e.g. a damaged index): no traceback
+                log.error("update after %d changed path(s) failed: %s", len(batch), exc)
+                continue
             except Exception:
-                log.exception("update after %d changed path(s) failed; will retry on the next change", len(batch))
+                log.exception(
+                    "update after %d changed path(s) failed; will retry on the next change",
+                    len(batch),
+                )
                 continue
             self.batches += 1
             if self.on_applied:

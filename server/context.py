@@ -58,6 +58,10 @@ class EngineCaches:
 
     unit_evidence: BoundedCache = field(default_factory=lambda: BoundedCache(32 << 20))
 
+    @staticmethod
+    def within(max_bytes: int) -> EngineCaches:
+        return EngineCaches(BoundedCache(max_bytes))
+
 
 @dataclass
 class QueryContext:

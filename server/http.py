@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ class HttpSpec:
     host: str
     port: int
     log_level: str = "warning"
+    processes: int = 1  # worker processes sharing the cache budget ([query] cache_mb)
 
 
 def build(spec: HttpSpec) -> tuple[MCPServer, Any]:
@@ -53,7 +54,7 @@ def build(spec: HttpSpec) -> tuple[MCPServer, Any]:
     ws = open_workspace(docs, Path(spec.index_dir) if spec.index_dir else None, config)
     verifier, auth_settings = http_auth(ws, config, Path(spec.tokens_file) if spec.tokens_file
                                         else None, spec.host, spec.port)
-    service = CanopyService(ws, config=config)
+    service = CanopyService(ws, config=config, cache_share=spec.processes)
     server = build_server(service, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
     return server, service
@@ -84,6 +85,6 @@ def run_http(spec: HttpSpec, workers: int) -> None:
         finally:
             service.close()
         return
-    os.environ[SPEC_ENV] = json.dumps(asdict(spec))
+    os.environ[SPEC_ENV] = json.dumps(asdict(replace(spec, processes=workers)))
     uvicorn.run("server.http:create_app", factory=True, host=spec.host, port=spec.port,
                 workers=workers, log_level=spec.log_level)

@@ -12,9 +12,10 @@ readable rendering of it (`server.tool_text`).
 
 Errors: `InvalidArgument`, `NotFound`, `IndexMissing`, `ConfigError` and an unavailable endpoint
 become `ToolError`s carrying their message, which is written for the agent (a hidden id reads
-exactly like a missing one). Other provider failures get a fixed message. Anything else is logged
-with its traceback on stderr and reaches the agent as "Internal error in <tool>; see server log":
-raw exception text never leaves the server.
+exactly like a missing one). `IndexDamaged` becomes a fixed message with its reason (no paths):
+the index is damaged and the operator should rebuild it. Other provider failures get a fixed
+message. Anything else is logged with its traceback on stderr and reaches the agent as
+"Internal error in <tool>; see server log": raw exception text never leaves the server.
 """
 
 from __future__ import annotations
@@ -36,19 +37,20 @@ from pydantic import BaseModel, Field
 from canopy.errors import (
     ConfigError,
     EndpointUnavailable,
+    IndexDamaged,
     IndexMissing,
     InvalidArgument,
     NotFound,
     ProviderError,
 )
 from server import engines
-from server.results import CommunityCard, DrillResult, SearchResult
 from server.context import QueryContext
+from server.results import CommunityCard, DrillResult, SearchResult
 from server.service import CanopyService
 from server.status import IndexStatus, index_status, status_for_caller
 from server.tool_text import drill_text, search_text, span_text, status_text
 
-__all__ = ["READ_ONLY", "build_server", "run_stdio"]
+__all__ = ["READ_ONLY", "build_server", "damaged_message", "run_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +80,9 @@ RESPONSE_TYPE = Annotated[str, Field(
                 "'bullet list', 'one sentence'")]
 LEVEL = Annotated[int | None, Field(
     ge=0, le=10,
-    description="Hierarchy level of the reports to read: 0 = a few broad communities, higher = more "
-                "and narrower ones (index_status lists the levels). Omit for dynamic selection, which "
-                "descends only into communities relevant to the question")]
+    description="Hierarchy level of the reports to read: 0 = a few broad communities, higher = "
+                "more and narrower ones (index_status lists the levels). Omit for dynamic "
+                "selection, which descends only into communities relevant to the question")]
 DEFAULT_RESPONSE = "multiple paragraphs"
 
 
@@ -89,6 +91,12 @@ def _version() -> str:
         return version("canopy-graphrag")
     except PackageNotFoundError:  # running from a checkout that is not installed
         return "0"
+
+
+def damaged_message(exc: IndexDamaged) -> str:
+    """What an agent reads when the index is damaged: no paths, and who can fix it."""
+    return (f"The Canopy index is damaged ({exc.reason}), so no tool can answer until it is "
+            "rebuilt. Tell the operator to run `canopy index --full` on the documents folder.")
 
 
 def _result(model: BaseModel, text: str) -> CallToolResult:
@@ -118,7 +126,9 @@ class _Progress:
             return
         self.last = value
         try:
-            await self.mcp_ctx.report_progress(value, None if total is None else self.base + total, message)
+            await self.mcp_ctx.report_progress(
+                value, None if total is None else self.base + total, message
+            )
         except Exception:  # a vanished client must not fail the query
             log.debug("progress notification not delivered", exc_info=True)
 
@@ -143,6 +153,9 @@ class _Gateway:
         progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         try:
             return await self.service.run(self.caller(), fn, progress)
+        except IndexDamaged as exc:
+            log.error("%s: %s", tool, exc)
+            raise ToolError(damaged_message(exc)) from None
         except _FORWARDED as exc:
             raise ToolError(str(exc)) from None
         except ProviderError:  # its text may quote model output: keep it in the log
@@ -156,6 +169,9 @@ class _Gateway:
     async def read(self, uri: str, fn: Callable[[QueryContext], Awaitable[str]]) -> str:
         try:
             return await self.service.run(self.caller(), fn)
+        except IndexDamaged as exc:
+            log.error("reading %s: %s", uri, exc)
+            raise ResourceError(damaged_message(exc)) from None
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from None
         except _FORWARDED as exc:
@@ -186,9 +202,15 @@ def build_server(
                                      validate_token_resource=False)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
     server = MCPServer(
-        "canopy", title="Canopy", instructions=INSTRUCTIONS, version=_version(),
-        token_verifier=auth, auth=auth_settings if auth is not None else None,
-        log_level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "WARNING",
+        "canopy",
+        title="Canopy",
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        token_verifier=auth,
+        auth=auth_settings if auth is not None else None,
+        log_level=level
+        if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        else "WARNING",
     )
     gw = _Gateway(service, principal_name)
     _add_search_tools(server, gw)
@@ -256,7 +278,9 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
     async def basic_search(
         query: QUERY,
         ctx: Context,
-        k: Annotated[int, Field(ge=1, le=100, description="Number of text passages to retrieve")] = 10,
+        k: Annotated[
+            int, Field(ge=1, le=100, description="Number of text passages to retrieve")
+        ] = 10,
         response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Returns an answer from the k most similar source passages, each cited with its document.
@@ -274,19 +298,37 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
     @server.tool(title="Drill down", annotations=READ_ONLY)
     async def drill_down(
         ctx: Context,
-        community_id: Annotated[str | None, Field(
-            max_length=200,
-            description="A community (report) id, from a citation or an earlier drill_down")] = None,
-        entity: Annotated[str | None, Field(
-            max_length=300,
-            description="An entity name or id: opens the deepest community it belongs to")] = None,
-        finding: Annotated[int | None, Field(
-            ge=0, le=1000,
-            description="With community_id or entity: index of one finding (0 = first), to get "
-                        "the source text behind it")] = None,
-        limit: Annotated[int, Field(
-            ge=1, le=100,
-            description="Most entities, relationships, children and sources to list")] = 10,
+        community_id: Annotated[
+            str | None,
+            Field(
+                max_length=200,
+                description="A community (report) id, from a citation or an earlier drill_down",
+            ),
+        ] = None,
+        entity: Annotated[
+            str | None,
+            Field(
+                max_length=300,
+                description="An entity name or id: opens the deepest community it belongs to",
+            ),
+        ] = None,
+        finding: Annotated[
+            int | None,
+            Field(
+                ge=0,
+                le=1000,
+                description="With community_id or entity: index of one finding (0 = first), to get "
+                "the source text behind it",
+            ),
+        ] = None,
+        limit: Annotated[
+            int,
+            Field(
+                ge=1,
+                le=100,
+                description="Most entities, relationships, children and sources to list",
+            ),
+        ] = 10,
     ) -> Annotated[CallToolResult, DrillResult]:
         """Returns one point of the community hierarchy: a community's report, findings, parents,
         children, member entities, relationships and source text.
@@ -310,10 +352,16 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
         is configured (otherwise answers are extractive). Counts cover what you may see. No cost."""
 
         async def status(q: QueryContext) -> IndexStatus:
+            damage = gw.service.search_damage()  # milliseconds: files looked at, not opened
+            if damage is not None:
+                raise IndexDamaged(damage)
             policy = gw.service.ws.policy
             principal = q.caller.principal
-            return status_for_caller(index_status(gw.service.store), q,
-                                     lambda path: policy.readable(policy.labels_for(path), principal))
+            return status_for_caller(
+                index_status(gw.service.store),
+                q,
+                lambda path: policy.readable(policy.labels_for(path), principal),
+            )
 
         st = await gw.call("index_status", None, status)
         return _result(st, status_text(st))
@@ -334,10 +382,14 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
 
         return await gw.read(f"canopy://units/{unit_id}", span)
 
-    @server.resource("canopy://reports", name="reports", title="Community reports",
-                     mime_type="application/json",
-                     description="The community reports you may read: id, level, title, summary, rating, "
-                                 "size. Open one as canopy://reports/<id>")
+    @server.resource(
+        "canopy://reports",
+        name="reports",
+        title="Community reports",
+        mime_type="application/json",
+        description="The community reports you may read: id, level, title, summary, rating, "
+        "size. Open one as canopy://reports/<id>",
+    )
     async def reports() -> str:
         async def listing(q: QueryContext) -> str:
             cards = await engines.list_servable_reports(q)

@@ -39,11 +39,13 @@ from acl.policy import Policy, Principal
 from acl.reader import CallerReader, ViewSupport
 from acl.view_cache import ViewCache
 from acl.views import ViewParams
-from canopy.errors import ConfigError, IndexMissing
+from canopy.errors import ConfigError, IndexDamaged, IndexMissing
+from canopy.health import check_search_files
 from canopy.providers import make_embedder, make_provider
 from canopy.providers.base import Provider
-from canopy.settings import AclSettings, find_config, load_settings
 from canopy.providers.builtin.text import load_jieba
+from canopy.settings import AclSettings, find_config, load_settings
+from canopy.store.store import damage_as_index_damaged
 from canopy.tokens import preload
 from canopy.vectors import VectorStore
 from server.context import EngineCaches, ProgressCallback, QueryContext
@@ -63,7 +65,9 @@ class _LoopThreads:
 
     def __init__(self, workers: int) -> None:
         self._local = threading.local()
-        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="canopy-call")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="canopy-call"
+        )
 
     def _run(self, coro_fn: Callable[[], Awaitable[T]]) -> T:
         loop = getattr(self._local, "loop", None)
@@ -79,9 +83,20 @@ class _LoopThreads:
 
 
 class CanopyService:
-    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8) -> None:
-        """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml."""
+    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8,
+                 cache_share: int = 1) -> None:
+        """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml;
+        `cache_share`: how many server processes share `[query] cache_mb` (serve --workers).
+        An index whose database cannot be read raises IndexDamaged; damaged search tables are
+        logged, and every call then answers with IndexDamaged until the index is rebuilt."""
         self.ws = ws
+        try:
+            with damage_as_index_damaged():
+                self._open(ws, config, workers, max(1, cache_share))
+        except IndexDamaged as exc:
+            raise exc.for_docs(ws.docs_dir) from None
+
+    def _open(self, ws: Workspace, config: Path | None, workers: int, share: int) -> None:
         self.store = ws.store(must_exist=True)
         if self.store.generation == 0:
             self.store.close()
@@ -92,14 +107,17 @@ class CanopyService:
         if not ws.settings.llm.enabled and self.store.get_meta("cjk") == "1":
             threading.Thread(target=load_jieba, daemon=True, name="canopy-jieba").start()
         self.embedder = make_embedder(ws.settings)
-        self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0)
+        # The cache budget: 40% search-index pages, 30% views, 30% passage analysis.
+        budget = (ws.settings.query.cache_mb << 20) // share
+        self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0,
+                                   cache_bytes=budget * 4 // 10)
         x, r = ws.settings.extract, ws.settings.reports
-        self.view_cache = ViewCache(self.store)
+        self.view_cache = ViewCache(self.store, memory_bytes=budget * 3 // 10)
         self._views = ViewSupport(self.provider, self.view_cache,
                                   ViewParams(x.summary_max_tokens, r.max_context_tokens,
                                              r.max_report_tokens), self.store)
         self._threads = _LoopThreads(workers)
-        self.caches = EngineCaches()
+        self.caches = EngineCaches.within(budget * 3 // 10)
         self._config = find_config(ws.docs_dir, config)
         self._policy_lock = threading.Lock()
         self._policy_source = (self.store.generation, self._config_signature())
@@ -114,6 +132,15 @@ class CanopyService:
             log.warning("the index was labelled under another [acl] policy (%d documents differ, "
                         "e.g. %s): run `canopy index` so document labels follow the current rules",
                         len(stale), stale[0])
+        damage = self.search_damage()
+        if damage is not None:
+            log.error("%s", IndexDamaged(damage, str(ws.docs_dir)))
+
+    def search_damage(self) -> str | None:
+        """Why the committed search tables cannot be read, judged from their files (None:
+        nothing found); milliseconds, no table is opened."""
+        versions = json.loads(self.store.get_meta("lance_versions", "{}") or "{}")
+        return check_search_files(self.ws.index_dir, versions)
 
     # ---- calls ------------------------------------------------------------------------------
 
@@ -130,7 +157,17 @@ class CanopyService:
     def context(self, who: str | Principal | None,
                 progress: ProgressCallback | None = None) -> Iterator[QueryContext]:
         """A QueryContext for `who` (a principal name, or a Principal) over one snapshot of the
-        committed generation, on this thread."""
+        committed generation, on this thread. A damaged index, found while the context is open,
+        raises IndexDamaged naming the documents folder."""
+        try:
+            with damage_as_index_damaged(), self._context(who, progress) as ctx:
+                yield ctx
+        except IndexDamaged as exc:
+            raise exc.for_docs(self.ws.docs_dir) from None
+
+    @contextmanager
+    def _context(self, who: str | Principal | None,
+                 progress: ProgressCallback | None) -> Iterator[QueryContext]:
         with self.store.snapshot() as snap:
             generation = snap.generation
             if generation == 0:
@@ -177,7 +214,8 @@ class CanopyService:
         return load_settings(self.ws.docs_dir, self._config).acl
 
     def _policy(self, generation: int) -> Policy:
-        """The policy to serve `generation` with: re-read when the file or the generation changed."""
+        """The policy to serve `generation` with: re-read when the file or the generation
+        changed."""
         if not self._policy_fixed:
             source = (generation, self._config_signature())
             if source != self._policy_source:
@@ -207,9 +245,13 @@ class CanopyService:
             # Rules changed: document labels follow when the re-index commits. Grants apply now.
             current = self.ws.policy.settings
             merged = current.model_copy(update={"principals": acl.principals})
-            log.info("the [acl] rules in %s changed the labels of %d documents (e.g. %s); they apply "
-                     "when the index update that relabels them commits; principals apply now",
-                     self._config, len(stale), stale[0])
+            log.info(
+                "the [acl] rules in %s changed the labels of %d documents (e.g. %s); they apply "
+                "when the index update that relabels them commits; principals apply now",
+                self._config,
+                len(stale),
+                stale[0],
+            )
             self.ws.policy = Policy(merged)
             return
         log.info("[acl] policy reloaded from %s", self._config)

@@ -122,29 +122,29 @@ def status_for_caller(
     reader = ctx.reader
     if reader.trivial:
         return full
-    snap, readable = reader.snap, reader.caller.readable
-    stale = {table: snap.stale_ids(table) for table in ("entities", "relationships", "communities")}
-    entities = snap.count_touching("entities", readable) + sum(
+    inventory, readable = reader.inventory, reader.caller.readable
+    stale = {table: inventory.stale_ids(table) for table in ("entities", "relationships", "communities")}
+    entities = inventory.count_readable("entities") + sum(
         1 for s in reader.entity_states(stale["entities"]).values() if s)
-    relationships = snap.count_touching("relationships", readable) + sum(
+    relationships = inventory.count_readable("relationships") + sum(
         1 for s in reader.relationship_states(stale["relationships"]).values() if s)
-    levels = snap.community_levels_touching(readable)
+    levels = inventory.community_levels_readable()
     stale_rows = reader.community_rows(stale["communities"])
     for cid, row in stale_rows.items():
         if reader.members(cid):
             levels[str(row.level)] = levels.get(str(row.level), 0) + 1
-    communities = snap.community_ids()
+    communities = inventory.community_ids()
     reports = sum(1 for s in reader.community_states(communities).values() if s)
     units = reader.units(f.id for f in full.failures if f.task == "extract")
     visible_communities = {cid for cid, row in reader.community_rows(
         f.id for f in full.failures if f.task == "report").items() if row.gate.readable_by(readable)}
     everything = reader.caller.reads_everything
     return full.model_copy(update={
-        "documents": snap.count_touching("documents", readable),
-        "text_units": snap.count_touching("text_units", readable),
+        "documents": inventory.count_readable("documents"),
+        "text_units": inventory.count_readable("text_units"),
         "entities": entities,
         "relationships": relationships,
-        "claims": snap.count_touching("claims", readable),
+        "claims": inventory.count_readable("claims"),
         "communities": sum(levels.values()),
         "communities_by_level": dict(sorted(levels.items(), key=lambda kv: int(kv[0]))),
         "reports": reports,

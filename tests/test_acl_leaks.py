@@ -279,7 +279,7 @@ def readable_units(service: CanopyService, principal: str | None) -> tuple[Graph
     """The committed graph, and the live units `principal` may read."""
     g = load_graph(service.store)
     with service.context(principal) as ctx:
-        acl = ctx.reader.snap.unit_acl(g.units)
+        acl = ctx.reader._snap.unit_acl(g.units)
         return g, {u for u, a in acl.items() if a in ctx.caller.readable}
 
 

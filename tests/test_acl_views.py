@@ -119,7 +119,7 @@ def ask(svc: CanopyService, who: str | None, fn: Any) -> Any:
 
 def readable(svc: CanopyService, who: str, g: Graph) -> set[str]:
     async def units(ctx: QueryContext) -> set[str]:
-        acl = ctx.reader.snap.unit_acl(g.units)
+        acl = ctx.reader._snap.unit_acl(g.units)
         return {u for u, a in acl.items() if a in ctx.caller.readable}
     return ask(svc, who, units)
 

@@ -40,6 +40,23 @@ def test_packages_import_only_downwards(package: str) -> None:
         assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}"
 
 
+def test_engines_reach_the_index_only_through_the_callers_reader() -> None:
+    """The ACL prefilter is bound once, in acl.reader: code outside acl/ never touches the
+    reader's snapshot or search tables, nor imports the store's or LanceDB's read side."""
+    private = {"_snap", "_vectors"}
+    for path in (REPO / "server").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in private | {"snap"}:
+                pytest.fail(f"{path.relative_to(REPO)}:{node.lineno} reads a reader's .{node.attr}")
+        if path.is_relative_to(REPO / "server" / "engines"):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module in ("canopy.store",
+                                                                          "canopy.store.reads"):
+                    names = {a.name for a in node.names}
+                    assert not names & {"GraphReads", "Snapshot", "Store"}, path
+
+
 def test_library_code_never_prints() -> None:
     """stdout is the MCP protocol under `canopy serve`; only CLI modules may write to it."""
     for package in ALLOWED:

@@ -597,7 +597,7 @@ def tenant_service(tmp_path: Path) -> Iterator[tuple[CanopyService, Path]]:
 
 def seen_by(service: CanopyService, who: str | Principal) -> int:
     with service.context(who) as ctx:
-        return ctx.reader.snap.count_touching("documents", ctx.caller.readable)
+        return ctx.reader.inventory.count_readable("documents")
 
 
 def edit(path: Path, old: str, new: str) -> None:

@@ -66,6 +66,26 @@ def assert_community_invariants(index_dir: Path) -> None:
         for k in c.children:
             assert set(g.communities[k].entity_ids) <= set(c.entity_ids)
             assert g.communities[k].level == c.level + 1
+    # The modularity guard's root aggregates, kept up to date incrementally, equal their sums.
+    s_in = s_d2 = 0.0
+    for c in g.communities.values():
+        if c.parent is None:
+            inside = set(c.entity_ids)
+            ends = [((r.source in inside) + (r.target in inside), r.weight)
+                    for r in g.relationships.values()]
+            w_in = sum(w for n, w in ends if n == 2)
+            d_tot = sum(n * w for n, w in ends)
+            row = g.community_rows[c.id]
+            assert (row.w_in, row.d_tot) == pytest.approx((w_in, d_tot), abs=1e-6), c.id
+            s_in, s_d2 = s_in + w_in, s_d2 + d_tot ** 2
+    store = Store(index_dir)
+    try:
+        assert float(store.get_meta("s_in") or 0) == pytest.approx(s_in, abs=1e-6)
+        assert float(store.get_meta("s_d2") or 0) == pytest.approx(s_d2, abs=1e-6)
+        total = sum(r.weight for r in g.relationships.values())
+        assert float(store.get_meta("m_total") or 0) == pytest.approx(total, abs=1e-6)
+    finally:
+        store.close()
     assert set(g.reports) == set(g.communities)
     for r in g.reports.values():
         assert r.text_unit_ids and set(r.text_unit_ids) <= set(g.units)
@@ -245,3 +265,97 @@ def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(tmp
     build_index(fresh)
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
     assert_community_invariants(ws.index_dir)
+
+
+def test_when_the_guard_reclusters_nothing_of_the_local_update_remains(tmp_path: Path) -> None:
+    """The modularity guard replaces the locally updated hierarchy with a fresh clustering: every
+    community the local update had staged must go with it (a partition, not a mixture)."""
+    corpus = Corpus(tmp_path / "docs", 5)
+    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
+    build_index(ws)
+    for _ in range(3):
+        corpus.step()
+        store = Store(ws.index_dir)
+        try:
+            store.set_meta({"q_reference": "1.0"})  # any local update now falls short of it
+        finally:
+            store.close()
+        build_index(ws)
+        assert_community_invariants(ws.index_dir)
+        store = Store(ws.index_dir)
+        try:
+            assert float(store.get_meta("q_reference") or 0) < 1.0  # a fresh clustering ran
+        finally:
+            store.close()
+    fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh")
+    build_index(fresh)
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+
+
+def test_reports_written_in_small_member_chunks_equal_one_chunk(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Top levels are read a bounded number of members at a time: cutting every level into
+    tiny chunks changes nothing in the communities or reports."""
+    import indexer.stages.reports as stage
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    whole = open_workspace(docs, index_dir=tmp_path / "whole")
+    build_index(whole)
+    monkeypatch.setattr(stage, "_CHUNK_MEMBERS", 3)
+    chunks: list[int] = []
+    original = stage._chunk
+
+    async def counting(b: Any, h: Any, ids: list[str], *args: Any) -> None:
+        chunks.append(len(ids))
+        await original(b, h, ids, *args)
+
+    monkeypatch.setattr(stage, "_chunk", counting)
+    small = open_workspace(docs, index_dir=tmp_path / "small")
+    build_index(small)
+    a, b = graph_of(whole.index_dir), graph_of(small.index_dir)
+    assert len(chunks) > len(a.communities) // stage._CHUNK + 1  # the bound did cut chunks
+    assert {c.id: c.fingerprint for c in a.communities.values()} == \
+        {c.id: c.fingerprint for c in b.communities.values()}
+    assert {r.community_id: (r.title, r.summary) for r in a.reports.values()} == \
+        {r.community_id: (r.title, r.summary) for r in b.reports.values()}
+
+
+def test_an_update_counts_the_token_sizes_of_changed_elements_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Report contexts rank elements by token size; sizes counted by one run are stored by
+    element hash, so an update tokenizes only the elements it changed, however large the
+    communities whose reports it rewrites."""
+    from indexer.reports import ElementSizes
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "index")
+    build_index(ws)
+
+    def hashes() -> dict[str, str]:
+        store = Store(tmp_path / "index")
+        try:
+            return dict(store.writer.execute(
+                "SELECT id, hash FROM entities UNION ALL SELECT id, hash FROM relationships"))
+        finally:
+            store.close()
+
+    before = hashes()
+    counted: set[str] = set()
+    real = ElementSizes.fresh
+
+    def spy(self: ElementSizes, ids: Any) -> dict[str, int]:
+        got = real(self, ids)
+        counted.update(got)
+        return got
+
+    monkeypatch.setattr(ElementSizes, "fresh", spy)
+    target = docs / "projects" / "kestrel.md"
+    target.write_text(target.read_text(encoding="utf-8")
+                      + "\n\nMaria Okafor met Tomas Reyes of Bluewater Logistics in Porto.\n",
+                      encoding="utf-8")
+    build_index(ws)
+    after = hashes()
+    changed = {i for i, h in after.items() if before.get(i) != h}
+    assert counted and counted <= changed

@@ -7,6 +7,7 @@ The example corpus is indexed once per module with the builtin (offline) provide
 from __future__ import annotations
 
 import json
+import asyncio
 import os
 import shutil
 import subprocess
@@ -446,6 +447,46 @@ async def test_the_http_server_builds_a_missing_index_then_answers_every_tool(
     assert "building it first" in log_path.read_text()
 
 
+async def test_several_worker_processes_answer_every_tool_from_concurrent_clients(
+    example_index: Path, tmp_path: Path,
+) -> None:
+    """`serve --http --workers 2`: uvicorn's worker processes each open the index (stateless
+    sessions: any worker answers any request); concurrent clients all get complete answers."""
+    port, log_path = free_port(), tmp_path / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *serve_args(EXAMPLES, example_index, "--http", "--port", str(port),
+                                         "--workers", "2")],
+            cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(port, proc, timeout=90)
+
+            async def one() -> None:
+                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                    await check_every_tool(client)
+
+            await asyncio.gather(*(one() for _ in range(4)))
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    assert "2 processes" in log_path.read_text(), log_path.read_text()[-2000:]
+
+
+def test_worker_processes_share_the_cache_budget(example_index: Path) -> None:
+    from server.service import CanopyService
+
+    ws = open_workspace(EXAMPLES, index_dir=example_index)
+    budgets = []
+    for share in (1, 2):
+        service = CanopyService(ws, cache_share=share)
+        try:
+            budgets.append(service.view_cache.memory_bytes)
+        finally:
+            service.close()
+    assert budgets[1] == budgets[0] // 2 > 0
+
+
 def test_the_mcp_inspector_cli_lists_the_tools(example_index: Path) -> None:
     npx = shutil.which("npx")
     if npx is None:
@@ -494,3 +535,47 @@ async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path)
             assert not result.is_error
             seen = "Perpetua Lindgren" in text_of(result)
         assert seen, "the watcher's update never reached the serving process"
+
+
+async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
+        example_index: Path) -> None:
+    """Requests run side by side: while global_search waits on a slow LLM (1 s per call, map
+    then reduce), drill_down calls from another client are answered at once."""
+    from canopy.llm import ChatClient
+    from canopy.providers.llm import LLMProvider
+    from canopy.settings import LLMSettings
+    from tests.fakes.openai_server import FakeOpenAI
+
+    with _clean_environment():
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index))
+    fake = FakeOpenAI(latency=1.0).start()
+    try:
+        svc.use_provider(LLMProvider(ChatClient(LLMSettings(base_url=fake.base_url, model="fake",
+                                                            max_retries=0), cache=None)))
+        server = build_server(svc)
+        drills: list[float] = []
+        done: dict[str, float] = {}
+        async with Client(server) as slow, Client(server) as quick:
+            t0 = time.perf_counter()
+
+            async def global_call() -> None:
+                result = await slow.call_tool("global_search", {"query": "What are the main themes?"})
+                assert not result.is_error, text_of(result)
+                done["global"] = time.perf_counter() - t0
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(global_call)
+                await anyio.sleep(0.3)  # global_search is now waiting on the endpoint
+                for _ in range(5):
+                    t = time.perf_counter()
+                    result = await quick.call_tool("drill_down", {})
+                    assert not result.is_error, text_of(result)
+                    drills.append(time.perf_counter() - t)
+                done["drills"] = time.perf_counter() - t0
+        assert len(fake.requests) >= 2  # map and reduce both went to the slow endpoint
+        assert done["global"] >= 2.0
+        assert done["drills"] < done["global"] - 0.5, (done, drills)
+        assert max(drills) < 0.75, drills
+    finally:
+        fake.stop()
+        svc.close()

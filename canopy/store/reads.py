@@ -20,6 +20,7 @@ from canopy.store.rows import (
     ClaimRow,
     CommunityRow,
     DocumentRow,
+    Edge,
     EntityRow,
     Gate,
     RelationshipRow,
@@ -93,7 +94,7 @@ class GraphReads:
     def _rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return self.db.execute(sql, args).fetchall()
 
-    # ---- documents and units -----------------------------------------------------------------
+    # ---- documents and units ---------------------------------------------------------------------
 
     def documents(self, ids: Iterable[str]) -> dict[str, DocumentRow]:
         rows = self._rows(f"SELECT * FROM {self.t.documents} WHERE id {_IN}", _ids(ids))
@@ -112,7 +113,8 @@ class GraphReads:
         return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
 
     def units_of_documents(self, document_ids: Iterable[str]) -> dict[str, list[UnitRow]]:
-        sql = f"SELECT * FROM {self.t.text_units} WHERE document_id {_IN} ORDER BY document_id, ordinal"
+        sql = (f"SELECT * FROM {self.t.text_units} WHERE document_id {_IN} "
+               "ORDER BY document_id, ordinal")
         out: dict[str, list[UnitRow]] = defaultdict(list)
         for r in self._rows(sql, _ids(document_ids)):
             out[r[1]].append(UnitRow.of(r))
@@ -151,6 +153,23 @@ class GraphReads:
         rows = self._rows(f"SELECT * FROM {self.t.entities} WHERE id {_IN}", _ids(ids))
         return {r[0]: EntityRow.of(r) for r in rows}
 
+    def entity_texts(self, ids: Iterable[str]
+                     ) -> dict[str, tuple[str, str, list[int], list[str]]]:
+        """(name, description, ACL classes, text units) of each entity: what it is searched by,
+        and where that comes from."""
+        sql = f"SELECT id, name, description, acl, units FROM {self.t.entities} WHERE id {_IN}"
+        return {r[0]: (r[1], r[2], json.loads(r[3]), json.loads(r[4]))
+                for r in self._rows(sql, _ids(ids))}
+
+    def entity_briefs(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """(name, degree) of each entity: what ranks a list of members."""
+        sql = f"SELECT id, name, degree FROM {self.t.entities} WHERE id {_IN}"
+        return {r[0]: (r[1], r[2]) for r in self._rows(sql, _ids(ids))}
+
+    def entity_names(self, ids: Iterable[str]) -> dict[str, str]:
+        sql = f"SELECT id, name FROM {self.t.entities} WHERE id {_IN}"
+        return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
+
     def entity_ids_by_key(self, keys: Iterable[str]) -> dict[str, str]:
         """Entity id of each normalized name that names an entity."""
         sql = f"SELECT key, id FROM {self.t.entities} WHERE key {_IN}"
@@ -173,6 +192,23 @@ class GraphReads:
         for eid, rid in self._rows(sql, ids, ids):
             out[eid].append(rid)
         return {e: sorted(set(rs)) for e, rs in out.items()}
+
+    def edge_gates(self, ids: Iterable[str]) -> dict[str, Edge]:
+        sql = (f"SELECT id, source, target, weight, acl, acl_sig, stale FROM "
+               f"{self.t.relationships} WHERE id {_IN}")
+        return {r[0]: Edge.of(r) for r in self._rows(sql, _ids(ids))}
+
+    def incident_edges(self, entity_ids: Iterable[str]) -> dict[str, Edge]:
+        """Every relationship incident to these entities, as cheap Edge rows."""
+        ids = _ids(entity_ids)
+        cols = "id, source, target, weight, acl, acl_sig, stale"
+        sql = (f"SELECT {cols} FROM {self.t.relationships} WHERE source {_IN} UNION "
+               f"SELECT {cols} FROM {self.t.relationships} WHERE target {_IN}")
+        return {r[0]: Edge.of(r) for r in self._rows(sql, ids, ids)}
+
+    def entity_gates(self, ids: Iterable[str]) -> dict[str, Gate]:
+        sql = f"SELECT id, acl, acl_sig, stale FROM {self.t.entities} WHERE id {_IN}"
+        return {r[0]: Gate.of(r[1], r[2], r[3]) for r in self._rows(sql, _ids(ids))}
 
     def edges_of(self, entity_ids: Iterable[str]) -> list[tuple[str, str, str, float]]:
         """(id, source, target, weight) of relationships incident to these entities."""
@@ -211,7 +247,7 @@ class GraphReads:
         rows = self._rows(f"SELECT * FROM {self.t.claims} WHERE id {_IN}", _ids(ids))
         return {r[0]: ClaimRow.of(r) for r in rows}
 
-    # ---- communities ------------------------------------------------------------------------------
+    # ---- communities -----------------------------------------------------------------------------
 
     def communities(self, ids: Iterable[str]) -> dict[str, CommunityRow]:
         rows = self._rows(f"SELECT * FROM {self.t.communities} WHERE id {_IN}", _ids(ids))
@@ -269,18 +305,24 @@ class GraphReads:
     def level_partition(self, level: int) -> list[CommunityRow]:
         """The communities standing for `level` (Edge et al. 2024's C0..C3): those at it plus the
         childless communities of shallower levels; read so, every level partitions the entities."""
-        sql = (f"SELECT * FROM {self.t.communities} WHERE level = ? OR (level < ? AND n_children = 0) "
-               "ORDER BY id")
+        sql = (
+            f"SELECT * FROM {self.t.communities} WHERE level = ? OR (level < ? AND n_children = 0) "
+            "ORDER BY id"
+        )
         return [CommunityRow.of(r) for r in self._rows(sql, level, level)]
 
     def levels(self) -> list[int]:
-        return [r[0] for r in self._rows(f"SELECT DISTINCT level FROM {self.t.communities} ORDER BY 1")]
+        return [
+            r[0] for r in self._rows(f"SELECT DISTINCT level FROM {self.t.communities} ORDER BY 1")
+        ]
 
     def communities_by_level(self) -> dict[str, int]:
-        rows = self._rows(f"SELECT level, COUNT(*) FROM {self.t.communities} GROUP BY level ORDER BY level")
+        rows = self._rows(
+            f"SELECT level, COUNT(*) FROM {self.t.communities} GROUP BY level ORDER BY level"
+        )
         return {str(level): n for level, n in rows}
 
-    # ---- reports -----------------------------------------------------------------------------------
+    # ---- reports ---------------------------------------------------------------------------------
 
     def reports(self, ids: Iterable[str]) -> dict[str, ReportRow]:
         rows = self._rows(f"SELECT * FROM {self.t.reports} WHERE community_id {_IN}", _ids(ids))
@@ -288,28 +330,35 @@ class GraphReads:
 
     def report_gates(self, community_ids: Iterable[str]) -> dict[str, tuple[Gate, str]]:
         """(gate, fingerprint) of each community's report, without reading the report."""
-        sql = f"SELECT community_id, acl, stale, fingerprint FROM {self.t.reports} WHERE community_id {_IN}"
+        sql = (f"SELECT community_id, acl, stale, fingerprint FROM {self.t.reports} "
+               f"WHERE community_id {_IN}")
         return {r[0]: (Gate.of(r[1], "", r[2]), r[3]) for r in self._rows(sql, _ids(community_ids))}
 
     def count_members_within(self, community_id: str, classes: Iterable[int]) -> int:
         """Members of a community with a source unit in one of these ACL classes (not stale)."""
-        sql = (f"SELECT COUNT(*) FROM {self.t.community_members} m JOIN {self.t.entities} e "
-               "ON e.id = m.entity_id WHERE m.community_id = ? AND e.stale = 0 AND EXISTS "
-               "(SELECT 1 FROM json_each(e.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))")
+        sql = (
+            f"SELECT COUNT(*) FROM {self.t.community_members} m JOIN {self.t.entities} e "
+            "ON e.id = m.entity_id WHERE m.community_id = ? AND e.stale = 0 AND EXISTS "
+            "(SELECT 1 FROM json_each(e.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))"
+        )
         return int(self._rows(sql, community_id, json.dumps(sorted(classes)))[0][0])
 
     def level_touches(self, level: int, classes: Iterable[int]) -> bool:
         """Some community at `level` has a source unit in one of these ACL classes."""
-        sql = (f"SELECT 1 FROM {self.t.communities} c WHERE c.level = ? AND EXISTS "
-               "(SELECT 1 FROM json_each(c.acl) a WHERE a.value IN (SELECT value FROM json_each(?))) "
-               "LIMIT 1")
+        sql = (
+            f"SELECT 1 FROM {self.t.communities} c WHERE c.level = ? AND EXISTS "
+            "(SELECT 1 FROM json_each(c.acl) a WHERE a.value IN (SELECT value FROM json_each(?))) "
+            "LIMIT 1"
+        )
         return bool(self._rows(sql, level, json.dumps(sorted(classes))))
 
     def reports_by_fingerprint(self, fingerprints: Iterable[str]) -> dict[str, ReportRow]:
-        rows = self._rows(f"SELECT * FROM {self.t.reports} WHERE fingerprint {_IN}", _ids(fingerprints))
+        rows = self._rows(
+            f"SELECT * FROM {self.t.reports} WHERE fingerprint {_IN}", _ids(fingerprints)
+        )
         return {r[8]: ReportRow.of(r) for r in rows}
 
-    # ---- instances of live units -------------------------------------------------------------------
+    # ---- instances of live units -----------------------------------------------------------------
 
     def entity_instances(self, keys: Iterable[str], *,
                          classes: frozenset[int] | None = None) -> list[EntityInstanceRow]:
@@ -334,8 +383,9 @@ class GraphReads:
         ids = _ids(keys)
         return dict(self._rows(sql, ids, ids))  # type: ignore[arg-type]
 
-    def relationship_instances(self, rids: Iterable[str], *,
-                               classes: frozenset[int] | None = None) -> list[RelationshipInstanceRow]:
+    def relationship_instances(
+        self, rids: Iterable[str], *, classes: frozenset[int] | None = None
+    ) -> list[RelationshipInstanceRow]:
         sql = (f"SELECT i.unit_id, u.sort_key, u.acl, i.rid, i.source_key, i.target_key, "
                f"i.description, i.strength FROM main.relationship_instances i "
                f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.rid {_IN} "
@@ -343,7 +393,7 @@ class GraphReads:
         rows = [RelationshipInstanceRow(*r) for r in self._rows(sql, _ids(rids))]
         return rows if classes is None else [r for r in rows if r.acl in classes]
 
-    # ---- lexical statistics (BM25 over what a caller may read) -------------------------------------
+    # ---- lexical statistics (BM25 over what a caller may read) -----------------------------------
 
     def term_df(self, terms: Iterable[str], classes: Iterable[int]) -> dict[str, int]:
         sql = (f"SELECT term, SUM(df) FROM {self.t.term_df} WHERE term {_IN} "
@@ -357,7 +407,7 @@ class GraphReads:
                          json.dumps(sorted(classes)))[0]
         return int(row[0]), int(row[1])
 
-    # ---- counts ------------------------------------------------------------------------------------
+    # ---- counts ----------------------------------------------------------------------------------
 
     def count_touching(self, table: str, classes: Iterable[int]) -> int:
         """Rows of `table` (not stale) with a source unit in one of these ACL classes."""
@@ -371,9 +421,11 @@ class GraphReads:
         return int(self._rows(sql, cls)[0][0])
 
     def community_levels_touching(self, classes: Iterable[int]) -> dict[str, int]:
-        sql = (f"SELECT level, COUNT(*) FROM {self.t.communities} t WHERE t.stale = 0 AND EXISTS "
-               "(SELECT 1 FROM json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?))) "
-               "GROUP BY level ORDER BY level")
+        sql = (
+            f"SELECT level, COUNT(*) FROM {self.t.communities} t WHERE t.stale = 0 AND EXISTS "
+            "(SELECT 1 FROM json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?))) "
+            "GROUP BY level ORDER BY level"
+        )
         return {str(level): n for level, n in self._rows(sql, json.dumps(sorted(classes)))}
 
     def partly_touching(self, table: str, classes: Iterable[int]) -> list[str]:
@@ -382,7 +434,8 @@ class GraphReads:
         is served as views."""
         name = getattr(self.t, table)
         cls = json.dumps(sorted(classes))
-        inside = "EXISTS (SELECT 1 FROM json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))"
+        inside = ("EXISTS (SELECT 1 FROM json_each(t.acl) a "
+                  "WHERE a.value IN (SELECT value FROM json_each(?)))")
         outside = ("EXISTS (SELECT 1 FROM json_each(t.acl) a WHERE a.value NOT IN "
                    "(SELECT value FROM json_each(?)))")
         sql = f"SELECT id FROM {name} t WHERE {inside} AND ({outside} OR t.stale = 1) ORDER BY id"

@@ -3,6 +3,7 @@ provenance without reading it (`Gate`), plus bookkeeping columns the indexer mai
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ __all__ = [
     "ClaimRow",
     "CommunityRow",
     "DocumentRow",
+    "Edge",
     "EntityRow",
     "Gate",
     "RelationshipRow",
@@ -27,6 +29,12 @@ __all__ = [
 def dump(value: Any) -> str:
     """Compact JSON, as every list column is stored."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=8192)
+def _classes(acl: str) -> frozenset[int]:
+    """The parsed ACL class list (few distinct lists recur across millions of rows)."""
+    return frozenset(json.loads(acl))
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ class Gate:
 
     @staticmethod
     def of(acl: str, sig: str, stale: int) -> Gate:
-        return Gate(frozenset(json.loads(acl)), sig, bool(stale))
+        return Gate(_classes(acl), sig, bool(stale))
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,22 @@ class RelationshipRow:
     def of(r: tuple[Any, ...]) -> RelationshipRow:
         rel = Relationship(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])))
         return RelationshipRow(rel, Gate.of(r[6], r[7], r[9]), r[8])
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A relationship's endpoints, weight and gate: enough to decide whether it exists for a
+    caller and to rank it, without reading its description or sources."""
+
+    id: str
+    source: str
+    target: str
+    weight: float
+    gate: Gate
+
+    @staticmethod
+    def of(r: tuple[Any, ...]) -> Edge:
+        return Edge(r[0], r[1], r[2], r[3], Gate.of(r[4], r[5], r[6]))
 
 
 @dataclass(frozen=True)

@@ -230,3 +230,31 @@ def m004_store_backed_graph(db: sqlite3.Connection) -> None:
                            rows.relationships)
             db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
             db.execute("INSERT INTO extracted VALUES (?, ?)", (unit_id, passes))
+
+
+@migration
+def m005_cache_sources(db: sqlite3.Connection) -> None:
+    """The text units each cached response, view and embedding derives from
+    (canopy.store.sources). Entries cached before this table existed have unknown sources:
+    they are recorded as unattributed, so the first removal of a document deletes them
+    (once; what is still needed is asked or embedded again)."""
+    run_script(
+        db,
+        """
+        CREATE TABLE cache_sources (
+            unit_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (unit_id, key)) WITHOUT ROWID;
+        CREATE INDEX cache_sources_key ON cache_sources(key);
+        INSERT INTO cache_sources SELECT '', key FROM llm_cache;
+        INSERT OR IGNORE INTO cache_sources SELECT '', key FROM acl_views;
+        INSERT OR IGNORE INTO cache_sources SELECT '', key FROM embeddings;
+        """,
+    )
+
+
+@migration
+def m006_element_tokens(db: sqlite3.Connection) -> None:
+    """Token sizes of entities and relationships as report contexts show them, by tokenizer
+    and element hash (which covers every field a size depends on): an update that writes a
+    report of a large community reads its elements' sizes instead of re-tokenizing them."""
+    run_script(db, "CREATE TABLE element_tokens (key TEXT PRIMARY KEY, tokens INTEGER NOT NULL) "
+                   "WITHOUT ROWID;")

@@ -26,6 +26,7 @@ from canopy.model import Skip, UnitFailure
 from canopy.store.reads import GraphReads, Tables
 from canopy.store.rows import dump
 from canopy.store.schema import GENERATION_TABLES, generation_ddl, run_script
+from canopy.store.sources import UNATTRIBUTED, purge
 from canopy.store.store import Store, _drop_instances
 
 __all__ = ["CommitInfo", "Staging"]
@@ -63,6 +64,7 @@ class Staging:
         db.execute("ATTACH DATABASE ? AS stage", (str(self.path),))
         db.execute("PRAGMA stage.journal_mode=OFF")
         db.execute("PRAGMA stage.synchronous=OFF")
+        db.execute("PRAGMA stage.cache_size=-32768")
         run_script(db, generation_ddl("stage."))
         for table, key in GENERATION_TABLES:
             db.execute(f"CREATE TABLE stage.{table}_touched ({key} TEXT PRIMARY KEY) WITHOUT ROWID")
@@ -96,8 +98,9 @@ class Staging:
             return
         key = dict(GENERATION_TABLES)[table]
         ids = dump(keys)
-        self.db.execute(f"DELETE FROM stage.{table} WHERE {key} IN (SELECT value FROM json_each(?))",
-                        (ids,))
+        self.db.execute(
+            f"DELETE FROM stage.{table} WHERE {key} IN (SELECT value FROM json_each(?))", (ids,)
+        )
         self.db.executemany(f"INSERT OR IGNORE INTO stage.{table}_touched ({key}) VALUES (?)",
                             [(k,) for k in keys])
 
@@ -107,10 +110,14 @@ class Staging:
         members = list(members)
         if not self.full:
             self.delete("community_members", [cid for cid, _, _ in members])
-        self.db.executemany("INSERT INTO stage.community_members VALUES (?, ?, ?)",
-                            [(cid, e, level) for cid, level, ids in members for e in sorted(set(ids))])
+        self.db.executemany(
+            "INSERT INTO stage.community_members VALUES (?, ?, ?)",
+            [(cid, e, level) for cid, level, ids in members for e in sorted(set(ids))],
+        )
 
-    def add_counts(self, term_df: dict[tuple[str, int], int], acl_stats: dict[int, tuple[int, int]]) -> None:
+    def add_counts(
+        self, term_df: dict[tuple[str, int], int], acl_stats: dict[int, tuple[int, int]]
+    ) -> None:
         """Add deltas to the lexical statistics (document frequency of a term per ACL class;
         units and summed terms per class)."""
         self.db.executemany(
@@ -147,8 +154,13 @@ class Staging:
                               "extracted"):
                     db.execute(f"DELETE FROM main.{table} WHERE unit_id NOT IN "  # noqa: S608
                                "(SELECT id FROM main.text_units)")
+                # cached responses that quote units this generation no longer has
+                purge(db, [r[0] for r in db.execute(
+                    "SELECT DISTINCT unit_id FROM main.cache_sources WHERE unit_id != ? AND "
+                    "unit_id NOT IN (SELECT id FROM main.text_units)", (UNATTRIBUTED,))])
             elif info.removed_units:
                 _drop_instances(db, info.removed_units)
+                purge(db, info.removed_units)
             db.execute("DELETE FROM main.failures")
             db.executemany("INSERT INTO main.failures VALUES (?, ?, ?)",
                            [(f.unit_id, f.task, f.error) for f in info.failures])
@@ -158,8 +170,10 @@ class Staging:
             meta = {**info.meta, "generation": str(generation), "committed_at": str(time.time())}
             db.executemany("INSERT OR REPLACE INTO main.meta VALUES (?, ?)", meta.items())
             if info.run_id is not None:
-                db.execute("UPDATE main.runs SET finished=?, generation=?, stats=?, usage=? WHERE id=?",
-                           (time.time(), generation, dump(info.stats), dump(info.usage), info.run_id))
+                db.execute(
+                    "UPDATE main.runs SET finished=?, generation=?, stats=?, usage=? WHERE id=?",
+                    (time.time(), generation, dump(info.stats), dump(info.usage), info.run_id),
+                )
         log.debug("generation %d committed in %.2fs", generation, time.perf_counter() - started)
         return generation
 

@@ -6,12 +6,23 @@
 - The writer (one per index, canopy's writer lock) stages a new generation beside the committed
   one and swaps it in with one short transaction (canopy.store.staging).
 - Caches (LLM responses, embeddings, per-caller views) and per-unit extraction instances are
-  written outside generations on the store's own connection: they only ever save work.
+  written outside generations on the store's own connection: they only ever save work. Each
+  cached response and view records the text units it derives from (canopy.store.sources), so
+  removing a unit removes them too.
+- Deleted rows leave no trace in the file: every connection runs with `secure_delete=ON`, which
+  overwrites freed cells and pages with zeros as they are freed. Its cost is the writes to
+  freed pages, paid by the deletes that free them (a VACUUM instead would rewrite the whole
+  file, 1-2 GB at scale, per deletion). Old page images in the WAL go at the next complete
+  checkpoint (`journal_size_limit=0` truncates the WAL then); the writer forces one after a
+  run that removed text (`truncate_wal`).
+- A file SQLite reports as damaged ("file is not a database", "malformed") raises
+  `IndexDamaged`, never a raw sqlite3 error.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -21,24 +32,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canopy.errors import IndexDamaged
+from canopy.health import DB_NAME, is_corruption
 from canopy.model import Extraction, Skip, UnitFailure
 from canopy.store.instances import extraction_rows
 from canopy.store.reads import COMMITTED, GraphReads
 from canopy.store.rows import dump
 from canopy.store.schema import migrate
+from canopy.store.sources import current_sources, record
 
 __all__ = ["DB_NAME", "RunRecord", "Snapshot", "Store"]
 
-DB_NAME = "canopy.sqlite"
 _TIMEOUT_S = 30.0
 
+log = logging.getLogger(__name__)
 
-def connect(path: Path) -> sqlite3.Connection:
+
+def connect(path: Path, cache_kib: int = 8192) -> sqlite3.Connection:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=_TIMEOUT_S)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA temp_store=FILE")
+    db.execute(f"PRAGMA cache_size=-{cache_kib}")  # index-heavy writes thrash the 2 MB default
+    db.execute("PRAGMA secure_delete=ON")  # deleted text is zeroed, not left in free pages
+    db.execute("PRAGMA journal_size_limit=0")  # a reset WAL is truncated: no stale frames kept
     return db
+
+
+@contextmanager
+def damage_as_index_damaged() -> Iterator[None]:
+    """SQLite's "the file is damaged" errors become IndexDamaged (the raw text goes to the log)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
+        log.info("the index database is damaged: %s", exc)
+        raise IndexDamaged("its database cannot be read") from None
 
 
 @dataclass(frozen=True)
@@ -67,7 +97,9 @@ class Snapshot(GraphReads):
                 self.db.execute("SELECT id, labels FROM acl_classes")}
 
     def failures(self) -> list[UnitFailure]:
-        return [UnitFailure(*r) for r in self.db.execute("SELECT unit_id, task, error FROM failures")]
+        return [
+            UnitFailure(*r) for r in self.db.execute("SELECT unit_id, task, error FROM failures")
+        ]
 
     def skips(self) -> list[Skip]:
         return [Skip(*r) for r in self.db.execute("SELECT path, reason FROM skips ORDER BY path")]
@@ -80,12 +112,21 @@ class Store:
         self.index_dir = Path(index_dir)
         self.index_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.index_dir / DB_NAME
-        self._db = connect(self.path)
+        if self.path.exists() and self.path.stat().st_size == 0:
+            # SQLite would take an empty file for a new database and build an empty index in
+            # it, hiding that the real one was lost.
+            raise IndexDamaged("its database file is empty")
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
-        with self._lock:
-            migrate(self._db)
+        with damage_as_index_damaged():
+            self._db = connect(self.path, cache_kib=32768)  # the writer's: 32 MB of page cache
+            try:
+                with self._lock:
+                    migrate(self._db)
+            except BaseException:
+                self._db.close()
+                raise
 
     def close(self) -> None:
         with self._lock:
@@ -200,17 +241,25 @@ class Store:
             _drop_instances(db, [ex.unit_id for ex in extractions])
             for ex in extractions:
                 rows = extraction_rows(ex)
-                db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
+                db.executemany(
+                    "INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities
+                )
                 db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
                                rows.relationships)
-                db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
-                db.execute("INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes))
+                db.executemany(
+                    "INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes)
+                )
 
     def extracted(self, unit_ids: Iterable[str]) -> set[str]:
         """Which of these units have a stored extraction."""
         with self._lock:
-            rows = self._db.execute("SELECT unit_id FROM extracted WHERE unit_id IN "
-                                    "(SELECT value FROM json_each(?))", (dump(sorted(set(unit_ids))),))
+            rows = self._db.execute(
+                "SELECT unit_id FROM extracted WHERE unit_id IN (SELECT value FROM json_each(?))",
+                (dump(sorted(set(unit_ids))),),
+            )
             return {r[0] for r in rows}
 
     def instance_keys(self, unit_ids: Iterable[str]) -> tuple[set[str], set[str]]:
@@ -225,7 +274,9 @@ class Store:
                 "(SELECT value FROM json_each(?))", (ids,))}
         return keys, rids
 
-    def claim_instances(self, unit_ids: Iterable[str]) -> list[tuple[str, int, str, str, str, str, str]]:
+    def claim_instances(
+        self, unit_ids: Iterable[str]
+    ) -> list[tuple[str, int, str, str, str, str, str]]:
         ids = dump(sorted(set(unit_ids)))
         with self._lock:
             return self._db.execute(
@@ -241,8 +292,11 @@ class Store:
         return row[0] if row else None
 
     def cache_put(self, key: str, response: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO llm_cache VALUES (?, ?)", (key, response))
+        """Cache a response, with the units the current `cache_sources` block declares."""
+        sources = current_sources()
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO llm_cache VALUES (?, ?)", (key, response))
+            record(db, key, sources)
 
     def embeddings_get(self, keys: Iterable[str]) -> dict[str, bytes]:
         with self._lock:
@@ -250,9 +304,32 @@ class Store:
                                     "(SELECT value FROM json_each(?))", (dump(sorted(set(keys))),))
             return dict(rows.fetchall())
 
-    def embeddings_put(self, rows: dict[str, bytes]) -> None:
+    def embeddings_put(self, rows: dict[str, bytes], sources: dict[str, Iterable[str]]) -> None:
+        """Cache vectors by key, and record the text units each key's text derives from (a
+        vector can betray its text: it goes when they do)."""
+        with self.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", rows.items())
+            for key, units in sources.items():
+                record(db, key, units)
+
+    def element_tokens(self, keys: Iterable[str]) -> dict[str, int]:
+        """Known token sizes of report-context elements (ElementSizes), by key."""
         with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", rows.items())
+            rows = self._db.execute("SELECT key, tokens FROM element_tokens WHERE key IN "
+                                    "(SELECT value FROM json_each(?))", (dump(sorted(set(keys))),))
+            return dict(rows.fetchall())
+
+    def element_tokens_clear(self) -> None:
+        """Forget every size (a full build counts afresh: sizes of gone elements go too)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM element_tokens")
+
+    def element_tokens_put(self, sizes: dict[str, int]) -> None:
+        """Remember token sizes by key (derived from content hashes: they hold no text)."""
+        if sizes:
+            with self.transaction() as db:
+                db.executemany("INSERT OR REPLACE INTO element_tokens VALUES (?, ?)",
+                               sorted(sizes.items()))
 
     def view_get(self, key: str) -> tuple[str, str] | None:
         """(kind, payload) of a cached per-caller view (acl.view_cache), or None."""
@@ -261,14 +338,29 @@ class Store:
                                    (key,)).fetchone()
         return (row[0], row[1]) if row else None
 
-    def view_put(self, key: str, *, kind: str, artifact_id: str, payload: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO acl_views VALUES (?, ?, ?, ?, ?, ?)",
-                             (key, kind, artifact_id, payload, len(payload), time.time()))
+    def view_put(self, key: str, *, kind: str, artifact_id: str, payload: str,
+                 units: Iterable[str]) -> None:
+        """Store a view derived from these text units."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO acl_views VALUES (?, ?, ?, ?, ?, ?)",
+                       (key, kind, artifact_id, payload, len(payload), time.time()))
+            record(db, key, units)
 
     def view_counts(self) -> dict[str, int]:
         with self._lock:
             return dict(self._db.execute("SELECT kind, COUNT(*) FROM acl_views GROUP BY kind"))
+
+    def truncate_wal(self) -> bool:
+        """Checkpoint the WAL into the database file and truncate it to zero bytes, so page
+        images of deleted rows leave the disk now; False when a reader still holds an older
+        snapshot (then the next complete checkpoint does it). Waits at most a second."""
+        with self._lock:
+            self._db.execute("PRAGMA busy_timeout=1000")
+            try:
+                busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout={int(_TIMEOUT_S * 1000)}")
+        return not busy
 
     def views_prune(self) -> int:
         """Drop cached views of artifacts the committed generation no longer has; how many."""

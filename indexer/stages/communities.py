@@ -88,8 +88,10 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     isolated_ids = [r[0] for r in b.store.writer.execute(
         "SELECT id FROM temp.entities_new WHERE degree = 0 ORDER BY id") if r[0] not in connected]
     hierarchy = build_hierarchy(edges, _isolated(b, isolated_ids), _params(b), previous)
-    if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community
+    if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community,
+        # committed or staged by the local update it overrides
         old = [r[0] for r in b.store.writer.execute("SELECT id FROM main.communities")]
+        old += b.staging.staged_keys("communities")
         b.staging.delete("communities", old)
         b.staging.delete("community_members", old)
     delta = _stage(b, hierarchy)
@@ -161,7 +163,12 @@ def _isolated(b: Build, candidates: list[str]) -> Isolated:
 
 
 def _guard_aggregates(b: Build, g: GraphDelta, delta: HierarchyDelta) -> None:
-    """Root aggregates of the roots this update touched, and the modularity they imply."""
+    """Root aggregates of the roots this update touched, and the modularity they imply.
+
+    A root's aggregates are sums over edges, so a root that was committed before moves by the
+    edges whose weight or endpoints' root changed: those of changed relationships and of
+    entities that joined or left a root. Only a root without a committed row (new) is summed
+    over all its edges."""
     reads, committed = b.reads, b.committed
     touched = {e for edge in g.changed_edges for e in edge}
     roots = {cid for cid, row in reads.communities(delta.written).items() if row.parent is None}
@@ -177,16 +184,11 @@ def _guard_aggregates(b: Build, g: GraphDelta, delta: HierarchyDelta) -> None:
         if row.parent is None:
             s_in -= row.w_in
             s_d2 -= row.d_tot ** 2
-    members = reads.members(sorted(roots))
-    for cid in sorted(roots):
-        inside = set(members.get(cid, []))
-        if not inside:
-            continue
-        w_in = d_tot = 0.0
-        for _, s, t, w in reads.edges_of(sorted(inside)):
-            d_tot += w * ((s in inside) + (t in inside))
-            if s in inside and t in inside:
-                w_in += w
+    known = sorted(r for r in roots if r in old_rows and old_rows[r].parent is None)
+    stats = _root_stats_moved(b, touched, known, old_rows)
+    for cid in sorted(roots - set(known)):
+        stats[cid] = _root_stats_summed(b, cid)
+    for cid, (w_in, d_tot) in sorted(stats.items()):
         delta.root_stats[cid] = (w_in, d_tot)
         s_in += w_in
         s_d2 += d_tot ** 2
@@ -197,3 +199,49 @@ def _guard_aggregates(b: Build, g: GraphDelta, delta: HierarchyDelta) -> None:
     delta.meta = {"q_local": repr(modularity(s_in, s_d2, m)), "m_total": repr(m),
                   "s_in": repr(s_in), "s_d2": repr(s_d2)}
 
+
+def _root_stats_summed(b: Build, root: str) -> tuple[float, float]:
+    """(w_in, d_tot) of one root over all its members' edges."""
+    inside = set(b.reads.members([root]).get(root, []))
+    w_in = d_tot = 0.0
+    if inside:
+        for _, s, t, w in b.reads.edges_of(sorted(inside)):
+            d_tot += w * ((s in inside) + (t in inside))
+            if s in inside and t in inside:
+                w_in += w
+    return w_in, d_tot
+
+
+def _root_stats_moved(b: Build, touched: set[str], roots: list[str],
+                      old_rows: dict[str, CommunityRow]) -> dict[str, tuple[float, float]]:
+    """(w_in, d_tot) of committed roots, moved from their committed values by the edges whose
+    contribution changed: edges of `touched` entities (changed relationships) and of entities
+    that joined or left one of these roots."""
+    if not roots:
+        return {}
+    reads, committed = b.reads, b.committed
+    now, before = reads.members(roots), committed.members(roots)
+    movers = set(touched)
+    for r in roots:
+        movers |= set(now.get(r, ())) ^ set(before.get(r, ()))
+    ids = sorted(movers)
+    old_edges = {i: (s, t, w) for i, s, t, w in committed.edges_of(ids)}
+    new_edges = {i: (s, t, w) for i, s, t, w in reads.edges_of(ids)}
+    ends = sorted({e for s, t, _ in [*old_edges.values(), *new_edges.values()] for e in (s, t)})
+    old_root = {e: c[0] for e, c in committed.memberships(ends).items() if 0 in c}
+    new_root = {e: c[0] for e, c in reads.memberships(ends).items() if 0 in c}
+    out = {r: [old_rows[r].w_in, old_rows[r].d_tot] for r in roots}
+
+    def add(edges: dict[str, tuple[str, str, float]], root_of: dict[str, str], sign: float) -> None:
+        for s, t, w in edges.values():
+            rs, rt = root_of.get(s), root_of.get(t)
+            for r in {rs, rt}:
+                if r in out:
+                    ins = (rs == r) + (rt == r)
+                    out[r][1] += sign * w * ins
+                    if ins == 2:
+                        out[r][0] += sign * w
+
+    add(old_edges, old_root, -1.0)
+    add(new_edges, new_root, 1.0)
+    return {r: (w_in, d_tot) for r, (w_in, d_tot) in out.items()}

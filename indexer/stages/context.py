@@ -46,6 +46,12 @@ class Build:
         return GraphReads(self.store.writer)
 
     @property
+    def memo(self) -> Store | None:
+        """Where summaries are memoized: the store for an endpoint's (they cost calls), nowhere
+        for the builtin provider's (writing them down costs more than writing them again)."""
+        return self.store if self.settings.llm.enabled else None
+
+    @property
     def concurrency(self) -> int:
         """Provider calls in flight (the builtin provider works in this process: a few)."""
         return self.settings.llm.concurrency if self.settings.llm.enabled else 4

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from canopy.ids import content_hash, text_hash
 from canopy.model import Document, TextUnit
@@ -33,6 +33,7 @@ class DocumentPlan:
     moved: set[str] = field(default_factory=set)  # same content; path, title or metadata changed
     relabelled: set[str] = field(default_factory=set)  # same content, other ACL labels
     removed: set[str] = field(default_factory=set)  # committed documents that are gone
+    touched: set[str] = field(default_factory=set)  # same content, new size/mtime on disk
 
     @property
     def unchanged(self) -> bool:
@@ -40,17 +41,30 @@ class DocumentPlan:
 
 
 def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, DocumentRow],
-                   labeler: Labeler, acl_class: AclClass) -> DocumentPlan:
+                   labeler: Labeler, acl_class: AclClass, *,
+                   stats: dict[str, tuple[int, int]] | None = None,
+                   unchanged: Iterable[str] = ()) -> DocumentPlan:
     """The new generation's documents with stable ids, and what changed.
 
+    `loaded` are the documents the scan read; `unchanged` the paths it did not read because
+    their size and modification time are the committed ones (their rows carry over, relabelled
+    if the policy now labels them otherwise); `stats` the (size, mtime_ns) of every file.
     A path seen before keeps its id; a new path whose content equals a vanished document's keeps
     that document's id (a rename: its units, extractions and reports carry over untouched)."""
+    stats = stats or {}
     by_path = {r.document.path: r for r in previous.values()}
     loaded = list(loaded)
-    seen_paths = {d.path for d in loaded}
+    kept = [by_path[p] for p in unchanged if p in by_path]
+    seen_paths = {d.path for d in loaded} | {r.document.path for r in kept}
     vanished = {r.document.content_hash: r for r in previous.values()
                 if r.document.path not in seen_paths}
     plan = DocumentPlan({}, {})
+    for old in kept:
+        labels = labeler(old.document.path)
+        doc = replace(old.document, labels=labels)
+        plan.documents[doc.id] = DocumentRow(doc, acl_class(labels), old.size, old.mtime_ns)
+        if old.document.labels != labels:
+            plan.relabelled.add(doc.id)
     for ld in loaded:
         h = text_hash(ld.text)
         old = by_path.get(ld.path) or vanished.pop(h, None)
@@ -59,7 +73,8 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
             doc_id = "doc-" + content_hash(doc_id, ld.path)
         labels = labeler(ld.path)
         doc = Document(doc_id, ld.path, h, ld.title, len(ld.text), labels, ld.metadata)
-        plan.documents[doc_id] = DocumentRow(doc, acl_class(labels), 0, 0)
+        size, mtime = stats.get(ld.path, (0, 0))
+        plan.documents[doc_id] = DocumentRow(doc, acl_class(labels), size, mtime)
         plan.texts[doc_id] = ld.text
         if old is None or old.document.id != doc_id or old.document.content_hash != h:
             plan.changed.add(doc_id)
@@ -69,6 +84,8 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
         if (old.document.path, old.document.title, old.document.metadata) != (
                 doc.path, doc.title, doc.metadata):
             plan.moved.add(doc_id)
+        elif (old.size, old.mtime_ns) != (size, mtime):
+            plan.touched.add(doc_id)  # same content, new file times: remember them
     plan.removed = set(previous) - set(plan.documents)
     return plan
 
@@ -114,7 +131,8 @@ def stage_documents(b: Build, plan: DocumentPlan) -> UnitChange:
     """Stage the documents and units of the new generation (every one in a full build) and
     the deltas of the lexical statistics, a batch of documents at a time."""
     committed = b.committed
-    staged_docs = set(plan.documents) if b.full else plan.changed | plan.moved | plan.relabelled
+    staged_docs = set(plan.documents) if b.full else (
+        plan.changed | plan.moved | plan.relabelled | plan.touched)
     b.staging.put("documents", [plan.documents[d].values() for d in sorted(staged_docs)])
     b.staging.delete("documents", plan.removed)
     chunked = sorted(set(plan.documents) if b.full else plan.changed)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.model import Extraction, TextUnit, UnitFailure
+from canopy.store.sources import cache_sources
 from indexer.stages.context import Build
 
 __all__ = ["ExtractOutcome", "extract_units"]
@@ -46,8 +47,9 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
 
     async def one(unit: TextUnit) -> None:
         try:
-            ex = await b.provider.extract(unit, entity_types=x.entity_types, claims=x.claims,
-                                          max_gleanings=x.max_gleanings)
+            with cache_sources([unit.id]):  # its requests quote the unit's text
+                ex = await b.provider.extract(unit, entity_types=x.entity_types, claims=x.claims,
+                                              max_gleanings=x.max_gleanings)
         except EndpointUnavailable as exc:
             unavailable.append(exc)
             out.failures.append(UnitFailure(unit.id, "extract", str(exc)[:300]))
@@ -90,6 +92,10 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
     if todo and unavailable and len(unavailable) == len(todo):
         raise unavailable[0]  # nothing got through: say so instead of indexing nothing
     if unavailable:
-        log.warning("%d of %d extractions failed because the endpoint was unavailable; they are "
-                    "recorded in `canopy status` and retried by the next run", len(unavailable), len(todo))
+        log.warning(
+            "%d of %d extractions failed because the endpoint was unavailable; they are "
+            "recorded in `canopy status` and retried by the next run",
+            len(unavailable),
+            len(todo),
+        )
     return out

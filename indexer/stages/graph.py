@@ -18,6 +18,7 @@ from canopy.model import Claim
 from canopy.store import ClaimRow, Gate
 from canopy.store.rows import dump
 from indexer.graph import (
+    Pending,
     describe,
     entity_row,
     merge_entities,
@@ -71,7 +72,8 @@ async def stage_graph(b: Build, changed_units: Iterable[str]) -> GraphDelta:
 def _all_instance_keys(b: Build) -> tuple[set[str], set[str]]:
     db = b.store.writer
     keys = {r[0] for r in db.execute(
-        "SELECT DISTINCT i.key FROM entity_instances i JOIN temp.text_units_new u ON u.id = i.unit_id")}
+        "SELECT DISTINCT i.key FROM entity_instances i "
+        "JOIN temp.text_units_new u ON u.id = i.unit_id")}
     rids = {r[0] for r in db.execute(
         "SELECT DISTINCT i.rid FROM relationship_instances i "
         "JOIN temp.text_units_new u ON u.id = i.unit_id")}
@@ -85,9 +87,11 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta) -> None:
         degrees = b.reads.instance_degrees(batch)
         ids = {entity_id(k) for k in batch}
         before = {} if b.full else b.committed.entities(ids)
-        descriptions = await describe({d.id: (d.name, d.descriptions) for d in drafts.values()},
-                                      b.provider, b.tok, max_tokens=x.summary_max_tokens,
-                                      memo=b.store, concurrency=b.concurrency)
+        descriptions = await describe(
+            {d.id: Pending(d.name, d.descriptions, tuple(u for u, _ in d.unit_acl))
+             for d in drafts.values()},
+            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
+            concurrency=b.concurrency)
         rows = []
         for d in drafts.values():
             old = before.get(d.id)
@@ -108,12 +112,12 @@ async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta) -> 
     for batch in _batches(rids):
         drafts = merge_relationships(b.reads.relationship_instances(batch))
         before = {} if b.full else b.committed.relationships(batch)
-        names = {i: r.entity.name for i, r in b.reads.entities(
-            {e for d in drafts.values() for e in (d.source, d.target)}).items()}
+        names = b.reads.entity_names({e for d in drafts.values() for e in (d.source, d.target)})
         descriptions = await describe(
-            {d.id: (f"{names.get(d.source, '')} -- {names.get(d.target, '')}", d.descriptions)
+            {d.id: Pending(f"{names.get(d.source, '')} -- {names.get(d.target, '')}",
+                           d.descriptions, tuple(u for u, _ in d.unit_acl))
              for d in drafts.values()},
-            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.store,
+            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
             concurrency=b.concurrency)
         rows = []
         for d in drafts.values():

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash
 from canopy.model import Community, Report, UnitFailure
-from canopy.store import CommunityRow, Gate, ReportRow
+from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, ReportRow
 from indexer.reports import CommunityContent, ElementSizes, fingerprint, write_report
 from indexer.stages.communities import HierarchyDelta
 from indexer.stages.context import Build
@@ -30,7 +30,37 @@ __all__ = ["ReportOutcome", "stage_reports"]
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 256
+_CHUNK = 256  # communities per chunk
+# Members per chunk: top levels hold the whole graph in a few hundred communities, so a chunk of
+# them would read every entity and relationship at once. One community larger than this is a
+# chunk of its own: memory follows the largest community, not the corpus.
+_CHUNK_MEMBERS = 20_000
+
+
+class _Rows:
+    """Entity and relationship rows the stage reads, kept across its chunks and levels (a member
+    is read once, not once per level above it), within a bound."""
+
+    def __init__(self, b: Build, limit: int = 150_000) -> None:
+        self.b = b
+        self.limit = limit
+        self.entities: dict[str, EntityRow] = {}
+        self.relationships: dict[str, RelationshipRow] = {}
+
+    def _get(self, cache: dict[str, Any], fetch: Any, ids: Iterable[str]) -> dict[str, Any]:
+        ids = set(ids)
+        missing = ids - cache.keys()
+        if missing:
+            if len(cache) + len(missing) > self.limit:
+                cache.clear()
+            cache.update(fetch(missing))
+        return {i: cache[i] for i in ids if i in cache}
+
+    def entity_rows(self, ids: Iterable[str]) -> dict[str, EntityRow]:
+        return self._get(self.entities, self.b.reads.entities, ids)
+
+    def relationship_rows(self, ids: Iterable[str]) -> dict[str, RelationshipRow]:
+        return self._get(self.relationships, self.b.reads.relationships, ids)
 
 
 @dataclass
@@ -76,31 +106,51 @@ def _dirty(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> 
 
 async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> ReportOutcome:
     dirty = _dirty(b, g, h, retry)
+    if b.full:
+        b.store.element_tokens_clear()
     out = ReportOutcome()
     total = sum(len(v) for v in dirty.values())
     advance = b.progress("reports", total)
     sizes = ElementSizes(b.tok)
     sem = asyncio.Semaphore(b.concurrency)
+    rows = _Rows(b)
     for level in sorted(dirty, reverse=True):
-        ids = sorted(dirty[level])
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start:start + _CHUNK]
-            await _chunk(b, h, chunk, sizes, sem, out)
+        for chunk in _chunks(b, sorted(dirty[level])):
+            await _chunk(b, h, chunk, sizes, sem, out, rows)
             advance(len(chunk))
             out.communities += len(chunk)
     return out
 
 
+def _chunks(b: Build, ids: list[str]) -> Iterable[list[str]]:
+    """`ids` in order, cut into chunks of at most _CHUNK communities and _CHUNK_MEMBERS
+    members (a larger community alone)."""
+    for start in range(0, len(ids), _CHUNK):
+        part = ids[start:start + _CHUNK]
+        sizes = {cid: row.n_members for cid, row in b.reads.communities(part).items()}
+        chunk: list[str] = []
+        members = 0
+        for cid in part:
+            n = sizes.get(cid, 0)
+            if chunk and members + n > _CHUNK_MEMBERS:
+                yield chunk
+                chunk, members = [], 0
+            chunk.append(cid)
+            members += n
+        if chunk:
+            yield chunk
+
+
 async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSizes,
-                 sem: asyncio.Semaphore, out: ReportOutcome) -> None:
+                 sem: asyncio.Semaphore, out: ReportOutcome, cache: _Rows) -> None:
     reads = b.reads
     rows = reads.communities(ids)
     members = reads.members(ids)
     children = reads.children(ids)
     child_rows = reads.communities({c for cs in children.values() for c in cs})
-    entity_rows = reads.entities({e for es in members.values() for e in es})
+    entity_rows = cache.entity_rows({e for es in members.values() for e in es})
     among = reads.relationships_among(ids)
-    rel_rows = reads.relationships({r for rs in among.values() for r in rs})
+    rel_rows = cache.relationship_rows({r for rs in among.values() for r in rs})
     claims_by_subject: dict[str, list[Any]] = defaultdict(list)
     for c in reads.claims_of(entity_rows):
         claims_by_subject[c.claim.subject].append(c)
@@ -147,7 +197,16 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
         else:
             to_write.append(content)
     if to_write:
+        # Sizes of the elements, read where an earlier run counted them (a large community's
+        # elements are mostly unchanged), counted here otherwise and remembered.
+        keys = {e: f"{b.tok.name}:{entity_rows[e].hash}"
+                for c in to_write for e in c.entities if not sizes.known(e)}
+        keys.update({r: f"{b.tok.name}:{rel_rows[r].hash}"
+                     for c in to_write for r in c.relationships if not sizes.known(r)})
+        stored = b.store.element_tokens(keys.values())
+        sizes.seed({i: stored[k] for i, k in keys.items() if k in stored})
         await _write(b, to_write, sizes, sem, out)
+        b.store.element_tokens_put({keys[i]: n for i, n in sizes.fresh(keys).items()})
 
 
 def _keep(b: Build, committed: ReportRow | None, report: Report) -> None:
@@ -171,13 +230,16 @@ async def _write(b: Build, contents: list[CommunityContent], sizes: ElementSizes
         async def child_reports() -> dict[str, Report]:
             got = b.reads.reports(kids)
             members = b.reads.members(kids)
+            kid_of = {e: k for k, es in members.items() for e in es}
+            inside: dict[str, list[str]] = defaultdict(list)  # one pass over the relationships
+            for i, rel in content.relationships.items():
+                k = kid_of.get(rel.source)
+                if k is not None and kid_of.get(rel.target) == k:
+                    inside[k].append(i)
             for k in kids:
                 if k in members:
-                    inside = set(members[k])
-                    content.children[k] = Community(
-                        k, c.level + 1, c.id, (), tuple(members[k]),
-                        tuple(i for i, rel in content.relationships.items()
-                              if rel.source in inside and rel.target in inside))
+                    content.children[k] = Community(k, c.level + 1, c.id, (), tuple(members[k]),
+                                                    tuple(inside.get(k, ())))
             return {k: v.report for k, v in got.items()}
 
         try:

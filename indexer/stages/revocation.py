@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 
 from canopy.ids import entity_id
 from canopy.store import GraphReads, Store
 from canopy.store.rows import dump
-from canopy.vectors import TABLES, VectorStore
+from canopy.store.sources import purge
+from canopy.vectors import TABLES, VectorStore, merge_scrub, superseded
 from indexer.stages.documents import DocumentPlan, unit_terms
 
 __all__ = ["revoke"]
@@ -38,7 +40,9 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
     unit_ids = sorted(u.unit.id for us in units.values() for u in us)
     keys, rids = store.instance_keys(unit_ids)
     entities = sorted(entity_id(k) for k in keys)
-    communities = sorted({c for chain in reads.memberships(entities).values() for c in chain.values()})
+    communities = sorted(
+        {c for chain in reads.memberships(entities).values() for c in chain.values()}
+    )
 
     df: Counter[tuple[str, int]] = Counter()
     stats: Counter[tuple[int, int]] = Counter()  # (acl, 0) units, (acl, 1) terms
@@ -54,7 +58,9 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
                 stats[(acl, 0)] += sign
                 stats[(acl, 1)] += sign * len(terms)
 
+    deleted = sorted(u.unit.id for d in plan.removed for u in units.get(d, []))
     versions = json.loads(store.get_meta("lance_versions", "{}") or "{}")
+    before = dict(versions)  # readers may hold these for the grace period
     vectors = VectorStore(store.index_dir, 0)
     vectors.restore(versions)
     dropped = {"text_units": unit_ids, "entities": entities, "reports": communities}
@@ -71,6 +77,7 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
         db.execute(f"UPDATE reports SET stale = 1 WHERE community_id {_IN}", (dump(communities),))
         removed = dump(sorted(plan.removed))
         db.execute(f"DELETE FROM text_units WHERE document_id {_IN}", (removed,))
+        purge(db, deleted)  # cached responses and views that quote the deleted units
         db.execute(f"DELETE FROM documents WHERE id {_IN}", (removed,))
         for doc_id in sorted(plan.relabelled):
             row = plan.documents[doc_id]
@@ -85,11 +92,15 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
             db.execute("INSERT INTO acl_stats VALUES (?, ?, ?) ON CONFLICT(acl) DO UPDATE SET "
                        "units = units + excluded.units, terms = terms + excluded.terms",
                        (acl, stats[(acl, 0)], stats[(acl, 1)]))
-        generation = int(db.execute("SELECT value FROM meta WHERE key='generation'").fetchone()[0]) + 1
+        generation = (
+            int(db.execute("SELECT value FROM meta WHERE key='generation'").fetchone()[0]) + 1
+        )
+        history = superseded(store.get_meta("lance_history"), before, time.time())
         db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
             ("generation", str(generation)), ("revoking", "1"),
-            ("lance_versions", json.dumps(versions))])
+            ("lance_versions", json.dumps(versions)), ("lance_history", history),
+            ("lance_scrub", merge_scrub(store.get_meta("lance_scrub"), vectors.scrub))])
     log.info("revoked %d documents and relabelled %d at once (generation %d): %d entities and %d "
              "communities wait for regeneration", len(plan.removed), len(plan.relabelled),
              generation, len(entities), len(communities))
-    return sorted(u.unit.id for d in plan.removed for u in units.get(d, []))
+    return deleted

@@ -81,10 +81,9 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
       canopy serve team-docs --watch                  # keep the index current while serving
       canopy serve team-docs --http --workers 2       # two processes behind one port
     """
+    # The HTTP supervisor of several workers serves nothing itself: it imports no engines.
     from server.http import HttpSpec, run_http
-    from server.mcp_app import build_server, run_stdio
     from server.runtime import build_index, open_workspace
-    from server.service import CanopyService
 
     if tokens_file is not None and not use_http:
         raise click.UsageError("--tokens applies to --http only; "
@@ -121,6 +120,9 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
                               level if level in ("debug", "info", "warning", "error") else "warning"),
                      workers)
             return
+        from server.mcp_app import build_server, run_stdio
+        from server.service import CanopyService
+
         service = CanopyService(ws, config=config)
         try:
             run_stdio(build_server(service, principal_name=principal))

@@ -69,7 +69,7 @@ def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tu
         for name in names:
             with service.context(name) as ctx:
                 figures = asyncio.run(warm_views(ctx, kinds))
-                documents = ctx.reader.snap.count_touching("documents", ctx.caller.readable)
+                documents = ctx.reader.inventory.count_readable("documents")
             rows.append({"principal": name or "(local user)", "documents": documents, **figures})
         pruned = service.store.views_prune() if prune else None
     finally:

@@ -69,7 +69,6 @@ async def drift_search(
             chosen = _next_questions(steps, asked, breadth)
             if not chosen:
                 break
-            asked.update(normalize_name(q) for q in chosen)
 
             async def follow(question: str, level: int = level) -> _Step:
                 nonlocal done
@@ -135,7 +134,11 @@ def _open_questions(steps: list[_Step], asked: set[str]) -> list[str]:
 
 
 def _next_questions(steps: list[_Step], asked: set[str], breadth: int) -> list[str]:
-    return _open_questions(steps, asked)[:breadth]
+    """The `breadth` best open follow-ups, added to `asked` (normalized) so that no later
+    round asks them again."""
+    chosen = _open_questions(steps, asked)[:breadth]
+    asked.update(normalize_name(q) for q in chosen)
+    return chosen
 
 
 def _context(steps: list[_Step], blocks: list[ContextBlock]) -> str:

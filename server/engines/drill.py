@@ -121,10 +121,7 @@ async def report_markdown(ctx: QueryContext, community_id: str) -> str:
 async def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
     """Every report the caller may read, broadest level first."""
     reader = ctx.reader
-    ids: list[str] = []
-    for level in reader.snap.levels():
-        ids += [r.id for r in reader.snap.level_partition(level) if r.level == level]
-    reports = await reader.reports(ids)
+    reports = await reader.reports(reader.inventory.community_ids_by_level())
     cards = [community_card(reader, r) for r in reports.values()]
     return sorted(cards, key=lambda c: (c.level, c.id))
 
@@ -132,9 +129,13 @@ async def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
 # ---- the three views ------------------------------------------------------------------------
 
 
-def _cap(items: list[Any], limit: int, what: str, notes: list[str], call: str) -> list[Any]:
-    if len(items) > limit:
-        notes.append(f"Showing {limit} of {len(items)} {what}; {call}.")
+def _cap(items: list[Any], limit: int, what: str, notes: list[str], call: str, *,
+         total: int | None = None) -> list[Any]:
+    """The first `limit` items, with a note when there are more (`total`: how many there are,
+    when `items` holds only the first ones)."""
+    total = len(items) if total is None else total
+    if total > limit:
+        notes.append(f"Showing {limit} of {total} {what}; {call}.")
     return items[:limit]
 
 
@@ -165,9 +166,10 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, lim
             f"finding must be from 0 to {len(findings) - 1} for community {cid!r}.")
     here = f"community_id={cid!r}" if entity is None else f"entity={entity.name!r}"
 
-    def cap(items: list[Any], what: str, args: str = here) -> list[Any]:
+    def cap(items: list[Any], what: str, args: str = here, total: int | None = None) -> list[Any]:
+        total = len(items) if total is None else total
         return _cap(items, limit, what, notes,
-                    f"call drill_down({args}, limit={min(len(items), MAX_LIMIT)})")
+                    f"call drill_down({args}, limit={min(total, MAX_LIMIT)})", total=total)
 
     chain: list[str] = []
     parent = reader.community_rows([cid])[cid].parent
@@ -181,14 +183,16 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, lim
     tops = reader.servable_tops(all_children)
     kids = await reader.reports(tops)
     children = [community_card(reader, kids[k]) for k in tops if k in kids]
-    members = list((await reader.entities(reader.members(cid))).values())
-    members.sort(key=lambda e: (-e.degree, e.name))
+    members, n_members = await reader.ranked_members(cid, limit)
     if entity is None:
-        among = reader.snap.relationships_among([cid]).get(cid, [])
-        rels = list((await reader.relationships(among)).values())
-        rels.sort(key=lambda r: (-r.weight, r.id))
+        among = reader.relationship_states(reader.inventory.relationships_among(cid))
+        weight = await reader.served_weights(
+            reader.edge_rows([r for r, st in among.items() if st]).values())
+        top = sorted(weight, key=lambda r: (-weight[r], r))[:limit]
+        got = await reader.relationships(top)
+        rels, n_rels = [got[r] for r in top if r in got], len(weight)
     else:  # the entity's own relationships, inside the community or not
-        rels = await _relationships_of(ctx, entity)
+        rels, n_rels = await _relationships_of(ctx, entity, limit)
     names = await _names(ctx, rels, {e.id: e for e in members})
     if finding is not None:
         unit_ids, about = list(findings[finding].text_unit_ids), f"finding {finding}"
@@ -206,8 +210,9 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, lim
         findings=cap(findings, "findings", f"community_id={cid!r}"),
         parents=parents,
         children=cap(children, "sub-communities"),
-        entities=cap([entity_card(e) for e in members], "member entities"),
-        relationships=cap([relationship_card(r, names) for r in rels], "relationships"),
+        entities=cap([entity_card(e) for e in members], "member entities", total=n_members),
+        relationships=cap([relationship_card(r, names) for r in rels], "relationships",
+                          total=n_rels),
         sources=[span_of(*units[u]) for u in cap([u for u in unit_ids if u in units],
                                                   f"source passages of {about}", args)],
     )
@@ -232,22 +237,28 @@ async def _entity(ctx: QueryContext, name: str, finding: int | None, limit: int,
     if finding is not None:
         raise InvalidArgument(f"No community report is available for entity {entity.name!r}, "
                               "so there are no findings to select.")
-    rels = await _relationships_of(ctx, entity)
+    rels, total = await _relationships_of(ctx, entity, limit)
     names = await _names(ctx, rels, {entity.id: entity})
     units = reader.units(entity.text_unit_ids)
     call = f"call drill_down(entity={entity.name!r}, limit={MAX_LIMIT})"
+    if total > limit:
+        notes.append(f"Showing {limit} of {total} relationships; {call}.")
     return DrillResult(
         entity=entity_card(entity),
-        relationships=_cap([relationship_card(r, names) for r in rels], limit, "relationships",
-                           notes, call),
+        relationships=[relationship_card(r, names) for r in rels],
         sources=[span_of(*units[u]) for u in _cap([u for u in entity.text_unit_ids if u in units],
                                                   limit, "source passages", notes, call)])
 
 
-async def _relationships_of(ctx: QueryContext, entity: Entity) -> list[Relationship]:
-    rids = ctx.reader.relationship_ids_of([entity.id]).get(entity.id, [])
-    rels = list((await ctx.reader.relationships(rids)).values())
-    return sorted(rels, key=lambda r: (-r.weight, r.id))
+async def _relationships_of(ctx: QueryContext, entity: Entity,
+                            limit: int) -> tuple[list[Relationship], int]:
+    """The entity's `limit` heaviest relationships (as served), and how many it has for the
+    caller. Ranked on the cheap edge rows: a hub may have thousands, only the shown are read."""
+    edges = ctx.reader.incident([entity.id])
+    weight = await ctx.reader.served_weights(edges)
+    kept = sorted(weight, key=lambda r: (-weight[r], r))[:limit]
+    served = await ctx.reader.relationships(kept)
+    return [served[r] for r in kept if r in served], len(weight)
 
 
 def _by_support(ctx: QueryContext, report: Report) -> list[str]:

@@ -174,12 +174,11 @@ def map_batches(reports: list[Report], *, seed: int, batch_tokens: int) -> list[
     (a report larger than that travels alone)."""
     order = sorted(reports, key=lambda r: r.community_id)
     random.Random(seed).shuffle(order)
-    tok = tokenizer()
     batches: list[list[Report]] = []
     current: list[Report] = []
     used = 0
     for r in order:
-        n = tok.count(f"[Report {r.community_id}] {r.full_text()}") + 2
+        n = _map_tokens(r)
         if current and used + n > batch_tokens:
             batches.append(current)
             current, used = [], 0
@@ -188,6 +187,11 @@ def map_batches(reports: list[Report], *, seed: int, batch_tokens: int) -> list[
     if current:
         batches.append(current)
     return batches
+
+
+def _map_tokens(report: Report) -> int:
+    """Tokens one report takes in a map batch."""
+    return tokenizer().count(f"[Report {report.community_id}] {report.full_text()}") + 2
 
 
 async def _map(

@@ -25,6 +25,7 @@ import numpy as np
 from canopy.ids import normalize_name
 from canopy.model import Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock, render_blocks
+from canopy.store import Edge
 from server.context import QueryContext
 from server.engines.cards import block_citation
 from server.engines.common import (
@@ -46,6 +47,9 @@ SUPPORT_UNITS = 30  # units behind the selected entities and relationships that 
 DIVERSE_DOCS = 10  # the first units of the context come from this many distinct documents
 CONTEXT_UNITS = 12  # units the text-unit share is divided among (longer units are excerpted)
 MIN_EXCERPT_TOKENS = 150
+# A relationship block is at least its two names and a short description: the graph share
+# holds at most graph_budget // this many, so no more are read.
+MIN_RELATIONSHIP_TOKENS = 12
 # Shares of the context budget (GraphRAG's community_prop / text_unit_prop); unused budget of
 # one part passes to the next, in this order.
 REPORT_SHARE = 0.25
@@ -95,12 +99,13 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
     vector = await reader.embed(query)
     entities = await _select_entities(ctx, query, vector)
     chosen = {e.id for e in entities}
-    relationships = await _relationships_of(ctx, chosen)
     reports = await _reports_of(ctx, [e.id for e in entities])
 
     report_blocks, used = pack_blocks([report_block(r) for r in reports],
                                       int(budget * REPORT_SHARE))
     graph_budget = int(budget * (REPORT_SHARE + GRAPH_SHARE)) - used
+    relationships = await _relationships_of(ctx, chosen,
+                                            limit=max(1, graph_budget // MIN_RELATIONSHIP_TOKENS))
     entity_blocks, used_entities = pack_blocks(_entity_blocks(entities), graph_budget // 2)
     relation_blocks = await _relation_blocks(ctx, entities, relationships)
     graph_blocks, used_graph = pack_blocks(relation_blocks, graph_budget - used_entities)
@@ -211,25 +216,28 @@ async def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray) ->
     return [served[i] for i in ids if i in served][:TOP_ENTITIES]
 
 
-async def _relationships_of(ctx: QueryContext, chosen: set[str]) -> list[Relationship]:
-    """Relationships among the chosen entities (heaviest first), then those leading out of
-    them, ranked by how many chosen entities the outside endpoint links to (GraphRAG)."""
-    incident = ctx.reader.relationship_ids_of(chosen)
-    rels = await ctx.reader.relationships(sorted({r for rs in incident.values() for r in rs}))
-    inside: list[Relationship] = []
-    outside: list[tuple[Relationship, str]] = []
+async def _relationships_of(ctx: QueryContext, chosen: set[str], *,
+                            limit: int) -> list[Relationship]:
+    """The first `limit` of: relationships among the chosen entities (heaviest first), then
+    those leading out of them, ranked by how many chosen entities the outside endpoint links to
+    (GraphRAG). Ranked on the cheap edge rows (a hub entity may have thousands); only the kept
+    ones are read, and an edge served as a view ranks by the view's own weight."""
+    reader = ctx.reader
+    edges = reader.incident(chosen)
+    weight = await reader.served_weights(edges)
     links: Counter[str] = Counter()
-    for r in rels.values():  # as served (a view where part of it is hidden)
-        a, b = r.source in chosen, r.target in chosen
-        if a and b:
-            inside.append(r)
-        else:
-            other = r.target if a else r.source
-            outside.append((r, other))
-            links[other] += 1
-    inside.sort(key=lambda r: (-r.weight, r.id))
-    outside.sort(key=lambda ro: (-links[ro[1]], -ro[0].weight, ro[0].id))
-    return inside + [r for r, _ in outside]
+    for e in edges:
+        if not (e.source in chosen and e.target in chosen):
+            links[e.target if e.source in chosen else e.source] += 1
+
+    def rank(e: Edge) -> tuple[int, int, float, str]:
+        if e.source in chosen and e.target in chosen:
+            return (0, 0, -weight[e.id], e.id)
+        return (1, -links[e.target if e.source in chosen else e.source], -weight[e.id], e.id)
+
+    kept = [e.id for e in sorted(edges, key=rank)[:limit]]
+    served = await reader.relationships(kept)
+    return [served[r] for r in kept if r in served]
 
 
 async def _reports_of(ctx: QueryContext, entity_ids: list[str]) -> list[Report]:

@@ -21,18 +21,18 @@ async def warm_views(ctx: QueryContext, kinds: Iterable[str] = KINDS) -> dict[st
     built now (the rest came from the cache), the provider calls it took, and the time."""
     reader = ctx.reader
     kinds = tuple(kinds)
-    snap, readable = reader.snap, reader.caller.readable
+    inventory = reader.inventory
     needed: dict[str, list[str]] = {k: [] for k in kinds}
     if not reader.trivial:
         if "entity" in kinds:
-            ids = snap.partly_touching("entities", readable)
+            ids = inventory.partly_readable("entities")
             needed["entity"] = [e for e, s in reader.entity_states(ids).items() if s == State.VIEW]
         if "relationship" in kinds:
-            ids = snap.partly_touching("relationships", readable)
+            ids = inventory.partly_readable("relationships")
             needed["relationship"] = [r for r, s in reader.relationship_states(ids).items()
                                       if s == State.VIEW]
         if "report" in kinds:
-            ids = snap.community_ids()
+            ids = inventory.community_ids()
             needed["report"] = [c for c, s in reader.community_states(ids).items() if s == State.VIEW]
     out: dict[str, Any] = {f"{k}_views": len(needed[k]) for k in kinds}
     cache = reader.views.cache

@@ -1,0 +1,366 @@
+"""The selection and ordering rules of the query engines (design §6), each pinned on hand-built
+inputs: which map points reach the reduce (`_best_points`), how reports are batched for the map
+(`map_batches`), which reports dynamic selection picks (`select_reports`, over a fake reader and
+scripted ratings), and which follow-up questions DRIFT asks next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Iterable
+from typing import cast
+
+import numpy as np
+import pytest
+
+import server.engines.global_engine as ge
+from acl.reader import CallerReader
+from canopy.errors import InvalidOutput
+from canopy.ids import normalize_name
+from canopy.model import Report
+from canopy.providers.base import MapPoint, Provider
+from canopy.settings import QuerySettings
+from canopy.vectors import Hit
+from server.context import QueryContext
+from server.engines.common import tokenizer
+from server.engines.drift_engine import _next_questions, _open_questions, _Step
+from server.engines.global_engine import _best_points, _map_tokens, map_batches, select_reports
+
+
+def report(cid: str, n_words: int = 3) -> Report:
+    return Report(cid, cid.count("."), f"Report {cid}", " ".join(["word"] * n_words), 5.0, "",
+                  (), (f"u-{cid}",), f"fp-{cid}")
+
+
+# ---- reduce: which map points are kept ---------------------------------------------------------
+
+
+def point(text: str, score: int) -> MapPoint:
+    return MapPoint(description=text, score=score, report_ids=[])
+
+
+def costs(points: list[MapPoint]) -> list[int]:
+    """Reduce-context tokens of each point, as ranked, measured on an unbounded selection."""
+    _, text = _best_points(points, 10**9)
+    return [tokenizer().count(part) + 2 for part in text.split("\n\n")]
+
+
+class TestBestPoints:
+    def test_zero_score_points_are_dropped(self) -> None:
+        kept, text = _best_points([point("useless", 0), point("useful", 10)], 10**9)
+        assert [p.description for p in kept] == ["useful"]
+        assert "useless" not in text
+
+    def test_nothing_scored_above_zero_keeps_nothing(self) -> None:
+        assert _best_points([point("a", 0), point("b", 0)], 10**9) == ([], "")
+
+    def test_points_come_best_first_and_equal_scores_keep_their_order(self) -> None:
+        points = [point("tie z", 40), point("best", 90), point("tie a", 40), point("worst", 10)]
+        kept, _ = _best_points(points, 10**9)
+        assert [p.description for p in kept] == ["best", "tie z", "tie a", "worst"]
+
+    def test_the_context_numbers_the_points_in_rank_order_with_their_score(self) -> None:
+        _, text = _best_points([point("low", 20), point("high", 80)], 10**9)
+        assert text.split("\n\n") == ["----- Analyst point 1 (importance 80) -----\nhigh",
+                                      "----- Analyst point 2 (importance 20) -----\nlow"]
+
+    def test_points_are_kept_while_they_fit_the_reduce_budget(self) -> None:
+        points = [point("first " * 30, 90), point("second " * 30, 80), point("third", 70)]
+        first, second, _ = costs(points)
+        assert len(_best_points(points, first + second)[0]) == 2
+        assert len(_best_points(points, first + second - 1)[0]) == 1
+        assert _best_points(points, first - 1) == ([], "")
+
+    def test_selection_stops_at_the_first_point_that_does_not_fit(self) -> None:
+        points = [point("big " * 200, 90), point("small", 10)]
+        kept, _ = _best_points(points, costs(points)[1] + 5)  # room for "small" only
+        assert kept == []
+
+
+# ---- map: batches -----------------------------------------------------------------------------
+
+REPORTS = [report(f"c{i}", n) for i, n in enumerate([5, 40, 12, 25, 8, 30, 3, 18, 22, 9])]
+
+
+def flat(batches: list[list[Report]]) -> list[str]:
+    return [r.community_id for b in batches for r in b]
+
+
+def size(batch: list[Report]) -> int:
+    return sum(_map_tokens(r) for r in batch)
+
+
+class TestMapBatchOrder:
+    def test_reports_are_shuffled_from_id_order_with_the_seed(self) -> None:
+        expected = sorted(r.community_id for r in REPORTS)
+        random.Random(7).shuffle(expected)
+        assert flat(map_batches(REPORTS, seed=7, batch_tokens=10**6)) == expected
+
+    def test_the_input_order_does_not_matter(self) -> None:
+        shuffled = REPORTS[::-1]
+        assert map_batches(shuffled, seed=3, batch_tokens=120) == map_batches(
+            REPORTS, seed=3, batch_tokens=120)
+
+    def test_another_seed_gives_another_order(self) -> None:
+        assert flat(map_batches(REPORTS, seed=1, batch_tokens=10**6)) != flat(
+            map_batches(REPORTS, seed=2, batch_tokens=10**6))
+
+    def test_every_report_is_in_exactly_one_batch(self) -> None:
+        got = flat(map_batches(REPORTS, seed=5, batch_tokens=100))
+        assert sorted(got) == sorted(r.community_id for r in REPORTS)
+
+    def test_no_reports_make_no_batches(self) -> None:
+        assert map_batches([], seed=1, batch_tokens=100) == []
+
+
+class TestMapBatchPacking:
+    @pytest.mark.parametrize("budget", [60, 100, 150, 400])
+    def test_batches_fit_the_budget_and_close_only_when_the_next_report_would_not(
+            self, budget: int) -> None:
+        batches = map_batches(REPORTS, seed=11, batch_tokens=budget)
+        assert all(size(b) <= budget for b in batches)
+        for batch, after in itertools.pairwise(batches):
+            assert size(batch) + _map_tokens(after[0]) > budget
+
+    def test_an_oversized_report_travels_alone(self) -> None:
+        big = report("big", 300)
+        budget = 100
+        assert _map_tokens(big) > budget
+        batches = map_batches([*REPORTS, big], seed=1, batch_tokens=budget)
+        (alone,) = [b for b in batches if big in b]
+        assert alone == [big]
+        at = batches.index(alone)
+        assert 0 < at < len(batches) - 1  # with batches on both sides: neither joined it
+        assert all(size(b) <= budget for b in batches if b != alone)
+
+
+# ---- dynamic selection ------------------------------------------------------------------------
+
+# r0 ── r0.0 ── r0.0.0
+#   │       └── r0.0.1
+#   └── r0.1
+# r1 ── r1.0
+# r2
+TREE = {"r0": ["r0.0", "r0.1"], "r0.0": ["r0.0.0", "r0.0.1"], "r1": ["r1.0"]}
+ROOTS = ["r0", "r1", "r2"]
+QUERY = "What are the main risks?"
+
+
+class FakeReader:
+    """What dynamic selection reads through a CallerReader, over TREE. `hidden` communities
+    are not servable; `similar` is the hybrid search's ranking of the reports."""
+
+    embedder = None  # not lexical: the vector ranking weighs in full
+
+    def __init__(self, *, hidden: Iterable[str] = (), similar: Iterable[str] = ()) -> None:
+        self.hidden = set(hidden)
+        self.similar = list(similar)
+        self.partitions: list[int] = []  # levels whose partition was asked for
+        self.searches: list[tuple[str, str | None]] = []
+
+    def level_of(self, cid: str) -> int:
+        return cid.count(".")
+
+    def roots(self) -> list[str]:
+        return self.servable_tops(ROOTS)
+
+    async def reports(self, ids: Iterable[str]) -> dict[str, Report]:
+        return {c: report(c) for c in ids if c not in self.hidden}
+
+    def child_ids(self, ids: Iterable[str]) -> dict[str, list[str]]:
+        return {c: TREE[c] for c in ids if c in TREE}
+
+    def servable_tops(self, ids: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        for c in ids:
+            out += self.servable_tops(TREE.get(c, [])) if c in self.hidden else [c]
+        return sorted(out)
+
+    def level_partition(self, level: int) -> list[str]:
+        self.partitions.append(level)
+        every = [*ROOTS, *(c for cs in TREE.values() for c in cs)]
+        return sorted(c for c in every if c not in self.hidden and (
+            self.level_of(c) == level or (self.level_of(c) < level and c not in TREE)))
+
+    def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
+               level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
+        self.searches.append((table, text))
+        return [Hit(c, 1.0) for c in self.similar[:k]]
+
+    async def embed(self, text: str) -> np.ndarray:
+        return np.zeros(4, dtype=np.float32)
+
+
+class ScriptedRatings:
+    """A provider rating each report from a script (0 unless scripted), recording the order;
+    ratings of `fail` raise InvalidOutput."""
+
+    name = "scripted"
+
+    def __init__(self, scores: dict[str, int], fail: Iterable[str] = ()) -> None:
+        self.scores = scores
+        self.fail = set(fail)
+        self.rated: list[str] = []
+
+    async def rate(self, query: str, report: Report) -> int:
+        assert query == QUERY
+        self.rated.append(report.community_id)
+        if report.community_id in self.fail:
+            raise InvalidOutput("no score")
+        return self.scores.get(report.community_id, 0)
+
+
+def select(scores: dict[str, int], *, reader: FakeReader | None = None,
+           fail: Iterable[str] = ()) -> tuple[list[str], ScriptedRatings, FakeReader]:
+    """The selected community ids, the ratings made, and the reader."""
+    reader = reader or FakeReader()
+    provider = ScriptedRatings(scores, fail)
+    ctx = QueryContext(cast(CallerReader, reader), cast(Provider, provider), QuerySettings())
+    chosen = asyncio.run(select_reports(ctx, QUERY))
+    return [r.community_id for r in chosen], provider, reader
+
+
+class TestDescentFromTheRoots:
+    def test_the_roots_are_rated_first(self) -> None:
+        _, provider, _ = select({"r1": 9})
+        assert provider.rated[:3] == ROOTS
+
+    def test_a_relevant_child_replaces_its_parent(self) -> None:
+        chosen, _, _ = select({"r0": 8, "r0.0": 6})
+        assert chosen == ["r0.0"]
+
+    def test_every_relevant_child_of_a_parent_is_kept(self) -> None:
+        chosen, _, _ = select({"r0": 8, "r0.0": 6, "r0.1": 6})
+        assert chosen == ["r0.0", "r0.1"]
+
+    def test_a_relevant_report_stays_when_none_of_its_children_is_relevant(self) -> None:
+        chosen, provider, _ = select({"r1": 7, "r1.0": 4})
+        assert chosen == ["r1"] and "r1.0" in provider.rated
+
+    def test_the_descent_goes_on_below_a_relevant_child(self) -> None:
+        chosen, provider, _ = select({"r0": 8, "r0.0": 6, "r0.0.1": 9})
+        assert chosen == ["r0.0.1"] and "r0.0.0" in provider.rated
+
+    def test_children_of_irrelevant_reports_are_never_rated(self) -> None:
+        _, provider, _ = select({"r1": 7})
+        assert sorted(provider.rated) == ["r0", "r1", "r1.0", "r2"]
+
+    def test_a_report_is_relevant_from_the_threshold_up(self) -> None:
+        threshold = ge.RELEVANCE_THRESHOLD
+        chosen, provider, _ = select({"r0": threshold, "r1": threshold - 1})
+        assert chosen == ["r0"]
+        assert {"r0.0", "r0.1"} <= set(provider.rated) and "r1.0" not in provider.rated
+
+    def test_a_hidden_child_is_replaced_by_its_servable_children(self) -> None:
+        chosen, provider, _ = select({"r0": 8, "r0.0.1": 9}, reader=FakeReader(hidden={"r0.0"}))
+        assert "r0.0" not in provider.rated and {"r0.0.0", "r0.0.1"} <= set(provider.rated)
+        assert chosen == ["r0.0.1"]  # and it replaces r0, its nearest servable ancestor
+
+    def test_a_rating_that_fails_counts_as_irrelevant(self) -> None:
+        chosen, provider, _ = select({"r0": 9, "r1": 7}, fail={"r0"})
+        assert chosen == ["r1"]
+        assert not {"r0.0", "r0.1"} & set(provider.rated)
+
+    def test_the_selection_is_in_community_id_order(self) -> None:
+        chosen, _, _ = select({"r0": 9, "r1": 9, "r2": 9},
+                              reader=FakeReader(similar=["r2", "r1", "r0"]))
+        assert chosen == ["r0", "r1", "r2"]
+
+
+class TestRatingsPerStep:
+    def test_at_most_the_limit_is_rated_per_step_the_most_similar_first(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 2)
+        chosen, provider, reader = select({"r2": 9}, reader=FakeReader(similar=["r2", "r0"]))
+        assert provider.rated == ["r2", "r0"] and chosen == ["r2"]
+        assert reader.searches == [("reports", QUERY)]
+
+    def test_candidates_outside_the_similarity_ranking_follow_it_in_id_order(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 2)
+        _, provider, _ = select({"r2": 9}, reader=FakeReader(similar=["r2"]))
+        assert provider.rated == ["r2", "r0"]
+
+    def test_the_limit_holds_at_every_step_of_the_descent(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 1)
+        chosen, provider, _ = select({"r0": 8, "r0.0": 6, "r0.1": 6},
+                                     reader=FakeReader(similar=["r0.1", "r0"]))
+        assert provider.rated == ["r0", "r0.1"]
+        assert chosen == ["r0.1"]
+
+
+class TestFallbackToWholeLevels:
+    def test_no_level_is_rated_whole_when_a_root_is_relevant(self) -> None:
+        _, _, reader = select({"r2": 9})
+        assert reader.partitions == []
+
+    def test_when_no_root_is_relevant_the_next_level_is_rated(self) -> None:
+        chosen, provider, reader = select({"r1.0": 7})
+        assert reader.partitions == [1]
+        assert chosen == ["r1.0"]
+        assert provider.rated.count("r2") == 1  # a childless root is not rated again
+
+    def test_the_descent_goes_on_below_what_the_fallback_finds(self) -> None:
+        chosen, _, _ = select({"r0.0": 7, "r0.0.1": 8})
+        assert chosen == ["r0.0.1"]
+
+    def test_levels_are_rated_down_to_the_fallback_limit_and_no_further(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        chosen, provider, reader = select({})
+        assert chosen == [] and reader.partitions == [1, 2]
+        assert sorted(provider.rated) == sorted(set(provider.rated))
+        monkeypatch.setattr(ge, "DYNAMIC_FALLBACK_MAX_LEVEL", 1)
+        _, _, reader = select({})
+        assert reader.partitions == [1]
+
+
+# ---- DRIFT: which follow-ups are asked next ----------------------------------------------------
+
+
+def step(score: int, *follow_ups: str) -> _Step:
+    return _Step("q", 0, answer="a", score=score, follow_ups=list(follow_ups))
+
+
+class TestOpenQuestions:
+    def test_follow_ups_of_better_scored_answers_come_first(self) -> None:
+        steps = [step(20, "low 1", "low 2"), step(80, "high 1", "high 2"), step(50, "mid")]
+        assert _open_questions(steps, set()) == ["high 1", "high 2", "mid", "low 1", "low 2"]
+
+    def test_equal_scores_keep_the_order_in_which_questions_were_raised(self) -> None:
+        steps = [step(50, "b", "a"), step(50, "d", "c")]
+        assert _open_questions(steps, set()) == ["b", "a", "d", "c"]
+
+    def test_questions_already_asked_are_dropped_compared_normalized(self) -> None:
+        steps = [step(50, "Who leads KESTREL?", "Who funds Kestrel?")]
+        asked = {normalize_name("who leads kestrel")}
+        assert _open_questions(steps, asked) == ["Who funds Kestrel?"]
+
+    def test_a_question_raised_twice_is_kept_once_where_it_ranks_best(self) -> None:
+        steps = [step(20, "Who funds Kestrel?", "other"), step(80, "who funds  kestrel")]
+        assert _open_questions(steps, set()) == ["who funds  kestrel", "other"]
+
+    def test_blank_questions_are_dropped_and_the_rest_stripped(self) -> None:
+        steps = [step(50, "  ", "?!", "  Where is Heron built?  ")]
+        assert _open_questions(steps, set()) == ["Where is Heron built?"]
+
+    def test_listing_open_questions_asks_none_of_them(self) -> None:
+        asked = {"x"}
+        _open_questions([step(50, "y")], asked)
+        assert asked == {"x"}
+
+
+class TestNextQuestions:
+    def test_at_most_breadth_questions_are_chosen_the_best_first(self) -> None:
+        steps = [step(20, "low"), step(80, "high 1", "high 2")]
+        assert _next_questions(steps, set(), 2) == ["high 1", "high 2"]
+
+    def test_chosen_questions_are_never_chosen_again(self) -> None:
+        steps = [step(80, "one", "two", "three")]
+        asked = {normalize_name("the question")}
+        assert _next_questions(steps, asked, 2) == ["one", "two"]
+        steps.append(step(90, "ONE?", "four"))
+        assert _next_questions(steps, asked, 2) == ["four", "three"]
+        assert _next_questions(steps, asked, 2) == []

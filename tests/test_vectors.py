@@ -1,0 +1,121 @@
+"""The search tables (canopy.vectors): diff writes, versions pinned per generation, crash
+recovery, index maintenance and ACL prefiltering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import canopy.vectors as vectors_module
+from canopy.vectors import VectorRow, VectorStore
+
+DIMS = 16
+
+
+def _row(i: int, acl: tuple[int, ...] = (1,), text: str | None = None) -> VectorRow:
+    v = np.zeros(DIMS, dtype=np.float32)
+    v[i % DIMS] = 1.0
+    v[(i * 7 + 3) % DIMS] += 0.5
+    v /= np.linalg.norm(v)
+    return VectorRow(f"u{i}", text or f"passage number {i} about topic{i % 5}", f"h{i}", v, acl)
+
+
+def test_a_reader_keeps_its_generations_versions_while_the_writer_moves_on(tmp_path: Path) -> None:
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(10)])
+    vs.maintain("text_units")
+    committed = vs.versions()
+    vs.write("text_units", ["u3"], [_row(3, text="rewritten passage about zebras")])
+    old = vs.reader(committed)
+    hits = old.search("text_units", vector=None, text="zebras", k=5)
+    assert not hits  # the old generation never had that text
+    new = VectorStore(tmp_path, DIMS).reader(vs.versions())
+    assert [h.id for h in new.search("text_units", vector=None, text="zebras", k=5)] == ["u3"]
+
+
+def test_restore_undoes_what_a_crashed_writer_wrote(tmp_path: Path) -> None:
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(5)])
+    committed = vs.versions()
+    crashed = VectorStore(tmp_path, DIMS)
+    crashed.write("text_units", ["u1"], [_row(1), _row(99)])  # then the process dies
+    again = VectorStore(tmp_path, DIMS)
+    again.restore(committed)
+    again.write("text_units", ["u1"], [_row(1), _row(99)])  # the same diff, replayed
+    ids = again._table("text_units").to_arrow().column("id").to_pylist()
+    assert sorted(ids) == sorted(["u0", "u1", "u2", "u3", "u4", "u99"])  # nothing duplicated
+
+
+def test_search_prefilters_hidden_acl_classes_before_ranking(tmp_path: Path) -> None:
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i, acl=(1,) if i % 2 else (1, 2)) for i in range(20)])
+    vs.maintain("text_units")
+    reader = vs.reader(vs.versions())
+    query = _row(4).vector
+    everyone = reader.search("text_units", vector=query, text="topic4", k=20)
+    hidden = reader.search("text_units", vector=query, text="topic4", k=20, hidden_acl=[2])
+    assert any(h.id == "u4" for h in everyone)
+    assert hidden and all(int(h.id[1:]) % 2 for h in hidden)  # class 2 rows never ranked
+
+
+def test_a_large_table_gets_a_vector_index_and_appended_rows_are_still_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vectors_module, "VECTOR_INDEX_MIN", 200)
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("entities", [], [_row(i) for i in range(400)])
+    vs.maintain("entities")
+    t = vs._table("entities")
+    assert {tuple(i.columns) for i in t.list_indices()} == {("text",), ("vector",)}
+    vs.write("entities", [], [_row(1000, text="a brand new passage about quasars")])
+    vs.maintain("entities")  # few appended rows: searched unindexed until they are many
+    reader = vs.reader(vs.versions())
+    assert reader.search("entities", vector=_row(1000).vector, text=None, k=50)
+    assert [h.id for h in reader.search("entities", vector=None, text="quasars", k=3)] == ["u1000"]
+
+
+def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleted rows stay in their data file until it is rewritten; the writer notes which
+    fragments it deleted from, and tidy rewrites those alone (a fragment holds one write's
+    rows), then prunes: the cost follows the deletions, not the table."""
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(40)])  # first write: fragment 0
+    vs.maintain("text_units")
+    vs.write("text_units", [], [_row(i) for i in range(40, 50)])  # second write: fragment 1
+    first = vs.versions()
+    vs.tidy(first, None, due=True, record=lambda v: None)
+    vs.scrub.clear()
+    vs.write("text_units", ["u41", "u42"], [])
+    assert vs.scrub == {"text_units": {1}}
+
+    rewritten: list[list[int] | None] = []
+    real = VectorStore._rewrite
+
+    def spy(self: VectorStore, t: object, version: int, fragments: list[int] | None) -> None:
+        rewritten.append(fragments)
+        real(self, t, version, fragments)
+
+    monkeypatch.setattr(VectorStore, "_rewrite", spy)
+    committed = vs.versions()
+    final = vs.tidy(committed, None, due=True, record=lambda v: None, scrub=vs.scrub)
+    assert rewritten == [[1]]  # not the table: fragment 0 kept its rows and files
+    t = vs._table("text_units")
+    assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
+    ids = {r["id"] for r in t.search().limit(None).select(["id"]).to_list()}
+    assert ids == {f"u{i}" for i in range(50)} - {"u41", "u42"}
+    hits = vs.reader(final).search("text_units", vector=None, text="passage number 47", k=3)
+    assert "u47" in [h.id for h in hits]
+
+
+def test_tidy_rewrites_a_table_whose_deleted_rows_nobody_noted(tmp_path: Path) -> None:
+    """An index written before fragments were noted: the whole table is rewritten once."""
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(20)])
+    vs.maintain("text_units")
+    vs.write("text_units", ["u3"], [])
+    vs.tidy(vs.versions(), None, due=True, record=lambda v: None, scrub={})
+    t = vs._table("text_units")
+    assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
+    assert t.count_rows() == 19
