@@ -182,7 +182,8 @@ def cover_clauses(ranked: list[str], scores: dict[str, float], masses: dict[str,
     remaining = list(ranked)
     while remaining and len(head) < docs:
         best = max(remaining, key=lambda u: (
-            scores[u] + COVER * sum(max(0.0, m - c) for m, c in zip(masses[u], covered, strict=True)),
+            scores[u] + COVER * sum(max(0.0, m - c)
+                                    for m, c in zip(masses[u], covered, strict=True)),
             -position[u]))
         remaining.remove(best)
         doc = document_of(best)

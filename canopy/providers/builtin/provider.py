@@ -139,8 +139,8 @@ class BuiltinProvider:
             for line in _bullets(p.description):
                 if line not in lines:
                     lines.append(line)
-        head = ("Extractive answer (builtin provider, no language model): the most relevant points, "
-                "best first.")
+        head = ("Extractive answer (builtin provider, no language model): the most relevant "
+                "points, best first.")
         return head + "\n\n" + "\n".join(lines[:MAX_REDUCE_POINTS])
 
     async def answer(self, query: str, blocks: list[ContextBlock], *, response_type: str) -> str:

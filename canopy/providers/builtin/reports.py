@@ -75,7 +75,8 @@ def extractive_report(ctx: ReportContext, max_tokens: int, tokenizer: Tokenizer)
         a, b = names.get(r.source, r.source), names.get(r.target, r.target)
         rel_f.append(FindingOut(
             summary=f"{a} — {b}", explanation=text(r.description, f"{a} relates to {b}."),
-            entity_ids=[index[x] for x in (r.source, r.target) if x in index], relationship_ids=[j]))
+            entity_ids=[index[x] for x in (r.source, r.target) if x in index],
+            relationship_ids=[j]))
     ent_f = [FindingOut(summary=ents[i].name, entity_ids=[i],
                         explanation=text(ents[i].description, f"{ents[i].name} ({ents[i].type})."))
              for i in by_degree[:MAX_FINDINGS]]
