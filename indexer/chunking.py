@@ -32,6 +32,10 @@ __all__ = ["chunk_document"]
 
 _PARA = re.compile(r"\n[ \t]*\n\s*")
 # Sentence ends: Western punctuation followed by space, or CJK full stops (no space needed).
+# Not canopy.providers.builtin.text.split_sentences on purpose: chunk boundaries, hence unit
+# ids, derive from these cut points, and that splitter's (abbreviations, a capital after the
+# stop, lines as blocks) would move them in existing documents, re-extracting those units on
+# upgrade. Cut points only need to be content-defined, not linguistic.
 _SENT = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)|(?<=[。！？；])")
 
 

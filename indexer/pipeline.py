@@ -23,6 +23,7 @@ from typing import Any
 from canopy.ids import content_hash
 from canopy.model import Skip, UnitFailure
 from canopy.providers.base import Embedder, Provider
+from canopy.providers.builtin.text import TERMS_VERSION
 from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
 from canopy.tokens import get_tokenizer
@@ -58,9 +59,11 @@ class IndexResult:
 
 
 def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embedder) -> str:
-    """What the index content depends on besides the documents: a change rebuilds it."""
+    """What the index content depends on besides the documents: a change rebuilds it. The
+    lexical statistics depend on how text is analysed into terms, whatever the provider."""
     sections = [settings.chunking, settings.extract, settings.communities, settings.reports]
-    return content_hash(provider.name, embedder.name, *(s.model_dump_json() for s in sections))
+    return content_hash(provider.name, embedder.name, f"terms-{TERMS_VERSION}",
+                        *(s.model_dump_json() for s in sections))
 
 
 def extraction_fingerprint(settings: Settings, provider: Provider) -> str:

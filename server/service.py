@@ -43,7 +43,7 @@ from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import check_search_files
 from canopy.providers import make_embedder, make_provider
 from canopy.providers.base import Provider
-from canopy.providers.heuristics import load_jieba
+from canopy.providers.builtin.text import load_jieba
 from canopy.settings import AclSettings, find_config, load_settings
 from canopy.store.store import damage_as_index_damaged
 from canopy.tokens import preload

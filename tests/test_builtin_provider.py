@@ -13,7 +13,7 @@ from canopy.ids import normalize_name
 from canopy.model import Claim, Entity, Extraction, Finding, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock, MapPoint, ReportContext, ReportOut
 from canopy.providers.builtin import NO_INFORMATION, BuiltinProvider
-from canopy.providers.heuristics import split_sentences
+from canopy.providers.builtin.text import split_sentences
 from canopy.tokens import get_tokenizer
 
 CAROL = Path(__file__).resolve().parents[2] / "shared/eval-data/books/christmas_carol_pg24022.txt"

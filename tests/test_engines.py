@@ -507,7 +507,7 @@ class TestLocalRanking:
         assert excerpt(ctx, unit, doc, "anything", 5000) == unit.text
 
     def test_idf_weights_count_only_units_the_caller_may_read(self, ctx, restricted, g):
-        from canopy.providers.hashing import lexical_terms
+        from canopy.providers.builtin.text import lexical_terms
         from server.engines.evidence import term_weights
 
         hidden = hidden_units(g)
@@ -536,7 +536,7 @@ class TestLocalRanking:
     def test_the_document_header_counts_in_every_sentence_window(self, tmp_path):
         """"According to the Nordwind Gazette, ... cranes": the source is in the front matter,
         the fact in the third paragraph; the window scoring that clause sees both."""
-        from canopy.providers.hashing import lexical_terms
+        from canopy.providers.builtin.text import lexical_terms
         from server.engines.evidence import unit_evidence
 
         docs = tmp_path / "docs"

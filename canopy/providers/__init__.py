@@ -34,6 +34,6 @@ def make_embedder(settings: Settings) -> Embedder:
         from canopy.providers.embed import OpenAIEmbedder
 
         return OpenAIEmbedder(settings.embed)
-    from canopy.providers.hashing import HashEmbedder
+    from canopy.providers.builtin import HashEmbedder
 
     return HashEmbedder(settings.embed.dims)

@@ -3,7 +3,7 @@
 - `OpenAIEmbedder`: any OpenAI-compatible `/embeddings` endpoint, batched, with the same retry
   policy as chat (`canopy.llm.call_with_retries`) and its own adaptive window of requests in
   flight (`canopy.limiter.AdaptiveLimiter`, between 1 and `EmbedSettings.concurrency`).
-- The builtin offline embedder lives in this module too (see the section at the end).
+- The builtin offline embedder is `canopy.providers.builtin.HashEmbedder`.
 """
 
 from __future__ import annotations
@@ -145,7 +145,3 @@ def _vector(value: list[float] | str) -> np.ndarray:
     if isinstance(value, str):
         return np.frombuffer(base64.b64decode(value), dtype="<f4")
     return np.asarray(value, dtype=np.float32)
-
-
-# ---- builtin offline embedder -------------------------------------------------------------------
-# HashEmbedder goes here (written by the lead): same `name` / `embed` shape, uses `normalize_rows`.

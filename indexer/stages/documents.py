@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from canopy.ids import content_hash, text_hash
 from canopy.model import Document, TextUnit
-from canopy.providers.hashing import lexical_terms
-from canopy.providers.heuristics import has_cjk
+from canopy.providers.builtin.text import has_cjk, lexical_terms
 from canopy.store import DocumentRow, UnitRow
 from indexer.chunking import chunk_document
 from indexer.loaders import LoadedDocument

@@ -26,7 +26,8 @@ Hits@10, so it only contributes candidates. Weighting units by the entities the 
 graph contributes candidates, not score. Measured with benchmarks/retrieval_eval.py on the DEV
 split of MultiHop-RAG; the weights below are not sensitive (+-0.005 Hits@10 over a grid).
 
-Terms are canopy.providers.hashing.lexical_terms (stemmed words, CJK bigrams). Document
+Terms are canopy.providers.builtin.text.lexical_terms (stemmed words, CJK bigrams), sentences its
+split_at_stops (finer than the builtin provider's sentences: that measured better here). Document
 frequencies come from the index's lexical statistics, summed over the ACL classes the caller may
 read (maintained by the indexer with every change; nothing is counted at query time); a unit's
 sentence analysis is computed when it is first a candidate and kept in a bounded cache.
@@ -45,7 +46,7 @@ import numpy as np
 
 from canopy.ids import content_hash
 from canopy.model import Document, TextUnit
-from canopy.providers.hashing import lexical_terms
+from canopy.providers.builtin.text import lexical_terms, split_at_stops
 from canopy.vectors import rrf
 from server.context import QueryContext
 
@@ -79,7 +80,6 @@ LEXICAL_VECTOR_WEIGHT = 0.1
 # Clause boundaries: punctuation, and conjunctions that join two separate statements.
 _CLAUSE = re.compile(r"[,;:?!()\[\]]|\s(?:while|whereas|but|compared to|in contrast to)\s",
                      re.IGNORECASE)
-_SENTENCE = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+|\s*\n\s*")
 
 
 def split_clauses(query: str) -> list[str]:
@@ -108,7 +108,7 @@ def unit_evidence(ctx: QueryContext, unit: TextUnit, doc: Document) -> UnitEvide
     hit = cache.get(key)
     if hit is not None:
         return hit
-    sentences = [s.strip() for s in _SENTENCE.split(unit.text) if s and s.strip()]
+    sentences = split_at_stops(unit.text)
     terms = [lexical_terms(s) for s in sentences]
     head = lexical_terms(header)
     flat = head + [t for ts in terms for t in ts]

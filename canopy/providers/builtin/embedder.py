@@ -12,52 +12,15 @@ for semantic retrieval.
 from __future__ import annotations
 
 import math
-import re
 import zlib
-from collections import Counter, defaultdict
-from functools import lru_cache
+from collections import defaultdict
+from itertools import pairwise
 
 import numpy as np
 
-__all__ = ["HashEmbedder", "lexical_terms"]
+from canopy.providers.builtin.text import TERMS_VERSION, lexical_terms
 
-_WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_STOP = frozenset(
-    "a an and are as at be been but by for from had has have he her his i if in into is it its me "
-    "my not of on or our she so that the their them then there these they this to was we were what "
-    "when where which who whom why will with would you your do does did can could should about "
-    "after before than also more most other some such only own same very just over under again "
-    "further once here".split()
-)
-
-
-@lru_cache(maxsize=200_000)
-def _stem(w: str) -> str:
-    for suf in ("ingly", "edly", "ing", "ies", "ied", "es", "ed", "ly", "s"):
-        if len(w) > len(suf) + 3 and w.endswith(suf):
-            return w[: -len(suf)] + ("y" if suf in ("ies", "ied") else "")
-    return w
-
-
-@lru_cache(maxsize=200_000)
-def _word_terms(w: str) -> tuple[str, ...]:
-    """The terms of one lower-cased word (memoized: a corpus has far fewer distinct words)."""
-    if _CJK.search(w):
-        chars = [c for c in w if _CJK.match(c)]
-        return tuple(a + b for a, b in zip(chars, chars[1:], strict=False)) or tuple(chars)
-    if w in _STOP or len(w) <= 1:
-        return ()
-    return (_stem(w),)
-
-
-def lexical_terms(text: str) -> list[str]:
-    """Lower-cased, stemmed content words; CJK runs become character bigrams."""
-    out: list[str] = []
-    for w in _WORD.findall(text.lower()):
-        out += _word_terms(w)
-    return out
-
+__all__ = ["HashEmbedder"]
 
 class HashEmbedder:
     """L2-normalised hashed bag of terms and term bigrams (sublinear tf)."""
@@ -68,12 +31,16 @@ class HashEmbedder:
 
     def __init__(self, dims: int = 384) -> None:
         self.dims = dims
-        self.name = f"builtin-hash-{dims}"
+        # The name keys cached vectors and is recorded in the index: a new analysis of the
+        # terms must not reuse vectors hashed from the old one.
+        self.name = f"builtin-hash-{dims}-t{TERMS_VERSION}"
 
     def _vector(self, text: str) -> np.ndarray:
         terms = lexical_terms(text)
-        feats: defaultdict[str, float] = defaultdict(float, Counter(terms))
-        for a, b in zip(terms, terms[1:], strict=False):
+        feats: defaultdict[str, float] = defaultdict(float)  # words count 1, bigrams 0.5
+        for t in terms:
+            feats[t] += 1.0
+        for a, b in pairwise(terms):
             feats[a + " " + b] += 0.5
         v = np.zeros(self.dims, dtype=np.float32)
         for f, tf in feats.items():

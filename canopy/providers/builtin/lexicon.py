@@ -1,4 +1,4 @@
-"""Small word lists behind the builtin provider's heuristics (canopy.providers.heuristics).
+"""Small word lists behind the builtin provider's text analysis and extraction heuristics.
 
 Deliberately short: they give cues, not answers. Every list is lowercase; lookups lowercase
 their input. Multi-word gazetteer entries are matched against a whole phrase.
@@ -49,6 +49,9 @@ def _phrases(text: str) -> frozenset[str]:
     return frozenset(p.strip().lower() for p in text.split(",") if p.strip())
 
 
+# The one English stop-word list: never a search term (text.py) and never a name on its own
+# (mentions.py). It also holds words of instructions ("tell", "describe", "list"), which a
+# question is full of and which say nothing about what it asks.
 STOPWORDS = words("""
 a about above after again against all also am an and any are aren't as at be because been before
 being below between both but by can can't cannot could couldn't did didn't do does doesn't doing

@@ -1,140 +1,19 @@
-"""Text heuristics behind the builtin provider: sentences, name-like mentions, type cues, claim
-cues. Pure functions, deterministic, no network; jieba is loaded lazily and only for text that
-contains CJK characters.
+"""Name-like mentions in a sentence, the entity types their words and context vote for, and
+claim cues: the builtin extractor's heuristics. Pure functions, deterministic, no network; jieba
+(for Chinese names) is loaded only for sentences that contain CJK characters.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from types import ModuleType
 
-from canopy.providers import lexicon as lx
+from canopy.providers.builtin import lexicon as lx
+from canopy.providers.builtin.text import has_cjk, load_jieba
 
-__all__ = [
-    "TYPES",
-    "Mention",
-    "claim_type",
-    "find_mentions",
-    "has_cjk",
-    "load_jieba",
-    "split_sentences",
-    "trim",
-    "type_scores",
-]
+__all__ = ["TYPES", "Mention", "claim_type", "find_mentions", "type_scores"]
 
 TYPES = ("organization", "person", "geo", "event")  # tie-break order
-
-_CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_CJK = re.compile(f"[{_CJK_CLASS}]")
-
-
-def has_cjk(text: str) -> bool:
-    return _CJK.search(text) is not None
-
-
-@lru_cache(maxsize=1)
-def load_jieba() -> ModuleType:
-    """jieba, initialised once and quietly (it logs its dictionary loading to stderr)."""
-    import jieba
-    import jieba.posseg
-
-    jieba.setLogLevel(logging.WARNING)
-    jieba.initialize()
-    return jieba
-
-
-def trim(text: str, limit: int = 300) -> str:
-    """`text` cut at a word boundary to at most `limit` characters (an ellipsis marks a cut)."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    space = cut.rfind(" ")
-    if space > limit // 2:
-        cut = cut[:space]
-    return cut.rstrip(" ,;:") + "…"
-
-
-# ---- sentences ------------------------------------------------------------------------------
-
-_PARA = re.compile(r"\n[ \t]*\n")
-_STRUCT = re.compile(r"\s*(?:#{1,6}\s|[-*+•]\s|\d{1,3}[.)]\s|\||>|\*\*|__|\{)")
-_KEYVAL = re.compile(r"\s*[A-Z][\w .'&-]{0,30}:\s")
-_PREFIX = re.compile(r"^\s*(?:#{1,6}\s+|[-*+•]\s+|\d{1,3}[.)]\s+|>\s*)+")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_MARKUP = re.compile(r"\*\*|__|`|(?<!\w)_|_(?!\w)")
-_HAS_TEXT = re.compile(f"[A-Za-z0-9{_CJK_CLASS}]")
-_BOUND = re.compile(
-    r"(?P<cjk>[。！？；]+[”’」』）]*)"
-    r"|(?P<lat>[.!?…]+[\"'”’)\]]*)(?=\s+[\"'“‘(\[]*[A-Z0-9À-ÖØ-Þ" + _CJK_CLASS + "])"
-)
-_LAST_WORD = re.compile(r"([A-Za-z][A-Za-z.]*)$")
-
-
-def _blocks(paragraph: str) -> list[str]:
-    """Lines of one paragraph grouped into logical blocks: wrapped prose joins, while headings,
-    list items, table rows, "Key: value" lines and short lines stand alone."""
-    out: list[str] = []
-    cur: list[str] = []
-    for line in paragraph.splitlines():
-        s = line.strip()
-        if not s:
-            continue
-        if cur and (_STRUCT.match(line) or _KEYVAL.match(line) or len(cur[-1]) < 45):
-            out.append(" ".join(cur))
-            cur = []
-        cur.append(s)
-        if s.startswith(("#", "|")):
-            out.append(" ".join(cur))
-            cur = []
-    if cur:
-        out.append(" ".join(cur))
-    return out
-
-
-def _clean(block: str) -> str:
-    block = _PREFIX.sub("", block)
-    if block.startswith("|"):
-        block = " ; ".join(c.strip() for c in block.strip("| ").split("|"))
-    block = _MARKUP.sub("", _LINK.sub(r"\1", block))
-    return " ".join(block.split())
-
-
-def _split_block(block: str) -> list[str]:
-    out: list[str] = []
-    start = 0
-    for m in _BOUND.finditer(block):
-        lat = m.group("lat")
-        if lat and lat[0] == ".":
-            w = _LAST_WORD.search(block, max(0, m.start() - 16), m.start())
-            word = w.group(1).lower() if w else ""
-            if word in lx.ABBREVIATIONS or (len(word) == 1 and w and w.group(1).isupper()):
-                continue
-        s = block[start : m.end()].strip()
-        if s:
-            out.append(s)
-        start = m.end()
-    tail = block[start:].strip()
-    if tail:
-        out.append(tail)
-    return out
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of `text`, markdown markers removed, whitespace collapsed (Latin and CJK)."""
-    out: list[str] = []
-    for para in _PARA.split(text):
-        for block in _blocks(para):
-            cleaned = _clean(block)
-            if cleaned and _HAS_TEXT.search(cleaned):
-                out.extend(_split_block(cleaned))
-    return out
-
-
-# ---- mentions -------------------------------------------------------------------------------
 
 _UP = "A-ZÀ-ÖØ-Þ"
 _AL = "A-Za-zÀ-ÖØ-öø-ÿ0-9"
@@ -333,12 +212,12 @@ def _cjk_mentions(sentence: str) -> list[Mention]:
     used: set[int] = set()
     for i, (w, f) in enumerate(words):
         suffix = next((x for x in lx.ORG_SUFFIXES_ZH if w.endswith(x)), None)
-        if suffix is None or not f.startswith("n") or not _CJK.search(w):
+        if suffix is None or not f.startswith("n") or not has_cjk(w):
             continue
         j = i
         while j > 0 and i - j < 5:
             pw, pf = words[j - 1]
-            if not pf.startswith(_ZH_NOUNISH) or not _CJK.search(pw) or pf == "eng":
+            if not pf.startswith(_ZH_NOUNISH) or not has_cjk(pw) or pf == "eng":
                 break
             j -= 1
             if pf == "ns":
@@ -350,7 +229,7 @@ def _cjk_mentions(sentence: str) -> list[Mention]:
     kinds = {"ns": "geo", "nt": "organization", "nz": "organization"}
     freq = load_jieba().dt.FREQ
     for i, (w, f) in enumerate(words):
-        if i in used or len(w) < 2 or not _CJK.search(w) or w in lx.ZH_NOT_NAMES:
+        if i in used or len(w) < 2 or not has_cjk(w) or w in lx.ZH_NOT_NAMES:
             continue
         kind = "person" if f.startswith("nr") else kinds.get(f)
         if kind == "organization" and f == "nz" and freq.get(w):

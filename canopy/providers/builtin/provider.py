@@ -2,9 +2,10 @@
 
 Used when no endpoint is configured (design §7), so indexing and every query engine run with no
 network and no keys. Nothing here generates language: extraction finds name-like phrases
-(canopy.providers.extractive), reports and answers are assembled from sentences of the inputs,
-and relevance is lexical (canopy.providers.lexical.Scorer). Deterministic: same inputs, same
-outputs, ties broken by position. `usage()` counts calls per task with zero tokens.
+(canopy.providers.builtin.extraction), summaries, reports and answers are assembled from
+sentences of the inputs, and relevance is lexical (canopy.providers.builtin.relevance.Scorer).
+Deterministic: same inputs, same outputs, ties broken by position. `usage()` counts calls per
+task with zero tokens.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import replace
 
 from canopy.ids import normalize_name
 from canopy.model import Extraction, Report, TextUnit
-from canopy.providers import lexicon as lx
 from canopy.providers.base import (
     ContextBlock,
     DriftOut,
@@ -26,14 +26,13 @@ from canopy.providers.base import (
     Usage,
     record_usage,
 )
-from canopy.providers.extractive import (
-    REPORT_INTRO,
-    extract_unit,
-    extractive_report,
-    summarize_descriptions,
-)
-from canopy.providers.heuristics import find_mentions, split_sentences, trim
-from canopy.providers.lexical import Scorer, terms
+from canopy.providers.builtin import lexicon as lx
+from canopy.providers.builtin.extraction import extract_unit
+from canopy.providers.builtin.mentions import find_mentions
+from canopy.providers.builtin.relevance import Scorer
+from canopy.providers.builtin.reports import REPORT_INTRO, extractive_report
+from canopy.providers.builtin.summaries import summarize_descriptions
+from canopy.providers.builtin.text import split_sentences, terms, trim
 from canopy.tokens import get_tokenizer
 
 __all__ = ["NO_INFORMATION", "BuiltinProvider"]

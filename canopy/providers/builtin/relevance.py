@@ -1,55 +1,21 @@
 """Lexical relevance for the builtin provider's query-time tasks (rate, map, answer, drift).
 
-Terms are lowercase words without stopwords, lightly stemmed (-s, -es, -ies, -ed, -ing), and
-jieba words for Chinese. A text's relevance to a query is the idf-weighted share of the query's
-terms it contains: 0 when it shares none, 1 when it has them all.
+A text's relevance to a query is the idf-weighted share of the query's terms
+(canopy.providers.builtin.text.terms) it contains: 0 when it shares none, 1 when it has them all.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 
-from canopy.providers import lexicon as lx
-from canopy.providers.heuristics import has_cjk, load_jieba
+from canopy.providers.builtin import lexicon as lx
+from canopy.providers.builtin.text import stem, terms
 
-__all__ = ["Scorer", "terms"]
+__all__ = ["Scorer"]
 
-_LAT_WORD = re.compile(r"[a-z0-9à-öø-ÿ]+(?:['’][a-z]+)?")
-_CJK_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-
-
-def _stem(w: str) -> str:
-    if w.endswith(("'s", "’s")):
-        w = w[:-2]
-    if len(w) > 5 and w.endswith("ing"):
-        return w[:-3]
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    if len(w) > 4 and w.endswith("es") and (w[-3] in "sxz" or w[-4:-2] in ("ch", "sh")):
-        return w[:-2]
-    if len(w) > 4 and w.endswith("ed"):
-        return w[:-2]
-    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        return w[:-1]
-    return w
-
-
-def terms(text: str) -> list[str]:
-    """Search terms of `text`, in order (repeats kept)."""
-    low = text.lower()
-    out = [_stem(w) for w in _LAT_WORD.findall(low)
-           if w not in lx.STOPWORDS and (len(w) > 1 or w.isdigit())]
-    if has_cjk(low):
-        cut = load_jieba().cut
-        for run in _CJK_RUN.findall(low):
-            out += [w for w in cut(run) if len(w) > 1 and w not in lx.STOPWORDS_ZH]
-    return out
-
-
-_GENERIC = frozenset(_stem(w) for w in lx.GENERIC_QUERY_WORDS)
+_GENERIC = frozenset(stem(w) for w in lx.GENERIC_QUERY_WORDS)
 
 
 class Scorer:

@@ -1,0 +1,273 @@
+"""The one text-analysis module: words, stems, stop words, sentences, CJK detection and
+segmentation. The builtin provider uses it, and so do the lexical index (the BM25 statistics
+that indexer/stages/documents.py counts from `lexical_terms`), the builtin embedder (which
+hashes them) and local_search's evidence ranking (server/engines/evidence.py). Pure functions,
+deterministic, no network; jieba is loaded lazily and only for text that contains CJK characters.
+
+Words are runs of letters of any script (apostrophes inside a word keep it whole: "o'brien",
+"don't"), runs of digits, and CJK runs. A word is lower-cased, drops a possessive "'s", is
+dropped if it is a stop word (lexicon.STOPWORDS) or a single letter (a digit stays), and is
+stemmed by `stem`. CJK runs are segmented two ways:
+- `lexical_terms`: character bigrams. No dictionary: cheap at index time, and the statistics
+  stored in the index do not depend on jieba's version;
+- `terms`: jieba's words without Chinese stop words, for query-time relevance over a few texts,
+  where a dictionary word is a more precise match than a bigram.
+
+`stem` and lexicon.STOPWORDS replace an index stemmer and stop list and a relevance stemmer;
+`stem` is the one whose conflations are right (plurals: "says"/"say", "features"/"feature"; no
+"business" -> "busines" or "based" -> "bas"). Against the two analyses it replaces, on DEV
+questions only: local_search Hits@10 0.879 -> 0.878 (Hits@4 0.732 -> 0.734) on MultiHop-RAG
+(benchmarks/retrieval_eval.py, 1,802 questions), and Hits@10 of gold paragraphs 0.583 -> 0.605
+on eval-data's MuSiQue sample (82 questions, one document per paragraph). Changing what
+`lexical_terms` returns changes stored statistics and builtin vectors: bump TERMS_VERSION, and
+the indexer rebuilds them (indexer/pipeline.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import lru_cache
+from itertools import pairwise
+from types import ModuleType
+
+from canopy.providers.builtin import lexicon as lx
+
+__all__ = [
+    "TERMS_VERSION",
+    "has_cjk",
+    "lexical_terms",
+    "load_jieba",
+    "split_at_stops",
+    "split_sentences",
+    "stem",
+    "terms",
+    "trim",
+]
+
+TERMS_VERSION = 2  # of `lexical_terms`: 1 had its own stemmer and stop words
+
+_CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK = re.compile(f"[{_CJK_CLASS}]")
+_CJK_SPLIT = re.compile(f"([{_CJK_CLASS}]+)")
+# Letters of any script with apostrophes inside, or digits. CJK runs are cut out of a word
+# afterwards (`_word_terms`): once per distinct word, not once per occurrence.
+_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*|\d+")
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK.search(text) is not None
+
+
+@lru_cache(maxsize=1)
+def load_jieba() -> ModuleType:
+    """jieba, initialised once and quietly (it logs its dictionary loading to stderr)."""
+    import jieba
+    import jieba.posseg
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()
+    return jieba
+
+
+def trim(text: str, limit: int = 300) -> str:
+    """`text` cut at a word boundary to at most `limit` characters (an ellipsis marks a cut)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
+# ---- words and terms ------------------------------------------------------------------------
+
+
+def stem(word: str) -> str:
+    """A light English stemmer for lower-cased words: plurals ("-ies", "-es" after a sibilant,
+    "-s" but not "-ss", "-us", "-is") and, when at least four letters remain, "-ing" and "-ed".
+    Light on purpose: it joins a word's plural and its singular, and leaves short words alone
+    ("based", "making"), where cutting a suffix would join unrelated words."""
+    n = len(word)
+    if n > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if n > 4 and word.endswith("es") and (word[-3] in "sxz" or word[-4:-2] in ("ch", "sh")):
+        return word[:-2]
+    if n > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    if n > 6 and word.endswith("ing"):
+        return word[:-3]
+    if n > 5 and word.endswith("ed"):
+        return word[:-2]
+    return word
+
+
+def _term(word: str) -> str | None:
+    """The term of one lower-cased word without CJK, or None for a stop word or a single
+    letter."""
+    word = word.replace("’", "'")
+    if word in lx.STOPWORDS:
+        return None
+    word = word.removesuffix("'s")
+    if (len(word) <= 1 and not word.isdigit()) or word in lx.STOPWORDS:
+        return None
+    return stem(word)
+
+
+def _word_terms(word: str, cjk_words: bool) -> tuple[str, ...]:
+    """The terms of one lower-cased word: CJK runs as jieba's words (`cjk_words`) or character
+    bigrams."""
+    if not _CJK.search(word):
+        t = _term(word)
+        return () if t is None else (t,)
+    out: list[str] = []
+    for i, part in enumerate(_CJK_SPLIT.split(word)):
+        if i % 2 == 0:  # between CJK runs: letters of other scripts ("Kestrel项目")
+            t = _term(part) if part else None
+            out += () if t is None else (t,)
+        elif cjk_words:
+            out += [w for w in load_jieba().cut(part) if len(w) > 1 and w not in lx.STOPWORDS_ZH]
+        else:
+            out += [a + b for a, b in pairwise(part)] or [part]
+    return tuple(out)
+
+
+# Memoized per word: a corpus has far fewer distinct words than words.
+@lru_cache(maxsize=200_000)
+def _index_word(word: str) -> tuple[str, ...]:
+    return _word_terms(word, cjk_words=False)
+
+
+@lru_cache(maxsize=50_000)
+def _relevance_word(word: str) -> tuple[str, ...]:
+    return _word_terms(word, cjk_words=True)
+
+
+def lexical_terms(text: str) -> list[str]:
+    """Terms of `text` for the lexical index and the builtin embedder, in order (repeats kept):
+    stemmed content words; CJK runs become character bigrams."""
+    out: list[str] = []
+    for w in _WORD.findall(text.lower()):
+        out += _index_word(w)
+    return out
+
+
+def terms(text: str) -> list[str]:
+    """Terms of `text` for query-time relevance, in order (repeats kept): stemmed content words;
+    CJK runs become jieba's words (without Chinese stop words)."""
+    out: list[str] = []
+    for w in _WORD.findall(text.lower()):
+        out += _relevance_word(w)
+    return out
+
+
+# ---- sentences ------------------------------------------------------------------------------
+#
+# Two granularities of one rule (a stop, optional closing quotes or brackets, whitespace):
+# `split_sentences` reads like a person, for text that is shown or parsed for names; and
+# `split_at_stops` cuts finer, for local_search's scoring windows (server/engines/evidence.py).
+# On the DEV split of MultiHop-RAG, windows made of `split_sentences` lower local_search's
+# Hits@4 from 0.7335 to 0.7319 (Hits@10 0.8783 -> 0.8779; with the terms of TERMS_VERSION 1 it
+# was 0.7325 -> 0.7303, 16 questions lost and 4 won). The chunker's cut points are a third rule
+# on purpose (indexer/chunking.py: unit ids derive from them).
+
+_PARA = re.compile(r"\n[ \t]*\n")
+_STRUCT = re.compile(r"\s*(?:#{1,6}\s|[-*+•]\s|\d{1,3}[.)]\s|\||>|\*\*|__|\{)")
+_KEYVAL = re.compile(r"\s*[A-Z][\w .'&-]{0,30}:\s")
+_PREFIX = re.compile(r"^\s*(?:#{1,6}\s+|[-*+•]\s+|\d{1,3}[.)]\s+|>\s*)+")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_MARKUP = re.compile(r"\*\*|__|`|(?<!\w)_|_(?!\w)")
+_HAS_TEXT = re.compile(f"[A-Za-z0-9{_CJK_CLASS}]")
+_BOUND = re.compile(
+    r"(?P<cjk>[。！？；]+[”’」』）]*)"
+    r"|(?P<lat>[.!?…]+[\"'”’)\]]*)(?=\s+[\"'“‘(\[]*[A-Z0-9À-ÖØ-Þ" + _CJK_CLASS + "])"
+)
+_LAST_WORD = re.compile(r"([A-Za-z][A-Za-z.]*)$")
+
+
+def _blocks(paragraph: str) -> list[str]:
+    """Lines of one paragraph grouped into logical blocks: wrapped prose joins, while headings,
+    list items, table rows, "Key: value" lines and short lines stand alone."""
+    out: list[str] = []
+    cur: list[str] = []
+    for line in paragraph.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if cur and (_STRUCT.match(line) or _KEYVAL.match(line) or len(cur[-1]) < 45):
+            out.append(" ".join(cur))
+            cur = []
+        cur.append(s)
+        if s.startswith(("#", "|")):
+            out.append(" ".join(cur))
+            cur = []
+    if cur:
+        out.append(" ".join(cur))
+    return out
+
+
+def _clean(block: str) -> str:
+    block = _PREFIX.sub("", block)
+    if block.startswith("|"):
+        block = " ; ".join(c.strip() for c in block.strip("| ").split("|"))
+    block = _MARKUP.sub("", _LINK.sub(r"\1", block))
+    return " ".join(block.split())
+
+
+def _split_block(block: str) -> list[str]:
+    out: list[str] = []
+    start = 0
+    for m in _BOUND.finditer(block):
+        lat = m.group("lat")
+        if lat and lat[0] == ".":
+            w = _LAST_WORD.search(block, max(0, m.start() - 16), m.start())
+            word = w.group(1).lower() if w else ""
+            if word in lx.ABBREVIATIONS or (len(word) == 1 and w and w.group(1).isupper()):
+                continue
+        s = block[start : m.end()].strip()
+        if s:
+            out.append(s)
+        start = m.end()
+    tail = block[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of `text`, markdown markers removed, whitespace collapsed (Latin and CJK).
+
+    Sentences end at CJK full stops, and at Latin ones followed by a capital or a digit but not
+    after an abbreviation ("Dr.", "e.g.") or an initial; headings, list items, table rows and
+    short lines stand alone, wrapped prose lines join."""
+    out: list[str] = []
+    for para in _PARA.split(text):
+        for block in _blocks(para):
+            cleaned = _clean(block)
+            if cleaned and _HAS_TEXT.search(cleaned):
+                out.extend(_split_block(cleaned))
+    return out
+
+
+# A stop with the closing quotes or brackets after it, then whitespace; or a line break.
+_STOP_BREAK = re.compile(r"[.!?…。！？][\"'”’)\]]*\s+|\s*\n\s*")
+
+
+def split_at_stops(text: str) -> list[str]:
+    """Pieces of `text` cut at every line break and after every stop followed by whitespace,
+    abbreviations and initials included ("U.S." ends a piece). A piece is the text as written,
+    closing quotes and brackets after its stop included: only the whitespace between pieces
+    goes."""
+    out: list[str] = []
+    start = 0
+    for m in _STOP_BREAK.finditer(text):
+        piece = text[start : m.end()].strip()
+        if piece:
+            out.append(piece)
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
