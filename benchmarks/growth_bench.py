@@ -176,6 +176,8 @@ def index_child(spec: dict[str, Any]) -> dict[str, Any]:
         **mem,
         "rss_after_imports_mb": floor["vm_rss_mb"],
         "stats": {k: result.stats[k] for k in keys if k in result.stats},
+        "stage_s": result.stats.get("seconds", {}),  # where an update's time went
+        "stage_peak_mb": result.stats.get("peak_mb", {}),
         "llm_calls": sum(int(u.get("calls", 0)) for u in result.usage.values()),
         "failures": len(result.failures),
         "llm_concurrency": ws.settings.llm.concurrency if ws.settings.llm.enabled else None,
