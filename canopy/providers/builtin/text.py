@@ -17,10 +17,11 @@ stemmed by `stem`. CJK runs are segmented two ways:
 `stem` is the one whose conflations are right (plurals: "says"/"say", "features"/"feature"; no
 "business" -> "busines" or "based" -> "bas"). Against the two analyses it replaces, on DEV
 questions only: local_search Hits@10 0.879 -> 0.878 (Hits@4 0.732 -> 0.734) on MultiHop-RAG
-(benchmarks/retrieval_eval.py, 1,802 questions), and Hits@10 of gold paragraphs 0.583 -> 0.605
-on eval-data's MuSiQue sample (82 questions, one document per paragraph). Changing what
-`lexical_terms` returns changes stored statistics and builtin vectors: bump TERMS_VERSION, and
-the indexer rebuilds them (indexer/pipeline.py).
+(benchmarks/retrieval_eval.py, 1,802 questions; with --front-matter 0.906 -> 0.904, Hits@4
+0.786 -> 0.780), and Hits@10 of gold paragraphs 0.583 -> 0.605 on eval-data's MuSiQue sample
+(82 questions, one document per paragraph). Changing what `lexical_terms` returns changes
+stored statistics and builtin vectors: bump TERMS_VERSION, and the indexer rebuilds them
+(indexer/pipeline.py).
 """
 
 from __future__ import annotations
