@@ -126,7 +126,7 @@ def floor(history: str | None, current: dict[str, int], now: float, keep: float
 
 def merge_scrub(recorded: str | None, new: dict[str, set[int]]) -> str:
     """Meta `lance_scrub` (fragments with deleted rows, per table) with `new` added."""
-    out = {name: set(frags) for name, frags in json.loads(recorded or "{}").items()}
+    out = load_scrub(recorded)
     for name, frags in new.items():
         out.setdefault(name, set()).update(frags)
     return json.dumps({name: sorted(frags) for name, frags in sorted(out.items()) if frags})

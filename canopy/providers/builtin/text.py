@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from itertools import pairwise
 from types import ModuleType
@@ -217,9 +218,19 @@ def _clean(block: str) -> str:
     return " ".join(block.split())
 
 
-def _split_block(block: str) -> list[str]:
+def _pieces(text: str, cuts: Iterable[int]) -> list[str]:
+    """`text` cut at these increasing offsets, each piece stripped, empty ones dropped."""
     out: list[str] = []
     start = 0
+    for end in [*cuts, len(text)]:
+        piece = text[start:end].strip()
+        if piece:
+            out.append(piece)
+        start = end
+    return out
+
+
+def _sentence_ends(block: str) -> Iterator[int]:
     for m in _BOUND.finditer(block):
         lat = m.group("lat")
         if lat and lat[0] == ".":
@@ -227,14 +238,11 @@ def _split_block(block: str) -> list[str]:
             word = w.group(1).lower() if w else ""
             if word in lx.ABBREVIATIONS or (len(word) == 1 and w and w.group(1).isupper()):
                 continue
-        s = block[start : m.end()].strip()
-        if s:
-            out.append(s)
-        start = m.end()
-    tail = block[start:].strip()
-    if tail:
-        out.append(tail)
-    return out
+        yield m.end()
+
+
+def _split_block(block: str) -> list[str]:
+    return _pieces(block, _sentence_ends(block))
 
 
 def split_sentences(text: str) -> list[str]:
@@ -261,14 +269,4 @@ def split_at_stops(text: str) -> list[str]:
     abbreviations and initials included ("U.S." ends a piece). A piece is the text as written,
     closing quotes and brackets after its stop included: only the whitespace between pieces
     goes."""
-    out: list[str] = []
-    start = 0
-    for m in _STOP_BREAK.finditer(text):
-        piece = text[start : m.end()].strip()
-        if piece:
-            out.append(piece)
-        start = m.end()
-    tail = text[start:].strip()
-    if tail:
-        out.append(tail)
-    return out
+    return _pieces(text, (m.end() for m in _STOP_BREAK.finditer(text)))
