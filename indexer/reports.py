@@ -8,6 +8,11 @@ Context rules (`build_report_context`):
 - Higher levels: if all element descriptions fit, as for leaves. Otherwise sub-communities are
   ranked by the tokens of their elements, largest first, and their (shorter) reports substituted
   for their elements until the context fits.
+- When even the sub-community reports together overflow the budget, the report is written from
+  them alone: the largest children's (by members) reports that fit (`reports_only`). Such a
+  community is large; the indexer then writes and fingerprints it from its children alone
+  (`reports_only_fingerprint`), without reading its elements, so an update near the top of a
+  large hierarchy costs what its children's reports cost, not what the whole community holds.
 
 `write_report` is the one report writer: the indexer calls it for canonical reports and the
 per-caller views (acl.views) for a community's visible part.
@@ -31,6 +36,9 @@ __all__ = [
     "build_report_context",
     "context_units",
     "fingerprint",
+    "report_from_context",
+    "reports_only",
+    "reports_only_fingerprint",
     "to_report",
     "write_report",
 ]
@@ -57,6 +65,37 @@ def fingerprint(level: int, entity_hashes: Iterable[str], relationship_hashes: I
                         *sorted(claim_hashes), *sorted(child_fingerprints), length=24)
 
 
+# An element's context line costs at least this many tokens (one for its text, two added), so a
+# community with more members than budget / MIN_ELEMENT_TOKENS cannot fit its elements.
+MIN_ELEMENT_TOKENS = 3
+
+
+def reports_only_fingerprint(level: int, child_report_fingerprints: Iterable[str]) -> str:
+    """The fingerprint of a community written from its children's reports alone: what such a
+    report is made of is those reports (each named by its fingerprint, which also fixes the
+    child's members) and the level."""
+    return content_hash("reports-only", str(level), *sorted(child_report_fingerprints),
+                        length=24)
+
+
+def reports_only(reports: dict[str, Report], members: dict[str, int], tok: Tokenizer,
+                 budget: int) -> list[Report] | None:
+    """When the children's reports (`reports`, by child id) together overflow `budget`: the
+    reports the report is written from, taken largest child first (by `members`, then id) while
+    they fit (one too long is passed over). None when they fit together (sub-report
+    substitution), or when not one of them fits alone (elements, as the budget allows)."""
+    cost = {k: tok.count(r.full_text()) + 4 for k, r in reports.items()}
+    if sum(cost.values()) <= budget:
+        return None
+    chosen: list[Report] = []
+    used = 0
+    for k in sorted(reports, key=lambda k: (-members.get(k, 0), k)):
+        if used + cost[k] <= budget:
+            used += cost[k]
+            chosen.append(reports[k])
+    return chosen or None
+
+
 class ElementSizes:
     """Token sizes of elements as they appear in a report context (memoized by element id;
     `seed` gives sizes known from elsewhere, `fresh` returns those counted here)."""
@@ -74,6 +113,9 @@ class ElementSizes:
 
     def known(self, i: str) -> bool:
         return i in self._cache
+
+    def get(self, i: str) -> int | None:
+        return self._cache.get(i)
 
     def fresh(self, ids: Iterable[str]) -> dict[str, int]:
         """Sizes of these ids counted by this object (not seeded), where counted."""
@@ -109,10 +151,15 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
     )
     subs: list[Report] = []
     if c.children and all_tokens > budget:
-        # Substitute child reports, largest child first, until the rest fits.
         kids = [
             content.children[k] for k in c.children if k in child_reports and k in content.children
         ]
+        alone = reports_only({k.id: child_reports[k.id] for k in kids},
+                             {k.id: len(k.entity_ids) for k in kids}, tok, budget)
+        if alone is not None:
+            return ReportContext(community_id=c.id, level=c.level, entities=[],
+                                 relationships=[], sub_reports=alone)
+        # Substitute child reports, largest child first, until the rest fits.
         kids.sort(
             key=lambda k: (
                 -sum(sizes.entity(entities[e]) for e in k.entity_ids if e in entities)
@@ -149,7 +196,7 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
                         rest -= sizes.relationship(r)
             if sub_tokens + rest <= budget:
                 break
-        # even the reports alone are too long: drop the smallest
+        # no single report fits (reports_only gave None): drop the smallest children's
         while subs and sub_tokens > budget:
             dropped = subs.pop()
             sub_tokens -= tok.count(dropped.full_text()) + 4
@@ -251,7 +298,15 @@ async def write_report(
         sizes.relationship(r) for r in content.relationships.values())
     children = await child_reports() if c.children and total > context_tokens else {}
     ctx = build_report_context(content, children, sizes, context_tokens)
-    tokens = sizes.tok.count(ctx.render())
+    return await report_from_context(c, ctx, provider, sizes.tok, max_tokens=max_tokens,
+                                     fallback=fallback)
+
+
+async def report_from_context(c: Community, ctx: ReportContext, provider: Provider,
+                              tok: Tokenizer, *, max_tokens: int,
+                              fallback: Provider | None = None) -> Report:
+    """The report of community `c` written by `provider` from `ctx` (see `write_report`)."""
+    tokens = tok.count(ctx.render())
     with cache_sources(context_units(ctx)):  # the request quotes what these units gave
         try:
             out: ReportOut = await provider.report(ctx, max_tokens=max_tokens)

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "eval-data"
 EXAMPLES = REPO / "examples" / "docs"
 CAROL = SHARED / "books" / "christmas_carol_pg24022.txt"
+NEWS = SHARED / "multihop-rag" / "corpus.json"
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +30,17 @@ def example_docs(tmp_path: Path) -> Path:
     dst = tmp_path / "docs"
     shutil.copytree(EXAMPLES, dst)
     return dst
+
+
+def news_articles(first: int, n: int) -> list[tuple[str, str]]:
+    """(title, body) of MultiHop-RAG articles first..first+n-1 (real news, for tests that need
+    a corpus larger than the examples)."""
+    if not NEWS.exists():
+        pytest.skip(f"shared eval data not found at {NEWS}")
+    import json
+
+    return [(a["title"], a["body"])
+            for a in json.loads(NEWS.read_text(encoding="utf-8"))[first:first + n]]
 
 
 def carol_text() -> str:

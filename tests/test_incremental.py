@@ -18,7 +18,7 @@ from canopy.store import Store
 from canopy.store.export import Graph, load_graph
 from indexer.communities import is_partition
 from server.runtime import build_index, open_workspace
-from tests.conftest import EXAMPLES, REPO, carol_text
+from tests.conftest import EXAMPLES, REPO, carol_text, news_articles
 
 
 def graph_of(index_dir: Path) -> Graph:
@@ -374,3 +374,83 @@ def test_an_update_counts_the_token_sizes_of_changed_elements_only(
     after = hashes()
     changed = {i for i, h in after.items() if before.get(i) != h}
     assert counted and counted <= changed
+
+
+def _written_from_reports_alone(g: Graph, budget: int) -> set[str]:
+    """Ids of the communities whose reports the rule writes from their children's reports
+    alone (indexer.reports), each checked: fingerprint, ACL classes and report follow from
+    its children."""
+    from canopy.tokens import get_tokenizer
+    from indexer.reports import ElementSizes, reports_only, reports_only_fingerprint
+
+    tok = get_tokenizer()
+    sizes = ElementSizes(tok)
+    out = set()
+    for c in g.communities.values():
+        if not c.children or sum(sizes.entity(g.entities[e]) for e in c.entity_ids) <= budget:
+            continue  # its members alone may fit: written from its elements
+        subs = {k: g.reports[k] for k in c.children if k in g.reports}
+        chosen = reports_only(subs, {k: len(g.communities[k].entity_ids) for k in subs}, tok,
+                              budget)
+        if chosen is None:
+            continue
+        out.add(c.id)
+        assert c.fingerprint == reports_only_fingerprint(
+            c.level, (r.fingerprint for r in subs.values())), c.id
+        assert g.reports[c.id].used_subreports == tuple(r.community_id for r in chosen)
+        assert g.community_rows[c.id].gate.acl == frozenset(
+            a for k in c.children for a in g.community_rows[k].gate.acl)
+    return out
+
+
+def test_large_communities_are_written_from_child_reports_without_reading_their_elements(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A community whose elements cannot fit the report budget, and whose children's reports
+    overflow it too, is written from those reports alone: an update below it reads its
+    children's reports, never its relationships, and leaves the same invariants as a fresh
+    build of the same state."""
+    from canopy.store.reads import GraphReads
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    articles = news_articles(200, 60)
+    for i, (title, body) in enumerate(articles):
+        (docs / f"{i:02}.md").write_text(f"# {title}\n\n{body}", encoding="utf-8")
+    budget = {"reports": {"max_context_tokens": 500}}  # the smallest budget settings allow
+    ws = open_workspace(docs, index_dir=tmp_path / "index", **budget)
+    build_index(ws)
+    before = graph_of(ws.index_dir)
+    large = _written_from_reports_alone(before, 500)
+    assert large, "the corpus must hold communities written from their children's reports"
+
+    read: set[str] = set()  # communities whose relationships were read
+    real = GraphReads.relationships_among
+
+    def spy(self: GraphReads, ids: Any) -> Any:
+        ids = list(ids)
+        read.update(ids)
+        return real(self, ids)
+
+    monkeypatch.setattr(GraphReads, "relationships_among", spy)
+    # edit an article under a large community, and delete another
+    member = sorted(before.communities[sorted(large)[0]].entity_ids)[0]
+    unit = before.entities[member].text_unit_ids[0]
+    edited = docs / before.documents[before.units[unit].document_id].path
+    edited.write_text(edited.read_text(encoding="utf-8")
+                      + "\n\nAnalysts expected the deal to close next quarter.\n",
+                      encoding="utf-8")
+    (docs / "59.md").unlink()
+    build_index(ws)
+    after = graph_of(ws.index_dir)
+    large_after = _written_from_reports_alone(after, 500)
+    changed = {cid for cid in large_after
+               if before.communities.get(cid) is None
+               or before.communities[cid].fingerprint != after.communities[cid].fingerprint}
+    assert changed, "the update must reach a community written from its children's reports"
+    assert not changed & read
+    assert_community_invariants(ws.index_dir)
+    monkeypatch.undo()
+    fresh = open_workspace(docs, index_dir=tmp_path / "fresh", **budget)
+    build_index(fresh)
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+    assert _written_from_reports_alone(graph_of(fresh.index_dir), 500)

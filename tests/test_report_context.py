@@ -24,6 +24,8 @@ from indexer.reports import (
     ElementSizes,
     build_report_context,
     fingerprint,
+    reports_only,
+    reports_only_fingerprint,
     to_report,
     write_report,
 )
@@ -236,7 +238,9 @@ class TestChildReportsReplaceTheirElements:
         assert sorted(ids(ctx.entities)) == ["d", "e", "f"]
 
     def test_children_are_substituted_until_the_rest_fits(self) -> None:
-        ctx = build(parent(), 19, REPORTS)  # k1 + rest = 20; k1 + k2 + rest (f) = 18
+        short = {k: report(k, 0) for k in REPORTS}  # 6 tokens each: together they fit
+        # 30 tokens of elements; k1 + rest = 6 + 15; k1 + k2 + rest (f) = 12 + 3
+        ctx = build(parent(rel("c", "d")), 19, short)
         assert subs(ctx) == ["k1", "k2"]
         assert ids(ctx.entities) == ["f"] and ctx.relationships == []
 
@@ -244,11 +248,27 @@ class TestChildReportsReplaceTheirElements:
         ctx = build(parent(), 26, {"k2": REPORTS["k2"], "k3": REPORTS["k3"]})
         assert subs(ctx) == ["k2"]  # 7 + 18
 
-    def test_when_even_the_reports_are_too_long_the_smallest_children_are_dropped(self) -> None:
+    def test_when_even_the_reports_overflow_it_is_written_from_the_largest_that_fit(
+            self) -> None:
         ctx = build(parent(), 14, REPORTS)  # all three reports: 22; k1 + k2: 15; k1: 8
         assert subs(ctx) == ["k1"]
-        # the dropped children's elements compete for what the report leaves (6 tokens)
-        assert ids(ctx.entities) == ["d", "e"] and ctx.relationships == []
+        # written from the reports alone: no element competes for what they leave
+        assert ctx.entities == [] and ctx.relationships == [] and ctx.claims == []
+
+    def test_written_from_reports_alone_the_largest_children_by_members_come_first(self) -> None:
+        many = {"k1": report("k1", 2), "k2": report("k2", 1), "k3": report("k3", 9)}
+        ctx = build(parent(), 26, many)  # 8 + 7 + 15 = 30: k1 (3 members) + k2 (2) fit, k3 not
+        assert subs(ctx) == ["k1", "k2"] and ctx.entities == []
+
+    def test_a_report_too_long_for_what_is_left_is_passed_over(self) -> None:
+        long_first = {"k1": report("k1", 9), "k2": report("k2", 1), "k3": report("k3", 1)}
+        assert subs(build(parent(), 14, long_first)) == ["k2", "k3"]  # k1 alone costs 15
+
+    def test_when_no_report_fits_alone_the_smallest_are_dropped_for_elements(self) -> None:
+        huge = {k: report(k, 20) for k in REPORTS}  # 26 tokens each
+        ctx = build(parent(), 12, huge)
+        assert ctx.sub_reports == [] and ctx.entities  # elements, as many as fit
+        assert context_tokens(ctx) <= 12
 
     def test_a_relationship_between_two_children_stays_with_its_endpoints(self) -> None:
         ctx = build(parent(rel("c", "d")), 29, REPORTS)  # k1 (8) + rest (21)
@@ -407,3 +427,24 @@ class TestFingerprint:
 
     def test_it_changes_with_the_level(self) -> None:
         assert fingerprint(2, *PARTS[1:]) != fingerprint(*PARTS)
+
+
+class TestReportsOnly:
+    def test_none_when_the_childrens_reports_fit_together(self) -> None:
+        assert reports_only(REPORTS, {"k1": 3, "k2": 2, "k3": 1}, WordTokenizer(), 22) is None
+
+    def test_none_when_not_one_report_fits_alone(self) -> None:
+        assert reports_only(REPORTS, {"k1": 3, "k2": 2, "k3": 1}, WordTokenizer(), 6) is None
+
+    def test_the_largest_childrens_reports_that_fit_ties_by_id(self) -> None:
+        got = reports_only(REPORTS, {"k1": 1, "k2": 2, "k3": 2}, WordTokenizer(), 21)
+        assert [r.community_id for r in got or []] == ["k2", "k3"]  # 7 + 7; k1 (8) would not fit
+
+    def test_its_fingerprint_follows_the_child_reports_and_the_level_not_their_order(
+            self) -> None:
+        fps = ["fp1", "fp2", "fp3"]
+        assert reports_only_fingerprint(1, fps) == reports_only_fingerprint(1, reversed(fps))
+        for changed in (["fp1'", "fp2", "fp3"], fps[1:], [*fps, "fp4"]):
+            assert reports_only_fingerprint(1, changed) != reports_only_fingerprint(1, fps)
+        assert reports_only_fingerprint(2, fps) != reports_only_fingerprint(1, fps)
+        assert reports_only_fingerprint(1, fps) != fingerprint(1, [], [], [], fps)

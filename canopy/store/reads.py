@@ -161,6 +161,11 @@ class GraphReads:
         return {r[0]: (r[1], r[2], json.loads(r[3]), json.loads(r[4]))
                 for r in self._rows(sql, _ids(ids))}
 
+    def entity_hashes(self, ids: Iterable[str]) -> dict[str, str]:
+        """The content hash of each entity (what its stored token size is keyed by)."""
+        sql = f"SELECT id, hash FROM {self.t.entities} WHERE id {_IN}"
+        return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
+
     def entity_briefs(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
         """(name, degree) of each entity: what ranks a list of members."""
         sql = f"SELECT id, name, degree FROM {self.t.entities} WHERE id {_IN}"
@@ -360,38 +365,56 @@ class GraphReads:
 
     # ---- instances of live units -----------------------------------------------------------------
 
+    def _live(self, unit_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """(sort key, ACL class) of each live unit among `unit_ids`. A lookup by id, not a join:
+        over the indexer's overlay views a join materializes the whole units table, while an
+        IN-list is pushed into both of the view's arms and answered from their indexes."""
+        sql = f"SELECT id, sort_key, acl FROM {self.t.text_units} WHERE id {_IN}"
+        return {r[0]: (r[1], r[2]) for r in self._rows(sql, _ids(unit_ids))}
+
     def entity_instances(self, keys: Iterable[str], *,
                          classes: frozenset[int] | None = None) -> list[EntityInstanceRow]:
         """Instances of these entities (normalized names) in live units (optionally only units of
         these ACL classes), in merge order: by the hash of the unit's text, then unit id, then
         position in the unit."""
-        sql = (f"SELECT i.unit_id, u.sort_key, u.acl, i.key, i.name, i.type, i.description "
-               f"FROM main.entity_instances i JOIN {self.t.text_units} u ON u.id = i.unit_id "
-               f"WHERE i.key {_IN} ORDER BY u.sort_key, i.unit_id, i.pos")
-        rows = [EntityInstanceRow(*r) for r in self._rows(sql, _ids(keys))]
-        return rows if classes is None else [r for r in rows if r.acl in classes]
+        sql = ("SELECT unit_id, pos, key, name, type, description FROM main.entity_instances "
+               f"WHERE key {_IN}")
+        found = self._rows(sql, _ids(keys))
+        live = self._live(r[0] for r in found)
+        rows = sorted(
+            ((live[u][0], u, pos, EntityInstanceRow(u, live[u][0], live[u][1], *rest))
+             for u, pos, *rest in found if u in live),
+            key=lambda t: t[:3])
+        return [r for *_, r in rows if classes is None or r.acl in classes]
 
     def instance_degrees(self, keys: Iterable[str]) -> dict[str, int]:
         """Relationships incident to each entity (by normalized name) in the generation: the
         distinct relationships with an instance in a live unit that has it as an endpoint."""
-        sql = (f"SELECT key, COUNT(DISTINCT rid) FROM ("
-               f"SELECT i.source_key AS key, i.rid FROM main.relationship_instances i "
-               f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.source_key {_IN} UNION ALL "
-               f"SELECT i.target_key, i.rid FROM main.relationship_instances i "
-               f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.target_key {_IN}) "
-               "GROUP BY key")
         ids = _ids(keys)
-        return dict(self._rows(sql, ids, ids))  # type: ignore[arg-type]
+        sql = (f"SELECT source_key, rid, unit_id FROM main.relationship_instances "
+               f"WHERE source_key {_IN} UNION ALL "
+               f"SELECT target_key, rid, unit_id FROM main.relationship_instances "
+               f"WHERE target_key {_IN}")
+        found = self._rows(sql, ids, ids)
+        live = self._live(r[2] for r in found)
+        incident: dict[str, set[str]] = defaultdict(set)
+        for key, rid, unit in found:
+            if unit in live:
+                incident[key].add(rid)
+        return {k: len(v) for k, v in incident.items()}
 
     def relationship_instances(
         self, rids: Iterable[str], *, classes: frozenset[int] | None = None
     ) -> list[RelationshipInstanceRow]:
-        sql = (f"SELECT i.unit_id, u.sort_key, u.acl, i.rid, i.source_key, i.target_key, "
-               f"i.description, i.strength FROM main.relationship_instances i "
-               f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.rid {_IN} "
-               "ORDER BY u.sort_key, i.unit_id, i.pos")
-        rows = [RelationshipInstanceRow(*r) for r in self._rows(sql, _ids(rids))]
-        return rows if classes is None else [r for r in rows if r.acl in classes]
+        sql = ("SELECT unit_id, pos, rid, source_key, target_key, description, strength "
+               f"FROM main.relationship_instances WHERE rid {_IN}")
+        found = self._rows(sql, _ids(rids))
+        live = self._live(r[0] for r in found)
+        rows = sorted(
+            ((live[u][0], u, pos, RelationshipInstanceRow(u, live[u][0], live[u][1], *rest))
+             for u, pos, *rest in found if u in live),
+            key=lambda t: t[:3])
+        return [r for *_, r in rows if classes is None or r.acl in classes]
 
     # ---- lexical statistics (BM25 over what a caller may read) -----------------------------------
 

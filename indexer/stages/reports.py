@@ -6,6 +6,13 @@ child of it was recomputed. Its fingerprint decides its report: unchanged, the r
 (its ACL classes refreshed); else a report with that fingerprint is reused from anywhere in the
 committed generation (a renumbered community); else it is written. Communities are loaded and
 written a chunk at a time, so memory holds one chunk's elements, however large the index.
+
+A community whose elements cannot fit the report budget, and whose children's reports overflow
+it too, is written from those reports alone (indexer.reports.reports_only): its fingerprint,
+ACL classes and report come from its children, and its members' descriptions and its
+relationships are never read (its members' token sizes may be, to know their elements do not
+fit). At 10,000 articles the top levels hold communities of 20,000 entities and 60,000
+relationships; an edit under one of them no longer reads them.
 """
 
 from __future__ import annotations
@@ -20,8 +27,18 @@ from typing import Any
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash
 from canopy.model import Community, Report, UnitFailure
+from canopy.providers.base import ReportContext
 from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, ReportRow
-from indexer.reports import CommunityContent, ElementSizes, fingerprint, write_report
+from indexer.reports import (
+    MIN_ELEMENT_TOKENS,
+    CommunityContent,
+    ElementSizes,
+    fingerprint,
+    report_from_context,
+    reports_only,
+    reports_only_fingerprint,
+    write_report,
+)
 from indexer.stages.communities import HierarchyDelta
 from indexer.stages.context import Build
 from indexer.stages.graph import GraphDelta
@@ -147,11 +164,13 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
                  sem: asyncio.Semaphore, out: ReportOutcome, cache: _Rows) -> None:
     reads = b.reads
     rows = reads.communities(ids)
-    members = reads.members(ids)
     children = reads.children(ids)
     child_rows = reads.communities({c for cs in children.values() for c in cs})
+    alone = _reports_alone(b, rows, children, child_rows, sizes, cache)
+    full = [cid for cid in ids if cid not in alone]
+    members = reads.members(full)
     entity_rows = cache.entity_rows({e for es in members.values() for e in es})
-    among = reads.relationships_among(ids)
+    among = reads.relationships_among(full)
     rel_rows = cache.relationship_rows({r for rs in among.values() for r in rs})
     claims_by_subject: dict[str, list[Any]] = defaultdict(list)
     for cl in reads.claims_of(entity_rows):
@@ -159,21 +178,41 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
     committed_reports = b.committed.reports(ids)
     staged: list[tuple[Any, ...]] = []
     pending: list[CommunityContent] = []
+    pending_alone: list[tuple[Community, list[Report]]] = []
     for cid in ids:
         row = rows.get(cid)
         if row is None:
+            continue
+        kids = children.get(cid, [])
+        w_in, d_tot = h.root_stats.get(cid, (row.w_in, row.d_tot))
+        if cid in alone:
+            subs = alone[cid]
+            fp = reports_only_fingerprint(row.level, (r.fingerprint for r in subs.values()))
+            kid_gates = [child_rows[k].gate for k in kids if k in child_rows]
+            gate = Gate(frozenset(a for g in kid_gates for a in g.acl),
+                        content_hash("children", *sorted(g.sig for g in kid_gates)), False)
+            staged.append(CommunityRow(cid, row.level, row.parent, row.n_members, len(kids), fp,
+                                       gate, w_in, d_tot).values())
+            community = Community(cid, row.level, row.parent, tuple(kids), (), (), fp)
+            old = committed_reports.get(cid)
+            if old is not None and old.report.fingerprint == fp:
+                _keep(b, old, replace(old.report, level=row.level))
+                out.reused += 1
+            else:
+                chosen = reports_only(subs, {k: child_rows[k].n_members for k in subs
+                                             if k in child_rows},
+                                      b.tok, b.settings.reports.max_context_tokens) or []
+                pending_alone.append((community, chosen))
             continue
         mine = members.get(cid, [])
         ents = [entity_rows[e] for e in mine if e in entity_rows]
         rels = [rel_rows[r] for r in among.get(cid, []) if r in rel_rows]
         claims = [c for e in mine for c in claims_by_subject.get(e, [])]
-        kids = children.get(cid, [])
         fp = fingerprint(row.level, (e.hash for e in ents), (r.hash for r in rels),
                          (c.hash for c in claims),
                          (child_rows[k].fingerprint for k in kids if k in child_rows))
         gate = Gate(frozenset(a for e in ents for a in e.gate.acl),
                     content_hash(*sorted(e.gate.sig for e in ents)), False)
-        w_in, d_tot = h.root_stats.get(cid, (row.w_in, row.d_tot))
         staged.append(CommunityRow(cid, row.level, row.parent, len(mine), len(kids), fp, gate,
                                    w_in, d_tot).values())
         community = Community(cid, row.level, row.parent, tuple(kids), tuple(mine),
@@ -188,7 +227,8 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
         else:
             pending.append(content)
     b.staging.put("communities", staged)
-    by_fp = b.committed.reports_by_fingerprint(c.community.fingerprint for c in pending)
+    by_fp = b.committed.reports_by_fingerprint(
+        [c.community.fingerprint for c in pending] + [c.fingerprint for c, _ in pending_alone])
     to_write = []
     for content in pending:
         c = content.community
@@ -198,6 +238,14 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
             out.reused += 1
         else:
             to_write.append(content)
+    to_write_alone = []
+    for c, chosen in pending_alone:
+        found = by_fp.get(c.fingerprint)
+        if found is not None:
+            _keep(b, None, replace(found.report, community_id=c.id, level=c.level))
+            out.reused += 1
+        else:
+            to_write_alone.append((c, chosen))
     if to_write:
         # Sizes of the elements, read where an earlier run counted them (a large community's
         # elements are mostly unchanged), counted here otherwise and remembered.
@@ -207,8 +255,49 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
                      for c in to_write for r in c.relationships if not sizes.known(r)})
         stored = b.store.element_tokens(keys.values())
         sizes.seed({i: stored[k] for i, k in keys.items() if k in stored})
-        await _write(b, to_write, sizes, sem, out)
+    if to_write or to_write_alone:
+        await _write(b, to_write, to_write_alone, sizes, sem, out)
+    if to_write:
         b.store.element_tokens_put({keys[i]: n for i, n in sizes.fresh(keys).items()})
+
+
+def _reports_alone(b: Build, rows: dict[str, CommunityRow], children: dict[str, list[str]],
+                   child_rows: dict[str, CommunityRow], sizes: ElementSizes,
+                   cache: _Rows) -> dict[str, dict[str, Report]]:
+    """The communities among `rows` written from their children's reports alone, with those
+    reports: communities whose children's reports overflow the budget (indexer.reports
+    .reports_only) and whose elements cannot fit it either. The latter is certain from the
+    member count alone for the largest; for the others the members' token sizes decide (stored
+    by content hash, counted here when missing), read without their descriptions."""
+    budget = b.settings.reports.max_context_tokens
+    parents = [cid for cid in rows if children.get(cid)]
+    if not parents:
+        return {}
+    got = b.reads.reports({k for cid in parents for k in children[cid]})
+    out: dict[str, dict[str, Report]] = {}
+    probe: list[str] = []
+    for cid in parents:
+        subs = {k: got[k].report for k in children[cid] if k in got}
+        members = {k: child_rows[k].n_members for k in subs if k in child_rows}
+        if reports_only(subs, members, b.tok, budget) is None:
+            continue
+        out[cid] = subs
+        if rows[cid].n_members * MIN_ELEMENT_TOKENS <= budget:
+            probe.append(cid)
+    if probe:
+        members_of = b.reads.members(probe)
+        hashes = b.reads.entity_hashes({e for es in members_of.values() for e in es})
+        keys = {e: f"{b.tok.name}:{h}" for e, h in hashes.items() if not sizes.known(e)}
+        stored = b.store.element_tokens(keys.values())
+        sizes.seed({e: stored[k] for e, k in keys.items() if k in stored})
+        unknown = [e for e in keys if not sizes.known(e)]
+        for row in cache.entity_rows(unknown).values():
+            sizes.entity(row.entity)
+        for cid in probe:
+            tokens = sum(sizes.get(e) or MIN_ELEMENT_TOKENS for e in members_of.get(cid, ()))
+            if tokens <= budget:  # the elements may fit: written from them, as any other
+                del out[cid]
+    return out
 
 
 def _keep(b: Build, committed: ReportRow | None, report: Report) -> None:
@@ -220,7 +309,8 @@ def _keep(b: Build, committed: ReportRow | None, report: Report) -> None:
         b.staging.put("reports", [row.values()])
 
 
-async def _write(b: Build, contents: list[CommunityContent], sizes: ElementSizes,
+async def _write(b: Build, contents: list[CommunityContent],
+                 alone: list[tuple[Community, list[Report]]], sizes: ElementSizes,
                  sem: asyncio.Semaphore, out: ReportOutcome) -> None:
     r = b.settings.reports
     written: list[Report] = []
@@ -258,8 +348,24 @@ async def _write(b: Build, contents: list[CommunityContent], sizes: ElementSizes
             return
         written.append(report)
 
+    async def from_reports(c: Community, subs: list[Report]) -> None:
+        ctx = ReportContext(community_id=c.id, level=c.level, entities=[], relationships=[],
+                            sub_reports=subs)
+        try:
+            async with sem:
+                report = await report_from_context(c, ctx, b.provider, b.tok,
+                                                   max_tokens=r.max_report_tokens)
+        except EndpointUnavailable as exc:
+            unavailable.append(exc)
+            out.failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
+            return
+        except ProviderError as exc:
+            out.failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
+            return
+        written.append(report)
+
     unavailable: list[EndpointUnavailable] = []
-    await asyncio.gather(*(one(c) for c in contents))
+    await asyncio.gather(*(one(c) for c in contents), *(from_reports(c, s) for c, s in alone))
     if unavailable and not written:
         raise unavailable[0]  # the endpoint is down: stop rather than commit reportless communities
     for report in sorted(written, key=lambda r: r.community_id):
