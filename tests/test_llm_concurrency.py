@@ -42,11 +42,13 @@ async def burst(client: ChatClient, n: int, start: int = 0) -> list[str]:
 
 
 def test_the_window_grows_from_its_start_while_latency_holds_and_nothing_is_refused(fake_openai):
-    fake_openai.latency = 0.1
+    # A latency well above a loaded machine's scheduling noise, so "latency holds" is judged
+    # on the endpoint, not on the test machine.
+    fake_openai.latency = 0.25
     client = make_client(fake_openai, initial_concurrency=2, concurrency=64)
     asyncio.run(burst(client, 120))
     stats = client.concurrency()
-    # Slow start doubles the window per round trip: 2, 4, 8, 16, 32 within ~0.5 s.
+    # Slow start doubles the window per round trip: 2, 4, 8, 16, 32 within ~1.25 s.
     assert fake_openai.max_in_flight >= 24
     assert stats.peak_in_flight >= fake_openai.max_in_flight
     assert stats.window >= 24 and stats.throttled == 0 and stats.backoffs == 0
