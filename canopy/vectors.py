@@ -370,7 +370,27 @@ class VectorStore:
         cached = getattr(self._local, "reader", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        tables = {name: self._committed(name, version) for name, version in versions.items()}
+        # One table object per name and thread, moved to each generation's version: a table
+        # opened anew for every generation left native memory behind in a long-running server
+        # (benchmarks/soak.py). A version below the object's means the table was replaced
+        # (dropped and created again): it is opened anew.
+        held: dict[str, Any] = getattr(self._local, "tables", None) or {}
+        self._local.tables = held
+        tables = {}
+        for name, version in versions.items():
+            t = held.get(name)
+            if t is not None:
+                try:
+                    if int(t.version) > version:
+                        t = None
+                    elif int(t.version) != version:
+                        t.checkout(version)
+                except Exception as exc:  # the files of the object's version are gone
+                    log.debug("search table %s reopened: %s", name, exc)
+                    t = None
+            if t is None:
+                t = held[name] = self._committed(name, version)
+            tables[name] = t
         reader = VectorReader(tables)
         self._local.reader = (key, reader)
         return reader
