@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from acl.policy import Policy
+from canopy.allocator import limit_arenas
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import (
     DB_NAME,
@@ -86,6 +87,7 @@ def build_index(
 ) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation.
     An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc)."""
+    limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
     with writer_lock(ws.index_dir):
         if not full:
             _require_intact(ws)

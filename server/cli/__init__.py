@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from canopy.allocator import limit_arenas
 from server.cli import demo, index, query, serve, tokens, warm, watch
 from server.cli.common import CanopyGroup, canopy_version
 
@@ -29,6 +30,7 @@ def main(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    limit_arenas()  # before any command starts threads (canopy.allocator)
 
 
 for _command in (index.index, index.status, query.query, warm.warm, serve.serve, watch.watch,

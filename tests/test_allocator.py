@@ -1,0 +1,88 @@
+"""canopy.allocator: Canopy's processes keep glibc's malloc arenas at two (index build peaks and
+server memory; see the module)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="malloc arenas are glibc's")
+
+# Eight threads allocating at once through libc, then malloc_info's count of heaps (arenas).
+PROBE = """
+import ctypes, os, sys, tempfile, threading
+from canopy.allocator import limit_arenas
+capped = limit_arenas() if sys.argv[1] == "cap" else None
+again = limit_arenas() if sys.argv[1] == "cap" else None
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.fdopen.restype = ctypes.c_void_p
+libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fflush.argtypes = [ctypes.c_void_p]
+barrier = threading.Barrier(8)
+
+def work():
+    barrier.wait()
+    for _ in range(50):
+        for p in [libc.malloc(2000) for _ in range(500)]:
+            libc.free(p)
+
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+with tempfile.TemporaryFile() as f:
+    fp = libc.fdopen(os.dup(f.fileno()), b"w")
+    libc.malloc_info(0, fp)
+    libc.fflush(fp)
+    f.seek(0)
+    heaps = f.read().decode().count("<heap nr=")
+print(capped, again, heaps)
+"""
+
+
+def probe(mode: str, **env: str) -> tuple[str, str, int]:
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], cwd=REPO, capture_output=True,
+                         text=True, check=True, env={**environ, "PYTHONPATH": str(REPO), **env})
+    capped, again, heaps = out.stdout.split()
+    return capped, again, int(heaps)
+
+
+def test_threads_share_two_arenas_once_capped() -> None:
+    assert probe("cap") == ("True", "True", 2)
+    assert probe("none")[2] > 2  # the same threads, uncapped, spread over more arenas
+
+
+def test_malloc_arena_max_in_the_environment_wins() -> None:
+    capped, _, heaps = probe("cap", MALLOC_ARENA_MAX="3")
+    assert capped == "False" and heaps == 3
+
+
+def test_the_cli_and_build_index_cap_the_arenas(example_docs: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways into a build ask for the cap before their work starts."""
+    from click.testing import CliRunner
+
+    import server.cli
+    import server.runtime
+
+    calls: list[str] = []
+    monkeypatch.setattr(server.runtime, "limit_arenas", lambda: calls.append("build") or True)
+    monkeypatch.setattr(server.cli, "limit_arenas", lambda: calls.append("cli") or True)
+    result = CliRunner().invoke(server.cli.main, ["index", str(example_docs)])
+    assert result.exit_code == 0, result.output
+    assert calls[:2] == ["cli", "build"]
