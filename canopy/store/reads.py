@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from canopy.model import Document
 from canopy.store.rows import (
@@ -75,6 +75,9 @@ class RelationshipInstanceRow:
     target_key: str
     description: str
     strength: float
+
+
+_I = TypeVar("_I", EntityInstanceRow, RelationshipInstanceRow)
 
 
 def _ids(values: Iterable[str]) -> str:
@@ -379,13 +382,7 @@ class GraphReads:
         position in the unit."""
         sql = ("SELECT unit_id, pos, key, name, type, description FROM main.entity_instances "
                f"WHERE key {_IN}")
-        found = self._rows(sql, _ids(keys))
-        live = self._live(r[0] for r in found)
-        rows = sorted(
-            ((live[u][0], u, pos, EntityInstanceRow(u, live[u][0], live[u][1], *rest))
-             for u, pos, *rest in found if u in live),
-            key=lambda t: t[:3])
-        return [r for *_, r in rows if classes is None or r.acl in classes]
+        return self._in_merge_order(self._rows(sql, _ids(keys)), EntityInstanceRow, classes)
 
     def instance_degrees(self, keys: Iterable[str]) -> dict[str, int]:
         """Relationships incident to each entity (by normalized name) in the generation: the
@@ -408,13 +405,19 @@ class GraphReads:
     ) -> list[RelationshipInstanceRow]:
         sql = ("SELECT unit_id, pos, rid, source_key, target_key, description, strength "
                f"FROM main.relationship_instances WHERE rid {_IN}")
-        found = self._rows(sql, _ids(rids))
+        return self._in_merge_order(self._rows(sql, _ids(rids)), RelationshipInstanceRow,
+                                    classes)
+
+    def _in_merge_order(self, found: list[tuple[Any, ...]], make: Callable[..., _I],
+                        classes: frozenset[int] | None) -> list[_I]:
+        """Instance rows (unit id, position, fields...) of live units (of these ACL classes,
+        when given) as `make(unit id, sort key, ACL class, fields...)`, in merge order: by the
+        unit's sort key, then unit id, then position."""
         live = self._live(r[0] for r in found)
-        rows = sorted(
-            ((live[u][0], u, pos, RelationshipInstanceRow(u, live[u][0], live[u][1], *rest))
-             for u, pos, *rest in found if u in live),
-            key=lambda t: t[:3])
-        return [r for *_, r in rows if classes is None or r.acl in classes]
+        rows = sorted((live[u][0], u, pos, make(u, *live[u], *rest))
+                      for u, pos, *rest in found
+                      if u in live and (classes is None or live[u][1] in classes))
+        return [r for *_, r in rows]
 
     # ---- lexical statistics (BM25 over what a caller may read) -----------------------------------
 
