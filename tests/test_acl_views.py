@@ -437,3 +437,37 @@ def test_during_an_endpoint_outage_views_are_written_offline_and_not_kept(servic
     back = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
     assert up.calls["report"] >= 1 and back.community.id == cid
     assert service.store.view_counts().get("report", 0) >= 1
+
+
+def test_views_held_in_memory_stay_within_their_byte_budget(service, graph):
+    """Issue 9, case 7: the views a server keeps in memory are bounded in bytes, not entries; what
+    leaves memory is read back from the index's SQLite cache, not built again."""
+    budget = 4096
+    service.view_cache.memory_bytes = budget
+    provider = Counting()
+    service.use_provider(provider)
+    peak = 0
+    for who in ("staff", "buyer"):
+        warmed = ask(service, who, lambda c: warm_views(c))
+        assert warmed["report_views"] + warmed["entity_views"] > 3
+        peak = max(peak, service.view_cache.memory_used)
+    assert 0 < peak <= budget
+    built = Counter(provider.calls)
+    for who in ("staff", "buyer"):
+        ask(service, who, lambda c: warm_views(c))
+        assert service.view_cache.memory_used <= budget
+    assert provider.calls == built  # evicted views came back from SQLite
+    assert service.view_cache.stats["db_hits"] > 0
+
+
+def test_engine_caches_hold_at_most_their_byte_budget() -> None:
+    from server.context import BoundedCache
+
+    cache = BoundedCache(1000)
+    for i in range(50):
+        cache.put(i, f"value {i}", 90)
+        assert cache.size <= 1000
+    assert cache.get(0) is None and cache.get(49) == "value 49"  # least recently used went
+    cache.get(45)
+    cache.put("big", "x", 200)
+    assert cache.get(45) is not None and cache.size <= 1000
