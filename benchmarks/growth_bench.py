@@ -301,8 +301,12 @@ def index_steps(n: int, base: list[dict[str, str]], args: argparse.Namespace,
         log(describe(f"{n} full build", steps["build"]))
     if "updates" not in phases or steps["build"]["status"] != "ok":
         return steps
+    # the next article of the stream: after n in a fresh folder; after the highest number a
+    # reused folder holds (an earlier run's +1 article is there already)
+    after = 1 + max((int(p.name[:5]) for p in docs.glob("*.md") if p.name[:5].isdigit()),
+                    default=n - 1)
     changes: dict[str, Callable[[], object]] = {
-        "add": lambda: write_article(docs, base, n),
+        "add": lambda: write_article(docs, base, after),
         "edit": lambda: edit_one_paragraph(files[n // 2]),
         "delete": lambda: files[n // 3].unlink(),
         "noop": lambda: None,
