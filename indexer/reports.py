@@ -38,6 +38,7 @@ __all__ = [
     "fingerprint",
     "report_from_context",
     "reports_only",
+    "reports_only_context",
     "reports_only_fingerprint",
     "to_report",
     "write_report",
@@ -94,6 +95,12 @@ def reports_only(reports: dict[str, Report], members: dict[str, int], tok: Token
             used += cost[k]
             chosen.append(reports[k])
     return chosen or None
+
+
+def reports_only_context(c: Community, subs: list[Report]) -> ReportContext:
+    """The context of a report written from sub-community reports alone (`reports_only`)."""
+    return ReportContext(community_id=c.id, level=c.level, entities=[], relationships=[],
+                         sub_reports=subs)
 
 
 class ElementSizes:
@@ -157,8 +164,7 @@ def build_report_context(content: CommunityContent, child_reports: dict[str, Rep
         alone = reports_only({k.id: child_reports[k.id] for k in kids},
                              {k.id: len(k.entity_ids) for k in kids}, tok, budget)
         if alone is not None:
-            return ReportContext(community_id=c.id, level=c.level, entities=[],
-                                 relationships=[], sub_reports=alone)
+            return reports_only_context(c, alone)
         # Substitute child reports, largest child first, until the rest fits.
         kids.sort(
             key=lambda k: (

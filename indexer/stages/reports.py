@@ -20,14 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash
 from canopy.model import Community, Report, UnitFailure
-from canopy.providers.base import ReportContext
 from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, ReportRow
 from indexer.reports import (
     MIN_ELEMENT_TOKENS,
@@ -36,6 +35,7 @@ from indexer.reports import (
     fingerprint,
     report_from_context,
     reports_only,
+    reports_only_context,
     reports_only_fingerprint,
     write_report,
 )
@@ -160,6 +160,11 @@ def _chunks(b: Build, ids: list[str]) -> Iterable[list[str]]:
             yield chunk
 
 
+# What a report is written from: the community's elements, or (a community too large for them)
+# the children's reports chosen by indexer.reports.reports_only.
+_Source = CommunityContent | list[Report]
+
+
 async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSizes,
                  sem: asyncio.Semaphore, out: ReportOutcome, cache: _Rows) -> None:
     reads = b.reads
@@ -177,111 +182,95 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
         claims_by_subject[cl.claim.subject].append(cl)
     committed_reports = b.committed.reports(ids)
     staged: list[tuple[Any, ...]] = []
-    pending: list[CommunityContent] = []
-    pending_alone: list[tuple[Community, list[Report]]] = []
+    pending: list[tuple[Community, _Source]] = []
     for cid in ids:
         row = rows.get(cid)
         if row is None:
             continue
         kids = children.get(cid, [])
-        w_in, d_tot = h.root_stats.get(cid, (row.w_in, row.d_tot))
+        source: _Source
         if cid in alone:
-            subs = alone[cid]
-            fp = reports_only_fingerprint(row.level, (r.fingerprint for r in subs.values()))
+            child_fps, source = alone[cid]
+            fp = reports_only_fingerprint(row.level, child_fps)
             kid_gates = [child_rows[k].gate for k in kids if k in child_rows]
             gate = Gate(frozenset(a for g in kid_gates for a in g.acl),
                         content_hash("children", *sorted(g.sig for g in kid_gates)), False)
-            staged.append(CommunityRow(cid, row.level, row.parent, row.n_members, len(kids), fp,
-                                       gate, w_in, d_tot).values())
+            n_members = row.n_members
             community = Community(cid, row.level, row.parent, tuple(kids), (), (), fp)
-            old = committed_reports.get(cid)
-            if old is not None and old.report.fingerprint == fp:
-                _keep(b, old, replace(old.report, level=row.level))
-                out.reused += 1
-            else:
-                chosen = reports_only(subs, {k: child_rows[k].n_members for k in subs
-                                             if k in child_rows},
-                                      b.tok, b.settings.reports.max_context_tokens) or []
-                pending_alone.append((community, chosen))
-            continue
-        mine = members.get(cid, [])
-        ents = [entity_rows[e] for e in mine if e in entity_rows]
-        rels = [rel_rows[r] for r in among.get(cid, []) if r in rel_rows]
-        claims = [c for e in mine for c in claims_by_subject.get(e, [])]
-        fp = fingerprint(row.level, (e.hash for e in ents), (r.hash for r in rels),
-                         (c.hash for c in claims),
-                         (child_rows[k].fingerprint for k in kids if k in child_rows))
-        gate = Gate(frozenset(a for e in ents for a in e.gate.acl),
-                    content_hash(*sorted(e.gate.sig for e in ents)), False)
-        staged.append(CommunityRow(cid, row.level, row.parent, len(mine), len(kids), fp, gate,
+        else:
+            mine = members.get(cid, [])
+            ents = [entity_rows[e] for e in mine if e in entity_rows]
+            rels = [rel_rows[r] for r in among.get(cid, []) if r in rel_rows]
+            claims = [c for e in mine for c in claims_by_subject.get(e, [])]
+            fp = fingerprint(row.level, (e.hash for e in ents), (r.hash for r in rels),
+                             (c.hash for c in claims),
+                             (child_rows[k].fingerprint for k in kids if k in child_rows))
+            gate = Gate(frozenset(a for e in ents for a in e.gate.acl),
+                        content_hash(*sorted(e.gate.sig for e in ents)), False)
+            n_members = len(mine)
+            community = Community(cid, row.level, row.parent, tuple(kids), tuple(mine),
+                                  tuple(r.relationship.id for r in rels), fp)
+            source = CommunityContent(community, {e.entity.id: e.entity for e in ents},
+                                      {r.relationship.id: r.relationship for r in rels},
+                                      sorted((c.claim for c in claims), key=lambda c: c.id), {})
+        w_in, d_tot = h.root_stats.get(cid, (row.w_in, row.d_tot))
+        staged.append(CommunityRow(cid, row.level, row.parent, n_members, len(kids), fp, gate,
                                    w_in, d_tot).values())
-        community = Community(cid, row.level, row.parent, tuple(kids), tuple(mine),
-                              tuple(r.relationship.id for r in rels), fp)
-        content = CommunityContent(community, {e.entity.id: e.entity for e in ents},
-                                   {r.relationship.id: r.relationship for r in rels},
-                                   sorted((c.claim for c in claims), key=lambda c: c.id), {})
         old = committed_reports.get(cid)
         if old is not None and old.report.fingerprint == fp:
             _keep(b, old, replace(old.report, level=row.level))
             out.reused += 1
         else:
-            pending.append(content)
+            pending.append((community, source))
     b.staging.put("communities", staged)
-    by_fp = b.committed.reports_by_fingerprint(
-        [c.community.fingerprint for c in pending] + [c.fingerprint for c, _ in pending_alone])
+    by_fp = b.committed.reports_by_fingerprint(c.fingerprint for c, _ in pending)
     to_write = []
-    for content in pending:
-        c = content.community
+    for c, source in pending:
         found = by_fp.get(c.fingerprint)
         if found is not None:
             _keep(b, None, replace(found.report, community_id=c.id, level=c.level))
             out.reused += 1
         else:
-            to_write.append(content)
-    to_write_alone = []
-    for c, chosen in pending_alone:
-        found = by_fp.get(c.fingerprint)
-        if found is not None:
-            _keep(b, None, replace(found.report, community_id=c.id, level=c.level))
-            out.reused += 1
-        else:
-            to_write_alone.append((c, chosen))
-    if to_write:
-        # Sizes of the elements, read where an earlier run counted them (a large community's
-        # elements are mostly unchanged), counted here otherwise and remembered.
-        keys = {e: f"{b.tok.name}:{entity_rows[e].hash}"
-                for c in to_write for e in c.entities if not sizes.known(e)}
-        keys.update({r: f"{b.tok.name}:{rel_rows[r].hash}"
-                     for c in to_write for r in c.relationships if not sizes.known(r)})
+            to_write.append((c, source))
+    contents = [s for _, s in to_write if isinstance(s, CommunityContent)]
+    # Sizes of the elements, read where an earlier run counted them (a large community's
+    # elements are mostly unchanged), counted here otherwise and remembered.
+    keys = {e: f"{b.tok.name}:{entity_rows[e].hash}"
+            for c in contents for e in c.entities if not sizes.known(e)}
+    keys.update({r: f"{b.tok.name}:{rel_rows[r].hash}"
+                 for c in contents for r in c.relationships if not sizes.known(r)})
+    if keys:
         stored = b.store.element_tokens(keys.values())
         sizes.seed({i: stored[k] for i, k in keys.items() if k in stored})
-    if to_write or to_write_alone:
-        await _write(b, to_write, to_write_alone, sizes, sem, out)
     if to_write:
+        await _write(b, to_write, sizes, sem, out)
+    if keys:
         b.store.element_tokens_put({keys[i]: n for i, n in sizes.fresh(keys).items()})
 
 
 def _reports_alone(b: Build, rows: dict[str, CommunityRow], children: dict[str, list[str]],
                    child_rows: dict[str, CommunityRow], sizes: ElementSizes,
-                   cache: _Rows) -> dict[str, dict[str, Report]]:
-    """The communities among `rows` written from their children's reports alone, with those
-    reports: communities whose children's reports overflow the budget (indexer.reports
-    .reports_only) and whose elements cannot fit it either. The latter is certain from the
-    member count alone for the largest; for the others the members' token sizes decide (stored
-    by content hash, counted here when missing), read without their descriptions."""
+                   cache: _Rows) -> dict[str, tuple[list[str], list[Report]]]:
+    """The communities among `rows` written from their children's reports alone, each with the
+    fingerprints of all its children's reports and the reports chosen to write it from:
+    communities whose children's reports overflow the budget (indexer.reports.reports_only) and
+    whose elements cannot fit it either. The latter is certain from the member count alone for
+    the largest; for the others the members' token sizes decide (stored by content hash,
+    counted here when missing), read without their descriptions."""
     budget = b.settings.reports.max_context_tokens
     parents = [cid for cid in rows if children.get(cid)]
     if not parents:
         return {}
     got = b.reads.reports({k for cid in parents for k in children[cid]})
-    out: dict[str, dict[str, Report]] = {}
+    out: dict[str, tuple[list[str], list[Report]]] = {}
     probe: list[str] = []
     for cid in parents:
         subs = {k: got[k].report for k in children[cid] if k in got}
         members = {k: child_rows[k].n_members for k in subs if k in child_rows}
-        if reports_only(subs, members, b.tok, budget) is None:
+        chosen = reports_only(subs, members, b.tok, budget)
+        if chosen is None:
             continue
-        out[cid] = subs
+        out[cid] = ([r.fingerprint for r in subs.values()], chosen)
         if rows[cid].n_members * MIN_ELEMENT_TOKENS <= budget:
             probe.append(cid)
     if probe:
@@ -309,17 +298,16 @@ def _keep(b: Build, committed: ReportRow | None, report: Report) -> None:
         b.staging.put("reports", [row.values()])
 
 
-async def _write(b: Build, contents: list[CommunityContent],
-                 alone: list[tuple[Community, list[Report]]], sizes: ElementSizes,
+async def _write(b: Build, items: list[tuple[Community, _Source]], sizes: ElementSizes,
                  sem: asyncio.Semaphore, out: ReportOutcome) -> None:
     r = b.settings.reports
     written: list[Report] = []
 
-    async def one(content: CommunityContent) -> None:
+    def child_reports(content: CommunityContent) -> Callable[[], Awaitable[dict[str, Report]]]:
         c = content.community
         kids = list(c.children)
 
-        async def child_reports() -> dict[str, Report]:
+        async def read() -> dict[str, Report]:
             got = b.reads.reports(kids)
             members = b.reads.members(kids)
             kid_of = {e: k for k, es in members.items() for e in es}
@@ -334,11 +322,19 @@ async def _write(b: Build, contents: list[CommunityContent],
                                                     tuple(inside.get(k, ())))
             return {k: v.report for k, v in got.items()}
 
+        return read
+
+    async def one(c: Community, source: _Source) -> None:
         try:
             async with sem:
-                report = await write_report(content, child_reports, b.provider, sizes,
-                                            context_tokens=r.max_context_tokens,
-                                            max_tokens=r.max_report_tokens)
+                if isinstance(source, CommunityContent):
+                    report = await write_report(source, child_reports(source), b.provider, sizes,
+                                                context_tokens=r.max_context_tokens,
+                                                max_tokens=r.max_report_tokens)
+                else:
+                    report = await report_from_context(c, reports_only_context(c, source),
+                                                       b.provider, b.tok,
+                                                       max_tokens=r.max_report_tokens)
         except EndpointUnavailable as exc:
             unavailable.append(exc)
             out.failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
@@ -348,24 +344,8 @@ async def _write(b: Build, contents: list[CommunityContent],
             return
         written.append(report)
 
-    async def from_reports(c: Community, subs: list[Report]) -> None:
-        ctx = ReportContext(community_id=c.id, level=c.level, entities=[], relationships=[],
-                            sub_reports=subs)
-        try:
-            async with sem:
-                report = await report_from_context(c, ctx, b.provider, b.tok,
-                                                   max_tokens=r.max_report_tokens)
-        except EndpointUnavailable as exc:
-            unavailable.append(exc)
-            out.failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
-            return
-        except ProviderError as exc:
-            out.failures.append(UnitFailure(c.id, "report", str(exc)[:300]))
-            return
-        written.append(report)
-
     unavailable: list[EndpointUnavailable] = []
-    await asyncio.gather(*(one(c) for c in contents), *(from_reports(c, s) for c, s in alone))
+    await asyncio.gather(*(one(c, source) for c, source in items))
     if unavailable and not written:
         raise unavailable[0]  # the endpoint is down: stop rather than commit reportless communities
     for report in sorted(written, key=lambda r: r.community_id):
