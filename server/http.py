@@ -54,7 +54,7 @@ def build(spec: HttpSpec) -> tuple[MCPServer, Any]:
     ws = open_workspace(docs, Path(spec.index_dir) if spec.index_dir else None, config)
     verifier, auth_settings = http_auth(ws, config, Path(spec.tokens_file) if spec.tokens_file
                                         else None, spec.host, spec.port)
-    service = CanopyService(ws, config=config, cache_share=spec.processes)
+    service = CanopyService(ws, config=config, cache_share=spec.processes, warm=True)
     server = build_server(service, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
     return server, service

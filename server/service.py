@@ -84,33 +84,45 @@ class _LoopThreads:
 
 class CanopyService:
     def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8,
-                 cache_share: int = 1) -> None:
+                 cache_share: int = 1, warm: bool = False) -> None:
         """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml;
-        `cache_share`: how many server processes share `[query] cache_mb` (serve --workers).
+        `cache_share`: how many server processes share `[query] cache_mb` (serve --workers);
+        `warm`: load the search indexes' first pages before returning (a server, whose first
+        caller should not pay for them; a one-off query need not).
         An index whose database cannot be read raises IndexDamaged; damaged search tables are
         logged, and every call then answers with IndexDamaged until the index is rebuilt."""
         self.ws = ws
+        self._warming: threading.Thread | None = None
         try:
             with damage_as_index_damaged():
-                self._open(ws, config, workers, max(1, cache_share))
+                self._open(ws, config, workers, max(1, cache_share), warm)
         except IndexDamaged as exc:
             raise exc.for_docs(ws.docs_dir) from None
+        finally:
+            if self._warming is not None:  # the first caller then finds the indexes loaded
+                self._warming.join()
 
-    def _open(self, ws: Workspace, config: Path | None, workers: int, share: int) -> None:
+    def _open(self, ws: Workspace, config: Path | None, workers: int, share: int,
+              warm: bool) -> None:
         self.store = ws.store(must_exist=True)
         if self.store.generation == 0:
             self.store.close()
             raise IndexMissing(f"the index at {ws.index_dir} is empty or was made by an older "
                                f"version: run `canopy index {ws.docs_dir}`")
-        preload(ws.settings.chunking.encoding)  # the first answer should not wait for it
-        self.provider = make_provider(ws.settings, self.store)
-        if not ws.settings.llm.enabled and self.store.get_meta("cjk") == "1":
-            threading.Thread(target=load_jieba, daemon=True, name="canopy-jieba").start()
         self.embedder = make_embedder(ws.settings)
         # The cache budget: 40% search-index pages, 30% views, 30% passage analysis.
         budget = (ws.settings.query.cache_mb << 20) // share
         self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0,
                                    cache_bytes=budget * 4 // 10)
+        if warm:  # LanceDB loads in native threads while the tokenizer loads below
+            versions = json.loads(self.store.get_meta("lance_versions", "{}") or "{}")
+            self._warming = threading.Thread(target=self.vectors.warm, args=(versions,),
+                                             daemon=True, name="canopy-warm")
+            self._warming.start()
+        preload(ws.settings.chunking.encoding)  # the first answer should not wait for it
+        self.provider = make_provider(ws.settings, self.store)
+        if not ws.settings.llm.enabled and self.store.get_meta("cjk") == "1":
+            threading.Thread(target=load_jieba, daemon=True, name="canopy-jieba").start()
         x, r = ws.settings.extract, ws.settings.reports
         self.view_cache = ViewCache(self.store, memory_bytes=budget * 3 // 10)
         self._views = ViewSupport(self.provider, self.view_cache,

@@ -119,3 +119,27 @@ def test_tidy_rewrites_a_table_whose_deleted_rows_nobody_noted(tmp_path: Path) -
     t = vs._table("text_units")
     assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
     assert t.count_rows() == 19
+
+
+def test_warm_loads_the_index_pages_a_first_search_would_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vectors_module, "VECTOR_INDEX_MIN", 200)
+    writer = VectorStore(tmp_path, DIMS)
+    writer.write("text_units", [], [_row(i) for i in range(300)])
+    writer.maintain("text_units")
+    versions = writer.versions()
+    server = VectorStore(tmp_path, DIMS, cache_bytes=64 << 20)
+    assert server.session is not None
+    server.reader(versions)  # tables opened: their metadata is cached, no index page yet
+    cold = server.session.size_bytes
+    server.warm(versions)
+    assert server.session.size_bytes > cold  # the full-text and vector indexes' pages
+    hits = server.reader(versions).search("text_units", vector=_row(7).vector, text="topic2", k=3)
+    assert hits  # a warmed store searches as before
+
+
+def test_warm_leaves_a_missing_table_for_the_searches_to_report(tmp_path: Path) -> None:
+    writer = VectorStore(tmp_path, DIMS)
+    writer.write("text_units", [], [_row(i) for i in range(5)])
+    versions = {**writer.versions(), "reports": 3}  # a committed table that is gone
+    VectorStore(tmp_path, DIMS, cache_bytes=1 << 20).warm(versions)  # no exception

@@ -125,7 +125,7 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
         from server.mcp_app import build_server, run_stdio
         from server.service import CanopyService
 
-        service = CanopyService(ws, config=config)
+        service = CanopyService(ws, config=config, warm=True)
         try:
             run_stdio(build_server(service, principal_name=principal))
         finally:
