@@ -202,3 +202,8 @@ class Report:
         parts = [f"# {self.title}", self.summary]
         parts += [f"## {f.summary}\n{f.explanation}" for f in self.findings]
         return "\n\n".join(parts)
+
+    def digest(self) -> str:
+        """Title, summary and the findings' headlines: what a relevance rating reads (a
+        fraction of the full text)."""
+        return "\n".join([self.title, self.summary, *(f"- {f.summary}" for f in self.findings)])

@@ -192,6 +192,12 @@ class QuerySettings(BaseModel):
     community_level: int | None = Field(
         None, description="Fixed level for global search; None = dynamic"
     )
+    rate_batch_tokens: int = Field(
+        4000, ge=1, description="Report titles and summaries per rating call of dynamic "
+        "global search, in tokens")
+    dynamic_max_rated: int = Field(
+        2000, ge=1, description="Reports dynamic global search rates per question at most "
+        "(beyond it the most query-similar are rated, and the result's coverage says so)")
     drift_depth: int = Field(2, ge=1, le=5)
     drift_breadth: int = Field(3, ge=1, le=10)
     result_token_limit: int = Field(

@@ -232,10 +232,13 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
         Use it for themes, summaries, comparisons and "what are the main ..." questions that need
         many documents at once. For a specific person, organization or fact use local_search; when
         a broad question also needs specific detail use drift_search.
-        Cost with an LLM: dynamic selection makes one small rating call per report it considers
-        (a fixed community_level skips these), then one map call per batch of reports (run
-        concurrently) and one reduce call; progress notifications follow each phase. Without an
-        LLM the answer is extractive and the retrieved report text comes with it.
+        Cost with an LLM: dynamic selection rates every top-level community, then the children
+        of relevant ones, several report digests per rating call (a fixed community_level skips
+        the ratings), then one map call per batch of selected reports (run concurrently) and one
+        reduce call; progress notifications follow each phase. `coverage` says, per level, how
+        many communities were considered, rated, found relevant and read, and whether any were
+        left out (a rating budget or a failed call). Without an LLM the answer is extractive and
+        the retrieved report text comes with it.
         Cited report ids open with drill_down(community_id=...). If `truncated` is true, `note`
         names the call that continues."""
         r = await gw.call("global_search", ctx, lambda q: engines.global_search(

@@ -11,6 +11,8 @@ from pydantic import BaseModel, Field
 __all__ = [
     "Citation",
     "CommunityCard",
+    "Coverage",
+    "LevelCoverage",
     "DrillResult",
     "EntityCard",
     "RelationshipCard",
@@ -39,6 +41,48 @@ class Citation(BaseModel):
     document: str | None = Field(None, description="Source document path (text units)")
 
 
+class LevelCoverage(BaseModel):
+    level: int
+    considered: int = Field(0, description="Communities of this level that selection took up")
+    rated: int = Field(0, description="Of those, rated for relevance (dynamic selection)")
+    relevant: int = Field(0, description="Rated relevant enough to read or to descend into")
+    mapped: int = Field(0, description="Reports read by the map step")
+
+
+class Coverage(BaseModel):
+    """What global search read of the caller's hierarchy."""
+
+    selection: str = Field(description="'dynamic' (rated from the top down) or 'level'")
+    levels: list[LevelCoverage] = Field(default_factory=list)
+    rating_calls: int = 0
+    map_calls: int = 0
+    unrated: int = Field(0, description=(
+        "Candidates left unrated: beyond [query] dynamic_max_rated (the least similar to the "
+        "question are left), or in a rating call that failed"))
+    unmapped: int = Field(0, description="Selected reports lost to a failed map call")
+
+    @property
+    def complete(self) -> bool:
+        return not (self.unrated or self.unmapped)
+
+    def line(self) -> str:
+        """One line for people and agents: what was considered, rated and read, per level."""
+        parts = []
+        for c in self.levels:
+            rated = (f", {c.rated} rated, {c.relevant} relevant"
+                     if self.selection == "dynamic" else "")
+            parts.append(f"level {c.level}: {c.considered} considered{rated}, {c.mapped} read")
+        out = "; ".join(parts) or "no community report"
+        calls = (f" ({self.rating_calls} rating call{'s' * (self.rating_calls != 1)}, "
+                 f"{self.map_calls} map call{'s' * (self.map_calls != 1)})")
+        gaps = []
+        if self.unrated:
+            gaps.append(f"{self.unrated} candidates not rated")
+        if self.unmapped:
+            gaps.append(f"{self.unmapped} reports lost to failed map calls")
+        return out + calls + (" — incomplete: " + ", ".join(gaps) if gaps else "")
+
+
 class SearchResult(BaseModel):
     method: str = Field(description="global | local | drift | basic")
     query: str
@@ -49,6 +93,8 @@ class SearchResult(BaseModel):
         "", description="The retrieved context the answer was written from (may be truncated)")
     community_level: int | None = Field(
         None, description="Level used by global search (None = dynamic)")
+    coverage: Coverage | None = Field(
+        None, description="Global search: communities considered, rated and read, per level")
     usage: UsageInfo = Field(default_factory=UsageInfo)
     truncated: bool = Field(
         False, description="True when context or citations were cut to fit the result limit")

@@ -72,6 +72,8 @@ def search_text(r: SearchResult) -> str:
         level = ("; dynamic level selection" if r.community_level is None
                  else f"; community level {r.community_level}")
     out.append(f"\n{_usage(r.usage)}; method {r.method}{level}")
+    if r.coverage is not None:
+        out.append(f"Coverage: {r.coverage.line()}")
     if r.truncated:
         out.append(f"Truncated: {r.note or 'the result was cut to fit the size limit.'}")
     return "\n".join(out)

@@ -268,8 +268,8 @@ COOKING = report("c-9", "Bakery", "The bakery sells sourdough bread and croissan
 class TestQueries:
     def test_rate_scores_relevant_reports_higher(self) -> None:
         provider = BuiltinProvider()
-        assert asyncio.run(provider.rate("Who supplies the battery cells?", KESTREL)) > 0
-        assert asyncio.run(provider.rate("Who supplies the battery cells?", COOKING)) == 0
+        scores = asyncio.run(provider.rate("Who supplies the battery cells?", [KESTREL, COOKING]))
+        assert scores[0] > 0 and scores[1] == 0
 
     def test_map_gives_no_points_for_an_unrelated_query_and_cited_points_for_a_related_one(
         self,
@@ -293,6 +293,27 @@ class TestQueries:
                                                 response_type="x"))
         assert [p.report_ids for p in out.points] == [["c-3"], ["c-9"]]
         assert all(p.score > 0 for p in out.points)
+
+    @pytest.mark.parametrize("question", [
+        "What are the top 5 topics of these documents?",
+        "What do these articles talk about?",
+        "Give me an overview of the key issues.",
+        "Summarise the three most important trends.",
+    ])
+    def test_sensemaking_questions_in_other_words_are_about_every_report(
+            self, question: str) -> None:
+        provider = BuiltinProvider()
+        assert asyncio.run(provider.rate(question, [KESTREL, COOKING])) == [
+            round(KESTREL.rating), round(COOKING.rating)]
+        out = asyncio.run(provider.map(question, [KESTREL, COOKING], response_type="x"))
+        assert [p.report_ids for p in out.points] == [["c-3"], ["c-9"]]
+
+    @pytest.mark.parametrize("question", [
+        "What are the 3 largest bakeries?", "List the battery suppliers.",
+        "What did the bakery say?"])
+    def test_a_question_naming_a_subject_is_not_about_every_report(self, question: str) -> None:
+        scores = asyncio.run(BuiltinProvider().rate(question, [KESTREL, COOKING]))
+        assert scores[0] != scores[1]  # the subject decides, not each report's own rating
 
     def test_reduce_without_points_says_nothing_relevant_was_found(self) -> None:
         provider = BuiltinProvider()
@@ -348,7 +369,7 @@ class TestQueries:
         provider = BuiltinProvider()
         asyncio.run(provider.hyde("q"))
         asyncio.run(provider.hyde("q"))
-        asyncio.run(provider.rate("q", KESTREL))
+        asyncio.run(provider.rate("q", [KESTREL, COOKING]))
         usage = provider.usage()
         assert usage["hyde"].calls == 2 and usage["rate"].calls == 1
         assert usage["hyde"].prompt_tokens == usage["hyde"].completion_tokens == 0

@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import random
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import cast
 
 import numpy as np
@@ -163,6 +164,9 @@ class FakeReader:
     def level_of(self, cid: str) -> int:
         return cid.count(".")
 
+    def community_rows(self, ids: Iterable[str]) -> dict[str, SimpleNamespace]:
+        return {c: SimpleNamespace(id=c, level=self.level_of(c)) for c in ids}
+
     def roots(self) -> list[str]:
         return self.servable_tops(ROOTS)
 
@@ -194,8 +198,8 @@ class FakeReader:
 
 
 class ScriptedRatings:
-    """A provider rating each report from a script (0 unless scripted), recording the order;
-    ratings of `fail` raise InvalidOutput."""
+    """A provider rating each report from a script (0 unless scripted), recording the order and
+    the calls; a call holding a report of `fail` raises InvalidOutput."""
 
     name = "scripted"
 
@@ -203,117 +207,139 @@ class ScriptedRatings:
         self.scores = scores
         self.fail = set(fail)
         self.rated: list[str] = []
+        self.calls: list[list[str]] = []
 
-    async def rate(self, query: str, report: Report) -> int:
+    async def rate(self, query: str, reports: list[Report]) -> list[int]:
         assert query == QUERY
-        self.rated.append(report.community_id)
-        if report.community_id in self.fail:
+        ids = [r.community_id for r in reports]
+        self.calls.append(ids)
+        self.rated += ids
+        if self.fail & set(ids):
             raise InvalidOutput("no score")
-        return self.scores.get(report.community_id, 0)
+        return [self.scores.get(c, 0) for c in ids]
 
 
 def select(scores: dict[str, int], *, reader: FakeReader | None = None,
-           fail: Iterable[str] = ()) -> tuple[list[str], ScriptedRatings, FakeReader]:
-    """The selected community ids, the ratings made, and the reader."""
+           fail: Iterable[str] = (), **settings: int
+           ) -> tuple[list[str], ScriptedRatings, FakeReader, ge._Tally]:
+    """The selected community ids, the ratings made, the reader and the coverage tally.
+    Each report is rated in a call of its own unless `rate_batch_tokens` says otherwise."""
     reader = reader or FakeReader()
     provider = ScriptedRatings(scores, fail)
-    ctx = QueryContext(cast(CallerReader, reader), cast(Provider, provider), QuerySettings())
-    chosen = asyncio.run(select_reports(ctx, QUERY))
-    return [r.community_id for r in chosen], provider, reader
+    ctx = QueryContext(cast(CallerReader, reader), cast(Provider, provider),
+                       QuerySettings(**{"rate_batch_tokens": 1, **settings}))
+    tally = ge._Tally("dynamic")
+    chosen = asyncio.run(select_reports(ctx, QUERY, tally))
+    return [r.community_id for r in chosen], provider, reader, tally
 
 
 class TestDescentFromTheRoots:
     def test_the_roots_are_rated_first(self) -> None:
-        _, provider, _ = select({"r1": 9})
+        _, provider, _, _ = select({"r1": 9})
         assert provider.rated[:3] == ROOTS
 
     def test_a_relevant_child_replaces_its_parent(self) -> None:
-        chosen, _, _ = select({"r0": 8, "r0.0": 6})
+        chosen, _, _, _ = select({"r0": 8, "r0.0": 6})
         assert chosen == ["r0.0"]
 
     def test_every_relevant_child_of_a_parent_is_kept(self) -> None:
-        chosen, _, _ = select({"r0": 8, "r0.0": 6, "r0.1": 6})
+        chosen, _, _, _ = select({"r0": 8, "r0.0": 6, "r0.1": 6})
         assert chosen == ["r0.0", "r0.1"]
 
     def test_a_relevant_report_stays_when_none_of_its_children_is_relevant(self) -> None:
-        chosen, provider, _ = select({"r1": 7, "r1.0": 4})
+        chosen, provider, _, _ = select({"r1": 7, "r1.0": 4})
         assert chosen == ["r1"] and "r1.0" in provider.rated
 
     def test_the_descent_goes_on_below_a_relevant_child(self) -> None:
-        chosen, provider, _ = select({"r0": 8, "r0.0": 6, "r0.0.1": 9})
+        chosen, provider, _, _ = select({"r0": 8, "r0.0": 6, "r0.0.1": 9})
         assert chosen == ["r0.0.1"] and "r0.0.0" in provider.rated
 
     def test_children_of_irrelevant_reports_are_never_rated(self) -> None:
-        _, provider, _ = select({"r1": 7})
+        _, provider, _, _ = select({"r1": 7})
         assert sorted(provider.rated) == ["r0", "r1", "r1.0", "r2"]
 
     def test_a_report_is_relevant_from_the_threshold_up(self) -> None:
         threshold = ge.RELEVANCE_THRESHOLD
-        chosen, provider, _ = select({"r0": threshold, "r1": threshold - 1})
+        chosen, provider, _, _ = select({"r0": threshold, "r1": threshold - 1})
         assert chosen == ["r0"]
         assert {"r0.0", "r0.1"} <= set(provider.rated) and "r1.0" not in provider.rated
 
     def test_a_hidden_child_is_replaced_by_its_servable_children(self) -> None:
-        chosen, provider, _ = select({"r0": 8, "r0.0.1": 9}, reader=FakeReader(hidden={"r0.0"}))
+        chosen, provider, _, _ = select({"r0": 8, "r0.0.1": 9}, reader=FakeReader(hidden={"r0.0"}))
         assert "r0.0" not in provider.rated and {"r0.0.0", "r0.0.1"} <= set(provider.rated)
         assert chosen == ["r0.0.1"]  # and it replaces r0, its nearest servable ancestor
 
     def test_a_rating_that_fails_counts_as_irrelevant(self) -> None:
-        chosen, provider, _ = select({"r0": 9, "r1": 7}, fail={"r0"})
+        chosen, provider, _, _ = select({"r0": 9, "r1": 7}, fail={"r0"})
         assert chosen == ["r1"]
         assert not {"r0.0", "r0.1"} & set(provider.rated)
 
     def test_the_selection_is_in_community_id_order(self) -> None:
-        chosen, _, _ = select({"r0": 9, "r1": 9, "r2": 9},
+        chosen, _, _, _ = select({"r0": 9, "r1": 9, "r2": 9},
                               reader=FakeReader(similar=["r2", "r1", "r0"]))
         assert chosen == ["r0", "r1", "r2"]
 
 
-class TestRatingsPerStep:
-    def test_at_most_the_limit_is_rated_per_step_the_most_similar_first(
-            self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 2)
-        chosen, provider, reader = select({"r2": 9}, reader=FakeReader(similar=["r2", "r0"]))
+class TestRatingCallsAndBudget:
+    def test_every_root_is_rated_with_no_similarity_gate(self) -> None:
+        _, provider, reader, tally = select({"r1": 9}, reader=FakeReader(similar=["r1"]))
+        assert set(ROOTS) <= set(provider.rated)
+        assert reader.searches == []  # within the budget nothing is ranked by similarity
+        assert tally.coverage().levels[0].considered == tally.coverage().levels[0].rated == 3
+
+    def test_several_reports_share_a_rating_call(self) -> None:
+        _, provider, _, tally = select({"r1": 9}, rate_batch_tokens=10_000)
+        assert provider.calls[0] == ROOTS and tally.rating_calls == len(provider.calls) == 2
+
+    def test_a_rating_call_holds_at_most_the_batch_tokens(self) -> None:
+        one = tokenizer().count(f"[Report r0] {report('r0').digest()}") + 2
+        _, provider, _, _ = select({}, rate_batch_tokens=2 * one)
+        assert [len(c) for c in provider.calls[:2]] == [2, 1]
+
+    def test_beyond_the_budget_the_most_similar_are_rated_and_the_rest_counted(self) -> None:
+        chosen, provider, reader, tally = select(
+            {"r2": 9}, reader=FakeReader(similar=["r2", "r0"]), dynamic_max_rated=2)
         assert provider.rated == ["r2", "r0"] and chosen == ["r2"]
         assert reader.searches == [("reports", QUERY)]
+        cov = tally.coverage()
+        assert cov.unrated == 1 and not cov.complete  # r1, the least similar root
+        assert "incomplete" in cov.line()
 
-    def test_candidates_outside_the_similarity_ranking_follow_it_in_id_order(
-            self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 2)
-        _, provider, _ = select({"r2": 9}, reader=FakeReader(similar=["r2"]))
+    def test_candidates_outside_the_similarity_ranking_follow_it_in_id_order(self) -> None:
+        _, provider, _, _ = select({"r2": 9}, reader=FakeReader(similar=["r2"]),
+                                   dynamic_max_rated=2)
         assert provider.rated == ["r2", "r0"]
 
-    def test_the_limit_holds_at_every_step_of_the_descent(
-            self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 1)
-        chosen, provider, _ = select({"r0": 8, "r0.0": 6, "r0.1": 6},
-                                     reader=FakeReader(similar=["r0.1", "r0"]))
-        assert provider.rated == ["r0", "r0.1"]
-        assert chosen == ["r0.1"]
+    def test_coverage_counts_considered_rated_and_relevant_per_level(self) -> None:
+        _, _, _, tally = select({"r0": 8, "r0.0": 6, "r0.1": 2})
+        cov = tally.coverage()
+        assert [(c.level, c.considered, c.rated, c.relevant) for c in cov.levels] == [
+            (0, 3, 3, 1), (1, 2, 2, 1), (2, 2, 2, 0)]
+        assert cov.complete and cov.rating_calls == 7  # one report per call here
 
 
 class TestFallbackToWholeLevels:
     def test_no_level_is_rated_whole_when_a_root_is_relevant(self) -> None:
-        _, _, reader = select({"r2": 9})
+        _, _, reader, _ = select({"r2": 9})
         assert reader.partitions == []
 
     def test_when_no_root_is_relevant_the_next_level_is_rated(self) -> None:
-        chosen, provider, reader = select({"r1.0": 7})
+        chosen, provider, reader, _ = select({"r1.0": 7})
         assert reader.partitions == [1]
         assert chosen == ["r1.0"]
         assert provider.rated.count("r2") == 1  # a childless root is not rated again
 
     def test_the_descent_goes_on_below_what_the_fallback_finds(self) -> None:
-        chosen, _, _ = select({"r0.0": 7, "r0.0.1": 8})
+        chosen, _, _, _ = select({"r0.0": 7, "r0.0.1": 8})
         assert chosen == ["r0.0.1"]
 
     def test_levels_are_rated_down_to_the_fallback_limit_and_no_further(
             self, monkeypatch: pytest.MonkeyPatch) -> None:
-        chosen, provider, reader = select({})
+        chosen, provider, reader, _ = select({})
         assert chosen == [] and reader.partitions == [1, 2]
         assert sorted(provider.rated) == sorted(set(provider.rated))
         monkeypatch.setattr(ge, "DYNAMIC_FALLBACK_MAX_LEVEL", 1)
-        _, _, reader = select({})
+        _, _, reader, _ = select({})
         assert reader.partitions == [1]
 
 

@@ -172,8 +172,9 @@ class TestGlobalSearch:
         assert result.community_level is None and result.answer != NOTHING_FOUND
         assert_citations_resolve(ctx, result)
         assert any("rating" in m for *_, m in seen) and any("map" in m for *_, m in seen)
-        roots = [c for c in g.communities.values() if c.level == 0]
-        assert result.usage.llm_calls >= len(roots) + 2  # ratings, >= 1 map, reduce
+        cov = result.coverage
+        assert cov is not None and cov.rating_calls >= 1 and cov.map_calls >= 1
+        assert result.usage.llm_calls == cov.rating_calls + cov.map_calls + 1  # and the reduce
 
     def test_a_question_about_nothing_in_the_corpus_says_nothing_relevant_was_found(self, ctx):
         for level in (None, 0):
@@ -572,14 +573,13 @@ class TestLocalRanking:
         assert fused.index("both") < text.index("both")  # rows found by both move up
 
 
-def test_dynamic_selection_rates_at_most_the_cap_per_step_most_similar_first(
-        ctx: QueryContext, g: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rating every root costs one call per root; the descent rates only the most similar."""
+def test_dynamic_selection_rates_every_root_several_per_call_and_reports_its_coverage(
+        ctx: QueryContext, g: Graph) -> None:
+    """No similarity gate: every top community is rated, in fewer calls than reports, and the
+    result says what was considered, rated and read at each level."""
     import dataclasses
 
-    import server.engines.global_engine as ge
-
-    rated: list[str] = []
+    calls: list[list[str]] = []
     inner = ctx.provider
 
     class CountingRates:
@@ -588,18 +588,20 @@ def test_dynamic_selection_rates_at_most_the_cap_per_step_most_similar_first(
         def __getattr__(self, attr: str):  # type: ignore[no-untyped-def]
             return getattr(inner, attr)
 
-        async def rate(self, query: str, report):  # type: ignore[no-untyped-def]
-            rated.append(report.community_id)
-            return await inner.rate(query, report)
+        async def rate(self, query: str, reports):  # type: ignore[no-untyped-def]
+            calls.append([r.community_id for r in reports])
+            return await inner.rate(query, reports)
 
-    monkeypatch.setattr(ge, "DYNAMIC_RATE_LIMIT", 2)
     counting = dataclasses.replace(ctx, provider=CountingRates())
-    run(ge.select_reports(counting, "Which supplier makes the battery cells?"))
-    roots = [c for c in g.communities.values() if c.level == 0]
-    assert len(roots) > 2
-    levels = {g.communities[c].level for c in rated}
-    assert rated and len(rated) <= 2 * (len(levels) + ge.DYNAMIC_FALLBACK_MAX_LEVEL + 1)
-    rank = run(ge._similarity_rank(ctx, "Which supplier makes the battery cells?"))
-    first_step = [c for c in rated if g.communities[c].level == 0][:2]
-    best_roots = sorted((c.id for c in roots), key=lambda cid: (rank.get(cid, len(rank)), cid))[:2]
-    assert first_step == best_roots
+    result = run(global_search(counting, "Which supplier makes the battery cells?"))
+    roots = {c.id for c in g.communities.values() if c.level == 0}
+    rated = [c for call in calls for c in call]
+    assert len(roots) > 2 and roots <= set(rated)
+    assert len(rated) == len(set(rated))  # nothing rated twice
+    assert len(calls) < len(rated)  # several reports per call
+    cov = result.coverage
+    assert cov is not None and cov.selection == "dynamic" and cov.complete
+    top = cov.levels[0]
+    assert top.level == 0 and top.considered == top.rated == len(roots)
+    assert cov.rating_calls == len(calls)
+    assert sum(c.mapped for c in cov.levels) >= len(result.citations) > 0

@@ -319,9 +319,11 @@ def test_answer_hyde_rate_and_drift_return_their_types(fake_openai):
     )
     assert "[Data: entity (3)]" in answer
     assert "solar" in asyncio.run(provider.hyde("Who builds solar farms?"))
-    assert asyncio.run(provider.rate("solar panels", REPORTS[0])) > asyncio.run(
-        provider.rate("solar panels", REPORTS[1])
-    )
+    high, low = asyncio.run(provider.rate("solar panels", REPORTS[:2]))
+    assert high > low
+    # a report the model leaves out of its answer is rated 0
+    fake_openai.enqueue("rate", {"scores": [{"id": REPORTS[1].community_id, "score": 9}]})
+    assert asyncio.run(provider.rate("solar panels", REPORTS[:2])) == [0, 9]
     drift = asyncio.run(provider.drift("What is Helio Cells?", BLOCKS))
     assert isinstance(drift, DriftOut) and 0 <= drift.score <= 100 and drift.follow_up_queries
     assert fake_openai.tasks() == ["answer", "hyde", "rate", "rate", "drift"]

@@ -36,7 +36,8 @@ __all__ = [
     "MapOut",
     "MapPoint",
     "Provider",
-    "RatingOut",
+    "RatingsOut",
+    "ReportRating",
     "ReportContext",
     "ReportOut",
     "SummaryOut",
@@ -112,8 +113,13 @@ class MapOut(BaseModel):
     points: list[MapPoint]
 
 
-class RatingOut(BaseModel):
+class ReportRating(BaseModel):
+    id: str = Field(description="The report id from its [Report <id>] header")
     score: int = Field(ge=0, le=10, description="Relevance of the report to the question, 0-10")
+
+
+class RatingsOut(BaseModel):
+    scores: list[ReportRating]
 
 
 class AnswerOut(BaseModel):
@@ -301,8 +307,9 @@ class Provider(Protocol):
         """A community report; finding ids index into context.entities/relationships/sub_reports."""
         ...
 
-    async def rate(self, query: str, report: Report) -> int:
-        """0-10 relevance of a report to a query (dynamic community selection)."""
+    async def rate(self, query: str, reports: list[Report]) -> list[int]:
+        """0-10 relevance of each report to a query, judged from its title and summary, several
+        reports per call (dynamic community selection); in the order of `reports`."""
         ...
 
     async def map(self, query: str, reports: list[Report], *, response_type: str) -> MapOut:

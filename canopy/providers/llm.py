@@ -28,7 +28,7 @@ from canopy.providers.base import (
     ExtractionOut,
     MapOut,
     MapPoint,
-    RatingOut,
+    RatingsOut,
     ReportContext,
     ReportOut,
     Usage,
@@ -125,9 +125,13 @@ class LLMProvider:
 
     # ---- querying ------------------------------------------------------------------------------
 
-    async def rate(self, query: str, report: Report) -> int:
-        prompt = render("rate", query=query, report=report.full_text())
-        return (await self.client.json("rate", _user(prompt), RatingOut)).score
+    async def rate(self, query: str, reports: list[Report]) -> list[int]:
+        listing = "\n\n".join(f"[Report {r.community_id}] {r.digest()}" for r in reports)
+        prompt = render("rate", query=query, reports=listing)
+        out = await self.client.json("rate", _user(prompt), RatingsOut)
+        scores = {s.id.strip(): s.score for s in out.scores}
+        # A report the model left out is rated 0: it is not read, and the coverage says so.
+        return [scores.get(r.community_id, 0) for r in reports]
 
     async def map(self, query: str, reports: list[Report], *, response_type: str) -> MapOut:
         listing = "\n\n".join(f"[Report {r.community_id}] {r.full_text()}" for r in reports)

@@ -71,6 +71,8 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
         for c in result.citations:
             where = f" ({c.document})" if c.document else ""
             click.echo(f"  [{c.kind} {c.id}] {c.title}{where}")
+    if result.coverage is not None:
+        click.echo(f"\nCoverage: {result.coverage.line()}")
     if result.note:
         click.echo(f"\nNote: {result.note}")
     u = result.usage

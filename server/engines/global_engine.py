@@ -1,9 +1,11 @@
 """Global search: map-reduce over community reports (Edge et al. 2024 §2.2; design §6).
 
 1. Reports: those standing for one level (`level_partition`: the communities at L plus the
-   childless shallower ones, the paper's C0..C3), or chosen dynamically: rate the roots, keep the
-   relevant ones and rate their children, keeping a child in place of its parent (GraphRAG's
-   dynamic community selection, `keep_parent=False`).
+   childless shallower ones, the paper's C0..C3), or chosen dynamically: rate every top
+   community (titles and summaries, several per call), keep the relevant ones and rate their
+   children, keeping a child in place of its parent (GraphRAG's dynamic community selection,
+   `keep_parent=False`). Every result carries its coverage: per level, what was considered,
+   rated, found relevant and read.
 2. Map: reports shuffled with a fixed seed, packed into token-budgeted batches; one concurrent
    map call per batch returns points scored 0-100.
 3. Reduce: zero-score points are dropped; the best points fill the reduce context; one call
@@ -29,7 +31,7 @@ from server.engines.common import (
     tokenizer,
 )
 from server.engines.evidence import vector_weight
-from server.results import Citation, SearchResult
+from server.results import Citation, Coverage, LevelCoverage, SearchResult
 
 __all__ = [
     "RELEVANCE_THRESHOLD",
@@ -43,11 +45,24 @@ log = logging.getLogger(__name__)
 
 RELEVANCE_THRESHOLD = 5  # a report rated at least this (0-10) is relevant to the query
 DYNAMIC_FALLBACK_MAX_LEVEL = 2  # when no root is relevant, rate whole levels down to this one
-# Reports rated per step of the descent, the most query-similar first (hybrid search over the
-# reports table). Without a cap a corpus with ~1000 root communities costs ~1000 rating calls
-# per question; similarity decides which candidates are worth a rating call.
-DYNAMIC_RATE_LIMIT = 32
-SIMILARITY_SHORTLIST = 256
+
+
+class _Tally:
+    """Coverage counts as selection and map go: per level, and calls."""
+
+    def __init__(self, selection: str) -> None:
+        self.selection = selection
+        self.levels: dict[int, LevelCoverage] = {}
+        self.rating_calls = self.map_calls = self.unrated = self.unmapped = 0
+
+    def at(self, level: int) -> LevelCoverage:
+        return self.levels.setdefault(level, LevelCoverage(level=level))
+
+    def coverage(self) -> Coverage:
+        return Coverage(selection=self.selection,
+                        levels=[self.levels[k] for k in sorted(self.levels)],
+                        rating_calls=self.rating_calls, map_calls=self.map_calls,
+                        unrated=self.unrated, unmapped=self.unmapped)
 
 
 async def global_search(
@@ -66,10 +81,14 @@ async def global_search(
     level = community_level if community_level is not None else ctx.settings.community_level
     with metered(ctx) as meter:
         if level is not None:
+            tally = _Tally("level")
             reports = await reports_at_level(ctx, level)
+            for r in reports:
+                tally.at(r.level).considered += 1
         else:
-            reports = await select_reports(ctx, query)
-        points = await _map(ctx, query, reports, response_type) if reports else []
+            tally = _Tally("dynamic")
+            reports = await select_reports(ctx, query, tally)
+        points = await _map(ctx, query, reports, response_type, tally) if reports else []
         kept, context = _best_points(points, ctx.settings.reduce_tokens)
         if kept:
             await ctx.report_progress(0, 1, "reduce: writing the answer")
@@ -82,7 +101,8 @@ async def global_search(
         citations = [Citation(kind="report", id=rid, title=titles[rid]) for rid in cited
                      if rid in titles]
         result = SearchResult(method="global", query=query, answer=answer, citations=citations,
-                              context=context, community_level=level)
+                              context=context, community_level=level,
+                              coverage=tally.coverage())
         first = repr(citations[0].id) if citations else "'<report id>'"
         result = fit_result(ctx, result, more=(
             f"call drill_down(community_id={first}) to read a cited report in full, or ask "
@@ -109,44 +129,46 @@ def _check_level(ctx: QueryContext, level: int) -> None:
         )
 
 
-async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
-    """Dynamic community selection: rate from the roots down, descend into relevant reports'
-    children; a relevant child replaces its parent. If no root is relevant, whole levels are
-    rated, down to DYNAMIC_FALLBACK_MAX_LEVEL, until something is."""
+async def select_reports(ctx: QueryContext, query: str, tally: _Tally | None = None
+                         ) -> list[Report]:
+    """Dynamic community selection: rate every top community of the caller's hierarchy (their
+    digests, several per call), descend into relevant reports' children; a relevant child
+    replaces its parent. If no top is relevant, whole levels are rated, down to
+    DYNAMIC_FALLBACK_MAX_LEVEL, until something is. Nothing is left out for want of shared
+    words: only `[query] dynamic_max_rated` caps the ratings, and then the candidates least
+    similar to the question are the ones left (counted in the coverage)."""
+    tally = tally or _Tally("dynamic")
     reader = ctx.reader
     relevant: dict[str, Report] = {}
     parent_of: dict[str, str] = {}
     queue = reader.roots()
     rated: set[str] = set()
-    done = 0
+    rank: dict[str, int] | None = None
     level = 0
-    rank = await _similarity_rank(ctx, query)
     while queue:
-        queue = sorted(queue, key=lambda cid: (rank.get(cid, len(rank)), cid))[:DYNAMIC_RATE_LIMIT]
+        for row in reader.community_rows(queue).values():
+            tally.at(row.level).considered += 1
+        room = max(0, ctx.settings.dynamic_max_rated - len(rated))
+        if len(queue) > room:
+            rank = rank if rank is not None else await _similarity_rank(ctx, query)
+            queue = sorted(queue, key=lambda cid: (rank.get(cid, len(rank)), cid))
+            tally.unrated += len(queue) - room
+            queue = queue[:room]
         served = await reader.reports(queue)
         reports = [served[cid] for cid in queue if cid in served]
         rated.update(r.community_id for r in reports)
-        total = done + len(reports)
-
-        async def rate(report: Report, total: int = total) -> int:
-            nonlocal done
-            try:
-                score = await ctx.provider.rate(query, report)
-            except InvalidOutput as exc:  # one unreadable rating must not sink the search
-                log.warning("rating of report %s failed: %s", report.community_id, exc)
-                score = 0
-            done += 1
-            await ctx.report_progress(done, total, f"rating community reports ({done}/{total})")
-            return score
-
-        scores = await asyncio.gather(*(rate(r) for r in reports))
+        scores = await _rate(ctx, query, reports, tally)
         queue = []
         relevant_now = [r.community_id for r, score in zip(reports, scores, strict=True)
-                        if score >= RELEVANCE_THRESHOLD]
+                        if score is not None and score >= RELEVANCE_THRESHOLD]
         children = reader.child_ids(relevant_now)
         for report, score in zip(reports, scores, strict=True):
+            if score is None:
+                continue
+            tally.at(report.level).rated += 1
             if score < RELEVANCE_THRESHOLD:
                 continue
+            tally.at(report.level).relevant += 1
             cid = report.community_id
             relevant[cid] = report
             relevant.pop(parent_of.get(cid, ""), None)
@@ -160,11 +182,53 @@ async def select_reports(ctx: QueryContext, query: str) -> list[Report]:
     return sorted(relevant.values(), key=lambda r: r.community_id)
 
 
+async def _rate(ctx: QueryContext, query: str, reports: list[Report], tally: _Tally
+                ) -> list[int | None]:
+    """Each report's 0-10 rating, several reports per call (`[query] rate_batch_tokens` of their
+    digests: title, summary, findings' headlines), calls run concurrently; None where a call
+    failed (skipped, counted)."""
+    tok = tokenizer()
+    budget = ctx.settings.rate_batch_tokens
+    batches: list[list[int]] = []
+    used = 0
+    for i, r in enumerate(reports):
+        n = tok.count(f"[Report {r.community_id}] {r.digest()}") + 2
+        if not batches or used + n > budget:
+            batches.append([])
+            used = 0
+        batches[-1].append(i)
+        used += n
+    total = len(reports)
+    done = 0
+
+    async def one(batch: list[int]) -> list[int | None]:
+        nonlocal done
+        try:
+            scores: list[int | None] = list(
+                await ctx.provider.rate(query, [reports[i] for i in batch]))
+        except InvalidOutput as exc:  # one unreadable rating call must not sink the search
+            log.warning("a rating call of %d reports failed: %s", len(batch), exc)
+            tally.unrated += len(batch)
+            scores = [None] * len(batch)
+        done += len(batch)
+        await ctx.report_progress(done, total, f"rating community reports ({done}/{total})")
+        return scores
+
+    tally.rating_calls += len(batches)
+    out: list[int | None] = [None] * total
+    for batch, scores in zip(batches, await asyncio.gather(*(one(b) for b in batches)),
+                             strict=True):
+        for i, score in zip(batch, scores, strict=True):
+            out[i] = score
+    return out
+
+
 async def _similarity_rank(ctx: QueryContext, query: str) -> dict[str, int]:
     """Rank of each report by hybrid (vector + BM25) similarity to the query, prefiltered to
     what the caller may see; reports outside the shortlist rank after all of it."""
     vector = await ctx.reader.embed(query)
-    hits = ctx.reader.search("reports", vector=vector, text=query, k=SIMILARITY_SHORTLIST,
+    hits = ctx.reader.search("reports", vector=vector, text=query,
+                             k=ctx.settings.dynamic_max_rated,
                              vector_weight=vector_weight(ctx))
     return {h.id: i for i, h in enumerate(hits)}
 
@@ -195,11 +259,12 @@ def _map_tokens(report: Report) -> int:
 
 
 async def _map(
-    ctx: QueryContext, query: str, reports: list[Report], response_type: str
+    ctx: QueryContext, query: str, reports: list[Report], response_type: str, tally: _Tally
 ) -> list[MapPoint]:
     batches = map_batches(reports, seed=ctx.settings.seed,
                           batch_tokens=ctx.settings.map_batch_tokens)
     total = len(batches)
+    tally.map_calls += total
     done = 0
     await ctx.report_progress(0, total, f"map: {len(reports)} reports in {total} batches")
 
@@ -220,7 +285,10 @@ async def _map(
                 raise out
             log.warning("a global-search map batch failed and is skipped: %s", out)
             failures.append(out)
+            tally.unmapped += len(batch)
             continue
+        for r in batch:
+            tally.at(r.level).mapped += 1
         ids = {r.community_id for r in batch}
         points += [p.model_copy(update={"report_ids": [i for i in p.report_ids if i in ids]})
                    for p in out.points]

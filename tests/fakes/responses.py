@@ -370,8 +370,12 @@ def report(prompt: str) -> dict[str, Any]:
 
 
 def rate(prompt: str) -> dict[str, Any]:
-    overlap = keywords(section(prompt, "Question")) & keywords(section(prompt, "Report"))
-    return {"score": min(10, 3 * len(overlap))}
+    """Each listed report scored by the keywords its digest shares with the question: one shared
+    keyword makes it relevant (5), as a digest holds few words."""
+    query = keywords(section(prompt, "Question"))
+    parts = re.split(r"^\[Report ([^\]]+)\] ", section(prompt, "Reports"), flags=re.MULTILINE)
+    return {"scores": [{"id": rid, "score": min(10, 5 * len(query & keywords(text)))}
+                       for rid, text in zip(parts[1::2], parts[2::2], strict=True)]}
 
 
 def map_points(prompt: str) -> dict[str, Any]:

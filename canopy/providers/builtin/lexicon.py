@@ -249,6 +249,8 @@ GENERIC_QUERY_WORDS = words("""
 main key theme themes topic topics overview summary summarize summarise important dataset data
 corpus document documents overall general major trend trends idea ideas discussed covered
 content contents mentioned talk about everything anything what
+top most issue issues subject subjects point points highlight highlights collection
+article articles text texts file files material materials say says give list
 """)
 
 # Claim cue stems -> claim type (Latin text is matched on word starts, lowercase).

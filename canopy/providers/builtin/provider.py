@@ -84,15 +84,19 @@ class BuiltinProvider:
 
     # ---- query time -------------------------------------------------------------------------
 
-    async def rate(self, query: str, report: Report) -> int:
-        """0-10: the share of the query's terms found in the report (its own rating for a
-        generic question such as "what are the main themes?")."""
+    async def rate(self, query: str, reports: list[Report]) -> list[int]:
+        """0-10 each: the share of the query's terms found in the report (its own rating for a
+        generic question such as "what are the main themes?"). It reads whole reports, not
+        digests: lexical matching needs the words, and costs nothing here."""
         self._count("rate")
         scorer = Scorer(query)
         if scorer.generic:
-            return max(1, min(10, round(report.rating)))
-        cov = scorer.score(report.full_text())
-        return max(1, round(10 * cov)) if cov > 0 else 0
+            return [max(1, min(10, round(r.rating))) for r in reports]
+        out = []
+        for r in reports:
+            cov = scorer.score(r.full_text())
+            out.append(max(1, round(10 * cov)) if cov > 0 else 0)
+        return out
 
     async def map(self, query: str, reports: list[Report], *, response_type: str) -> MapOut:
         """One point per report that shares terms with the query: its best sentences, cited."""

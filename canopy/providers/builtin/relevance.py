@@ -29,7 +29,8 @@ class Scorer:
         """`corpus` (texts or their term sets) gives the idf weights; with fewer than three
         texts every query term weighs the same."""
         self.query_terms = list(dict.fromkeys(terms(query)))
-        self.generic = all(t in _GENERIC for t in self.query_terms)
+        # "the top 5 topics": a count says how much to list, not what about
+        self.generic = all(t in _GENERIC or t.isdigit() for t in self.query_terms)
         sets = [d if isinstance(d, set) else set(terms(d)) for d in corpus]
         wanted = set(self.query_terms)
         df = Counter(t for s in sets for t in s & wanted)
