@@ -9,18 +9,21 @@ CANOPY_EMBED_API_KEY.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from canopy.errors import ConfigError
 
 __all__ = [
     "AclRule",
@@ -340,17 +343,98 @@ def find_config(docs_dir: Path | None, config: Path | None = None) -> Path | Non
 def load_settings(
     docs_dir: Path | None = None, config: Path | None = None, **overrides: Any
 ) -> Settings:
-    """Settings for a documents folder: its canopy.toml (or `config`), then env, then overrides."""
+    """Settings for a documents folder: its canopy.toml (or `config`), then env, then overrides.
+
+    A file that is not TOML, a key no section has (`[chunkin]`, `modle =`), a `CANOPY_X__Y`
+    variable naming no setting, or a value of the wrong kind raises ConfigError: one line naming
+    the file or variable, the key, and what is allowed."""
     path = find_config(docs_dir, config)
-    acl_present = False
+    table: dict[str, Any] = {}
     if path is not None:
-        with path.open("rb") as fh:
-            acl_present = "acl" in tomllib.load(fh)
+        try:
+            with path.open("rb") as fh:
+                table = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+        unknown = _unknown_keys(table, Settings)
+        if unknown:
+            raise ConfigError(f"{path}: {unknown}")
+    for name in sorted(os.environ):
+        if name.startswith("CANOPY_") and "__" in name:
+            keys = name.removeprefix("CANOPY_").lower().split("__")
+            unknown = _unknown_keys(_nest(keys), Settings)
+            if unknown:
+                raise ConfigError(f"environment variable {name}: {unknown}")
     # pydantic-settings takes the TOML file from the class's config: a subclass per file
     # (no shared state, so serving and watching threads may load settings at once).
     cls = Settings if path is None else type("Settings", (Settings,), {
         "model_config": SettingsConfigDict(**{**Settings.model_config, "toml_file": path})})
-    settings = cls(**overrides)
-    if acl_present and not settings.acl.enabled:
+    try:
+        settings = cls(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_invalid(exc, path, table)) from None
+    if "acl" in table and not settings.acl.enabled:
         settings.acl.enabled = True
     return settings
+
+
+def _nest(keys: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = None
+    return out
+
+
+def _unknown_keys(table: dict[str, Any], model: type[BaseModel], where: str = "") -> str | None:
+    """The first key of `table` that `model` has no field for, as a message with a
+    did-you-mean; sections are checked down to their own models' fields."""
+    fields = model.model_fields
+    for key, value in table.items():
+        name = f"{where}.{key}" if where else key
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+            label = f"[{name}]" if isinstance(value, dict) and not where else f"{name!r}"
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            known = ", ".join(sorted(fields))
+            return f"unknown key {label}{hint} (known here: {known})"
+        sub = _model_of(fields[key].annotation)
+        items = [(name, value)] if isinstance(value, dict) else [
+            (f"{name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else []
+        for item_name, item in items:
+            if sub is not None and isinstance(item, dict):
+                found = _unknown_keys(item, sub, item_name)
+                if found:
+                    return found
+    return None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The settings model a field holds (also inside Optional), else None."""
+    candidates = [annotation, *get_args(annotation)]
+    for c in candidates:
+        if isinstance(c, type) and issubclass(c, BaseModel):
+            return c
+    return None
+
+
+def _invalid(exc: ValidationError, path: Path | None, table: dict[str, Any]) -> str:
+    """A validation error as one line: where the value came from, the key, what is allowed."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc)
+        env = "CANOPY_" + "__".join(loc).upper()
+        if path is not None and loc and loc[0] in table and env not in os.environ:
+            source = f"{path}: {key}"
+        elif env in os.environ:
+            source = f"environment variable {env}"
+        else:
+            source = key
+        got = f" (got {err['input']!r})" if "input" in err and not isinstance(
+            err["input"], dict) else ""
+        parts.append(f"{source}: {err['msg']}{got}")
+    return "; ".join(parts)

@@ -1,0 +1,77 @@
+"""Settings errors are one line naming the file or variable, the key and what is allowed;
+unknown keys are errors with a did-you-mean (issue 11)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from canopy.errors import ConfigError
+from canopy.settings import load_settings
+from server.cli import main
+from tests.conftest import EXAMPLES
+
+
+def _with(tmp_path: Path, toml: str) -> Path:
+    (tmp_path / "canopy.toml").write_text(toml, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("toml", "expected"), [
+    ("[chunkin]\nchunk_tokens = 600\n", "unknown key [chunkin]; did you mean 'chunking'?"),
+    ("[llm]\nmodle = 'gpt-4o'\n", "unknown key 'llm.modle'; did you mean 'model'?"),
+    ("[acl]\ndefault = ['staff']\n[[acl.rules]]\nglob = '*.md'\nlabelz = ['hr']\n",
+     "unknown key 'acl.rules[0].labelz'; did you mean 'labels'?"),
+    ("[chunking]\nchunk_tokens = 'many'\n", "chunking.chunk_tokens: Input should be a valid "
+     "integer"),
+    ("[chunking\nchunk_tokens = 600\n", "not valid TOML: Expected ']'"),
+])
+def test_a_bad_settings_file_is_named_with_its_key_and_what_is_allowed(
+        tmp_path: Path, toml: str, expected: str) -> None:
+    docs = _with(tmp_path, toml)
+    with pytest.raises(ConfigError) as err:
+        load_settings(docs)
+    message = str(err.value)
+    assert message.startswith(f"{docs / 'canopy.toml'}: ") and expected in message
+    assert "\n" not in message
+
+
+def test_an_unknown_key_lists_the_keys_its_section_has(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"known here: chunk_tokens, encoding, overlap_tokens"):
+        load_settings(_with(tmp_path, "[chunking]\nsize = 3\n"))
+
+
+def test_a_bad_environment_variable_is_named(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANOPY_CHUNKING__CHUNK_TOKENS", "lots")
+    with pytest.raises(ConfigError, match=r"^environment variable CANOPY_CHUNKING__CHUNK_TOKENS: "
+                                          r"Input should be a valid integer, .* \(got 'lots'\)$"):
+        load_settings(tmp_path)
+    monkeypatch.delenv("CANOPY_CHUNKING__CHUNK_TOKENS")
+    monkeypatch.setenv("CANOPY_CHUNKNG__CHUNK_TOKENS", "600")
+    with pytest.raises(ConfigError, match=r"^environment variable CANOPY_CHUNKNG__CHUNK_TOKENS: "
+                                          r"unknown key \[chunkng\]; did you mean 'chunking'\?"):
+        load_settings(tmp_path)
+
+
+def test_valid_files_still_load(tmp_path: Path) -> None:
+    docs = _with(tmp_path, "[chunking]\nchunk_tokens = 600\n[acl.principals]\nalice = ['hr']\n"
+                           "[[acl.rules]]\nglob = 'hr/*'\nlabels = ['hr']\n")
+    settings = load_settings(docs)
+    assert settings.chunking.chunk_tokens == 600 and settings.acl.enabled
+    assert settings.acl.principals == {"alice": ["hr"]}
+    load_settings(EXAMPLES)  # the bundled example's own canopy.toml, if it has one
+
+
+def test_the_cli_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
+    docs = _with(tmp_path, "[chunkin]\nchunk_tokens = 600\n")
+    (docs / "a.md").write_text("# A\n\nText.\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["index", str(docs)])
+    assert result.exit_code != 0
+    assert result.output.strip().splitlines() == [
+        f"Error: {docs / 'canopy.toml'}: unknown key [chunkin]; did you mean 'chunking'? "
+        "(known here: acl, auth, chunking, communities, embed, extract, input, llm, query, "
+        "reports, storage)"]
+    assert "Traceback" not in result.output
