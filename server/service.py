@@ -132,6 +132,7 @@ class CanopyService:
         self.caches = EngineCaches.within(budget * 3 // 10)
         self._config = find_config(ws.docs_dir, config)
         self._policy_lock = threading.Lock()
+        self._unknown_callers: set[str | None] = set()
         self._policy_source = (self.store.generation, self._config_signature())
         self._policy_error: str | None = None
         try:
@@ -186,6 +187,9 @@ class CanopyService:
                 raise IndexMissing(f"no index at {self.ws.index_dir}: run `canopy index "
                                    f"{self.ws.docs_dir}` first")
             policy = self._policy(generation)
+            name = who.name if isinstance(who, Principal) else who
+            if policy.enabled and name not in policy.settings.principals:
+                self._warn_unknown(name)
             principal = who if isinstance(who, Principal) else policy.principal(who)
             if isinstance(who, Principal) and policy.enabled:
                 principal = policy.principal(who.name)  # grants as they are now
@@ -195,6 +199,15 @@ class CanopyService:
                                   vectors=self.vectors.reader(versions), embedder=self.embedder,
                                   all_live=snap.meta("revoking") != "1")
             yield QueryContext(reader, self.provider, self.ws.settings.query, progress, self.caches)
+
+    def _warn_unknown(self, name: str | None) -> None:
+        """Log, once per name, a caller the policy does not know: it is served nothing, and
+        only the server's log may say why (the caller learns nothing)."""
+        if name in self._unknown_callers:
+            return
+        self._unknown_callers.add(name)
+        log.warning("caller %r is not a principal of the [acl] policy: it sees nothing "
+                    "(add it to [acl.principals] in %s)", name, self._config or "canopy.toml")
 
     async def run(self, who: str | Principal | None, fn: Callable[[QueryContext], Awaitable[T]],
                   progress: ProgressCallback | None = None) -> T:

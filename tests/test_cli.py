@@ -92,3 +92,54 @@ def test_a_canopy_error_is_one_line_without_traceback(example_docs: Path, tmp_pa
                                      str(tmp_path / "none")])
     assert done.exit_code == 1
     assert done.output.startswith("Error: ") and "Traceback" not in done.output
+
+
+def _policy_docs(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    (docs / "hr").mkdir(parents=True)
+    (docs / "hr" / "pay.md").write_text("# Pay\n\nMaren Holt sets the pay bands.\n", "utf-8")
+    (docs / "canopy.toml").write_text(
+        "[acl]\ndefault = []\n[[acl.rules]]\nglob = 'hr/**'\nlabels = ['hr']\n"
+        "[acl.principals]\nalice = ['hr']\nbob = []\n", encoding="utf-8")
+    return docs
+
+
+def test_an_unknown_or_missing_principal_is_an_error_at_start_not_an_empty_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CANOPY_PRINCIPAL", raising=False)
+    docs = _policy_docs(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["index", str(docs)]).exit_code == 0
+    ask = ["query", str(docs), "-m", "basic", "Who sets the pay bands?"]
+    typo = runner.invoke(main, [*ask, "--principal", "alcie"])
+    assert typo.exit_code != 0 and typo.output.strip() == (
+        "Error: unknown principal 'alcie'; did you mean 'alice'? "
+        "([acl.principals] names: alice, bob)")
+    missing = runner.invoke(main, ask)
+    assert missing.exit_code != 0 and "name the caller with --principal" in missing.output
+    served = runner.invoke(main, [*ask, "--principal", "alice"])
+    assert served.exit_code == 0 and "Maren Holt" in served.output
+    nothing = runner.invoke(main, [*ask, "--principal", "bob"])  # known, no grants: allowed
+    assert nothing.exit_code == 0 and "Maren Holt" not in nothing.output
+
+
+def test_an_http_caller_the_policy_does_not_know_is_logged_once_and_sees_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from server.runtime import build_index, open_workspace
+    from server.service import CanopyService
+
+    docs = _policy_docs(tmp_path)
+    ws = open_workspace(docs)
+    build_index(ws)
+    service = CanopyService(ws)
+    try:
+        with caplog.at_level("WARNING", logger="server.service"):
+            for _ in range(2):
+                with service.context("mallory") as ctx:
+                    assert ctx.reader.caller.readable == frozenset()
+            with service.context("bob"):
+                pass
+    finally:
+        service.close()
+    warned = [r.getMessage() for r in caplog.records if "not a principal" in r.getMessage()]
+    assert len(warned) == 1 and "'mallory'" in warned[0]

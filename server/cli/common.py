@@ -19,7 +19,7 @@ import click
 from canopy.errors import CanopyError
 
 __all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "CanopyGroup", "canopy_version",
-           "describe_batch", "tqdm_progress"]
+           "check_principal", "describe_batch", "tqdm_progress"]
 
 DISTRIBUTION = "canopy-graphrag"  # the name in pyproject.toml, which `canopy --version` reports
 
@@ -31,6 +31,27 @@ INDEX_DIR = click.option("--index-dir", type=click.Path(file_okay=False, path_ty
 CONFIG = click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
                       envvar="CANOPY_CONFIG",
                       help="Settings file (default: DOCS/canopy.toml if present).")
+
+
+def check_principal(acl: Any, name: str | None) -> None:
+    """Under an [acl] policy (`acl`: its AclSettings) the caller named on the command line must
+    be one of its principals: an unknown or missing name would see nothing, without a word.
+    The operator configured both, so saying which names exist leaks nothing."""
+    if not acl.enabled:
+        return
+    import difflib
+
+    from canopy.errors import ConfigError
+
+    known = sorted(acl.principals)
+    listed = ", ".join(known) or "none"
+    if not name:
+        raise ConfigError("the [acl] policy is on: name the caller with --principal or "
+                          f"CANOPY_PRINCIPAL (its principals: {listed})")
+    if name not in acl.principals:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown principal {name!r}{hint} ([acl.principals] names: {listed})")
 
 
 def tqdm_progress(stage: str, total: int) -> Callable[[int], None]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR
+from server.cli.common import CONFIG, DOCS, INDEX_DIR, check_principal
 
 if TYPE_CHECKING:
     from server.context import QueryContext
@@ -56,6 +56,7 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
     if level is not None and method != "global":
         raise click.UsageError("--level applies to --method global only.")
     ws = open_workspace(docs, index_dir, config)
+    check_principal(ws.settings.acl, principal)
     service = CanopyService(ws)
     try:
         with service.context(principal, progress=_log_progress) as ctx:

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR, describe_batch, tqdm_progress
+from server.cli.common import (
+    CONFIG,
+    DOCS,
+    INDEX_DIR,
+    check_principal,
+    describe_batch,
+    tqdm_progress,
+)
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
@@ -101,6 +108,8 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
                     f"this network may read as {principal or 'the local user'}")
             log.warning("serving %s on %s without token verification: every HTTP client acts as %s",
                         docs, host, principal or "the local user")
+    if verifier is None:  # the caller is --principal (HTTP callers are named by their tokens)
+        check_principal(ws.settings.acl, principal)
     if not (ws.index_dir / "canopy.sqlite").exists():
         click.echo(f"No index at {ws.index_dir} yet: building it first.", err=True)
         result = build_index(ws, progress=tqdm_progress)
