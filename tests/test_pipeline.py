@@ -16,7 +16,7 @@ from canopy.vectors import VectorStore
 from indexer.communities import is_partition
 from server.runtime import Workspace, build_index, open_workspace
 from server.status import index_status
-from tests.conftest import EXAMPLES, SHARED
+from tests.conftest import EXAMPLES, SHARED, require_shared
 
 
 @pytest.fixture(scope="module")
@@ -228,11 +228,10 @@ class TestAgainstTheFakeOpenAIServer:
         assert after[0].entities == before[0].entities and after[1] == before[1]
 
 
-@pytest.mark.skipif(not (SHARED / "books").exists(), reason="shared eval data not present")
 def test_a_christmas_carol_indexes_offline_with_two_levels_and_a_report_per_community(
     tmp_path: Path,
 ) -> None:
-    ws = open_workspace(SHARED / "books", index_dir=tmp_path / "carol")
+    ws = open_workspace(require_shared(SHARED / "books"), index_dir=tmp_path / "carol")
     result = build_index(ws)
     assert len(result.stats["communities_by_level"]) >= 2
     g, _, _ = _graph(ws)
@@ -253,3 +252,15 @@ def test_docx_files_are_loaded_paragraph_by_paragraph(tmp_path: Path) -> None:
         load_file(path)
         == "Quarterly review\n\nMaria Okafor presented Project Kestrel to Verdant Grocers."
     )
+
+
+def test_missing_shared_data_skips_with_its_reason_and_fails_where_it_is_required(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "eval-data" / "corpus.json"
+    monkeypatch.delenv("REQUIRE_EVAL_DATA", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="shared eval data not found at .*SOURCES.md"):
+        require_shared(missing)
+    monkeypatch.setenv("REQUIRE_EVAL_DATA", "1")
+    with pytest.raises(pytest.fail.Exception, match=r"REQUIRE_EVAL_DATA=1"):
+        require_shared(missing)
+    assert require_shared(tmp_path) == tmp_path
