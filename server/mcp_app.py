@@ -45,6 +45,7 @@ from canopy.errors import (
 )
 from server import engines
 from server.context import QueryContext
+from server.first_build import ServiceSlot
 from server.results import CommunityCard, DrillResult, SearchResult
 from server.service import CanopyService
 from server.status import IndexStatus, index_status, status_for_caller
@@ -139,9 +140,14 @@ class _Progress:
 class _Gateway:
     """Identity, per-call QueryContext and error translation, shared by every tool and resource."""
 
-    def __init__(self, service: CanopyService, principal_name: str | None) -> None:
-        self.service = service
+    def __init__(self, slot: ServiceSlot, principal_name: str | None) -> None:
+        self.slot = slot
         self.principal_name = principal_name
+
+    @property
+    def service(self) -> CanopyService:
+        """The opened service; IndexMissing (forwarded to the agent) during a first build."""
+        return self.slot.service
 
     def caller(self) -> str | None:
         """The verified HTTP caller when a token verifier ran, else the start-up principal."""
@@ -155,7 +161,8 @@ class _Gateway:
         """`fn` on one of the service's worker threads, for the transport's caller."""
         progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         try:
-            return await self.service.run(self.caller(), fn, progress)
+            service = self.service
+            return await service.run(self.caller(), fn, progress)
         except IndexDamaged as exc:
             log.error("%s: %s", tool, exc)
             raise ToolError(damaged_message(exc)) from None
@@ -185,7 +192,7 @@ class _Gateway:
 
 
 def build_server(
-    service: CanopyService,
+    service: CanopyService | ServiceSlot,
     *,
     principal_name: str | None = None,
     auth: TokenVerifier | None = None,
@@ -193,7 +200,8 @@ def build_server(
     host: str = "127.0.0.1",
     port: int = 8765,
 ) -> MCPServer:
-    """The Canopy MCP server over one opened index.
+    """The Canopy MCP server over one opened index (or a slot that opens it after a first build,
+    `server.first_build`).
 
     `principal_name` is the caller over stdio (and over HTTP when `auth` is None). `auth` verifies
     HTTP bearer tokens; its `AccessToken.subject` (or `client_id`) names the caller's principal.
@@ -213,7 +221,8 @@ def build_server(
         auth=auth_settings if auth is not None else None,
         log_level=_LOG_LEVELS.get(level, "WARNING"),
     )
-    gw = _Gateway(service, principal_name)
+    slot = service if isinstance(service, ServiceSlot) else ServiceSlot(service)
+    gw = _Gateway(slot, principal_name)
     _add_search_tools(server, gw)
     _add_navigation(server, gw)
     return server

@@ -550,6 +550,46 @@ def test_canopy_demo_calls_every_tool_over_stdio(example_index: Path, tmp_path: 
     assert "canopy://units/" in done.output
 
 
+async def _after_first_build(client: Client, tool: str, args: dict[str, Any],
+                             timeout: float = 120) -> Any:
+    """The tool's answer once the server's first build has committed (until then every call
+    answers with the build's progress)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await client.call_tool(tool, args)
+        if not (result.is_error and "building the first index" in text_of(result)):
+            return result
+        assert time.monotonic() < deadline, text_of(result)
+        await anyio.sleep(0.5)
+
+
+async def test_a_first_start_answers_the_handshake_at_once_and_tools_report_the_build(
+        tmp_path: Path) -> None:
+    """On a folder with no index, `canopy serve` (stdio) completes the handshake before the
+    build ends; tool calls meanwhile say what the build is doing; then they answer."""
+    from tests.fakes.openai_server import FakeOpenAI
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    with FakeOpenAI(latency=0.4) as fake:  # every request 0.4 s: the build takes several
+        env.update(PYTHONPATH=str(REPO), CANOPY_LLM_BASE_URL=fake.base_url,
+                   CANOPY_LLM_API_KEY="test", CANOPY_LLM__CONCURRENCY="2")
+        params = StdioServerParameters(command=sys.executable,
+                                       args=serve_args(docs, tmp_path / "idx"), env=env,
+                                       cwd=str(REPO))
+        async with Client(params) as client:
+            first = await client.call_tool("local_search", {"query": "Who makes the cells?"})
+            assert fake.count("extract") < len(list(docs.rglob("*.md")))  # still building
+            assert first.is_error, text_of(first)
+            assert "building the first index" in text_of(first)
+            assert str(docs) in text_of(first) and "s so far" in text_of(first)
+            done = await _after_first_build(client, "local_search",
+                                            {"query": "Who makes the cells?"})
+            assert not done.is_error, text_of(done)
+            assert done.structured_content["usage"]["provider"].startswith("openai:")
+
+
 async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path) -> None:
     """`canopy serve --watch`: one process serves over stdio and commits new generations."""
     docs = tmp_path / "docs"
@@ -558,9 +598,8 @@ async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path)
                                    args=serve_args(docs, tmp_path / "idx", "--watch"),
                                    env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
     async with Client(params) as client:
-        before = await client.call_tool(
-            "basic_search", {"query": "Who is Perpetua Lindgren?", "k": 3}
-        )
+        before = await _after_first_build(client, "basic_search",
+                                          {"query": "Who is Perpetua Lindgren?", "k": 3})
         assert not before.is_error and "Perpetua Lindgren" not in text_of(before)
         (docs / "new_hire.md").write_text(
             "# New hire\n\nPerpetua Lindgren joined Helio Cells Ltd as CFO.", encoding="utf-8"

@@ -110,12 +110,16 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
                         docs, host, principal or "the local user")
     if verifier is None:  # the caller is --principal (HTTP callers are named by their tokens)
         check_principal(ws.settings.acl, principal)
-    if not (ws.index_dir / "canopy.sqlite").exists():
+    fresh = not (ws.index_dir / "canopy.sqlite").exists()
+    if fresh and use_http:  # HTTP clients connect when they like: build before listening
         click.echo(f"No index at {ws.index_dir} yet: building it first.", err=True)
         result = build_index(ws, progress=tqdm_progress)
         click.echo(f"Indexed {result.stats['documents']} documents in {result.elapsed_s:.1f}s.",
                    err=True)
-    watcher = _start_watcher(docs, index_dir, config) if watch else None
+        fresh = False
+    # A stdio server answers its host's handshake at once: a first build runs behind it
+    # (server.first_build), and the watcher starts once that build has committed.
+    watcher = _start_watcher(docs, index_dir, config) if watch and not fresh else None
     try:
         if use_http:
             how = "bearer tokens required" if verifier is not None else "no authentication"
@@ -131,14 +135,34 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
                               level),
                      workers)
             return
+        from server.first_build import ServiceSlot
         from server.mcp_app import build_server, run_stdio
         from server.service import CanopyService
 
-        service = CanopyService(ws, config=config, warm=True)
+        def open_service() -> CanopyService:
+            return CanopyService(ws, config=config, warm=True)
+
+        holder: list[Watcher] = []  # the watcher, once the first build has committed
+        if fresh:
+            click.echo(f"No index at {ws.index_dir} yet: serving now, building it meanwhile "
+                       "(tools answer with its progress until it commits).", err=True)
+            slot = ServiceSlot(docs=str(docs))
+
+            def then_open() -> CanopyService:
+                opened = open_service()
+                if watch:
+                    holder.append(_start_watcher(docs, index_dir, config))
+                return opened
+
+            slot.build(then_open, ws)
+        else:
+            slot = ServiceSlot(open_service(), docs=str(docs))
         try:
-            run_stdio(build_server(service, principal_name=principal))
+            run_stdio(build_server(slot, principal_name=principal))
         finally:
-            service.close()
+            slot.close()
+            for w in holder:
+                w.stop()
     finally:
         if watcher is not None:
             watcher.stop()
