@@ -81,7 +81,7 @@ def _looks_personal(key: str, seen: _Seen, lower_words: set[str]) -> bool:
 
 
 def _propagate(kept: dict[str, _Seen]) -> None:
-    """A lone "Scrooge" or "Kestrel" takes the type of "Ebenezer Scrooge" / "Project Kestrel"."""
+    """A lone "Okafor" or "Kestrel" takes the type of "Maria Okafor" / "Project Kestrel"."""
     votes: dict[str, Counter[str]] = {}
     for key, seen in kept.items():
         toks = key.split()
