@@ -155,6 +155,51 @@ class TestExtraction:
         assert len(found) >= 20
 
 
+class TestUnknownNames:
+    """Names in no word list, typed from their context and the shape of the phrase alone."""
+
+    def types(self, text: str) -> dict[str, str]:
+        return {e.name: e.type for e in extract(text).entities}
+
+    def test_an_unknown_company_named_with_an_organization_word_is_an_organization(self) -> None:
+        types = self.types("Quellmark Systems moved its plant. Quellmark Systems hired staff.")
+        assert types["Quellmark Systems"] == "organization"
+
+    def test_an_unknown_company_called_a_supplier_or_maker_is_an_organization(self) -> None:
+        types = self.types("Pump housings come from Brannock Tooling, a mould maker. The "
+                           "supplier Dravis Ferrant was late again.")
+        assert types["Brannock Tooling"] == "organization"
+        assert types["Dravis Ferrant"] == "organization"
+
+    def test_an_unknown_town_reached_from_or_to_is_a_place_not_a_person(self) -> None:
+        types = self.types("The modules are shipped from Wexcombe to Rotterdam.")
+        assert types["Wexcombe"] == "geo"
+
+    def test_an_unknown_town_before_a_known_region_is_a_place(self) -> None:
+        types = self.types("Her hometown of Marrisdale, California has one factory.")
+        assert types["Marrisdale"] == "geo"
+
+    def test_a_direction_before_a_known_place_makes_a_region(self) -> None:
+        assert self.types("Western Kenya had a dry year.")["Western Kenya"] == "geo"
+
+    def test_an_unknown_first_name_that_opens_sentences_as_a_speaker_is_a_person(self) -> None:
+        types = self.types("Wenna said the crane was broken. Wenna asked for a new one.")
+        assert types["Wenna"] == "person"
+        assert "Nobody" not in self.types("Nobody said a word. Nobody asked.")
+
+    def test_a_title_before_a_known_first_name_makes_a_person(self) -> None:
+        types = self.types("The report was signed by Ranger Alice Tembo on Monday.")
+        assert types["Ranger Alice Tembo"] == "person"
+
+    def test_speaker_labels_of_a_transcript_are_people_but_shouted_headings_are_not(
+            self) -> None:
+        text = ("TAMSIN OKORO: We moved the lab last year.\n\nDERRY VOSS: Why?\n\n"
+                "TAMSIN OKORO: The rent.\n\nPRICE WATCH: the price of steel rose, we watch it.")
+        types = self.types(text)
+        assert types["TAMSIN OKORO"] == "person" and types["DERRY VOSS"] == "person"
+        assert not {n.lower() for n in types} & {"price watch", "price", "watch"}
+
+
 # ---- summaries and reports ------------------------------------------------------------------
 
 

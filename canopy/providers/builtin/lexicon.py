@@ -10,6 +10,7 @@ __all__ = [
     "ABBREVIATIONS",
     "CLAIM_CUES",
     "CLAIM_CUES_ZH",
+    "COMPASS",
     "CONNECTORS",
     "EVENT_WORDS",
     "FIRST_NAMES",
@@ -27,6 +28,7 @@ __all__ = [
     "NOT_ALONE",
     "NOT_PERSONAL",
     "OF_HEADS",
+    "ORG_NOUNS",
     "ORG_PREFIXES",
     "ORG_SUFFIXES",
     "ORG_SUFFIXES_ZH",
@@ -76,6 +78,7 @@ later earlier since unless whether after before during while once oh ah yes no w
 nevertheless otherwise besides unlike like according despite overall also again even just
 here there where when what who how this these those that some many most several each every
 all both either neither another other such only not never always often sometimes
+nobody everyone everybody someone somebody anyone anybody
 """)
 
 MONTHS_DAYS = words("""
@@ -110,6 +113,13 @@ PERSON_DOTTED = words("mr mrs ms mx dr prof rev capt col gen lt sgt hon")
 GEO_PREPOSITIONS_STRONG = words("in near across throughout around outside inside within")
 GEO_PREPOSITIONS_WEAK = words("at from to into via toward towards")
 SPEECH_VERBS = words("said says asked replied cried exclaimed answered told")
+# Common nouns for a company: "the supplier Hengda", "Hengda, a mould maker".
+ORG_NOUNS = words("""
+company companies firm firms supplier suppliers maker makers manufacturer manufacturers vendor
+startup start-up subsidiary retailer brand contractor carrier insurer lender publisher
+""")
+# Directions that make a known place a region of it ("Western Europe", "South Texas").
+COMPASS = words("north south east west northern southern eastern western central")
 # First words of two-word names that are places or organizations, not people.
 NOT_PERSONAL = words("""
 new old great north south east west central national international global digital world prime
