@@ -19,13 +19,14 @@ from canopy.tokens import get_tokenizer
 CAROL = Path(__file__).resolve().parents[2] / "shared/eval-data/books/christmas_carol_pg24022.txt"
 TYPES = ["organization", "person", "geo", "event"]
 
+# Every name in the extraction tests is made up and in no word list of the provider.
 PARAGRAPH = (
-    "Maria Okafor leads Project Kestrel at Northwind Robotics in Rotterdam. "
-    "The battery cells come from Helio Cells Ltd, and Maria Okafor meets Helio Cells Ltd every "
+    "Julia Brennan leads Project Osprey at Tarnwick Robotics in Rotterdam. "
+    "The lenses come from Corvane Optics Ltd, and Julia Brennan meets Corvane Optics Ltd every "
     "month. "
-    "In 2024 the robot was shown at the Automate Summit in Hamburg, where EMEA customers placed "
+    "In 2024 the drone was shown at the Harbourtech Summit in Hamburg, where EMEA customers placed "
     "orders. "
-    "However, the Tern pack was recalled after a defect was found by Dr. Chen."
+    "However, the Osprey frame was recalled after a defect was found by Dr. Lindqvist."
 )
 CHINESE = "李明是深圳华光传感器有限公司的质量经理。他与陈宇在北京会见了 Project Kestrel 的团队。"
 
@@ -71,8 +72,8 @@ def report(cid: str, title: str, summary: str, findings: tuple[Finding, ...] = (
 class TestExtraction:
     def test_finds_people_organizations_places_events_and_acronyms(self) -> None:
         found = names(extract(PARAGRAPH))
-        assert {"Maria Okafor", "Project Kestrel", "Northwind Robotics", "Helio Cells Ltd",
-                "Rotterdam", "Hamburg", "Automate Summit", "EMEA", "Dr. Chen"} <= found
+        assert {"Julia Brennan", "Project Osprey", "Tarnwick Robotics", "Corvane Optics Ltd",
+                "Rotterdam", "Hamburg", "Harbourtech Summit", "EMEA", "Dr. Lindqvist"} <= found
 
     def test_ignores_sentence_initial_common_words(self) -> None:
         found = {n.lower() for n in names(extract(PARAGRAPH))}
@@ -80,23 +81,24 @@ class TestExtraction:
 
     def test_types_follow_cues_and_stay_within_the_allowed_types(self) -> None:
         types = {e.name: e.type for e in extract(PARAGRAPH).entities}
-        assert types["Maria Okafor"] == "person"
-        assert types["Helio Cells Ltd"] == "organization"
+        assert types["Julia Brennan"] == "person"
+        assert types["Corvane Optics Ltd"] == "organization"
+        assert types["Tarnwick Robotics"] == "organization"
         assert types["Rotterdam"] == "geo"
-        assert types["Automate Summit"] == "event"
-        assert types["Dr. Chen"] == "person"
+        assert types["Harbourtech Summit"] == "event"
+        assert types["Dr. Lindqvist"] == "person"
         restricted = extract(PARAGRAPH, types=["person", "company"])
         assert {e.type for e in restricted.entities} <= {"person", "company"}
-        assert {e.name: e.type for e in restricted.entities}["Helio Cells Ltd"] == "company"
+        assert {e.name: e.type for e in restricted.entities}["Corvane Optics Ltd"] == "company"
 
     def test_relationships_link_co_mentioned_entities_with_the_sentence_as_evidence(self) -> None:
         ex = extract(PARAGRAPH)
         rels = {frozenset((r.source, r.target)): r for r in ex.relationships}
-        r = rels[frozenset(("Maria Okafor", "Helio Cells Ltd"))]
-        assert "meets Helio Cells Ltd every month" in r.description
+        r = rels[frozenset(("Julia Brennan", "Corvane Optics Ltd"))]
+        assert "meets Corvane Optics Ltd every month" in r.description
         assert r.strength == 1.0
-        assert rels[frozenset(("Maria Okafor", "Project Kestrel"))].description.startswith(
-            "Maria Okafor leads"
+        assert rels[frozenset(("Julia Brennan", "Project Osprey"))].description.startswith(
+            "Julia Brennan leads"
         )
         assert all(r.source in names(ex) and r.target in names(ex) for r in ex.relationships)
 
@@ -107,8 +109,8 @@ class TestExtraction:
 
     def test_entity_descriptions_are_the_sentences_mentioning_it(self) -> None:
         ex = extract(PARAGRAPH)
-        desc = {e.name: e.description for e in ex.entities}["Northwind Robotics"]
-        assert desc == "Maria Okafor leads Project Kestrel at Northwind Robotics in Rotterdam."
+        desc = {e.name: e.description for e in ex.entities}["Tarnwick Robotics"]
+        assert desc == "Julia Brennan leads Project Osprey at Tarnwick Robotics in Rotterdam."
         assert all(len(e.description) <= 300 for e in ex.entities)
 
     def test_chinese_text_yields_chinese_names_and_latin_names_inside_it(self) -> None:
@@ -123,7 +125,8 @@ class TestExtraction:
     def test_claims_are_extracted_only_when_enabled(self) -> None:
         assert extract(PARAGRAPH).claims == ()
         claims = extract(PARAGRAPH, claims=True).claims
-        assert [(c.subject, c.type, c.status) for c in claims] == [("Tern", "RECALL", "SUSPECTED")]
+        assert [(c.subject, c.type, c.status) for c in claims] == [
+            ("Osprey", "RECALL", "SUSPECTED")]
         assert "recalled" in claims[0].description
 
     def test_garbage_is_dropped(self) -> None:
@@ -137,7 +140,8 @@ class TestExtraction:
         assert first == second
         assert first.passes == 1 and first.unit_id == "tu-test"
 
-    def test_a_christmas_carol_slice_finds_its_characters_quickly(self) -> None:
+    def test_a_novel_slice_is_extracted_quickly(self) -> None:
+        """Speed only: the word lists must not be judged on text they may have been fitted to."""
         if not CAROL.exists():
             pytest.skip(f"shared eval data not found at {CAROL}")
         text = CAROL.read_text(encoding="utf-8")
@@ -148,8 +152,52 @@ class TestExtraction:
         for i, piece in enumerate(pieces):
             found |= names(extract(piece, uid=f"tu-{i}"))
         assert time.perf_counter() - began < 2.0
-        assert "Scrooge" in found
-        assert {"Bob Cratchit", "Marley"} & found
+        assert len(found) >= 20
+
+
+class TestUnknownNames:
+    """Names in no word list, typed from their context and the shape of the phrase alone."""
+
+    def types(self, text: str) -> dict[str, str]:
+        return {e.name: e.type for e in extract(text).entities}
+
+    def test_an_unknown_company_named_with_an_organization_word_is_an_organization(self) -> None:
+        types = self.types("Quellmark Systems moved its plant. Quellmark Systems hired staff.")
+        assert types["Quellmark Systems"] == "organization"
+
+    def test_an_unknown_company_called_a_supplier_or_maker_is_an_organization(self) -> None:
+        types = self.types("Pump housings come from Brannock Tooling, a mould maker. The "
+                           "supplier Dravis Ferrant was late again.")
+        assert types["Brannock Tooling"] == "organization"
+        assert types["Dravis Ferrant"] == "organization"
+
+    def test_an_unknown_town_reached_from_or_to_is_a_place_not_a_person(self) -> None:
+        types = self.types("The modules are shipped from Wexcombe to Rotterdam.")
+        assert types["Wexcombe"] == "geo"
+
+    def test_an_unknown_town_before_a_known_region_is_a_place(self) -> None:
+        types = self.types("Her hometown of Marrisdale, California has one factory.")
+        assert types["Marrisdale"] == "geo"
+
+    def test_a_direction_before_a_known_place_makes_a_region(self) -> None:
+        assert self.types("Western Kenya had a dry year.")["Western Kenya"] == "geo"
+
+    def test_an_unknown_first_name_that_opens_sentences_as_a_speaker_is_a_person(self) -> None:
+        types = self.types("Wenna said the crane was broken. Wenna asked for a new one.")
+        assert types["Wenna"] == "person"
+        assert "Nobody" not in self.types("Nobody said a word. Nobody asked.")
+
+    def test_a_title_before_a_known_first_name_makes_a_person(self) -> None:
+        types = self.types("The report was signed by Ranger Alice Tembo on Monday.")
+        assert types["Ranger Alice Tembo"] == "person"
+
+    def test_speaker_labels_of_a_transcript_are_people_but_shouted_headings_are_not(
+            self) -> None:
+        text = ("TAMSIN OKORO: We moved the lab last year.\n\nDERRY VOSS: Why?\n\n"
+                "TAMSIN OKORO: The rent.\n\nPRICE WATCH: the price of steel rose, we watch it.")
+        types = self.types(text)
+        assert types["TAMSIN OKORO"] == "person" and types["DERRY VOSS"] == "person"
+        assert not {n.lower() for n in types} & {"price watch", "price", "watch"}
 
 
 # ---- summaries and reports ------------------------------------------------------------------
@@ -377,8 +425,8 @@ class TestQueries:
 
 
 def test_sentences_split_on_latin_and_chinese_punctuation_but_not_on_titles() -> None:
-    text = ("Mr. Fezziwig laughed. Dr. Chen agreed!\n\n# Risks\n- Battery supply is thin.\n"
+    text = ("Mr. Pellow laughed. Dr. Chen agreed!\n\n# Risks\n- Battery supply is thin.\n"
             "李明来了。陈宇也来了！")
-    assert split_sentences(text) == ["Mr. Fezziwig laughed.", "Dr. Chen agreed!", "Risks",
+    assert split_sentences(text) == ["Mr. Pellow laughed.", "Dr. Chen agreed!", "Risks",
                                      "Battery supply is thin.", "李明来了。", "陈宇也来了！"]
     assert not re.search(r"\*\*|#", " ".join(split_sentences("**Lead:** Maria Okafor")))

@@ -54,6 +54,7 @@ class _Seen:
     cue: float = 0.0
     noninitial: bool = False
     acronym: bool = True  # every mention was all capitals
+    speaker: bool = True  # every mention was a transcript's speaker label
 
     @property
     def name(self) -> str:
@@ -67,6 +68,8 @@ def _keep(key: str, seen: _Seen, lower_words: set[str]) -> bool:
         return False
     if seen.acronym and seen.cue < 3 and key in lower_words:
         return False  # a shouted ordinary word ("COLOUR"), not an acronym
+    if seen.speaker and any(t in lower_words for t in toks):
+        return False  # a shouted heading ("LAST WEEK:"), not a speaker
     ordinary = all(t in lower_words or t in lx.STOPWORDS for t in toks)
     return not (len(toks) > 1 and seen.cue < 3 and ordinary)
 
@@ -81,7 +84,7 @@ def _looks_personal(key: str, seen: _Seen, lower_words: set[str]) -> bool:
 
 
 def _propagate(kept: dict[str, _Seen]) -> None:
-    """A lone "Scrooge" or "Kestrel" takes the type of "Ebenezer Scrooge" / "Project Kestrel"."""
+    """A lone "Okafor" or "Kestrel" takes the type of "Maria Okafor" / "Project Kestrel"."""
     votes: dict[str, Counter[str]] = {}
     for key, seen in kept.items():
         toks = key.split()
@@ -118,6 +121,7 @@ def extract_unit(unit: TextUnit, *, entity_types: Sequence[str] = DEFAULT_ENTITY
             s.cue = max(s.cue, m.cue)
             s.noninitial = s.noninitial or not m.initial
             s.acronym = s.acronym and m.acronym
+            s.speaker = s.speaker and m.speaker
             if not s.sentences or s.sentences[-1] != si:
                 s.sentences.append(si)
             if key not in keys:

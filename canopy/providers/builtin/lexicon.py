@@ -10,6 +10,7 @@ __all__ = [
     "ABBREVIATIONS",
     "CLAIM_CUES",
     "CLAIM_CUES_ZH",
+    "COMPASS",
     "CONNECTORS",
     "EVENT_WORDS",
     "FIRST_NAMES",
@@ -27,6 +28,7 @@ __all__ = [
     "NOT_ALONE",
     "NOT_PERSONAL",
     "OF_HEADS",
+    "ORG_NOUNS",
     "ORG_PREFIXES",
     "ORG_SUFFIXES",
     "ORG_SUFFIXES_ZH",
@@ -76,6 +78,7 @@ later earlier since unless whether after before during while once oh ah yes no w
 nevertheless otherwise besides unlike like according despite overall also again even just
 here there where when what who how this these those that some many most several each every
 all both either neither another other such only not never always often sometimes
+nobody everyone everybody someone somebody anyone anybody
 """)
 
 MONTHS_DAYS = words("""
@@ -110,6 +113,13 @@ PERSON_DOTTED = words("mr mrs ms mx dr prof rev capt col gen lt sgt hon")
 GEO_PREPOSITIONS_STRONG = words("in near across throughout around outside inside within")
 GEO_PREPOSITIONS_WEAK = words("at from to into via toward towards")
 SPEECH_VERBS = words("said says asked replied cried exclaimed answered told")
+# Common nouns for a company: "the supplier Hengda", "Hengda, a mould maker".
+ORG_NOUNS = words("""
+company companies firm firms supplier suppliers maker makers manufacturer manufacturers vendor
+startup start-up subsidiary retailer brand contractor carrier insurer lender publisher
+""")
+# Directions that make a known place a region of it ("Western Europe", "South Texas").
+COMPASS = words("north south east west northern southern eastern western central")
 # First words of two-word names that are places or organizations, not people.
 NOT_PERSONAL = words("""
 new old great north south east west central national international global digital world prime
@@ -118,7 +128,7 @@ royal federal public general united san santa los las el la le saint fort port
 
 # Capitalized words that are no entity on their own (still fine inside "Fashion Week").
 NOT_ALONE = words("""
-week weekend season quarter chapter section page figure table part stave volume episode round
+week weekend season quarter chapter section page figure table part volume episode round
 black white american americans british english french german germans dutch chinese japanese
 european europeans australian canadian israeli israelis palestinian palestinians russian
 russians ukrainian indian italian spanish african asian mexican korean irish scottish welsh
@@ -159,12 +169,12 @@ HOLIDAYS = words("""
 christmas easter thanksgiving halloween ramadan diwali hanukkah passover eid new-year
 """)
 
-# Head words that may take "of" inside one name ("Bank of England", "Ghost of Christmas Past").
+# Head words that may take "of" inside one name ("Bank of England", "Duke of Wellington").
 OF_HEADS = words("""
 bank university college school institute ministry department museum church cathedral board
 council court house republic kingdom state states city province county duchy bay gulf sea isle
 isles straits strait lake mount cape duke duchess king queen prince princess lord lady earl
-ghost spirit battle war siege treaty festival feast day order society academy association
+battle war siege treaty festival feast day order society academy association
 centre center union club chamber tower office bureau port federation commonwealth people
 """)
 
@@ -208,15 +218,15 @@ kyoto, beijing, shanghai, shenzhen, guangzhou, dongguan, hangzhou, nanjing, wuha
 chongqing, tianjin, xi'an, suzhou, hong kong, macau, taipei, sydney, melbourne, brisbane,
 perth, auckland, mexico city, sao paulo, rio de janeiro, buenos aires, santiago, lima, bogota,
 california, texas, florida, new jersey, massachusetts, illinois, ohio, michigan, virginia,
-oregon, arizona, colorado, nevada, alaska, hawaii, bavaria, catalonia, flanders, yantian
+oregon, arizona, colorado, nevada, alaska, hawaii, bavaria, catalonia, flanders
 """)
 
 FIRST_NAMES = words("""
 aaron adam adrian ahmed aisha alan albert alex alexander alexandra alice alicia amanda amelia
-amir amy ana andrea andreas andrew angela anna anne anneke anthony antonio arjun arthur astrid
+amir amy ana andrea andreas andrew angela anna anne anthony antonio arjun arthur astrid
 barbara ben benjamin bernard beth bill bob brian bruce camille carl carlos caroline carmen
 catherine charles charlie charlotte chen chloe chris christian christina christopher claire
-clara daniel david deborah dennis diana dick diego dmitri dominic donald dorothy ebenezer
+clara daniel david deborah dennis diana dick diego dmitri dominic donald dorothy
 edward elena elizabeth ella emily emma eric erik eva fan fatima felix fernando francesca
 francis frank fred frederick gabriel george georgia gerald grace greg hannah hans harry helen
 henry hugo ian ingrid isabel isabella jack jacob james jan jane jason javier jean jeff
@@ -231,7 +241,6 @@ timothy tom tomas tony victor victoria vincent wang wei william xavier yuki yusu
 suzanne linda nancy betty helen ruth sharon donna carol
 cynthia kathleen amy shirley angela brenda pamela nicole joan judith evelyn jean
 heather diane julia gloria teresa doris
-belle belinda topper
 li wang zhang liu chen yang huang zhao wu zhou xu sun ma zhu hu guo he lin gao luo
 """)
 

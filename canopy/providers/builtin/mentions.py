@@ -35,6 +35,11 @@ _NEXT = re.compile(r"^\W*([A-Za-z]+)")
 _NEVER_ALONE = (lx.STOPWORDS | lx.SENTENCE_STARTERS | lx.MONTHS_DAYS | lx.HONORIFICS
                 | lx.NON_NAMES)
 _INITIAL_AFTER = tuple("\"“‘'([{—–-:;")
+_APPOSED = re.compile(r",[ ]+([A-Z][A-Za-z.'’-]*(?:[ ]+[A-Z][A-Za-z.'’-]*){0,2})")
+_APPOSED_ORG = re.compile(r",[ ]+(?:a|an|the)[ ]+((?:[a-z-]+[ ]*){1,4})")
+_SPEAKER = re.compile(r"([A-Z][A-Z'’.-]+(?:[ ][A-Z][A-Z'’.-]+){1,3}):[ ]")
+_NOT_SPEAKER = (_NEVER_ALONE | lx.NOT_ALONE | lx.ORG_SUFFIXES | lx.ORG_NOUNS | lx.GEO_SUFFIXES
+                | lx.EVENT_WORDS | lx.CONNECTORS)
 
 
 @dataclass
@@ -47,6 +52,7 @@ class Mention:
     cue: float = 0.0  # strongest intrinsic cue (gazetteer, suffix, honorific, first name...)
     initial: bool = False  # one word, capitalized perhaps only because it opens the sentence
     acronym: bool = False
+    speaker: bool = False  # a transcript's speaker label ("KEVIN SCOTT: ...")
 
 
 def type_scores(tokens: list[str], *, acronym: bool = False) -> dict[str, float]:
@@ -71,10 +77,14 @@ def type_scores(tokens: list[str], *, acronym: bool = False) -> dict[str, float]
         s["geo"] += 5
     if multi and low[0] in lx.GEO_PREFIXES:
         s["geo"] += 4
+    if multi and low[0] in lx.COMPASS and " ".join(low[1:]) in lx.GAZETTEER:
+        s["geo"] += 5  # "Western Europe": a region of a known place
     if multi and low[0] in lx.HONORIFICS:
         s["person"] += 6 if low[0] in lx.PERSON_DOTTED else 3
     if low[0] in lx.FIRST_NAMES:
         s["person"] += 4 if multi else 3
+    elif any(t in lx.FIRST_NAMES for t in low[1:-1]):
+        s["person"] += 3  # a title before the name: "Agent Alex Mercer", "Coach Ann Wu"
     elif multi and low[-1] in lx.FIRST_NAMES:
         s["person"] += 1
     if len(low) > 2 and any(t in lx.PARTICLES for t in low[1:-1]):
@@ -84,7 +94,7 @@ def type_scores(tokens: list[str], *, acronym: bool = False) -> dict[str, float]
     elif not multi and low[0].endswith("s") and not low[0].endswith("ss"):
         s["organization"] += 0.75  # "Jets", "Cratchits": teams and families
     if max(s.values()) == 0:
-        s["organization" if multi else "person"] += 0.5
+        s["organization" if multi else "person"] += 0.5 if multi else 0.25  # any context wins
     return s
 
 
@@ -137,26 +147,56 @@ def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, 
     return out
 
 
+def _apposed_place(rest: str) -> bool:
+    """Whether a known place follows after a comma: "Fresno, California", "Lyon, France"."""
+    m = _APPOSED.match(rest)
+    words = m.group(1).split() if m else []
+    return any(" ".join(words[:k]).lower().rstrip(".") in lx.GAZETTEER
+               for k in range(len(words), 0, -1))
+
+
+def _next_word(sentence: str, end: int) -> str:
+    nxt = _NEXT.match(sentence[end : end + 24])
+    return nxt.group(1).lower() if nxt else ""
+
+
 def _context_scores(sentence: str, start: int, end: int, s: dict[str, float]) -> None:
     prev = _PREV.search(sentence, max(0, start - 24), start)
-    nxt = _NEXT.match(sentence[end : end + 24])
     p = prev.group(1).lower() if prev else ""
-    n = nxt.group(1).lower() if nxt else ""
+    n = _next_word(sentence, end)
     if p in lx.GEO_PREPOSITIONS_STRONG:
         s["geo"] += 1.5
     elif p in lx.GEO_PREPOSITIONS_WEAK:
         s["geo"] += 0.5
+    if _apposed_place(sentence[end:]):
+        s["geo"] += 3
+    org = _APPOSED_ORG.match(sentence[end:])
+    if p in lx.ORG_NOUNS or (org and not lx.ORG_NOUNS.isdisjoint(org.group(1).split())):
+        s["organization"] += 1.5  # "the supplier Hengda Tooling", "Hengda, a mould maker"
     if p in lx.SPEECH_VERBS or n in lx.SPEECH_VERBS or n == "who":
         s["person"] += 1
     if p == "the":
         s["person"] -= 1
 
 
+def _speaker(sentence: str) -> Mention | None:
+    """A speaker label that opens a transcript line, none of its words a common one."""
+    m = _SPEAKER.match(sentence)
+    if m is None or any(w.lower() in _NOT_SPEAKER for w in m.group(1).split()):
+        return None
+    scores = {**dict.fromkeys(TYPES, 0.0), "person": 3.0}
+    return Mention(m.group(1), 0, scores, 3.0, speaker=True)
+
+
 def _latin_mentions(sentence: str, cjk: bool) -> list[Mention]:
+    out: list[Mention] = []
+    speaker = _speaker(sentence)
+    if speaker is not None:  # blanked out: the line is read as if it began after the label
+        out.append(speaker)
+        sentence = " " * (len(speaker.name) + 1) + sentence[len(speaker.name) + 1 :]
     words = _WORDISH.findall(sentence)
     if len(words) >= 2 and len(_SHOUT.findall(sentence)) > 0.6 * len(words):
-        return []  # an all-caps heading: capitals say nothing here
-    out: list[Mention] = []
+        return out  # an all-caps heading: capitals say nothing here
     for m in _NAME.finditer(sentence):
         before = sentence[: m.start()].rstrip()
         initial = not cjk and (not before or before.endswith(_INITIAL_AFTER))
@@ -187,7 +227,9 @@ def _latin_mentions(sentence: str, cjk: bool) -> list[Mention]:
             cue = max(scores.values())
             _context_scores(sentence, g[0][1], g[-1][1] + len(g[-1][0]), scores)
             at_start = initial and g[0][1] == toks[0][1]
-            initial_only = single and at_start and not acronym
+            # "Gwen said": a word that opens a sentence as the speaker's name is a name
+            speech = _next_word(sentence, g[-1][1] + len(g[-1][0])) in lx.SPEECH_VERBS
+            initial_only = single and at_start and not acronym and not speech
             out.append(Mention(name, g[0][1], scores, cue, initial_only, acronym))
     return out
 
