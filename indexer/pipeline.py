@@ -62,14 +62,17 @@ def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embed
     """What the index content depends on besides the documents: a change rebuilds it. The
     lexical statistics depend on how text is analysed into terms, whatever the provider."""
     sections = [settings.chunking, settings.extract, settings.communities, settings.reports]
+    version = getattr(provider, "extraction_version", None)
     return content_hash(provider.name, embedder.name, f"terms-{TERMS_VERSION}",
-                        *(s.model_dump_json() for s in sections))
+                        *(s.model_dump_json() for s in sections), *([version] if version else []))
 
 
 def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
-    """What stored extractions depend on: a change extracts every unit again."""
+    """What stored extractions depend on: a change extracts every unit again. A provider whose
+    extraction rules change between releases (the builtin one) names their version."""
+    version = getattr(provider, "extraction_version", None)
     return content_hash(provider.name, settings.chunking.model_dump_json(),
-                        settings.extract.model_dump_json())
+                        settings.extract.model_dump_json(), *([version] if version else []))
 
 
 def _peak_mb() -> float:

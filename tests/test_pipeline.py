@@ -264,3 +264,22 @@ def test_missing_shared_data_skips_with_its_reason_and_fails_where_it_is_require
     with pytest.raises(pytest.fail.Exception, match=r"REQUIRE_EVAL_DATA=1"):
         require_shared(missing)
     assert require_shared(tmp_path) == tmp_path
+
+
+def test_a_new_builtin_extraction_version_extracts_every_unit_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from canopy.providers.builtin.provider import BuiltinProvider
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"n{i}.md").write_text(f"# Note {i}\n\nIvo Marsh met Teodora Quill in Brno.\n",
+                                       encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    first = build_index(ws)
+    assert first.stats["units_extracted"] == first.stats["text_units"] > 0
+    again = build_index(ws)
+    assert again.stats["units_extracted"] == 0  # same rules: nothing to redo
+    monkeypatch.setattr(BuiltinProvider, "extraction_version", "test-next")
+    changed = build_index(ws)
+    assert changed.stats["units_extracted"] == first.stats["text_units"]

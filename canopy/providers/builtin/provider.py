@@ -47,6 +47,10 @@ class BuiltinProvider:
     """`Provider` with no model: see the module docstring for what each task does."""
 
     name = "builtin"
+    # Part of the extraction fingerprint: raise it when the extraction rules or word lists change,
+    # so that the next `canopy index` extracts every unit again (cheap here) instead of keeping
+    # what the old rules found. 2: word lists without corpus-fitted names, rules for unknown names.
+    extraction_version = "2"
 
     def __init__(self, *, encoding: str = "o200k_base") -> None:
         self._tokenizer = get_tokenizer(encoding)
