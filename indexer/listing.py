@@ -24,6 +24,7 @@ import errno
 import fnmatch
 import os
 import stat
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,11 +76,13 @@ def display_name(raw: bytes) -> str:
     return "".join(out)
 
 
-def list_files(root: Path, settings: InputSettings, index_dir: Path | None = None
-               ) -> Iterator[FileEntry | Skip]:
+def list_files(root: Path, settings: InputSettings, index_dir: Path | None = None,
+               ignored: Counter[str] | None = None) -> Iterator[FileEntry | Skip]:
     """Every candidate document under root in path order, and a `Skip` for each link, special
     file or oversized file that would otherwise have been one. Excluded paths, the index folder,
-    `canopy.toml` and other extensions are left out silently (they are not documents)."""
+    `canopy.toml` and other extensions are left out (they are not documents); files of other
+    extensions are counted in `ignored` by extension, hidden files (".name") aside, so that
+    `canopy status` can say what was not indexed."""
     root = root.resolve()
     index_dir = Path(index_dir) if index_dir is not None else root / INDEX_DIRNAME
     try:
@@ -122,6 +125,8 @@ def list_files(root: Path, settings: InputSettings, index_dir: Path | None = Non
             elif _points_to_folder(root, parts):
                 yield Skip(rel, FOLDER_LINK_REASON)
         elif suffix not in exts or rel == CONFIG_FILENAME:
+            if ignored is not None and rel != CONFIG_FILENAME and not parts[-1].startswith(b"."):
+                ignored[suffix or "(none)"] += 1
             continue
         elif not stat.S_ISREG(st.st_mode):
             yield Skip(rel, f"not a regular file ({_kind(st.st_mode)})")

@@ -16,6 +16,7 @@ import logging
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,8 @@ async def run_index(
     skips: list[Skip] = []
     unchanged: list[str] = []
     file_stats: dict[str, tuple[int, int]] = {}
-    for entry in list_files(docs_dir, settings.input, store.index_dir):
+    ignored: Counter[str] = Counter()  # files of types that are not indexed, by extension
+    for entry in list_files(docs_dir, settings.input, store.index_dir, ignored):
         if isinstance(entry, Skip):
             skips.append(entry)
             continue
@@ -142,6 +144,7 @@ async def run_index(
     plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels),
                           stats=file_stats, unchanged=unchanged)
     skips.sort(key=lambda s: s.path)
+    ignored_types = json.dumps(dict(sorted(ignored.items())))
     if (not full and plan.unchanged and not plan.touched and not previous_failures and not revoking
             and not stale
             and skips == previous_skips and not rebuild_vectors):
@@ -152,6 +155,8 @@ async def run_index(
             **counts, "noop": True, "documents_rechunked": 0, "skipped": len(skips),
             "units_extracted": 0, "units_failed": 0, "reports_generated": 0,
             "reports_reused": counts["reports"], "embedded": 0}
+        if store.get_meta("ignored_types") != ignored_types:
+            store.set_meta({"ignored_types": ignored_types})
         # Old search-table versions may still hold deleted text: prune them once that is due.
         tidy_search_tables(store, settings.storage, changed=False)
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
@@ -214,6 +219,7 @@ async def run_index(
             "docs_dir": str(Path(docs_dir).resolve()),
             "revoking": "0",
             "settings_fingerprint": fingerprint,
+            "ignored_types": ignored_types,
             **hierarchy.meta,
         }
         if b.stats.get("cjk") or full:  # CJK text (the server preloads its segmenter)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,9 @@ class IndexStatus(BaseModel):
     communities_by_level: dict[str, int]
     reports: int
     skipped: list[SkipInfo]
+    ignored_types: dict[str, int] = Field(
+        default_factory=dict, description="Files not indexed because their type is not in "
+        "[input] extensions, counted by extension (hidden files aside)")
     failures: list[FailureInfo]
     last_run: dict[str, object] = Field(
         default_factory=dict, description="Stats of the last committed run")
@@ -78,6 +82,7 @@ def index_status(store: Store) -> IndexStatus:
         levels = snap.communities_by_level()
         skips = snap.skips()
         failures = snap.failures()
+        ignored = json.loads(snap.meta("ignored_types", "{}") or "{}")
         provider = snap.meta("provider", "none") or "none"
         embedder = snap.meta("embedder", "none") or "none"
         generation = snap.generation
@@ -89,6 +94,7 @@ def index_status(store: Store) -> IndexStatus:
         index_dir=str(store.index_dir), generation=generation, provider=provider, embedder=embedder,
         **counts, communities_by_level=levels,
         skipped=[SkipInfo(path=s.path, reason=s.reason) for s in skips],
+        ignored_types=ignored,
         failures=[FailureInfo(id=f.unit_id, task=f.task, error=f.error) for f in failures],
         last_run=last_stats, llm_usage=last.usage if last else {},
         llm_concurrency=ConcurrencyInfo.model_validate(load) if isinstance(load, dict) else None,
@@ -154,6 +160,7 @@ def status_for_caller(
         "communities_by_level": dict(sorted(levels.items(), key=lambda kv: int(kv[0]))),
         "reports": reports,
         "skipped": [s for s in full.skipped if readable_path(s.path)],
+        "ignored_types": {},  # counts over the whole folder, hidden files' folders included
         "failures": [f for f in full.failures if f.id in units or f.id in visible_communities],
         "last_run": full.last_run if everything else {},
         "llm_usage": full.llm_usage if everything else {},

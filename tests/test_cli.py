@@ -143,3 +143,51 @@ def test_an_http_caller_the_policy_does_not_know_is_logged_once_and_sees_nothing
         service.close()
     warned = [r.getMessage() for r in caplog.records if "not a principal" in r.getMessage()]
     assert len(warned) == 1 and "'mallory'" in warned[0]
+
+
+def test_status_names_the_file_types_that_were_not_indexed(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "src").mkdir(parents=True)
+    (docs / "a.md").write_text("# A\n\nWren Castell builds kilns.\n", encoding="utf-8")
+    for name in ("src/x.py", "src/y.py", "notes.rst", "data.json", ".hidden", "Makefile"):
+        (docs / name).write_text("x", encoding="utf-8")
+    runner = CliRunner()
+    assert runner.invoke(main, ["index", str(docs)]).exit_code == 0
+    status = runner.invoke(main, ["status", str(docs)])
+    assert status.exit_code == 0
+    assert ("  not indexed (type not in [input] extensions): .py 2, (none) 1, .json 1, .rst 1"
+            in status.output.splitlines())
+    (docs / "src" / "y.py").unlink()  # nothing else changed: a no-op run still updates the count
+    assert runner.invoke(main, ["index", str(docs)]).exit_code == 0
+    status = runner.invoke(main, ["status", str(docs), "--json"])
+    assert json.loads(status.output)["ignored_types"] == {
+        "(none)": 1, ".json": 1, ".py": 1, ".rst": 1}
+
+
+def test_a_restricted_caller_is_not_told_what_types_the_folder_holds(tmp_path: Path) -> None:
+    """Counts over the whole folder would speak of folders the caller cannot read; a caller who
+    reads every document gets them."""
+    import asyncio
+
+    from mcp import Client
+
+    from server.mcp_app import build_server
+    from server.runtime import build_index, open_workspace
+    from server.service import CanopyService
+
+    docs = _policy_docs(tmp_path)
+    (docs / "hr" / "salaries.xlsx").write_bytes(b"x")
+    ws = open_workspace(docs)
+    build_index(ws)
+    service = CanopyService(ws)
+
+    async def ignored_types(who: str) -> dict[str, int]:
+        async with Client(build_server(service, principal_name=who)) as client:
+            status = await client.call_tool("index_status", {})
+            return dict(status.structured_content["ignored_types"])
+
+    try:
+        assert asyncio.run(ignored_types("bob")) == {}
+        assert asyncio.run(ignored_types("alice")) == {".xlsx": 1}
+    finally:
+        service.close()

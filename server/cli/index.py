@@ -117,6 +117,10 @@ def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: boo
         click.echo(f"  {concurrency_line(st.llm_concurrency)}")
     for s in st.skipped:
         click.echo(f"  skipped {s.path}: {s.reason}")
+    if st.ignored_types:
+        kinds = ", ".join(f"{ext} {n}" for ext, n in sorted(st.ignored_types.items(),
+                                                             key=lambda kv: (-kv[1], kv[0])))
+        click.echo(f"  not indexed (type not in [input] extensions): {kinds}")
     for f in st.failures:
         click.echo(f"  failed {f.task} {f.id}: {f.error}")
 
