@@ -127,6 +127,32 @@ def test_a_dead_endpoint_raises_endpoint_unavailable_quickly_with_a_clear_messag
     assert url in str(caught.value) and "connection failed" in str(caught.value)
 
 
+def test_an_endpoint_that_never_answered_is_reported_within_a_second_at_default_settings():
+    """Nothing listens at base_url: no minutes of backoff before the user hears of it."""
+    url = closed_port_url()
+    client = ChatClient(LLMSettings(base_url=url))  # max_retries 5, backoff from 1 s
+    start = time.monotonic()
+    with pytest.raises(EndpointUnavailable) as caught:
+        asyncio.run(client.text("answer", [{"role": "user", "content": "hello"}]))
+    assert time.monotonic() - start < 3
+    assert str(caught.value).startswith(f"LLM endpoint {url} cannot be reached")
+    assert "is the server running" in str(caught.value)
+
+
+def test_an_endpoint_that_answered_before_gets_every_retry_when_it_goes_away():
+    from tests.fakes.openai_server import FakeOpenAI
+
+    fake = FakeOpenAI().start()
+    client = ChatClient(LLMSettings(base_url=fake.base_url, api_key="t", max_retries=3),
+                        backoff_base=0.01)
+    messages = [{"role": "user", "content": "Task: hyde\nwhat"}]
+    assert asyncio.run(client.text("hyde", messages))
+    fake.stop()  # a restart, say: the same address refuses connections for a while
+    with pytest.raises(EndpointUnavailable, match=r"is unavailable: 4 attempts failed, the last "
+                                                  r"with connection failed"):
+        asyncio.run(client.text("hyde", [{"role": "user", "content": "Task: hyde\nanother"}]))
+
+
 def test_timeouts_are_retried(fake_openai):
     fake_openai.hang_next(1, seconds=1.0)
     client = make_client(fake_openai, timeout_s=0.3)

@@ -77,6 +77,7 @@ class ChatClient:
         self.what = f"LLM endpoint {settings.base_url}"
         self._cache = cache
         self._policy = RetryPolicy(settings.max_retries, backoff_base, backoff_max)
+        self._reached = False  # has the endpoint answered once? (call_with_retries' first_contact)
         self._mode = "json_schema" if settings.json_schema else "json_object"
         self._usage = UsageCounter()
         self._api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
@@ -233,11 +234,13 @@ class ChatClient:
                     raise
                 content, usage = _reply(raw, self.what, task)
                 permit.succeeded(usage.get("completion_tokens") or 0)
+                self._reached = True
                 return content, usage
 
         try:
             content, usage = await call_with_retries(
-                once, what=self.what, model=self.model, policy=self._policy
+                once, what=self.what, model=self.model, policy=self._policy,
+                first_contact=not self._reached,
             )
         except StatusError as exc:
             message = exc.message

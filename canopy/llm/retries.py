@@ -22,7 +22,8 @@ from canopy.endpoint import ConnectFailed, EndpointError, RequestTimeout, Status
 from canopy.errors import EndpointUnavailable
 from canopy.limiter import Permit
 
-__all__ = ["RetryPolicy", "call_with_retries", "describe", "note_failure", "retry_after"]
+__all__ = ["FIRST_CONTACT_ATTEMPTS", "RetryPolicy", "call_with_retries", "describe", "note_failure",
+           "retry_after"]
 
 T = TypeVar("T")
 
@@ -97,14 +98,48 @@ def describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+# An endpoint that has never answered and refuses connections is most likely not running, or
+# base_url is wrong: say so after one short retry instead of minutes of backoff.
+FIRST_CONTACT_ATTEMPTS = 2
+FIRST_CONTACT_WAIT_S = 0.5
+
+
 async def call_with_retries(
-    call: Callable[[], Awaitable[T]], *, what: str, model: str, policy: RetryPolicy
+    call: Callable[[], Awaitable[T]], *, what: str, model: str, policy: RetryPolicy,
+    first_contact: bool = False,
 ) -> T:
     """Run `call` and retry transient failures; translate endpoint failures into Canopy errors.
 
     `what` names the endpoint in messages ("LLM endpoint http://.../v1"). Raises
     `EndpointUnavailable` when retries run out or on 401/403/404; other 4xx `StatusError`s
-    are re-raised unchanged for the caller to interpret (e.g. a rejected response_format)."""
+    are re-raised unchanged for the caller to interpret (e.g. a rejected response_format).
+    `first_contact`: the endpoint has not answered yet in this process; failing to connect then
+    ends the call after FIRST_CONTACT_ATTEMPTS (an endpoint that answered before gets the full
+    policy: it may be restarting)."""
+    try:
+        return await call()
+    except ConnectFailed as exc:
+        if not first_contact:
+            return await _with_retries(call, what=what, model=model, policy=policy, failed=exc)
+        await asyncio.sleep(FIRST_CONTACT_WAIT_S)
+        try:
+            return await call()
+        except ConnectFailed as again:
+            raise EndpointUnavailable(
+                f"{what} cannot be reached ({describe(again)}, {FIRST_CONTACT_ATTEMPTS} "
+                "attempts): is the server running, and is base_url right?") from None
+        except EndpointError as other:
+            return await _with_retries(call, what=what, model=model, policy=policy,
+                                       failed=other)
+    except EndpointError as exc:
+        return await _with_retries(call, what=what, model=model, policy=policy, failed=exc)
+
+
+async def _with_retries(
+    call: Callable[[], Awaitable[T]], *, what: str, model: str, policy: RetryPolicy,
+    failed: EndpointError,
+) -> T:
+    """The retries after a first attempt that failed with `failed`."""
 
     def wait(exc: BaseException | None, attempt: int) -> float:
         asked = retry_after(exc)
@@ -115,14 +150,11 @@ async def call_with_retries(
 
     attempts = policy.max_retries + 1
     try:
-        # The first attempt runs bare: most calls succeed, and tenacity's per-call set-up
-        # costs more than the rest of the retry policy together.
-        try:
-            return await call()
-        except EndpointError as exc:
-            if attempts == 1 or not _is_transient(exc):
-                raise
-            await asyncio.sleep(wait(exc, 1))
+        # The first attempt ran bare (call_with_retries): most calls succeed, and tenacity's
+        # per-call set-up costs more than the rest of the retry policy together.
+        if attempts == 1 or not _is_transient(failed):
+            raise failed
+        await asyncio.sleep(wait(failed, 1))
 
         def later_wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None

@@ -56,6 +56,7 @@ class OpenAIEmbedder:
         self.what = f"Embedding endpoint {settings.base_url}"
         self.dims: int | None = None  # known after the first reply
         self._policy = RetryPolicy(max_retries, backoff_base, backoff_max)
+        self._reached = False  # has the endpoint answered once?
         self._usage = UsageCounter()
         api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
         ceiling = concurrency or settings.concurrency
@@ -114,11 +115,13 @@ class OpenAIEmbedder:
                     note_failure(permit, exc)
                     raise
                 permit.succeeded()
+                self._reached = True
                 return raw
 
         try:
             raw = await call_with_retries(
-                once, what=self.what, model=self.model, policy=self._policy
+                once, what=self.what, model=self.model, policy=self._policy,
+                first_contact=not self._reached,
             )
         except EndpointError as exc:
             status = getattr(exc, "status", None)
