@@ -191,3 +191,28 @@ def test_a_restricted_caller_is_not_told_what_types_the_folder_holds(tmp_path: P
         assert asyncio.run(ignored_types("alice")) == {".xlsx": 1}
     finally:
         service.close()
+
+
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(
+        example_docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import server.runtime
+
+    runner = CliRunner()
+    index_dir = tmp_path / "idx"
+    real = server.runtime.build_index
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(server.runtime, "build_index", interrupted)
+    first = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir)])
+    assert first.exit_code == 1
+    assert first.output.strip() == (
+        "Error: interrupted: no index has been committed yet. Extractions and LLM responses "
+        f"finished so far are saved; `canopy index {example_docs}` resumes without redoing them.")
+    monkeypatch.setattr(server.runtime, "build_index", real)
+    assert runner.invoke(main, ["index", str(example_docs), "--index-dir",
+                                str(index_dir)]).exit_code == 0
+    monkeypatch.setattr(server.runtime, "build_index", interrupted)
+    again = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir)])
+    assert "the index still answers from generation 1, its last commit" in again.output

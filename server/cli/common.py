@@ -10,6 +10,7 @@ server starts, so heavy imports belong inside the commands that need them.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ import click
 
 from canopy.errors import CanopyError
 
-__all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "CanopyGroup", "canopy_version",
-           "check_principal", "describe_batch", "tqdm_progress"]
+__all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "STARTED", "CanopyGroup",
+           "canopy_version", "check_principal", "describe_batch", "tqdm_progress"]
 
+STARTED = time.perf_counter()  # when the CLI's modules loaded: `canopy demo` times from here
 DISTRIBUTION = "canopy-graphrag"  # the name in pyproject.toml, which `canopy --version` reports
 
 DOCS = click.argument("docs", type=click.Path(exists=True, file_okay=False, path_type=Path))

@@ -34,7 +34,10 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     from server.runtime import build_index, open_workspace
 
     ws = open_workspace(docs, index_dir, config)
-    result = build_index(ws, full=full, progress=tqdm_progress)
+    try:
+        result = build_index(ws, full=full, progress=tqdm_progress)
+    except KeyboardInterrupt:
+        raise click.ClickException(_interrupted(ws.index_dir, docs)) from None
     if result.recovered:
         click.echo(f"canopy: {result.recovered}", err=True)
     if as_json:
@@ -71,6 +74,23 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         click.echo(f"  skipped {skip.path}: {skip.reason}")
     for f in result.failures:
         click.echo(f"  failed {f.task} {f.unit_id}: {f.error}")
+
+
+def _interrupted(index_dir: Path, docs: Path) -> str:
+    """What Ctrl-C kept: the last committed generation, and every extraction already saved."""
+    import sqlite3
+
+    generation = 0
+    try:
+        with sqlite3.connect(f"file:{index_dir / 'canopy.sqlite'}?mode=ro", uri=True) as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+            generation = int(row[0]) if row else 0
+    except (sqlite3.Error, ValueError):
+        pass
+    kept = (f"the index still answers from generation {generation}, its last commit"
+            if generation else "no index has been committed yet")
+    return (f"interrupted: {kept}. Extractions and LLM responses finished so far are saved; "
+            f"`canopy index {docs}` resumes without redoing them.")
 
 
 @click.command()
