@@ -68,6 +68,8 @@ class IndexStatus(BaseModel):
         default_factory=dict, description="Stats of the last committed run")
     llm_usage: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="LLM usage of the last run, by task")
+    llm_usage_total: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="LLM usage of every committed run so far, by task")
     llm_concurrency: ConcurrencyInfo | None = Field(
         None,
         description="Requests in flight the LLM client achieved in the last run (None: builtin)")
@@ -97,6 +99,7 @@ def index_status(store: Store) -> IndexStatus:
         ignored_types=ignored,
         failures=[FailureInfo(id=f.unit_id, task=f.task, error=f.error) for f in failures],
         last_run=last_stats, llm_usage=last.usage if last else {},
+        llm_usage_total=store.usage_total(),
         llm_concurrency=ConcurrencyInfo.model_validate(load) if isinstance(load, dict) else None,
     )
 
@@ -164,5 +167,6 @@ def status_for_caller(
         "failures": [f for f in full.failures if f.id in units or f.id in visible_communities],
         "last_run": full.last_run if everything else {},
         "llm_usage": full.llm_usage if everything else {},
+        "llm_usage_total": full.llm_usage_total if everything else {},
         "llm_concurrency": full.llm_concurrency if everything else None,
     })

@@ -216,3 +216,23 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(
     monkeypatch.setattr(server.runtime, "build_index", interrupted)
     again = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir)])
     assert "the index still answers from generation 1, its last commit" in again.output
+
+
+def test_status_shows_the_last_runs_llm_usage_and_the_total_of_every_run(
+        example_docs: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    index = ["index", str(example_docs), "--index-dir", str(tmp_path / "idx")]
+    first = json.loads(runner.invoke(main, [*index, "--json"]).output)["llm_usage"]
+    with (example_docs / "overview.md").open("a", encoding="utf-8") as f:
+        f.write("\n\nIngrid Solvang joined the board of Northwind Robotics in 2025.\n")
+    second = json.loads(runner.invoke(main, [*index, "--json"]).output)["llm_usage"]
+    out = runner.invoke(main, ["status", str(example_docs), "--index-dir", str(tmp_path / "idx"),
+                               "--json"])
+    st = json.loads(out.output)
+    last, total = st["llm_usage"]["extract"], st["llm_usage_total"]["extract"]
+    assert 0 < last["calls"] < total["calls"]  # the edit re-extracted a unit or two
+    assert last == second["extract"]
+    assert total["calls"] == first["extract"]["calls"] + second["extract"]["calls"]
+    text = runner.invoke(main, ["status", str(example_docs), "--index-dir",
+                                str(tmp_path / "idx")]).output
+    assert "  LLM usage, last run:" in text and "  LLM usage, all runs:" in text

@@ -376,7 +376,8 @@ async def test_index_status_counts_only_what_the_caller_may_see(acl_service: Can
     cfo, intern = await status("cfo"), await status("intern")
     assert cfo["documents"] == 8 and intern["documents"] == 6
     assert intern["text_units"] < cfo["text_units"] and intern["entities"] < cfo["entities"]
-    assert intern["last_run"] == {} and intern["llm_usage"] == {}
+    assert intern["last_run"] == {} and intern["llm_usage"] == intern["llm_usage_total"] == {}
+    assert intern["ignored_types"] == {}
     assert await status("intern", principal="cfo") == intern  # identity never comes from arguments
     assert (await status("nobody"))["documents"] == 0
 

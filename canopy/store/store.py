@@ -186,6 +186,18 @@ class Store:
                 "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [RunRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5])) for r in rows]
 
+    def usage_total(self) -> dict[str, dict[str, int]]:
+        """LLM usage summed over every run recorded, by task (the runs table keeps each run's)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT u.key, SUM(json_extract(u.value, '$.calls')), "
+                "SUM(json_extract(u.value, '$.cached')), "
+                "SUM(json_extract(u.value, '$.prompt_tokens')), "
+                "SUM(json_extract(u.value, '$.completion_tokens')) "
+                "FROM runs, json_each(runs.usage) AS u GROUP BY u.key ORDER BY u.key").fetchall()
+        return {task: {"calls": int(c or 0), "cached": int(k or 0), "prompt_tokens": int(p or 0),
+                       "completion_tokens": int(o or 0)} for task, c, k, p, o in rows}
+
     # ---- writing (the writer's connection) ------------------------------------------------------
 
     @property

@@ -129,10 +129,13 @@ def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: boo
     click.echo(f"  entities {st.entities}, relationships {st.relationships}, claims {st.claims}")
     click.echo(f"  communities {st.communities} by level {st.communities_by_level}, "
                f"reports {st.reports}")
-    for task, u in st.llm_usage.items():
-        click.echo(f"  llm {task}: {u.get('calls', 0)} calls ({u.get('cached', 0)} cached), "
-                   f"{u.get('prompt_tokens', 0)} prompt + {u.get('completion_tokens', 0)} "
-                   "completion tokens")
+    for label, usage in (("last run", st.llm_usage), ("all runs", st.llm_usage_total)):
+        if usage:
+            click.echo(f"  LLM usage, {label}:")
+        for task, u in usage.items():
+            click.echo(f"    {task}: {u.get('calls', 0)} calls ({u.get('cached', 0)} cached), "
+                       f"{u.get('prompt_tokens', 0)} prompt + {u.get('completion_tokens', 0)} "
+                       "completion tokens")
     if st.llm_concurrency is not None:
         click.echo(f"  {concurrency_line(st.llm_concurrency)}")
     for s in st.skipped:
