@@ -20,7 +20,6 @@ is accepted until it is fixed.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
@@ -35,6 +34,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from filelock import FileLock
 from mcp.server.auth.provider import AccessToken
 
 from canopy.errors import ConfigError
@@ -107,12 +107,8 @@ def read_tokens(path: Path) -> list[TokenRecord]:
 def _locked(path: Path) -> Iterator[None]:
     """Serializes writers (two `canopy token` commands at once); readers never wait."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with FileLock(path.with_name(path.name + ".lock")):
+        yield
 
 
 def _write(path: Path, records: list[TokenRecord]) -> None:

@@ -10,13 +10,15 @@ so neither is that folder; nothing in it is deleted automatically."""
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from acl.policy import Policy
 from canopy.allocator import limit_arenas
@@ -72,14 +74,23 @@ def open_workspace(docs_dir: Path, index_dir: Path | None = None, config: Path |
 @contextmanager
 def writer_lock(index_dir: Path) -> Iterator[None]:
     """One writer per index (a watcher and a manual `canopy index` take turns); readers never
-    wait."""
+    wait. A writer that has to wait says so (stderr), and again when its turn comes. An OS file
+    lock (filelock: flock on POSIX, LockFileEx on Windows): a crashed writer holds nothing."""
     index_dir.mkdir(parents=True, exist_ok=True)
-    with open(index_dir / "write.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    lock = FileLock(index_dir / "write.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.warning("another writer (`canopy index`, `watch` or `serve --watch`) is updating "
+                    "%s: waiting for it to finish", index_dir)
+        began = time.monotonic()
+        lock.acquire()
+        log.warning("the other writer finished after %.0f s: updating %s", time.monotonic() - began,
+                    index_dir)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def build_index(

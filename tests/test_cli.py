@@ -236,3 +236,35 @@ def test_status_shows_the_last_runs_llm_usage_and_the_total_of_every_run(
     text = runner.invoke(main, ["status", str(example_docs), "--index-dir",
                                 str(tmp_path / "idx")]).output
     assert "  LLM usage, last run:" in text and "  LLM usage, all runs:" in text
+
+
+def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+    import time
+
+    from server.runtime import writer_lock
+
+    held, release = threading.Event(), threading.Event()
+
+    def other_writer() -> None:
+        with writer_lock(tmp_path):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_writer)
+    thread.start()
+    assert held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    began = time.monotonic()
+    with caplog.at_level("WARNING", logger="server.runtime"), writer_lock(tmp_path):
+        waited = time.monotonic() - began
+    thread.join()
+    messages = [r.getMessage() for r in caplog.records]
+    assert waited >= 0.25  # it did wait for the other writer
+    assert any("is updating" in m and "waiting for it to finish" in m for m in messages)
+    assert any(m.startswith("the other writer finished after") for m in messages)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="server.runtime"), writer_lock(tmp_path):
+        pass
+    assert not caplog.records  # a free lock is taken in silence
