@@ -138,3 +138,29 @@ def test_importing_the_cli_loads_no_engine_store_or_mcp_code() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_no_module_imports_a_posix_only_module_at_load_time() -> None:
+    """Windows has no fcntl, resource, termios, pwd or grp: Canopy's modules may use them only
+    inside functions, behind an ImportError fallback (the writer lock uses filelock; peak memory
+    reads 0). Checked on the source, so it holds on any CI platform. The file listing's dir_fd /
+    O_NOFOLLOW reads are POSIX-only at run time, which this does not cover."""
+    posix_only = {"fcntl", "resource", "termios", "pwd", "grp"}
+    found = []
+    for package in ("canopy", "indexer", "server", "acl", "prompts"):
+        for path in (REPO / package).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            todo: list[ast.AST] = list(tree.body)
+            while todo:  # module level, including under if / try / with, not in functions
+                node = todo.pop()
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                if isinstance(node, ast.Import):
+                    names = {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    names = {(node.module or "").split(".")[0]}
+                else:
+                    todo += list(ast.iter_child_nodes(node))
+                    continue
+                found += [f"{path.relative_to(REPO)}: {n}" for n in names & posix_only]
+    assert found == []
