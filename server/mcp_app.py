@@ -342,6 +342,14 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
                 description="Most entities, relationships, children and sources to list",
             ),
         ] = 10,
+        offset: Annotated[
+            int,
+            Field(
+                ge=0,
+                le=1_000_000,
+                description="Items to skip in each list: the next page starts at offset+limit",
+            ),
+        ] = 0,
     ) -> Annotated[CallToolResult, DrillResult]:
         """Returns one point of the community hierarchy: a community's report, findings, parents,
         children, member entities, relationships and source text.
@@ -350,10 +358,11 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
         top-level communities; with community_id (or entity, not both) it opens one community, so
         you can roll up via `parents` or drill into `children`; add finding=N for the text units
         behind finding N. Use it to check the citations of the search tools. No LLM cost.
-        Lists stop at `limit`; `truncated` and `note` say when there is more and which call
-        shows it."""
+        Lists show `limit` items from `offset` (a page); `truncated` and `note` say when there
+        is more and give the call for the next page."""
         r = await gw.call("drill_down", ctx, lambda q: engines.drill_down(
-            q, community_id=community_id, entity=entity, finding=finding, limit=limit))
+            q, community_id=community_id, entity=entity, finding=finding, limit=limit,
+            offset=offset))
         return _result(r, drill_text(r))
 
     @server.tool(name="index_status", title="Index status", annotations=READ_ONLY)

@@ -246,6 +246,36 @@ class TestDrillDown:
         assert {c.id for c in result.children} == {
             c.id for c in g.communities.values() if c.parent is None}
 
+    def test_pages_of_the_roots_follow_each_other_and_say_how_to_get_the_next(self, ctx, g):
+        roots = [c.id for c in run(drill_down(ctx, limit=100)).children]
+        assert len(roots) > 4
+        seen: list[str] = []
+        offset = 0
+        while offset < len(roots):
+            page = run(drill_down(ctx, limit=3, offset=offset))
+            seen += [c.id for c in page.children]
+            if offset + 3 < len(roots):
+                assert page.truncated and page.note and (
+                    f"Showing top-level communities {offset + 1}-{offset + 3} of {len(roots)}; "
+                    f"call drill_down(limit=3, offset={offset + 3}) for the next ones."
+                    in page.note)
+            else:
+                assert not page.truncated
+            offset += 3
+        assert seen == roots  # every root once, in the listing's order
+        past = run(drill_down(ctx, limit=3, offset=len(roots) + 5))
+        assert past.children == [] and past.note and "past the" in past.note
+        with pytest.raises(InvalidArgument):
+            run(drill_down(ctx, offset=-1))
+
+    def test_an_entitys_relationships_page_too(self, ctx, g):
+        hub = max(g.entities.values(), key=lambda e: e.degree)
+        first = run(drill_down(ctx, entity=hub.name, limit=2))
+        second = run(drill_down(ctx, entity=hub.name, limit=2, offset=2))
+        assert len(first.relationships) == 2 and second.relationships
+        assert not {r.id for r in first.relationships} & {r.id for r in second.relationships}
+        assert first.note and f"entity={hub.name!r}, limit=2, offset=2" in first.note
+
     def test_a_community_shows_its_report_parents_children_and_members(self, ctx, g):
         child = next(c for c in g.communities.values() if c.level == 2)
         result = run(drill_down(ctx, community_id=child.parent))

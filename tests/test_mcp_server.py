@@ -155,7 +155,7 @@ async def check_listing(client: Client) -> None:
         assert tool.description and tool.description.startswith("Returns")
     arguments = {name: set(tool.input_schema["properties"]) for name, tool in tools.items()}
     assert arguments["global_search"] == {"query", "community_level", "response_type"}
-    assert arguments["drill_down"] == {"community_id", "entity", "finding", "limit"}
+    assert arguments["drill_down"] == {"community_id", "entity", "finding", "limit", "offset"}
     assert arguments["basic_search"] == {"query", "k", "response_type"}
     assert arguments["index_status"] == set()
     templates = {

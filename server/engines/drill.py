@@ -8,6 +8,7 @@ not see raises exactly the NotFound message of an id that does not exist.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from canopy.errors import InvalidArgument, NotFound
@@ -27,6 +28,7 @@ from server.results import CommunityCard, DrillResult, SourceSpan
 __all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "report_markdown", "source_span"]
 
 MAX_LIMIT = 100
+MAX_OFFSET = 1_000_000
 
 
 def _shown(value: str) -> str:
@@ -52,11 +54,15 @@ async def drill_down(
     entity: str | None = None,
     finding: int | None = None,
     limit: int = 10,
+    offset: int = 0,
 ) -> DrillResult:
     """One step through the hierarchy: the roots (no arguments), a community, or the deepest
-    community of an entity; with sources at a leaf or for one finding."""
+    community of an entity; with sources at a leaf or for one finding. Every list of the view
+    shows its items offset+1 .. offset+limit (a page); notes name the call for the next page."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgument(f"limit must be an integer from 1 to {MAX_LIMIT}.")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+        raise InvalidArgument(f"offset must be an integer from 0 to {MAX_OFFSET}.")
     if community_id is not None and entity is not None:
         raise InvalidArgument("Pass community_id or entity, not both.")
     if finding is not None and community_id is None and entity is None:
@@ -66,16 +72,17 @@ async def drill_down(
         raise InvalidArgument("finding must be a finding's index (0 for the first).")
     with metered(ctx) as meter:
         notes: list[str] = []
+        page = _Page(limit, offset, notes)
         if community_id is None and entity is None:
-            result = await _roots(ctx, limit, notes)
+            result = await _roots(ctx, page)
         elif community_id is not None:
             report = (await ctx.reader.reports([community_id])).get(community_id)
             if report is None:
                 raise _no_community(community_id)
-            result = await _community(ctx, report, finding, limit, notes)
+            result = await _community(ctx, report, finding, page)
         else:
             assert entity is not None
-            result = await _entity(ctx, entity, finding, limit, notes)
+            result = await _entity(ctx, entity, finding, page)
         _fit(ctx, result, notes)
         if notes:
             result.truncated = True
@@ -129,23 +136,41 @@ async def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
 # ---- the three views ------------------------------------------------------------------------
 
 
-def _cap(items: list[Any], limit: int, what: str, notes: list[str], call: str, *,
-         total: int | None = None) -> list[Any]:
-    """The first `limit` items, with a note when there are more (`total`: how many there are,
-    when `items` holds only the first ones)."""
-    total = len(items) if total is None else total
-    if total > limit:
-        notes.append(f"Showing {limit} of {total} {what}; {call}.")
-    return items[:limit]
+@dataclass
+class _Page:
+    """Which items of each list a view shows (offset .. offset+limit), and the notes that say
+    what was left and which call shows it."""
+
+    limit: int
+    offset: int
+    notes: list[str]
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.limit
+
+    def cut(self, items: list[Any], what: str, args: str, *, total: int | None = None
+            ) -> list[Any]:
+        """This page of `items` (`total`: how many there are, when `items` holds only the first
+        ones), with a note when there is more; `args`: the view's own drill_down arguments."""
+        total = len(items) if total is None else total
+        shown = items[self.offset:self.end]
+        call = ", ".join(a for a in (args, f"limit={self.limit}") if a)
+        if total > self.end:
+            self.notes.append(
+                f"Showing {what} {self.offset + 1}-{self.offset + len(shown)} of {total}; "
+                f"call drill_down({call}, offset={self.end}) for the next ones.")
+        elif self.offset and not shown and total:
+            self.notes.append(f"offset {self.offset} is past the {total} {what}; "
+                              f"call drill_down({call}, offset=0) for the first ones.")
+        return shown
 
 
-async def _roots(ctx: QueryContext, limit: int, notes: list[str]) -> DrillResult:
+async def _roots(ctx: QueryContext, page: _Page) -> DrillResult:
     roots = await ctx.reader.reports(ctx.reader.roots())
     cards = [community_card(ctx.reader, r) for r in roots.values()]
     cards.sort(key=lambda c: (-(c.rating or 0), -c.size, c.id))
-    shown = _cap(cards, limit, "top-level communities", notes,
-                 f"call drill_down(limit={min(len(cards), MAX_LIMIT)}) to list more")
-    return DrillResult(children=shown)
+    return DrillResult(children=page.cut(cards, "top-level communities", ""))
 
 
 async def _names(ctx: QueryContext, rels: list[Relationship],
@@ -155,8 +180,8 @@ async def _names(ctx: QueryContext, rels: list[Relationship],
     return {i: e.name for i, e in {**known, **got}.items()}
 
 
-async def _community(ctx: QueryContext, report: Report, finding: int | None, limit: int,
-                     notes: list[str], *, entity: Entity | None = None) -> DrillResult:
+async def _community(ctx: QueryContext, report: Report, finding: int | None, page: _Page,
+                     *, entity: Entity | None = None) -> DrillResult:
     """A community's view; with `entity`, that entity's relationships and sources instead of
     the community's."""
     reader = ctx.reader
@@ -168,9 +193,7 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, lim
     here = f"community_id={cid!r}" if entity is None else f"entity={entity.name!r}"
 
     def cap(items: list[Any], what: str, args: str = here, total: int | None = None) -> list[Any]:
-        total = len(items) if total is None else total
-        return _cap(items, limit, what, notes,
-                    f"call drill_down({args}, limit={min(total, MAX_LIMIT)})", total=total)
+        return page.cut(items, what, args, total=total)
 
     chain: list[str] = []
     parent = reader.community_rows([cid])[cid].parent
@@ -184,16 +207,16 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, lim
     tops = reader.servable_tops(all_children)
     kids = await reader.reports(tops)
     children = [community_card(reader, kids[k]) for k in tops if k in kids]
-    members, n_members = await reader.ranked_members(cid, limit)
+    members, n_members = await reader.ranked_members(cid, page.end)
     if entity is None:
         among = reader.relationship_states(reader.inventory.relationships_among(cid))
         weight = await reader.served_weights(
             reader.edge_rows([r for r, st in among.items() if st]).values())
-        top = sorted(weight, key=lambda r: (-weight[r], r))[:limit]
+        top = sorted(weight, key=lambda r: (-weight[r], r))[:page.end]
         got = await reader.relationships(top)
         rels, n_rels = [got[r] for r in top if r in got], len(weight)
     else:  # the entity's own relationships, inside the community or not
-        rels, n_rels = await _relationships_of(ctx, entity, limit)
+        rels, n_rels = await _relationships_of(ctx, entity, page.end)
     names = await _names(ctx, rels, {e.id: e for e in members})
     if finding is not None:
         unit_ids, about = list(findings[finding].text_unit_ids), f"finding {finding}"
@@ -219,8 +242,8 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, lim
     )
 
 
-async def _entity(ctx: QueryContext, name: str, finding: int | None, limit: int,
-                  notes: list[str]) -> DrillResult:
+async def _entity(ctx: QueryContext, name: str, finding: int | None, page: _Page
+                  ) -> DrillResult:
     reader = ctx.reader
     eid = reader.entity_ids_by_key([normalize_name(name)]).get(normalize_name(name))
     if eid is None and reader.entity_states([name]).get(name):
@@ -234,21 +257,20 @@ async def _entity(ctx: QueryContext, name: str, finding: int | None, limit: int,
         if states[cid]:
             report = (await reader.reports([cid])).get(cid)
             if report is not None:
-                return await _community(ctx, report, finding, limit, notes, entity=entity)
+                return await _community(ctx, report, finding, page, entity=entity)
     if finding is not None:
         raise InvalidArgument(f"No community report is available for entity {entity.name!r}, "
                               "so there are no findings to select.")
-    rels, total = await _relationships_of(ctx, entity, limit)
+    rels, total = await _relationships_of(ctx, entity, page.end)
     names = await _names(ctx, rels, {entity.id: entity})
     units = reader.units(entity.text_unit_ids)
-    call = f"call drill_down(entity={entity.name!r}, limit={MAX_LIMIT})"
-    if total > limit:
-        notes.append(f"Showing {limit} of {total} relationships; {call}.")
+    here = f"entity={entity.name!r}"
     return DrillResult(
         entity=entity_card(entity),
-        relationships=[relationship_card(r, names) for r in rels],
-        sources=[span_of(*units[u]) for u in _cap([u for u in entity.text_unit_ids if u in units],
-                                                  limit, "source passages", notes, call)])
+        relationships=page.cut([relationship_card(r, names) for r in rels], "relationships", here,
+                               total=total),
+        sources=[span_of(*units[u]) for u in page.cut(
+            [u for u in entity.text_unit_ids if u in units], "source passages", here)])
 
 
 async def _relationships_of(ctx: QueryContext, entity: Entity,
@@ -303,4 +325,4 @@ def _fit(ctx: QueryContext, result: DrillResult, notes: list[str]) -> None:
     if cut:
         longest = max(len(x) for x in lists)
         notes.append(f"Lists were cut to fit the {limit}-token limit; call drill_down again with "
-                     f"limit={max(1, longest)} to page through smaller pieces.")
+                     f"limit={max(1, longest)} (and offset) to page through smaller pieces.")
