@@ -268,3 +268,35 @@ def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
     with caplog.at_level("WARNING", logger="server.runtime"), writer_lock(tmp_path):
         pass
     assert not caplog.records  # a free lock is taken in silence
+
+
+def test_progress_without_a_terminal_is_plain_lines_with_rate_and_time_left(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import server.cli.common as common
+
+    clock = iter([0.0, 1.0, 20.0, 21.0, 40.0])
+    monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
+    advance = common.tqdm_progress("extract", 400)
+    advance(1)  # 1 s in: too soon for a line
+    advance(99)  # 20 s in: 100 done, 5/s, 300 left at that rate: one minute
+    advance(100)  # 21 s: too soon
+    advance(200)  # done: always said
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["extract: 400 to do",
+                   "extract: 100/400 (25%), 5.0/s, about 1m00s left",
+                   "extract: 400/400 (100%), 10.0/s"]
+
+
+def test_status_of_an_interrupted_first_build_says_how_to_resume(example_docs: Path,
+                                                                 tmp_path: Path) -> None:
+    from server.runtime import open_workspace
+
+    index_dir = tmp_path / "idx"
+    store = open_workspace(example_docs, index_dir).store()  # created, nothing committed
+    store.start_run()
+    store.close()
+    out = CliRunner().invoke(main, ["status", str(example_docs), "--index-dir", str(index_dir)])
+    assert out.exit_code == 0
+    assert out.output.strip() == (
+        f"Index {index_dir}: nothing committed yet. A first build that was interrupted resumes "
+        f"with `canopy index {example_docs}`, keeping the extractions it saved.")

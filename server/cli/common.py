@@ -56,22 +56,50 @@ def check_principal(acl: Any, name: str | None) -> None:
         raise ConfigError(f"unknown principal {name!r}{hint} ([acl.principals] names: {listed})")
 
 
-def tqdm_progress(stage: str, total: int) -> Callable[[int], None]:
-    """A progress callback for `build_index`: a tqdm bar on stderr (stdout carries results only,
-    and is the MCP protocol under `serve`), shown only when stderr is a terminal."""
-    from tqdm import tqdm
+LOG_EVERY_S = 10.0  # plain progress lines when stderr is not a terminal (CI logs, `nohup`)
 
+
+def tqdm_progress(stage: str, total: int) -> Callable[[int], None]:
+    """A progress callback for `build_index` on stderr (stdout carries results only, and is the
+    MCP protocol under `serve`): a tqdm bar, with its rate and ETA, on a terminal; elsewhere
+    plain lines (`extract: 120/800 (15%), 3.1/s, about 3m40s left`) at most every LOG_EVERY_S
+    and when the stage ends, so that a build whose output goes to a file is not silent."""
     if total <= 0:
         return lambda n: None
-    bar = tqdm(total=total, desc=f"{stage:>9}", unit="it", file=sys.stderr, leave=False,
-               disable=not sys.stderr.isatty())
+    if sys.stderr.isatty():
+        from tqdm import tqdm
 
-    def advance(n: int) -> None:
-        bar.update(n)
-        if bar.n >= total:
-            bar.close()
+        bar = tqdm(total=total, desc=f"{stage:>9}", unit="it", file=sys.stderr, leave=False)
 
-    return advance
+        def advance(n: int) -> None:
+            bar.update(n)
+            if bar.n >= total:
+                bar.close()
+
+        return advance
+    began = last = time.monotonic()
+    done = 0
+    print(f"{stage}: {total} to do", file=sys.stderr, flush=True)
+
+    def log_line(n: int) -> None:
+        nonlocal done, last
+        done += n
+        now = time.monotonic()
+        if done < total and now - last < LOG_EVERY_S:
+            return
+        last = now
+        rate = done / max(now - began, 1e-9)
+        left = f", about {_duration((total - done) / rate)} left" if 0 < done < total else ""
+        print(f"{stage}: {done}/{total} ({100 * done // total}%), {rate:.1f}/s{left}",
+              file=sys.stderr, flush=True)
+
+    return log_line
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
+        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
 
 
 def describe_batch(paths: set[Path], result: Any) -> str:

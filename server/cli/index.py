@@ -121,6 +121,11 @@ def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: boo
     if as_json:
         click.echo(st.model_dump_json(indent=2))
         return
+    if st.generation == 0:
+        click.echo(f"Index {st.index_dir}: nothing committed yet. A first build that was "
+                   f"interrupted resumes with `canopy index {docs}`, keeping the extractions "
+                   "it saved.")
+        return
     configured = ("builtin (offline, no LLM endpoint configured)" if st.provider == "builtin"
                   else st.provider)
     click.echo(f"Index {st.index_dir} (generation {st.generation})")
