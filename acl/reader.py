@@ -366,6 +366,12 @@ class CallerReader:
                 out.append(c.claim)
         return out
 
+    def documents(self) -> list[Document]:
+        """Every document the caller may read (a full scan: for evaluation and exports, not for
+        serving a question)."""
+        readable = self.caller.readable
+        return [r.document for r in self._snap.all_documents().values() if r.acl in readable]
+
     def units(self, ids: Iterable[str]) -> dict[str, tuple[TextUnit, Document]]:
         """Servable text units (live and readable) with their documents, in order."""
         ids = list(dict.fromkeys(ids))
