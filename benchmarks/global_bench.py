@@ -37,8 +37,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.index_bench import FAKE_LLM, materialize_multihop  # noqa: E402
-from benchmarks.retrieval_eval import (  # noqa: E402
+from benchmarks.index_bench import FAKE_LLM, materialize_multihop
+from benchmarks.retrieval_eval import (
     RESULTS,
     load_questions,
     machine,
