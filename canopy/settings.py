@@ -204,8 +204,9 @@ class QuerySettings(BaseModel):
     drift_depth: int = Field(2, ge=1, le=5)
     drift_breadth: int = Field(3, ge=1, le=10)
     result_token_limit: int = Field(
-        20000, ge=1000, description="Cap of one tool result (hosts allow ~25k)"
-    )
+        8000, ge=1000, description="Cap of one tool result's structured content, in tokens (the "
+        "text rendering is shorter); agent hosts warn above ~10k. Truncated results say so and "
+        "name the call for the rest")
     cache_mb: int = Field(256, ge=16, description=(
         "Memory the server gives its caches, in MB: search-index pages, callers' views, "
         "per-passage text analysis (`serve --workers N` processes share it, N-th each)"))

@@ -223,10 +223,10 @@ def test_status_shows_the_last_runs_llm_usage_and_the_total_of_every_run(
         example_docs: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     index = ["index", str(example_docs), "--index-dir", str(tmp_path / "idx")]
-    first = json.loads(runner.invoke(main, [*index, "--json"]).output)["llm_usage"]
+    first = json.loads(runner.invoke(main, [*index, "--json"]).stdout)["llm_usage"]
     with (example_docs / "overview.md").open("a", encoding="utf-8") as f:
         f.write("\n\nIngrid Solvang joined the board of Northwind Robotics in 2025.\n")
-    second = json.loads(runner.invoke(main, [*index, "--json"]).output)["llm_usage"]
+    second = json.loads(runner.invoke(main, [*index, "--json"]).stdout)["llm_usage"]
     out = runner.invoke(main, ["status", str(example_docs), "--index-dir", str(tmp_path / "idx"),
                                "--json"])
     st = json.loads(out.output)
