@@ -129,8 +129,9 @@ NODES = st.lists(st.tuples(st.lists(st.sampled_from(NAMES), min_size=1, max_size
 def _build(root: Path, outside: Path, nodes: list) -> None:
     for parts, kind, (where, target) in nodes:
         path = root.joinpath(*parts)
-        if os.path.lexists(path):
-            continue  # never write through a link made earlier
+        if os.path.lexists(path) or (len(parts) > 1 and _has_link_component(
+                root, "/".join(parts[:-1]))):
+            continue  # never write through a link made earlier (the node or a parent folder)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if kind == "file":

@@ -144,7 +144,7 @@ bv nv sa sas spa plc llc llp lp oy as kg kgaa pty pte university college school 
 labs laboratory laboratories bank group robotics systems institute foundation association agency
 ministry department council committee commission authority board party union society club
 hospital clinic partners holdings technologies technology tech industries logistics motors
-motion energy sensors electronics pharmaceuticals pharma press times news media airlines airways
+energy sensors electronics pharmaceuticals pharma press times news media airlines airways
 bureau office services service solutions capital ventures fund trust network networks
 semiconductor semiconductors software studios records publishing church parliament congress
 senate court army navy police brigade federation alliance consortium cooperative
