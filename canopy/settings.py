@@ -439,3 +439,56 @@ def _invalid(exc: ValidationError, path: Path | None, table: dict[str, Any]) -> 
             err["input"], dict) else ""
         parts.append(f"{source}: {err['msg']}{got}")
     return "; ".join(parts)
+
+
+def commented_toml() -> str:
+    """A canopy.toml with every section and setting, its description and its default, all
+    commented out (`canopy init`): the file changes nothing until a line is uncommented. [acl]
+    stays commented as a whole, since the section's presence turns the policy on."""
+    out = ["# Canopy settings (canopy.toml). Every setting is shown with its default, commented",
+           "# out: uncomment a [section] line and the settings under it to change them. The",
+           "# environment overrides this file: CANOPY_<SECTION>__<FIELD>, for example",
+           "# CANOPY_CHUNKING__CHUNK_TOKENS=600. A key that does not exist is an error."]
+    for section, field in Settings.model_fields.items():
+        model = _model_of(field.annotation)
+        assert model is not None
+        out += ["", f"# [{section}]"]
+        if model.__doc__ and model.__doc__.strip() and section == "auth":
+            out += [f"#   {line.strip()}" for line in model.__doc__.strip().splitlines()
+                    if line.strip()]
+        if section == "acl":
+            out += ["#   Present, this section turns the access policy on: a caller reads a",
+                    "#   document only with one of its labels (deny by default).",
+                    "# default = []            # labels of files no rule matches; [] = nobody",
+                    "# [[acl.rules]]           # the first matching glob decides, in file order",
+                    '# glob = "finance/**"',
+                    '# labels = ["finance"]',
+                    "# [acl.principals]        # who holds which labels",
+                    '# alice = ["finance"]']
+            continue
+        for name, f in model.model_fields.items():
+            value = f.default
+            shown = _toml_value(value) if value is not None else '""'
+            unset = " (unset by default)" if value is None else ""
+            note = f"  # {f.description}{unset}" if f.description else (
+                f"  #{unset}" if unset else "")
+            out.append(f"# {name} = {shown}{note}")
+    return "\n".join(out) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, SecretStr):
+        return '""'
+    if isinstance(value, Path):
+        return json.dumps(str(value))
+    if isinstance(value, dict):
+        return "{}" if not value else "{ " + ", ".join(
+            f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value, ensure_ascii=False)  # strings and lists of them: TOML-compatible
+

@@ -75,3 +75,29 @@ def test_the_cli_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
         "(known here: acl, auth, chunking, communities, embed, extract, input, llm, query, "
         "reports, storage)"]
     assert "Traceback" not in result.output
+
+
+def test_init_writes_every_setting_commented_out_and_the_file_changes_nothing(
+        tmp_path: Path) -> None:
+    from canopy.settings import Settings
+
+    runner = CliRunner()
+    done = runner.invoke(main, ["init", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    text = (tmp_path / "canopy.toml").read_text(encoding="utf-8")
+    assert all(line == "" or line.startswith("#") for line in text.splitlines())
+    for section, field in Settings.model_fields.items():
+        assert f"# [{section}]" in text
+        if section != "acl":
+            for name in field.annotation.model_fields:  # type: ignore[union-attr]
+                assert f"\n# {name} = " in text, (section, name)
+    assert load_settings(tmp_path).model_dump() == Settings().model_dump()  # nothing changed
+    again = runner.invoke(main, ["init", str(tmp_path)])
+    assert again.exit_code != 0 and "exists; pass --force" in again.output
+    # Uncommenting a section and a line is all it takes to change a setting.
+    edited = text.replace("# [chunking]", "[chunking]").replace(
+        "# chunk_tokens = 1200", "chunk_tokens = 600")
+    (tmp_path / "canopy.toml").write_text(edited, encoding="utf-8")
+    assert load_settings(tmp_path).chunking.chunk_tokens == 600
+    assert runner.invoke(main, ["init", str(tmp_path), "--force"]).exit_code == 0
+    assert load_settings(tmp_path).chunking.chunk_tokens == 1200
