@@ -176,6 +176,26 @@ class TestGlobalSearch:
         assert cov is not None and cov.rating_calls >= 1 and cov.map_calls >= 1
         assert result.usage.llm_calls == cov.rating_calls + cov.map_calls + 1  # and the reduce
 
+    @pytest.mark.parametrize("question", ["What are the main themes?",
+                                          "What are the top 5 topics of these documents?"])
+    def test_a_sensemaking_question_gets_an_overview_citing_most_of_the_top(self, ctx, g,
+                                                                             question):
+        """Offline: every top-level community is rated, and the answer's citations fall under
+        most of them, so its sources span the corpus."""
+        result = run(global_search(ctx, question))
+        assert result.answer != NOTHING_FOUND and result.coverage is not None
+        roots = {c.id for c in g.communities.values() if c.parent is None}
+        assert result.coverage.levels[0].considered == result.coverage.levels[0].rated == len(
+            roots)
+
+        def root_of(cid: str) -> str:
+            while g.communities[cid].parent is not None:
+                cid = g.communities[cid].parent  # type: ignore[assignment]
+            return cid
+
+        cited = {root_of(c.id) for c in result.citations}
+        assert len(cited) >= len(roots) // 2 + 1, (len(cited), len(roots))
+
     def test_a_question_about_nothing_in_the_corpus_says_nothing_relevant_was_found(self, ctx):
         for level in (None, 0):
             result = run(global_search(ctx, "What is the capital of Mongolia?",
