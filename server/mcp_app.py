@@ -404,23 +404,49 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
 
         return await gw.read(f"canopy://units/{unit_id}", span)
 
+    async def page_of_reports(page: int) -> str:
+        async def listing(q: QueryContext) -> str:
+            cards = await engines.list_servable_reports(q)
+            pages = max(1, -(-len(cards) // REPORTS_PAGE))
+            if not 1 <= page <= pages:
+                raise InvalidArgument(f"page must be from 1 to {pages}")
+            shown = cards[(page - 1) * REPORTS_PAGE:page * REPORTS_PAGE]
+            nxt = f"canopy://reports/page/{page + 1}" if page < pages else None
+            return _CardList(reports=shown, total=len(cards), page=page, pages=pages,
+                             next=nxt).model_dump_json(indent=1)
+        uri = "canopy://reports" if page == 1 else f"canopy://reports/page/{page}"
+        return await gw.read(uri, listing)
+
     @server.resource(
         "canopy://reports",
         name="reports",
         title="Community reports",
         mime_type="application/json",
-        description="The community reports you may read: id, level, title, summary, rating, "
-        "size. Open one as canopy://reports/<id>",
+        description=f"The community reports you may read, broadest first, {REPORTS_PAGE} a page: "
+        "id, level, title, summary, rating, size; `next` is the next page's URI. Open one as "
+        "canopy://reports/<id>",
     )
     async def reports() -> str:
-        async def listing(q: QueryContext) -> str:
-            cards = await engines.list_servable_reports(q)
-            return _CardList(reports=cards).model_dump_json(indent=1)
-        return await gw.read("canopy://reports", listing)
+        return await page_of_reports(1)
+
+    @server.resource("canopy://reports/page/{page}", name="reports_page",
+                     title="Community reports, one page", mime_type="application/json",
+                     description="Page N of canopy://reports (its `next` names the following)")
+    async def reports_page(page: str) -> str:
+        if not page.isdigit():
+            raise ResourceError("page must be a positive integer")
+        return await page_of_reports(int(page))
+
+
+REPORTS_PAGE = 100  # community cards per page of canopy://reports (~5k tokens with summaries)
 
 
 class _CardList(BaseModel):
     reports: list[CommunityCard]
+    total: int = Field(description="Reports you may read, over every page")
+    page: int
+    pages: int
+    next: str | None = Field(None, description="URI of the next page, if any")
 
 
 def run_stdio(server: MCPServer) -> None:

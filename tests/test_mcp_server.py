@@ -161,7 +161,8 @@ async def check_listing(client: Client) -> None:
     templates = {
         t.uri_template for t in (await client.list_resource_templates()).resource_templates
     }
-    assert templates == {"canopy://reports/{community_id}", "canopy://units/{unit_id}"}
+    assert templates == {"canopy://reports/{community_id}", "canopy://reports/page/{page}",
+                         "canopy://units/{unit_id}"}
     assert [r.uri for r in (await client.list_resources()).resources] == ["canopy://reports"]
 
 
@@ -251,6 +252,29 @@ async def test_the_reports_resource_lists_every_servable_report(
     async with Client(mcp_server) as client:
         listing = json.loads((await client.read_resource("canopy://reports")).contents[0].text)
     assert {r["id"] for r in listing["reports"]} == set(load_graph(service.store).reports)
+
+
+async def test_the_reports_resource_pages_and_each_page_names_the_next(
+    mcp_server: MCPServer, service: CanopyService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import server.mcp_app as mcp_app
+
+    monkeypatch.setattr(mcp_app, "REPORTS_PAGE", 10)
+    every = set(load_graph(service.store).reports)
+    seen: list[str] = []
+    uri: str | None = "canopy://reports"
+    async with Client(mcp_server) as client:
+        while uri is not None:
+            page = json.loads((await client.read_resource(uri)).contents[0].text)
+            assert len(page["reports"]) <= 10 and page["total"] == len(every)
+            seen += [r["id"] for r in page["reports"]]
+            uri = page["next"]
+        assert page["page"] == page["pages"] == -(-len(every) // 10) > 1
+        with pytest.raises(MCPError, match="page must be from 1 to"):
+            await client.read_resource(f"canopy://reports/page/{page['pages'] + 1}")
+        one = await client.read_resource(f"canopy://reports/{seen[0]}")  # a report still opens
+        assert seen[0] in one.contents[0].text
+    assert len(seen) == len(set(seen)) and set(seen) == every
 
 
 @pytest.mark.parametrize(("tool", "args", "expected"), [
