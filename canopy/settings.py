@@ -196,8 +196,8 @@ class QuerySettings(BaseModel):
         None, description="Fixed level for global search; None = dynamic"
     )
     rate_batch_tokens: int = Field(
-        4000, ge=1, description="Report titles and summaries per rating call of dynamic "
-        "global search, in tokens")
+        4000, ge=1, description="Report digests (title, summary, findings' headlines) per "
+        "rating call of dynamic global search, in tokens")
     dynamic_max_rated: int = Field(
         2000, ge=1, description="Reports dynamic global search rates per question at most "
         "(beyond it the most query-similar are rated, and the result's coverage says so)")

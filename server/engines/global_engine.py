@@ -2,7 +2,7 @@
 
 1. Reports: those standing for one level (`level_partition`: the communities at L plus the
    childless shallower ones, the paper's C0..C3), or chosen dynamically: rate every top
-   community (titles and summaries, several per call), keep the relevant ones and rate their
+   community (report digests, several per call), keep the relevant ones and rate their
    children, keeping a child in place of its parent (GraphRAG's dynamic community selection,
    `keep_parent=False`). Every result carries its coverage: per level, what was considered,
    rated, found relevant and read.
@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
+from typing import TypeVar
 
 from canopy.errors import InvalidArgument, InvalidOutput
 from canopy.model import Report
@@ -42,6 +44,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RELEVANCE_THRESHOLD = 5  # a report rated at least this (0-10) is relevant to the query
 DYNAMIC_FALLBACK_MAX_LEVEL = 2  # when no root is relevant, rate whole levels down to this one
@@ -188,16 +192,9 @@ async def _rate(ctx: QueryContext, query: str, reports: list[Report], tally: _Ta
     digests: title, summary, findings' headlines), calls run concurrently; None where a call
     failed (skipped, counted)."""
     tok = tokenizer()
-    budget = ctx.settings.rate_batch_tokens
-    batches: list[list[int]] = []
-    used = 0
-    for i, r in enumerate(reports):
-        n = tok.count(f"[Report {r.community_id}] {r.digest()}") + 2
-        if not batches or used + n > budget:
-            batches.append([])
-            used = 0
-        batches[-1].append(i)
-        used += n
+    batches = _packed(list(range(len(reports))), ctx.settings.rate_batch_tokens,
+                      lambda i: tok.count(f"[Report {reports[i].community_id}] "
+                                          f"{reports[i].digest()}") + 2)
     total = len(reports)
     done = 0
 
@@ -238,15 +235,21 @@ def map_batches(reports: list[Report], *, seed: int, batch_tokens: int) -> list[
     (a report larger than that travels alone)."""
     order = sorted(reports, key=lambda r: r.community_id)
     random.Random(seed).shuffle(order)
-    batches: list[list[Report]] = []
-    current: list[Report] = []
+    return _packed(order, batch_tokens, _map_tokens)
+
+
+def _packed(items: list[T], budget: int, cost: Callable[[T], int]) -> list[list[T]]:
+    """`items` in order, packed greedily into batches costing at most `budget` (an item that
+    costs more travels alone): the map's report batches and the ratings' digest batches."""
+    batches: list[list[T]] = []
+    current: list[T] = []
     used = 0
-    for r in order:
-        n = _map_tokens(r)
-        if current and used + n > batch_tokens:
+    for item in items:
+        n = cost(item)
+        if current and used + n > budget:
             batches.append(current)
             current, used = [], 0
-        current.append(r)
+        current.append(item)
         used += n
     if current:
         batches.append(current)
