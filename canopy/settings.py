@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -39,6 +40,8 @@ __all__ = [
     "ReportSettings",
     "Settings",
     "StorageSettings",
+    "commented_toml",
+    "did_you_mean",
     "load_settings",
 ]
 
@@ -381,6 +384,12 @@ def load_settings(
     return settings
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """"; did you mean 'x'?" for the closest of `known` to a mistyped `name`, else ""."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _nest(keys: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     node = out
@@ -397,11 +406,9 @@ def _unknown_keys(table: dict[str, Any], model: type[BaseModel], where: str = ""
     for key, value in table.items():
         name = f"{where}.{key}" if where else key
         if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
             label = f"[{name}]" if isinstance(value, dict) and not where else f"{name!r}"
-            hint = f"; did you mean {close[0]!r}?" if close else ""
             known = ", ".join(sorted(fields))
-            return f"unknown key {label}{hint} (known here: {known})"
+            return f"unknown key {label}{did_you_mean(key, fields)} (known here: {known})"
         sub = _model_of(fields[key].annotation)
         items = [(name, value)] if isinstance(value, dict) else [
             (f"{name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else []

@@ -13,11 +13,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from canopy.errors import CanopyError
+
+if TYPE_CHECKING:
+    from canopy.settings import AclSettings
 
 __all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "STARTED", "CanopyGroup",
            "canopy_version", "check_principal", "describe_batch", "tqdm_progress"]
@@ -35,15 +38,14 @@ CONFIG = click.option("--config", type=click.Path(dir_okay=False, path_type=Path
                       help="Settings file (default: DOCS/canopy.toml if present).")
 
 
-def check_principal(acl: Any, name: str | None) -> None:
+def check_principal(acl: AclSettings, name: str | None) -> None:
     """Under an [acl] policy (`acl`: its AclSettings) the caller named on the command line must
     be one of its principals: an unknown or missing name would see nothing, without a word.
     The operator configured both, so saying which names exist leaks nothing."""
     if not acl.enabled:
         return
-    import difflib
-
     from canopy.errors import ConfigError
+    from canopy.settings import did_you_mean
 
     known = sorted(acl.principals)
     listed = ", ".join(known) or "none"
@@ -51,9 +53,8 @@ def check_principal(acl: Any, name: str | None) -> None:
         raise ConfigError("the [acl] policy is on: name the caller with --principal or "
                           f"CANOPY_PRINCIPAL (its principals: {listed})")
     if name not in acl.principals:
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown principal {name!r}{hint} ([acl.principals] names: {listed})")
+        raise ConfigError(f"unknown principal {name!r}{did_you_mean(name, known)} "
+                          f"([acl.principals] names: {listed})")
 
 
 LOG_EVERY_S = 10.0  # plain progress lines when stderr is not a terminal (CI logs, `nohup`)
