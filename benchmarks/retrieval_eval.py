@@ -56,7 +56,6 @@ mean articles and tokens in context, ms per query).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import os
@@ -80,7 +79,6 @@ CORPUS = EVAL_DATA / "corpus.json"
 QUESTIONS = EVAL_DATA / "MultiHopRAG.json"
 RESULTS = REPO / "benchmarks" / "results"
 DEPTH = 50  # units retrieved by the bm25 / vector / hybrid rankings
-BASIC_K = 10  # basic_search's default k
 REFERENCE = {"BM25 + MiniLM fused (issue)": 0.832, "BM25 over titled chunks (issue)": 0.858}
 
 
@@ -88,7 +86,9 @@ REFERENCE = {"BM25 + MiniLM fused (issue)": 0.832, "BM25 over titled chunks (iss
 
 
 def is_dev(query: str) -> bool:
-    return int(hashlib.sha256(query.encode()).hexdigest(), 16) % 5 != 0
+    from server.evaluation import split_of
+
+    return split_of(query) == "dev"
 
 
 def load_questions(split: str = "dev") -> list[dict[str, Any]]:
@@ -193,11 +193,9 @@ def _table_ranking(ctx, query: str, mode: str) -> list[str]:  # type: ignore[no-
 
 def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[no-untyped-def]
     """query -> the system's text-unit ids in rank order."""
-    from server.engines.basic_engine import basic_context
     from server.engines.evidence import LEXICAL_VECTOR_WEIGHT, rank_units
-    from server.engines.local_engine import build_local_context
+    from server.evaluation import unit_ranking
 
-    budget = ctx.settings.local_context_tokens
     if name in ("bm25", "vector"):
         return lambda q: _table_ranking(ctx, q, name)
     if name in ("hybrid", "hybrid_weighted"):
@@ -208,10 +206,8 @@ def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[
             return [h.id for h in ctx.reader.search("text_units", vector=vector, text=q,
                                                     k=DEPTH, vector_weight=weight)]
         return hybrid
-    if name == "basic_search":
-        def basic(q: str) -> list[str]:  # the tool's context, default k
-            return [b.id for b in asyncio.run(basic_context(ctx, q, k=BASIC_K))]
-        return basic
+    if name == "basic_search":  # the tool's context, default k (canopy eval's `basic`)
+        return unit_ranking(ctx, "basic")
     if name == "local_ranking":
         def ranking(q: str) -> list[str]:
             return rank_units(ctx, q, ctx.reader.embedder.embed_sync([q])[0])
@@ -224,11 +220,8 @@ def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[
             return minilm.ranking
         other = system_units(ctx, "bm25" if name == "bm25_minilm" else "local_ranking")
         return lambda q: [h.id for h in rrf(other(q), minilm.ranking(q))]
-    if name == "local_search":
-        def local(q: str) -> list[str]:
-            blocks = asyncio.run(build_local_context(ctx, q, budget=budget)).blocks
-            return [b.id for b in blocks if b.kind == "text_unit"]
-        return local
+    if name == "local_search":  # the units of the tool's context (canopy eval's `local`)
+        return unit_ranking(ctx, "local")
     raise ValueError(name)
 
 

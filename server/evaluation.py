@@ -29,7 +29,7 @@ from canopy.errors import ConfigError
 from server.context import QueryContext
 
 __all__ = ["FORMATS", "TOOLS", "EvalQuestion", "ToolScore", "evaluate", "load_questions",
-           "split_of"]
+           "split_of", "unit_ranking"]
 
 FORMATS = ("jsonl", "multihop-rag", "musique")
 TOOLS = ("local", "basic", "bm25")
@@ -108,7 +108,7 @@ class _DocumentMatcher:
                 for d in ds]
 
 
-def _ranker(ctx: QueryContext, tool: str) -> Callable[[str], list[str]]:
+def unit_ranking(ctx: QueryContext, tool: str) -> Callable[[str], list[str]]:
     """question -> the tool's text-unit ids in rank order."""
     from server.engines.basic_engine import basic_context
     from server.engines.local_engine import build_local_context
@@ -132,7 +132,7 @@ def evaluate(ctx: QueryContext, questions: list[EvalQuestion], tools: list[str],
              ks: list[int], progress: Callable[[str], None] = lambda _: None,
              ) -> list[ToolScore]:
     """Each tool's scores over `questions` (documents the caller may read only)."""
-    rankers = {t: _ranker(ctx, t) for t in tools}
+    rankers = {t: unit_ranking(ctx, t) for t in tools}
     reader = ctx.reader
     docs = reader.documents()
     matcher = _DocumentMatcher((d.id, d.path, d.title) for d in docs)
