@@ -4,6 +4,7 @@ holds."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import click
@@ -78,15 +79,13 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
 
 def _interrupted(index_dir: Path, docs: Path) -> str:
     """What Ctrl-C kept: the last committed generation, and every extraction already saved."""
-    import sqlite3
+    from canopy.health import check_database
 
-    generation = 0
-    try:
-        with sqlite3.connect(f"file:{index_dir / 'canopy.sqlite'}?mode=ro", uri=True) as db:
-            row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-            generation = int(row[0]) if row else 0
-    except (sqlite3.Error, ValueError):
-        pass
+    try:  # read-only: the interrupted writer may have left its connection mid-transaction
+        facts = check_database(index_dir)
+    except sqlite3.Error:  # busy or locked: say nothing about generations
+        facts = "unreadable"
+    generation = facts.generation if not isinstance(facts, str) else 0
     kept = (f"the index still answers from generation {generation}, its last commit"
             if generation else "no index has been committed yet")
     return (f"interrupted: {kept}. Extractions and LLM responses finished so far are saved; "
