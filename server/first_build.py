@@ -33,7 +33,6 @@ class ServiceSlot:
         self._stage, self._done, self._total = "starting", 0, 0
         self._started = time.monotonic()
         self._error: str | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def service(self) -> CanopyService:
@@ -59,9 +58,8 @@ class ServiceSlot:
         """Build `ws`'s first index on a daemon thread, then open the service with
         `open_service`. Daemon: if the host goes away, the process exits and a later start
         resumes from what was saved."""
-        self._thread = threading.Thread(target=self._build, args=(open_service, ws),
-                                        daemon=True, name="canopy-first-build")
-        self._thread.start()
+        threading.Thread(target=self._build, args=(open_service, ws), daemon=True,
+                         name="canopy-first-build").start()
 
     def _progress(self, stage: str, total: int) -> Callable[[int], None]:
         with self._lock:
@@ -88,12 +86,6 @@ class ServiceSlot:
             log.exception("the first index build of %s failed", ws.docs_dir)
             with self._lock:
                 self._error = f"{type(exc).__name__} (see the server log)"
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """True once the service is open (tests and shutdown)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self._service is not None
 
     def close(self) -> None:
         if self._service is not None:

@@ -22,8 +22,7 @@ from canopy.endpoint import ConnectFailed, EndpointError, RequestTimeout, Status
 from canopy.errors import EndpointUnavailable
 from canopy.limiter import Permit
 
-__all__ = ["FIRST_CONTACT_ATTEMPTS", "RetryPolicy", "call_with_retries", "describe", "note_failure",
-           "retry_after"]
+__all__ = ["RetryPolicy", "call_with_retries", "describe", "note_failure", "retry_after"]
 
 T = TypeVar("T")
 
@@ -100,7 +99,6 @@ def describe(exc: BaseException) -> str:
 
 # An endpoint that has never answered and refuses connections is most likely not running, or
 # base_url is wrong: say so after one short retry instead of minutes of backoff.
-FIRST_CONTACT_ATTEMPTS = 2
 FIRST_CONTACT_WAIT_S = 0.5
 
 
@@ -114,8 +112,8 @@ async def call_with_retries(
     `EndpointUnavailable` when retries run out or on 401/403/404; other 4xx `StatusError`s
     are re-raised unchanged for the caller to interpret (e.g. a rejected response_format).
     `first_contact`: the endpoint has not answered yet in this process; failing to connect then
-    ends the call after FIRST_CONTACT_ATTEMPTS (an endpoint that answered before gets the full
-    policy: it may be restarting)."""
+    ends the call after one retry FIRST_CONTACT_WAIT_S later (an endpoint that answered before
+    gets the full policy: it may be restarting)."""
     try:
         return await call()
     except ConnectFailed as exc:
@@ -126,8 +124,8 @@ async def call_with_retries(
             return await call()
         except ConnectFailed as again:
             raise EndpointUnavailable(
-                f"{what} cannot be reached ({describe(again)}, {FIRST_CONTACT_ATTEMPTS} "
-                "attempts): is the server running, and is base_url right?") from None
+                f"{what} cannot be reached ({describe(again)}, 2 attempts): is the server "
+                "running, and is base_url right?") from None
         except EndpointError as other:
             return await _with_retries(call, what=what, model=model, policy=policy,
                                        failed=other)
