@@ -80,6 +80,8 @@ FIGURES: list[Figure] = [
     *[Figure(f"{STEP_LABELS[s]}: {what}", unit, step_value(s, key), s)
       for s in INDEX_STEPS
       for what, unit, key in (("wall", "s", "wall_s"), ("peak memory", "MB", "peak_mb"))],
+    *[Figure(f"{STEP_LABELS[s]}: background tidy after it", "s", step_value(s, "tidy_s"), s)
+      for s in UPDATE_STEPS],
     Figure("full build, fake LLM: requests", "requests", step_value("fake", "fake_requests"),
            "fake"),
     *_serve_figures(),

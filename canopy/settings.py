@@ -14,7 +14,7 @@ import os
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import (
@@ -188,6 +188,12 @@ class StorageSettings(BaseModel):
         "text leaves them one to two periods (plus five minutes) after the deletion. 0 = at "
         "once, keeping only the latest version: for indexes no server reads while they are "
         "updated")
+    tidy: Literal["background", "inline"] = Field(
+        "background",
+        description="Who tidies the search tables after `canopy index`, `watch` and "
+        "`serve --watch` commit an update: `background` (a detached `canopy tidy` after "
+        "`canopy index`, the watcher's idle time), so an update costs what the change costs; "
+        "`inline`: the update itself, before it returns. A full build always tidies inline")
 
 
 class QuerySettings(BaseModel):

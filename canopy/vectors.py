@@ -12,11 +12,14 @@ writer first rolls the tables back to the committed versions (`restore`), so a c
 leaves nothing behind that a later one could duplicate.
 
 Deleted rows stay in Lance's data files (marked deleted) and in every older version until the
-files are rewritten and the versions pruned. `tidy`, run by the writer after a commit, does
-both: it rewrites the fragments that still store deleted rows (writers note them: `scrub`, meta
-`lance_scrub`; a fragment holds one write's rows, so this costs what the deletions touched) and
-prunes old versions, so deleted text leaves the disk within about two grace periods (design §2,
-issue "Safety" case 10).
+files are rewritten and the versions pruned. `tidy`, run after a commit (by the writer, or in
+the background: `server.runtime.maintain_index`), does both: it rewrites the fragments that
+still store rows deleted because text left the index (writers note them: `scrub`, meta
+`lance_scrub`) and prunes old versions, so deleted text leaves the disk within about two grace
+periods (design §2, issue "Safety" case 10). A writer that only adds or re-derives rows from
+text that is still indexed (`erase=False`) notes nothing: what its deletions leave in the
+files is derived from live text, and rewriting every fragment an entity update touched would
+make each small addition cost a rewrite of the whole table.
 A reader holds the versions it started with for one request, so a version is pruned only once
 it has not been committed for the grace period: each change of the committed versions is
 recorded with its time (`superseded`, meta `lance_history`), and `floor` gives, per table, the
@@ -148,11 +151,15 @@ def _quote(values: Iterable[str]) -> str:
 class VectorStore:
     """The LanceDB tables of one index folder (the writer's side, and readers' factory)."""
 
-    def __init__(self, index_dir: Path, dims: int, *, cache_bytes: int | None = None) -> None:
+    def __init__(self, index_dir: Path, dims: int, *, cache_bytes: int | None = None,
+                 erase: bool = True) -> None:
         """`cache_bytes`: what LanceDB may keep of index and table metadata in memory (its
-        defaults allow gigabytes); None keeps its defaults (one-off index runs)."""
+        defaults allow gigabytes); None keeps its defaults (one-off index runs). `erase`: the
+        rows this writer deletes may hold text that left the index (a deleted or edited
+        document, a revocation), so `tidy` must rewrite the fragments storing them."""
         self.path = Path(index_dir) / "lance"
         self.dims = dims
+        self.erase = erase
         import lancedb
 
         session = None
@@ -242,10 +249,11 @@ class VectorStore:
         ids = sorted(set(delete))
         for i in range(0, len(ids), 500):
             where = f"id IN ({_quote(ids[i:i + 500])})"
-            # Note the fragments that will hold deleted rows: `tidy` rewrites only those.
-            found = t.search().where(where).with_row_id(True).select(["id"]).limit(None)
-            self.scrub.setdefault(name, set()).update(
-                int(r) >> 32 for r in found.to_arrow()["_rowid"].to_pylist())
+            if self.erase:
+                # Note the fragments that will hold deleted rows: `tidy` rewrites only those.
+                found = t.search().where(where).with_row_id(True).select(["id"]).limit(None)
+                self.scrub.setdefault(name, set()).update(
+                    int(r) >> 32 for r in found.to_arrow()["_rowid"].to_pylist())
             t.delete(where)
         import pyarrow as pa
 
@@ -273,22 +281,29 @@ class VectorStore:
             t.create_index("vector", config=IvfFlat(distance_type="l2", num_partitions=partitions))
 
     def tidy(self, committed: dict[str, int], keep_from: dict[str, int] | None, *, due: bool,
-             record: Callable[[dict[str, int]], None],
-             scrub: dict[str, set[int]] | None = None) -> dict[str, int]:
+             record: Callable[[dict[str, int], str], None],
+             scrub: dict[str, set[int]] | None = None,
+             should_stop: Callable[[], bool] | None = None) -> dict[str, int]:
         """After a commit (each table at its committed version, the latest): fold appended rows
         into the indexes once they pass a share of a table, and when `due` also rewrite the
-        fragments that still store deleted rows (`scrub`: per table, the fragments writers
-        deleted from; a table storing deleted rows elsewhere is rewritten whole) and prune old
+        fragments noted as storing erased rows (`scrub`: per table; None, from an index older
+        than the notes: every table storing deleted rows is rewritten whole) and prune old
         versions: those before `keep_from` (per table, the oldest version readers may hold:
         `floor`, which includes the committed one), or, with None, every version but the
-        latest. `record(versions)` commits the new versions (same rows). Returns the committed
-        versions.
+        latest. Tables are done one at a time; `record(versions, name)` commits each table's
+        new version (same rows) as soon as it is done, and `should_stop()` (checked between
+        tables and rewrite batches) ends the work early: a writer is waiting. What a stopped
+        table wrote was never recorded, and the next writer rolls it back. Returns the
+        committed versions.
 
         Lance prunes by age, measured when its pruning step runs (after compaction): versions
         created up to `_PRUNE_MARGIN` before `keep_from` are kept too, so the committed version
         survives a crash before `record`. With None it does not (nobody reads concurrently)."""
-        work: dict[str, Any] = {}
+        final = dict(committed)
+        stop = should_stop or (lambda: False)
         for name, version in sorted(committed.items()):
+            if stop():
+                break
             t = self._table(name)
             if t is None or t.version != version:
                 continue  # the writer restores committed versions before it writes
@@ -296,15 +311,12 @@ class VectorStore:
             stored_deleted = _deleted_rows(history)
             oldest = version if keep_from is None else min(keep_from.get(name, version), version)
             prunable = any(v["version"] < oldest for v in history)
-            if not (self._fold_due(t) or (due and (stored_deleted or prunable))):
+            fragments = None if scrub is None else sorted(scrub.get(name, ()))
+            erase = due and stored_deleted and (fragments is None or fragments)
+            if not (self._fold_due(t) or erase or (due and prunable)):
                 continue
-            if due and stored_deleted:
-                fragments = sorted((scrub or {}).get(name, ()))
-                if fragments:
-                    self._rewrite(t, version, fragments)
-                if _deleted_rows(t.list_versions()):  # deleted rows nobody noted: all of them
-                    log.info("search table %s: rewriting every fragment", name)
-                    self._rewrite(t, version, None)
+            if erase and not self._rewrite(t, version, fragments, stop):
+                break
             with warnings.catch_warnings():
                 # lancedb warns that age 0 breaks readers of older versions: the caller said
                 # there are none ([storage] keep_versions_s = 0 documents it).
@@ -312,11 +324,8 @@ class VectorStore:
                 t.optimize(cleanup_older_than=self._keep_age(history, oldest, keep_from),
                            delete_unverified=True)
             log.debug("search table %s tidied: version %d", name, t.version)
-            work[name] = t
-        if not work:
-            return committed
-        final = {**committed, **{name: int(t.version) for name, t in work.items()}}
-        record(final)
+            final[name] = int(t.version)
+            record(dict(final), name)
         return final
 
     @staticmethod
@@ -334,12 +343,13 @@ class VectorStore:
         unindexed = max((i.num_unindexed_rows or 0 for i in t.list_indices()), default=0)
         return unindexed > max(_UNINDEXED_MIN, _UNINDEXED_SHARE * t.count_rows())
 
-    def _rewrite(self, t: Any, version: int, fragments: list[int] | None) -> None:
+    def _rewrite(self, t: Any, version: int, fragments: list[int] | None,
+                 stop: Callable[[], bool]) -> bool:
         """Write the live rows of these fragments of `t` (all with None; at `version`) into new
         files and delete the old rows: a fragment whose rows are all deleted leaves the table,
-        and its files leave with the old versions. The work is the size of the fragments,
-        which are the size of the writes that made them. Batches are read from the committed
-        version, which the prune keeps."""
+        and its files leave with the old versions. The work is the size of the fragments.
+        Batches are read from the committed version, which the prune keeps. False when `stop`
+        ended it (the table then holds unrecorded versions, which the next writer undoes)."""
         where = None if fragments is None else " OR ".join(
             f"(_rowid >= {f << 32} AND _rowid < {(f + 1) << 32})" for f in fragments)
         source = self._db.open_table(t.name)
@@ -349,8 +359,11 @@ class VectorStore:
         if where:
             query = query.where(where)
         for batch in query.to_batches(_SCRUB_BATCH):
+            if stop():
+                return False
             if batch.num_rows:
                 t.add(batch)
+        return True
 
     def versions(self) -> dict[str, int]:
         """The tables' current versions (tables still waiting to be cleared are cleared)."""

@@ -103,7 +103,11 @@ async def run_index(
     labeler: Labeler = lambda path: (),
     full: bool = False,
     progress: Progress | None = None,
+    tidy: bool = True,
 ) -> IndexResult:
+    """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
+    after the commit (False leaves it to `server.runtime.maintain_index`, off the update's
+    path: its periodic part rewrites whole fragments, which at 10k articles takes a minute)."""
     t0 = time.perf_counter()
     progress = progress or no_progress
     fingerprint = settings_fingerprint(settings, provider, embedder)
@@ -158,7 +162,8 @@ async def run_index(
         if store.get_meta("ignored_types") != ignored_types:
             store.set_meta({"ignored_types": ignored_types})
         # Old search-table versions may still hold deleted text: prune them once that is due.
-        tidy_search_tables(store, settings.storage, changed=False)
+        if tidy:
+            tidy_search_tables(store, settings.storage)
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
     run_id = store.start_run()
     store.set_meta({"extraction_fingerprint": extraction})
@@ -206,7 +211,8 @@ async def run_index(
         reports = await stage_reports(b, graph, hierarchy, failed_reports)
         lap("reports")
         # 8. embeddings and search rows of what changed
-        vectors = await stage_vectors(b, rebuild=rebuild_vectors)
+        vectors = await stage_vectors(b, rebuild=rebuild_vectors,
+                                      erase=bool(units.removed or revoked or full))
         lap("vectors")
         # 9. one atomic commit
         failures = extracted.failures + reports.failures
@@ -216,6 +222,7 @@ async def run_index(
             "embedder": embedder.name,
             "lance_versions": json.dumps(vectors.versions),
             "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub),
+            "lance_changed_at": str(time.time()),
             "docs_dir": str(Path(docs_dir).resolve()),
             "revoking": "0",
             "settings_fingerprint": fingerprint,
@@ -245,8 +252,10 @@ async def run_index(
     finally:
         staging.close()
     # Readers now use the new generation: compact the search tables and, once due, rewrite
-    # what still stores deleted rows and drop old versions; then drop the WAL's old pages.
-    tidy_search_tables(store, settings.storage, changed=True)
+    # what still stores erased rows and drop old versions (or leave that to a background
+    # tidy: `server.runtime.maintain_index`); then drop the WAL's old pages.
+    if tidy:
+        tidy_search_tables(store, settings.storage)
     if (units.removed or revoked or full) and not store.truncate_wal():
         log.info("a reader holds an older snapshot: the WAL is truncated at a later checkpoint")
     lap("tidy")

@@ -64,7 +64,11 @@ class Watcher:
     """Runs `apply()` after file activity settles (`debounce` s of quiet, at most `max_wait` s).
 
     `apply` returns any summary object; it is logged. Exceptions from it are logged and the
-    watcher keeps going (the next batch retries: the pipeline resumes from stored work)."""
+    watcher keeps going (the next batch retries: the pipeline resumes from stored work).
+
+    `idle(busy)`, if given, is the background work of a quiet watcher (tidying the search
+    tables): it runs after each applied batch once nothing is pending, and every `idle_every`
+    seconds; `busy()` turns true when a change arrives, and `idle` should then stop soon."""
 
     def __init__(
         self,
@@ -75,6 +79,8 @@ class Watcher:
         debounce: float = 1.0,
         max_wait: float = 10.0,
         on_applied: Callable[[set[Path], Any], None] | None = None,
+        idle: Callable[[Callable[[], bool]], Any] | None = None,
+        idle_every: float = 600.0,
     ) -> None:
         self.docs_dir = docs_dir
         self.index_dir = index_dir
@@ -82,6 +88,9 @@ class Watcher:
         self.debounce = debounce
         self.max_wait = max_wait
         self.on_applied = on_applied
+        self.idle = idle
+        self.idle_every = idle_every
+        self._idle_at = time.monotonic() + idle_every
         self._pending: set[Path] = set()
         self._first = 0.0
         self._last = 0.0
@@ -115,21 +124,35 @@ class Watcher:
         self._thread.join(timeout=30)
 
     def _next_batch(self) -> set[Path] | None:
+        """The next batch of changed paths; an empty set when it is time for `idle`."""
         with self._cv:
             while not self._stop.is_set():
+                now = time.monotonic()
                 if self._pending:
-                    now = time.monotonic()
                     due = min(self._last + self.debounce, self._first + self.max_wait)
                     if now >= due:
                         batch, self._pending = self._pending, set()
                         return batch
                     self._cv.wait(timeout=due - now)
+                elif self.idle is not None and now >= self._idle_at:
+                    return set()
                 else:
                     self._cv.wait(timeout=0.5)
             return None
 
+    def _busy(self) -> bool:
+        return bool(self._pending) or self._stop.is_set()
+
     def _loop(self) -> None:
         while (batch := self._next_batch()) is not None:
+            if not batch:
+                self._idle_at = time.monotonic() + self.idle_every
+                try:
+                    if self.idle is not None:
+                        self.idle(self._busy)
+                except Exception:
+                    log.exception("background work of the watcher failed; it runs again later")
+                continue
             try:
                 result = self.apply()
             except CanopyError as exc:  # written for people (e.g. a damaged index): no traceback
@@ -142,5 +165,6 @@ class Watcher:
                 )
                 continue
             self.batches += 1
+            self._idle_at = time.monotonic()  # tidy once the changes stop
             if self.on_applied:
                 self.on_applied(batch, result)

@@ -5,18 +5,29 @@ A damaged index (canopy.health) stops an incremental update with `IndexDamaged`,
 names the command that rebuilds it; `build_index(full=True)` always rebuilds: it first moves
 what is damaged into `index_dir/damaged-<UTC time>/` (the search tables; the database too when
 it cannot be read) and says so in `IndexResult.recovered`. The index folder is never indexed,
-so neither is that folder; nothing in it is deleted automatically."""
+so neither is that folder; nothing in it is deleted automatically.
+
+Tidying the search tables (folding appended rows into their indexes; at most once per
+`[storage] keep_versions_s`, rewriting what stores erased rows and pruning old versions) is
+`maintain_index`: `build_index` does it inline by default, while `canopy index` and the
+watchers leave it to a background tidy (`[storage] tidy`), because its periodic part rewrites
+whole fragments and would make a one-article update cost a minute at 10k articles. A tidy
+yields to any writer that starts waiting for the lock (`writer_waiting`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
@@ -36,7 +47,11 @@ from canopy.settings import INDEX_DIRNAME, Settings, load_settings
 from canopy.store import Store
 from indexer.pipeline import IndexResult, Progress, run_index
 
-__all__ = ["Workspace", "build_index", "open_workspace"]
+if TYPE_CHECKING:
+    from indexer.watcher import Watcher
+
+__all__ = ["Workspace", "build_index", "maintain_index", "open_workspace", "start_background_tidy",
+           "tidy_needed", "workspace_watcher", "writer_waiting"]
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +86,28 @@ def open_workspace(docs_dir: Path, index_dir: Path | None = None, config: Path |
     return Workspace(docs_dir, index_dir, settings, Policy(settings.acl))
 
 
+_WAITING = "write.waiting."  # a waiting writer holds an OS lock on its own marker file
+
+
 @contextmanager
 def writer_lock(index_dir: Path) -> Iterator[None]:
     """One writer per index (a watcher and a manual `canopy index` take turns); readers never
-    wait. A writer that has to wait says so (stderr), and again when its turn comes. An OS file
-    lock (filelock: flock on POSIX, LockFileEx on Windows): a crashed writer holds nothing."""
+    wait. A writer that has to wait says so (stderr), and again when its turn comes; while it
+    waits it holds a lock on a marker file, so a background tidy holding the lock gives way
+    (`writer_waiting`). OS file locks (filelock: flock on POSIX, LockFileEx on Windows): a
+    crashed writer holds nothing."""
     index_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(index_dir / "write.lock")
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        log.warning("another writer (`canopy index`, `watch` or `serve --watch`) is updating "
-                    "%s: waiting for it to finish", index_dir)
+        log.warning("another writer (`canopy index`, `watch`, `serve --watch` or a tidy) is "
+                    "updating %s: waiting for it to finish", index_dir)
         began = time.monotonic()
-        lock.acquire()
+        marker = index_dir / f"{_WAITING}{os.getpid()}.{threading.get_ident()}"
+        with FileLock(marker):
+            lock.acquire()
+        marker.unlink(missing_ok=True)
         log.warning("the other writer finished after %.0f s: updating %s", time.monotonic() - began,
                     index_dir)
     try:
@@ -93,29 +116,44 @@ def writer_lock(index_dir: Path) -> Iterator[None]:
         lock.release()
 
 
+def writer_waiting(index_dir: Path) -> bool:
+    """Whether a writer is waiting for the lock (a marker file it holds locked); markers of
+    writers that died while waiting are removed."""
+    for marker in sorted(index_dir.glob(f"{_WAITING}*")):
+        probe = FileLock(marker)
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return True
+        probe.release()
+        marker.unlink(missing_ok=True)
+    return False
+
+
 def build_index(
-    ws: Workspace, *, full: bool = False, progress: Progress | None = None
+    ws: Workspace, *, full: bool = False, progress: Progress | None = None, tidy: bool = True
 ) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation.
-    An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc)."""
+    An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc).
+    `tidy=False` leaves tidying the search tables to `maintain_index` (module doc)."""
     limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
     with writer_lock(ws.index_dir):
         if not full:
             _require_intact(ws)
             try:
-                return _build(ws, full, progress)
+                return _build(ws, full, progress, tidy)
             except IndexDamaged as exc:
                 raise exc.for_docs(ws.docs_dir) from None
         recovered = _set_aside_damage(ws)
         try:
-            result = _build(ws, full, progress)
+            result = _build(ws, full, progress, tidy)
         except IndexDamaged as exc:
             # Damage the checks could not see (inside the files): set everything aside, so the
             # rebuild cannot meet it again.
             moved = quarantine(ws.index_dir, database=True)
             recovered = _recovered(exc.reason, moved)
             log.info("%s", recovered)
-            result = _build(ws, full, progress)
+            result = _build(ws, full, progress, tidy)
         result.recovered = recovered
         return result
 
@@ -156,12 +194,102 @@ def _recovered(reason: str, moved: Path) -> str:
             "the index from the documents (delete that folder once it is not needed)")
 
 
-def _build(ws: Workspace, full: bool, progress: Progress | None) -> IndexResult:
+def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool) -> IndexResult:
     store = Store(ws.index_dir)  # IndexDamaged carries no DOCS here: build_index adds it
     try:
         provider = make_provider(ws.settings, store)
         embedder = make_embedder(ws.settings)
         return asyncio.run(run_index(ws.docs_dir, store, ws.settings, provider, embedder,
-                                     labeler=ws.policy.labels_for, full=full, progress=progress))
+                                     labeler=ws.policy.labels_for, full=full, progress=progress,
+                                     tidy=tidy))
     finally:
         store.close()
+
+
+def maintain_index(ws: Workspace, *, wait: bool = False,
+                   should_stop: Callable[[], bool] | None = None) -> bool | None:
+    """Tidy the search tables (`indexer.stages.vectors.tidy_search_tables`) under the writer
+    lock, giving way to any writer that starts waiting (and to `should_stop()`). None: another
+    writer holds the lock and `wait` is False (its own run or tidy will do the work); False:
+    it gave way before the end (what it finished is kept); True: done, or nothing to do."""
+    from indexer.stages.vectors import tidy_search_tables
+
+    if not (ws.index_dir / DB_NAME).exists():
+        return True
+    def stop() -> bool:
+        return writer_waiting(ws.index_dir) or bool(should_stop and should_stop())
+
+    def tidy() -> bool:
+        store = Store(ws.index_dir)
+        try:
+            return tidy_search_tables(store, ws.settings.storage, should_stop=stop)
+        finally:
+            store.close()
+
+    if wait:
+        with writer_lock(ws.index_dir):
+            return tidy()
+    lock = FileLock(ws.index_dir / "write.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return None
+    try:
+        return tidy()
+    finally:
+        lock.release()
+
+
+def tidy_needed(ws: Workspace) -> bool:
+    """Whether `maintain_index` has work it may do (milliseconds: the index's meta only)."""
+    from indexer.stages.vectors import search_tables_need_tidy
+
+    if not (ws.index_dir / DB_NAME).exists():
+        return False
+    store = Store(ws.index_dir)
+    try:
+        return search_tables_need_tidy(store, ws.settings.storage)
+    finally:
+        store.close()
+
+
+def start_background_tidy(ws: Workspace, config: Path | None) -> int | None:
+    """Start `canopy tidy --if-idle` as a detached process when the index has tidying to do
+    (as `git gc --auto` does after a commit), so the command that committed returns at once.
+    Its output goes to `index_dir/tidy.log`. Returns its pid, or None when nothing is due."""
+    if not tidy_needed(ws):
+        return None
+    argv = [sys.executable, "-m", "server.cli", "tidy", str(ws.docs_dir), "--index-dir",
+            str(ws.index_dir), "--if-idle"]
+    if config is not None:
+        argv += ["--config", str(config)]
+    detach: dict[str, Any] = {"start_new_session": True}
+    if sys.platform == "win32":  # no sessions there: a detached process of its own group
+        detach = {"creationflags": getattr(subprocess, "DETACHED_PROCESS", 0)
+                  | getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    with open(ws.index_dir / "tidy.log", "wb") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                cwd=str(Path(__file__).resolve().parent.parent), **detach)
+    return proc.pid
+
+
+def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *,
+                      debounce: float = 1.0,
+                      on_applied: Callable[[set[Path], Any], None] | None = None) -> Watcher:
+    """A (not yet started) watcher that applies each batch of changes with `build_index`,
+    re-reading the settings (and so the policy) each time, and with `[storage] tidy =
+    "background"` tidies the search tables in its idle time instead of inside the update."""
+    from indexer.watcher import Watcher
+
+    first = open_workspace(docs, index_dir, config)
+    background = first.settings.storage.tidy == "background"
+
+    def apply() -> IndexResult:
+        return build_index(open_workspace(docs, index_dir, config), tidy=not background)
+
+    def idle(busy: Callable[[], bool]) -> bool | None:
+        return maintain_index(open_workspace(docs, index_dir, config), should_stop=busy)
+
+    return Watcher(first.docs_dir, first.index_dir, apply, debounce=debounce,
+                   on_applied=on_applied, idle=idle if background else None,
+                   idle_every=max(60.0, first.settings.storage.keep_versions_s))

@@ -22,6 +22,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith(("CANOPY_", "OPENAI_")):
             monkeypatch.delenv(key, raising=False)
+    # `canopy index` and the watchers tidy inline, as `build_index` does: a detached tidy
+    # outliving a test would race its clean-up (tests of the background tidy set it back).
+    monkeypatch.setenv("CANOPY_STORAGE__TIDY", "inline")
 
 
 @pytest.fixture

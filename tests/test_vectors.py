@@ -3,6 +3,7 @@ recovery, index maintenance and ACL prefiltering."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +86,7 @@ def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
     vs.maintain("text_units")
     vs.write("text_units", [], [_row(i) for i in range(40, 50)])  # second write: fragment 1
     first = vs.versions()
-    vs.tidy(first, None, due=True, record=lambda v: None)
+    vs.tidy(first, None, due=True, record=lambda v, name: None)
     vs.scrub.clear()
     vs.write("text_units", ["u41", "u42"], [])
     assert vs.scrub == {"text_units": {1}}
@@ -93,13 +94,14 @@ def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
     rewritten: list[list[int] | None] = []
     real = VectorStore._rewrite
 
-    def spy(self: VectorStore, t: object, version: int, fragments: list[int] | None) -> None:
+    def spy(self: VectorStore, t: object, version: int, fragments: list[int] | None,
+            stop: Callable[[], bool]) -> bool:
         rewritten.append(fragments)
-        real(self, t, version, fragments)
+        return real(self, t, version, fragments, stop)
 
     monkeypatch.setattr(VectorStore, "_rewrite", spy)
     committed = vs.versions()
-    final = vs.tidy(committed, None, due=True, record=lambda v: None, scrub=vs.scrub)
+    final = vs.tidy(committed, None, due=True, record=lambda v, name: None, scrub=vs.scrub)
     assert rewritten == [[1]]  # not the table: fragment 0 kept its rows and files
     t = vs._table("text_units")
     assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
@@ -115,10 +117,49 @@ def test_tidy_rewrites_a_table_whose_deleted_rows_nobody_noted(tmp_path: Path) -
     vs.write("text_units", [], [_row(i) for i in range(20)])
     vs.maintain("text_units")
     vs.write("text_units", ["u3"], [])
-    vs.tidy(vs.versions(), None, due=True, record=lambda v: None, scrub={})
+    vs.tidy(vs.versions(), None, due=True, record=lambda v, name: None, scrub=None)
     t = vs._table("text_units")
     assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
     assert t.count_rows() == 19
+
+
+def test_rows_superseded_by_an_addition_are_not_rewritten(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that erases nothing (an update that only added text: `erase=False`) notes no
+    fragment, so the periodic tidy rewrites nothing: the rows it replaced were derived from
+    text that is still indexed, and rewriting the fragments they sit in would make a small
+    addition cost the whole table. Searches never see the replaced rows."""
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(30)])
+    vs.maintain("text_units")
+    vs.tidy(vs.versions(), None, due=True, record=lambda v, name: None, scrub={})
+    adder = VectorStore(tmp_path, DIMS, erase=False)
+    adder.write("text_units", ["u4"], [_row(4), _row(30)])  # u4 re-derived, u30 added
+    assert adder.scrub == {}
+    monkeypatch.setattr(VectorStore, "_rewrite", lambda *a: pytest.fail("rewrote a fragment"))
+    final = adder.tidy(adder.versions(), None, due=True, record=lambda v, name: None,
+                       scrub=adder.scrub)
+    ids = [h.id for h in adder.reader(final).search("text_units", vector=None,
+                                                     text="passage number 4", k=40)]
+    assert ids.count("u4") == 1 and "u30" in ids
+
+
+def test_tidy_gives_way_between_tables_and_records_what_it_finished(tmp_path: Path) -> None:
+    """`should_stop` (a writer is waiting) ends the tidy after the table in progress; each
+    finished table was recorded on its own, the others keep their committed versions."""
+    vs = VectorStore(tmp_path, DIMS)
+    for name in ("entities", "text_units"):
+        vs.write(name, [], [_row(i) for i in range(10)])
+        vs.maintain(name)
+        vs.write(name, ["u1"], [])
+    committed = vs.versions()
+    recorded: list[str] = []
+    final = vs.tidy(committed, None, due=True, scrub=vs.scrub,
+                    record=lambda v, name: recorded.append(name),
+                    should_stop=lambda: bool(recorded))
+    assert recorded == ["entities"]
+    assert final["entities"] != committed["entities"]
+    assert final["text_units"] == committed["text_units"]
 
 
 def test_warm_loads_the_index_pages_a_first_search_would_read(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,10 +19,18 @@ import numpy as np
 from canopy.ids import content_hash
 from canopy.settings import StorageSettings
 from canopy.store import Store
-from canopy.vectors import TABLES, VectorRow, VectorStore, floor, load_scrub, superseded
+from canopy.vectors import (
+    TABLES,
+    VectorRow,
+    VectorStore,
+    floor,
+    load_scrub,
+    merge_scrub,
+    superseded,
+)
 from indexer.stages.context import Build
 
-__all__ = ["VectorOutcome", "stage_vectors", "tidy_search_tables"]
+__all__ = ["VectorOutcome", "search_tables_need_tidy", "stage_vectors", "tidy_search_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +76,12 @@ def _items(b: Build, table: str, ids: list[str]) -> Iterator[_Item]:
             yield _Item(cid, r.full_text(), tuple(sorted(row.gate.acl)), r.text_unit_ids, r.level)
 
 
-async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
-    """Write the search rows of staged artifacts (all artifacts with `rebuild`)."""
+async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcome:
+    """Write the search rows of staged artifacts (all artifacts with `rebuild`). `erase`: text
+    left the index in this run (deleted or edited units), so the rows it deletes are noted for
+    rewriting (`VectorStore`)."""
     embedder = b.embedder
-    vectors = VectorStore(b.store.index_dir, embedder.dims or 0)
+    vectors = VectorStore(b.store.index_dir, embedder.dims or 0, erase=erase)
     committed = json.loads(b.store.get_meta("lance_versions", "{}") or "{}")
     vectors.restore(committed, missing_ok=rebuild)
     if rebuild:
@@ -117,39 +127,71 @@ async def stage_vectors(b: Build, *, rebuild: bool) -> VectorOutcome:
     return VectorOutcome(embedded, vectors.versions(), vectors.scrub)
 
 
-def tidy_search_tables(store: Store, storage: StorageSettings, *, changed: bool) -> None:
-    """After a commit (`changed`), or a run with nothing to do: fold appended rows into the
-    search indexes when they are many, and, at most once per `keep_versions_s`, rewrite tables
-    that still store deleted rows and prune versions no reader may hold any more
-    (`VectorStore.tidy`, `floor`).
+def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> tuple[bool, bool] | None:
+    """(work to do, a periodic tidy is due), or None when there is nothing to look at: the
+    tables changed since they were last looked at (appended rows may need folding into the
+    indexes), or a periodic tidy is due and they changed after the last one's grace period
+    began (what they superseded may still be on disk)."""
+    if not store.get_meta("lance_versions"):
+        return None
+    keep = storage.keep_versions_s
+    tidied = float(store.get_meta("lance_tidied_at", "0") or 0)
+    changed_at = float(store.get_meta("lance_changed_at", "0") or 0)
+    checked_at = float(store.get_meta("lance_checked_at", "0") or 0)
+    due = now - tidied >= keep
+    if changed_at > checked_at or (due and changed_at > tidied - keep):
+        return True, due
+    return None
 
-    A run with nothing to do opens the tables only when a tidy is due and the tables changed
-    after the last tidy's grace period began (what they superseded may still be on disk). So
-    deleted text leaves the disk at the index runs that follow the deletion by one to two
-    grace periods (plus `_PRUNE_MARGIN`)."""
+
+def search_tables_need_tidy(store: Store, storage: StorageSettings) -> bool:
+    """Whether `tidy_search_tables` would open the tables (milliseconds: meta only)."""
+    return _tidy_plan(store, storage, time.time()) is not None
+
+
+def tidy_search_tables(store: Store, storage: StorageSettings, *,
+                       should_stop: Callable[[], bool] | None = None) -> bool:
+    """After commits: fold appended rows into the search indexes when they are many, and, at
+    most once per `keep_versions_s`, rewrite the fragments that still store erased rows and
+    prune versions no reader may hold any more (`VectorStore.tidy`, `floor`). The caller holds
+    the writer lock. `should_stop()` ends the work between steps (a writer is waiting); each
+    finished table is recorded at once. False when it stopped early.
+
+    Commits stamp `lance_changed_at`. So deleted text leaves the disk at the first tidy that
+    follows the deletion by one to two grace periods (plus `_PRUNE_MARGIN`)."""
+    now = time.time()
+    plan = _tidy_plan(store, storage, now)
+    if plan is None:
+        return True
+    _, due = plan
+    keep = storage.keep_versions_s
     committed = {name: int(v) for name, v in
                  json.loads(store.get_meta("lance_versions", "{}") or "{}").items()}
-    if not committed:
-        return
-    now, keep = time.time(), storage.keep_versions_s
-    tidied = float(store.get_meta("lance_tidied_at", "0") or 0)
-    changed_at = now if changed else float(store.get_meta("lance_changed_at", "0") or 0)
-    due = now - tidied >= keep
-    if not changed and not (due and changed_at > tidied - keep):
-        return
     keep_from, history = floor(store.get_meta("lance_history"), committed, now, keep)
+    recorded = store.get_meta("lance_scrub")
+    scrub = None if recorded is None else load_scrub(recorded)
+    stopped = [False]
 
-    def record(versions: dict[str, int]) -> None:
+    def stop() -> bool:
+        stopped[0] = stopped[0] or bool(should_stop and should_stop())
+        return stopped[0]
+
+    def record(versions: dict[str, int], done: str) -> None:
         meta = {"lance_versions": json.dumps(versions),
                 "lance_history": superseded(history, committed, now)}
-        if due:  # every table's noted fragments were rewritten
-            meta["lance_scrub"] = "{}"
+        if due:  # this table's noted fragments were rewritten
+            left = load_scrub(store.get_meta("lance_scrub"))
+            left.pop(done, None)
+            meta["lance_scrub"] = merge_scrub(None, left)
         store.set_meta(meta)
 
     VectorStore(store.index_dir, 0).tidy(committed, keep_from if keep else None, due=due,
-                                         record=record,
-                                         scrub=load_scrub(store.get_meta("lance_scrub")))
-    stamps = {"lance_changed_at": str(changed_at)}
+                                         record=record, scrub=scrub, should_stop=stop)
+    if stopped[0]:
+        return False
+    stamps = {"lance_checked_at": str(now)}
     if due:
         stamps["lance_tidied_at"] = str(now)
+        stamps["lance_scrub"] = "{}"
     store.set_meta(stamps)
+    return True

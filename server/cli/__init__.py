@@ -15,7 +15,7 @@ import sys
 import click
 
 from canopy.allocator import limit_arenas
-from server.cli import demo, evaluate, index, init, query, serve, tokens, warm, watch
+from server.cli import demo, evaluate, index, init, query, serve, tidy, tokens, warm, watch
 from server.cli.common import CanopyGroup, canopy_version
 
 __all__ = ["main"]
@@ -34,6 +34,6 @@ def main(verbose: int) -> None:
 
 
 for _command in (index.index, index.status, query.query, warm.warm, serve.serve, watch.watch,
-                 tokens.token, demo.demo, evaluate.eval_command, init.init):
+                 tokens.token, demo.demo, evaluate.eval_command, init.init, tidy.tidy):
     main.add_command(_command)
 del _command

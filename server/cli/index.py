@@ -32,15 +32,22 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
       canopy index ~/papers --index-dir /tmp/papers-index
       CANOPY_LLM_BASE_URL=http://localhost:11434/v1 CANOPY_LLM_MODEL=qwen2.5 canopy index docs/
     """
-    from server.runtime import build_index, open_workspace
+    from server.runtime import build_index, open_workspace, start_background_tidy
 
     ws = open_workspace(docs, index_dir, config)
+    inline = full or ws.settings.storage.tidy == "inline"
     try:
-        result = build_index(ws, full=full, progress=tqdm_progress)
+        result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline)
     except KeyboardInterrupt:
         raise click.ClickException(_interrupted(ws.index_dir, docs)) from None
     if result.recovered:
         click.echo(f"canopy: {result.recovered}", err=True)
+    # The search tables' periodic tidy would cost a whole-table rewrite on large indexes: it
+    # runs detached, and gives way to the next writer ([storage] tidy = "inline" keeps it here).
+    tidy_pid = None if inline else start_background_tidy(ws, config)
+    if tidy_pid is not None:
+        click.echo(f"canopy: tidying the search tables in the background (pid {tidy_pid}, log "
+                   f"{ws.index_dir / 'tidy.log'})", err=True)
     if as_json:
         click.echo(json.dumps({"generation": result.generation,
                                "elapsed_s": round(result.elapsed_s, 3),

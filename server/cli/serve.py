@@ -171,14 +171,12 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
 def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> Watcher:
     """A watcher thread in the serving process: it commits new generations, which the service
     picks up on the next call (readers never wait for it)."""
-    from indexer.watcher import Watcher
-    from server.runtime import build_index, open_workspace
+    from server.runtime import workspace_watcher
 
     log.setLevel(logging.INFO)  # one line per applied batch, on stderr
-    first = open_workspace(docs, index_dir, config)
-    return Watcher(first.docs_dir, first.index_dir,
-                   lambda: build_index(open_workspace(docs, index_dir, config)),
-                   on_applied=lambda paths, r: log.info("%s", describe_batch(paths, r))).start()
+    return workspace_watcher(docs, index_dir, config,
+                             on_applied=lambda paths, r: log.info("%s", describe_batch(paths, r))
+                             ).start()
 
 
 def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host: str,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -27,22 +26,17 @@ def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: flo
     Example:
       canopy watch ~/team-docs --index-dir ~/.cache/canopy/team-docs
     """
-    from indexer.watcher import Watcher
-    from server.runtime import build_index, open_workspace
+    from server.runtime import workspace_watcher
 
-    ws = open_workspace(docs, index_dir, config)
     logging.getLogger("canopy").setLevel(logging.INFO)
-
-    def apply() -> Any:
-        # Settings (and so the ACL policy) are re-read each batch: canopy.toml edits apply too.
-        return build_index(open_workspace(docs, index_dir, config))
-
-    first = apply()
+    # Settings (and so the ACL policy) are re-read each batch: canopy.toml edits apply too.
+    watcher = workspace_watcher(docs, index_dir, config, debounce=debounce,
+                                on_applied=lambda paths, r: click.echo(describe_batch(paths, r),
+                                                                       err=True))
+    first = watcher.apply()
     click.echo(f"Indexed {first.stats['documents']} documents (generation {first.generation}); "
                f"watching {docs} - Ctrl-C to stop", err=True)
-    watcher = Watcher(ws.docs_dir, ws.index_dir, apply, debounce=debounce,
-                      on_applied=lambda paths, r: click.echo(describe_batch(paths, r),
-                                                             err=True)).start()
+    watcher.start()
     try:
         while True:
             time.sleep(1)

@@ -1,0 +1,205 @@
+"""The search tables' tidy runs off the update's path (issue "Scale"): `canopy index` starts it
+detached, a watcher runs it when idle, and it gives way to any writer that starts waiting.
+
+An update that only adds text notes no fragment for rewriting (what it replaced derives from
+text still indexed); one that removes text does, and the background tidy then erases it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import lancedb
+import pytest
+
+from canopy.store import Store
+from indexer.watcher import Watcher
+from server.runtime import (
+    build_index,
+    maintain_index,
+    open_workspace,
+    tidy_needed,
+    writer_lock,
+    writer_waiting,
+)
+from tests.conftest import EXAMPLES
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _wait(predicate, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _scrub(index_dir: Path) -> dict[str, list[int]]:
+    store = Store(index_dir)
+    try:
+        return json.loads(store.get_meta("lance_scrub") or "{}")
+    finally:
+        store.close()
+
+
+def _stored_deleted(index_dir: Path) -> dict[str, int]:
+    db = lancedb.connect(str(index_dir / "lance"))
+    return {name: int(db.open_table(name).list_versions()[-1]["metadata"]
+                      .get("total_deletion_file_rows", 0) or 0)
+            for name in ("text_units", "entities", "reports")}
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLES / "suppliers", tmp_path / "docs")
+    return tmp_path / "docs"
+
+
+def test_an_addition_notes_nothing_to_erase_and_a_deletion_does(docs: Path,
+                                                                  tmp_path: Path) -> None:
+    ws = open_workspace(docs, index_dir=tmp_path / "idx", storage={"keep_versions_s": 0})
+    build_index(ws)
+    assert _scrub(ws.index_dir) == {}
+    first = sorted(docs.iterdir())[0]
+    (docs / "added.md").write_text(
+        f"# Quillon Forge\n\nQuillon Forge buys parts from {first.stem.replace('_', ' ')}.\n",
+        encoding="utf-8")
+    build_index(ws, tidy=False)
+    assert _scrub(ws.index_dir) == {}  # entity rows were replaced, nothing left the index
+    assert tidy_needed(ws)
+    assert maintain_index(ws) is True
+    assert not tidy_needed(ws)
+    first.unlink()
+    build_index(ws, tidy=False)
+    assert _scrub(ws.index_dir)  # rows derived from the deleted file: rewrite their fragments
+    assert maintain_index(ws) is True
+    assert _scrub(ws.index_dir) == {}
+    assert _stored_deleted(ws.index_dir)["text_units"] == 0
+
+
+def test_canopy_index_returns_before_the_tidy_which_then_erases_the_deletion(
+        docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI with the default `[storage] tidy = "background"`: the update commits and
+    returns, a detached `canopy tidy --if-idle` rewrites what the deletion left in the
+    tables' files and prunes the versions that held it."""
+    monkeypatch.delenv("CANOPY_STORAGE__TIDY")
+    monkeypatch.setenv("CANOPY_STORAGE__KEEP_VERSIONS_S", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO),
+                                                                   os.environ.get("PYTHONPATH")])))
+    index_dir = tmp_path / "idx"
+
+    def index() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "server.cli", "index", str(docs),
+                               "--index-dir", str(index_dir)], capture_output=True, text=True,
+                              timeout=300, cwd=REPO)
+
+    assert index().returncode == 0  # a full build tidies inline: nothing starts
+    victim = sorted(docs.iterdir())[0]
+    text = victim.read_text(encoding="utf-8").split("\n\n")[1][:40]
+    victim.unlink()
+    done = index()
+    assert done.returncode == 0, done.stderr
+    assert "tidying the search tables in the background" in done.stderr
+    log = index_dir / "tidy.log"
+    assert _wait(lambda: "search tables of" in log.read_text(encoding="utf-8"), 120), (
+        log.read_text(encoding="utf-8"))
+    assert _stored_deleted(index_dir) == {"text_units": 0, "entities": 0, "reports": 0}
+    lance = [p for p in (index_dir / "lance").rglob("*") if p.is_file()]
+    assert not any(text.encode() in p.read_bytes() for p in lance)
+    assert not list(index_dir.glob("write.waiting.*"))
+
+
+def test_a_waiting_writer_is_seen_and_a_dead_ones_marker_is_cleared(tmp_path: Path) -> None:
+    index_dir = tmp_path / "idx"
+    index_dir.mkdir()
+    (index_dir / "write.waiting.999999.1").write_text("")  # a writer that died while waiting
+    assert not writer_waiting(index_dir)
+    assert not list(index_dir.glob("write.waiting.*"))
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with writer_lock(index_dir):
+            entered.set()
+            release.wait(30)
+
+    def wait_for_turn() -> None:
+        with writer_lock(index_dir):
+            pass
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert entered.wait(10)
+    waiter = threading.Thread(target=wait_for_turn)
+    waiter.start()
+    assert _wait(lambda: writer_waiting(index_dir), 10)
+    release.set()
+    holder.join(10)
+    waiter.join(10)
+    assert not writer_waiting(index_dir)
+
+
+def test_a_background_tidy_gives_way_to_a_writer_and_keeps_what_it_finished(
+        docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that starts waiting stops the tidy at its next step: the tidied tables are
+    recorded, the rest wait for the next tidy, and the writer's update is correct."""
+    import server.runtime as runtime
+
+    ws = open_workspace(docs, index_dir=tmp_path / "idx", storage={"keep_versions_s": 0})
+    build_index(ws)
+    sorted(docs.iterdir())[0].unlink()
+    build_index(ws, tidy=False)
+    before = _scrub(ws.index_dir)
+    assert len(before) >= 2
+    calls = [0]
+
+    def waiting_after_first_table(index_dir: Path) -> bool:
+        calls[0] += 1
+        return bool(_scrub(index_dir) != before)  # a table was recorded: "a writer arrives"
+
+    monkeypatch.setattr(runtime, "writer_waiting", waiting_after_first_table)
+    assert maintain_index(ws) is False
+    left = _scrub(ws.index_dir)
+    assert left and set(left) < set(before)
+    monkeypatch.undo()
+    assert maintain_index(ws) is True
+    assert _scrub(ws.index_dir) == {}
+    assert _stored_deleted(ws.index_dir) == {"text_units": 0, "entities": 0, "reports": 0}
+
+
+def test_maintain_index_does_nothing_while_another_writer_holds_the_lock(
+        docs: Path, tmp_path: Path) -> None:
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    with writer_lock(ws.index_dir):
+        assert maintain_index(ws) is None
+
+
+def test_a_watcher_runs_its_idle_work_after_a_batch_and_stops_it_when_changes_come(
+        tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    applied: list[int] = []
+    idle_runs: list[bool] = []
+
+    def idle(busy) -> None:  # type: ignore[no-untyped-def]
+        idle_runs.append(busy())
+
+    watcher = Watcher(docs, tmp_path / "idx", lambda: applied.append(1), debounce=0.1,
+                      idle=idle, idle_every=3600).start()
+    try:
+        time.sleep(0.3)
+        assert idle_runs == []  # not before the first batch (nor before idle_every)
+        (docs / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
+        assert _wait(lambda: bool(idle_runs), 15)
+        assert applied and idle_runs == [False]
+    finally:
+        watcher.stop()
