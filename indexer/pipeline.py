@@ -166,6 +166,7 @@ async def run_index(
             tidy_search_tables(store, settings.storage)
         return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
     run_id = store.start_run()
+    store.batch_cache_writes(64)  # the run is the only writer: cache replies in batches
     store.set_meta({"extraction_fingerprint": extraction})
     # The search tables' library takes seconds to import: do it while extraction runs.
     threading.Thread(target=importlib.import_module, args=("lancedb",), daemon=True,
@@ -251,6 +252,7 @@ async def run_index(
         lap("commit")
     finally:
         staging.close()
+        store.batch_cache_writes(1)
     # Readers now use the new generation: compact the search tables and, once due, rewrite
     # what still stores erased rows and drop old versions (or leave that to a background
     # tidy: `server.runtime.maintain_index`); then drop the WAL's old pages.
