@@ -356,3 +356,18 @@ def test_eval_loads_multihop_rag_and_musique_gold_titles(tmp_path: Path) -> None
     assert [q.gold for q in load_questions(mu, "musique")] == [("X", "Z")]
     with pytest.raises(ConfigError, match="not a musique question file"):
         load_questions(mh, "musique")
+
+
+def test_every_file_of_the_example_corpus_is_in_the_wheel() -> None:
+    """`pip install .` (no checkout) ships examples/docs as data files, which `canopy demo`
+    then finds; a folder added to the corpus but not to pyproject would be missing there."""
+    from glob import glob
+
+    files = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))[
+        "tool"]["setuptools"]["data-files"]
+    shipped = {Path(p).resolve() for patterns in files.values() for pattern in patterns
+               for p in glob(str(REPO / pattern))}
+    corpus = {p.resolve() for p in (REPO / "examples" / "docs").rglob("*") if p.is_file()}
+    assert corpus and corpus <= shipped
+    for target, patterns in files.items():  # each folder lands at its own place
+        assert all(Path(target).parts[-1] == Path(p).parent.name for p in patterns), target

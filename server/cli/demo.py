@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +23,16 @@ from server.cli.common import INDEX_DIR, STARTED, tqdm_progress
 
 __all__ = ["EXAMPLE_DOCS", "demo"]
 
-EXAMPLE_DOCS = Path(server.__file__).resolve().parents[1] / "examples" / "docs"
+def _example_docs() -> Path:
+    """The bundled corpus: the checkout's examples/docs, or, in an install without a checkout
+    (`pip install .`, pipx), the copy the wheel puts under the environment's data path."""
+    checkout = Path(server.__file__).resolve().parents[1] / "examples" / "docs"
+    if checkout.is_dir():
+        return checkout
+    return Path(sysconfig.get_path("data")) / "share" / "canopy-graphrag" / "examples" / "docs"
+
+
+EXAMPLE_DOCS = _example_docs()
 TRIM = 900
 
 # (tool, arguments) in the order the demo calls them; drill_down's arguments come from an earlier
