@@ -5,6 +5,9 @@ take minutes. So `canopy serve` answers at once and builds on a thread: until th
 generation commits, every tool call is answered with what the build is doing (stage, progress,
 time so far), and from the commit on, by the index. A build that fails says so in every answer
 and in the log; restarting the server resumes it (extractions are saved as they finish).
+
+`canopy serve --http --workers N` builds in the supervisor process: each worker's slot
+(`ServiceSlot.once_built`) opens the service at the first call after the build committed.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from canopy.errors import CanopyError, IndexMissing
+from canopy.health import check_database
 from server.runtime import Workspace, build_index
 from server.service import CanopyService
 
@@ -29,16 +34,35 @@ class ServiceSlot:
     def __init__(self, service: CanopyService | None = None, docs: str = "") -> None:
         self._service = service
         self._docs = docs
+        self._elsewhere: tuple[Callable[[], CanopyService], Path] | None = None
         self._lock = threading.Lock()
         self._stage, self._done, self._total = "starting", 0, 0
         self._started = time.monotonic()
         self._error: str | None = None
+
+    @classmethod
+    def once_built(cls, open_service: Callable[[], CanopyService], index_dir: Path,
+                   docs: str) -> ServiceSlot:
+        """A slot whose first build runs in another process: the service opens at the first
+        call that finds a committed generation in `index_dir`."""
+        slot = cls(docs=docs)
+        slot._elsewhere = (open_service, index_dir)
+        slot._stage = "in the server's main process"
+        return slot
 
     @property
     def service(self) -> CanopyService:
         """The opened service, or IndexMissing saying how far the first build has come."""
         if self._service is not None:
             return self._service
+        if self._elsewhere is not None:
+            open_service, index_dir = self._elsewhere
+            facts = check_database(index_dir)
+            if not isinstance(facts, str) and facts.generation > 0:
+                with self._lock:
+                    if self._service is None:
+                        self._service = open_service()
+                return self._service
         raise IndexMissing(self.describe())
 
     def describe(self) -> str:

@@ -13,13 +13,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
     from starlette.applications import Starlette
+
+    from server.first_build import ServiceSlot
+    from server.runtime import Workspace
 
 __all__ = ["SPEC_ENV", "HttpSpec", "create_app", "run_http", "serve_in_process"]
 
@@ -43,9 +48,48 @@ class HttpSpec:
     processes: int = 1  # worker processes sharing the cache budget ([query] cache_mb)
 
 
-def build(spec: HttpSpec) -> tuple[MCPServer, Any]:
-    """The MCP server of `spec` and the service it serves (to close on shutdown)."""
+def index_committed(index_dir: Path) -> bool:
+    """Whether `index_dir` holds a committed generation (a damaged database counts: opening
+    it reports the damage)."""
+    from canopy.health import check_database
+
+    if not (index_dir / "canopy.sqlite").exists():
+        return False
+    facts = check_database(index_dir)
+    return isinstance(facts, str) or facts.generation > 0
+
+
+@dataclass(frozen=True)
+class FirstBuild:
+    """A folder's first build, to run behind a server that already listens; `after()` runs
+    once it has committed (the watcher of `serve --watch` starts there)."""
+
+    ws: Workspace
+    after: Callable[[], None]
+
+    def start_detached(self) -> None:
+        """Build on a daemon thread of this process (the supervisor of several workers)."""
+        def run() -> None:
+            from server.runtime import build_index
+
+            try:
+                result = build_index(self.ws)
+            except Exception:  # the workers keep answering "building"; the log says why
+                log.exception("the first index build of %s failed", self.ws.docs_dir)
+                return
+            log.warning("first index of %s built: %d documents in %.1f s", self.ws.docs_dir,
+                        result.stats.get("documents", 0), result.elapsed_s)
+            self.after()
+
+        threading.Thread(target=run, daemon=True, name="canopy-first-build").start()
+
+
+def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer, ServiceSlot]:
+    """The MCP server of `spec` and the slot of the service it serves (to close on shutdown).
+    With no committed index yet, `first` is built in this process behind the server; without
+    it the build runs elsewhere (the supervisor) and the slot opens once it commits."""
     from server.cli.serve import http_auth
+    from server.first_build import ServiceSlot
     from server.mcp_app import build_server
     from server.runtime import open_workspace
     from server.service import CanopyService
@@ -54,10 +98,26 @@ def build(spec: HttpSpec) -> tuple[MCPServer, Any]:
     ws = open_workspace(docs, Path(spec.index_dir) if spec.index_dir else None, config)
     verifier, auth_settings = http_auth(ws, config, Path(spec.tokens_file) if spec.tokens_file
                                         else None, spec.host, spec.port)
-    service = CanopyService(ws, config=config, cache_share=spec.processes, warm=True)
-    server = build_server(service, principal_name=spec.principal, auth=verifier,
+
+    def open_service() -> CanopyService:
+        return CanopyService(ws, config=config, cache_share=spec.processes, warm=True)
+
+    if index_committed(ws.index_dir):
+        slot = ServiceSlot(open_service(), docs=spec.docs)
+    elif first is not None:
+        slot = ServiceSlot(docs=spec.docs)
+
+        def then_open() -> CanopyService:
+            opened = open_service()
+            first.after()
+            return opened
+
+        slot.build(then_open, ws)
+    else:
+        slot = ServiceSlot.once_built(open_service, ws.index_dir, spec.docs)
+    server = build_server(slot, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
-    return server, service
+    return server, slot
 
 
 def create_app() -> Starlette:
@@ -74,17 +134,21 @@ def serve_in_process(server: MCPServer, host: str, port: int) -> None:
     server.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")
 
 
-def run_http(spec: HttpSpec, workers: int) -> None:
-    """Serve until interrupted: in this process (one worker), or in `workers` processes."""
+def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None) -> None:
+    """Serve until interrupted: in this process (one worker), or in `workers` processes.
+    `first`: the folder has no index yet; it is built on a thread of this process while
+    the server answers (each worker's slot opens once the build commits)."""
     import uvicorn
 
     if workers <= 1:
-        server, service = build(spec)
+        server, slot = build(spec, first=first)
         try:
             serve_in_process(server, spec.host, spec.port)
         finally:
-            service.close()
+            slot.close()
         return
+    if first is not None and not index_committed(first.ws.index_dir):
+        first.start_detached()
     os.environ[SPEC_ENV] = json.dumps(asdict(replace(spec, processes=workers)))
     uvicorn.run("server.http:create_app", factory=True, host=spec.host, port=spec.port,
                 workers=workers, log_level=spec.log_level)

@@ -499,11 +499,46 @@ def http_serve_fresh(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 async def test_the_http_server_builds_a_missing_index_then_answers_every_tool(
     http_serve_fresh: tuple[int, Path],
 ) -> None:
+    """It listens at once and builds behind; once the build commits, every tool answers."""
     port, log_path = http_serve_fresh
     async with Client(f"http://127.0.0.1:{port}/mcp") as client:
         await check_listing(client)
+        await _after_first_build(client, "basic_search", {"query": "Kestrel", "k": 3})
         await check_every_tool(client, documents=6)
-    assert "building it first" in log_path.read_text()
+    assert "serving now, building it meanwhile" in log_path.read_text()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_an_http_server_listens_before_its_first_build_and_reports_it(
+        tmp_path: Path, workers: str) -> None:
+    """`serve --http` on a folder with no index: clients connect before the build ends and
+    are told what it is doing; with several workers the build runs in the supervisor and
+    each worker opens the index once it commits."""
+    from tests.fakes.openai_server import FakeOpenAI
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    port, log_path = free_port(), tmp_path / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    with FakeOpenAI(latency=0.4) as fake, log_path.open("wb") as log:
+        env.update(PYTHONPATH=str(REPO), CANOPY_LLM_BASE_URL=fake.base_url,
+                   CANOPY_LLM_API_KEY="test", CANOPY_LLM__CONCURRENCY="2")
+        proc = subprocess.Popen(
+            [sys.executable, *serve_args(docs, tmp_path / "index", "--http", "--port", str(port),
+                                         "--workers", workers)],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(port, proc, timeout=90)
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                first = await client.call_tool("local_search", {"query": "Who makes the cells?"})
+                assert fake.count("report") == 0  # the build is still extracting
+                assert first.is_error and "building the first index" in text_of(first)
+                done = await _after_first_build(client, "local_search",
+                                                {"query": "Who makes the cells?"})
+                assert not done.is_error, text_of(done)
+        finally:
+            proc.terminate()
+            proc.wait(20)
 
 
 async def test_several_worker_processes_answer_every_tool_from_concurrent_clients(

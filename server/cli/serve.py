@@ -23,7 +23,6 @@ from server.cli.common import (
     INDEX_DIR,
     check_principal,
     describe_batch,
-    tqdm_progress,
 )
 
 if TYPE_CHECKING:
@@ -90,7 +89,7 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
     """
     # The HTTP supervisor of several workers serves nothing itself: it imports no engines.
     from server.http import HttpSpec, run_http
-    from server.runtime import build_index, open_workspace
+    from server.runtime import open_workspace
 
     if tokens_file is not None and not use_http:
         raise click.UsageError("--tokens applies to --http only; "
@@ -111,17 +110,22 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
     if verifier is None:  # the caller is --principal (HTTP callers are named by their tokens)
         check_principal(ws.settings.acl, principal)
     fresh = not (ws.index_dir / "canopy.sqlite").exists()
-    if fresh and use_http:  # HTTP clients connect when they like: build before listening
-        click.echo(f"No index at {ws.index_dir} yet: building it first.", err=True)
-        result = build_index(ws, progress=tqdm_progress)
-        click.echo(f"Indexed {result.stats['documents']} documents in {result.elapsed_s:.1f}s.",
-                   err=True)
-        fresh = False
-    # A stdio server answers its host's handshake at once: a first build runs behind it
-    # (server.first_build), and the watcher starts once that build has committed.
+    # A server answers at once, also on a folder with no index: the first build runs behind
+    # it (server.first_build) and the watcher starts once that build has committed.
     watcher = _start_watcher(docs, index_dir, config) if watch and not fresh else None
+    holder: list[Watcher] = []  # the watcher, once the first build has committed
+
+    def after_first_build() -> None:
+        if watch:
+            holder.append(_start_watcher(docs, index_dir, config))
+
+    if fresh:
+        click.echo(f"No index at {ws.index_dir} yet: serving now, building it meanwhile "
+                   "(tools answer with its progress until it commits).", err=True)
     try:
         if use_http:
+            from server.http import FirstBuild
+
             how = "bearer tokens required" if verifier is not None else "no authentication"
             procs = f", {workers} processes" if workers > 1 else ""
             click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})",
@@ -129,11 +133,15 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             if level not in ("debug", "info", "warning", "error"):
                 level = "warning"
-            run_http(HttpSpec(str(docs), str(index_dir) if index_dir else None,
-                              str(config) if config else None, principal,
-                              str(tokens_file.resolve()) if tokens_file else None, host, port,
-                              level),
-                     workers)
+            try:
+                run_http(HttpSpec(str(docs), str(index_dir) if index_dir else None,
+                                  str(config) if config else None, principal,
+                                  str(tokens_file.resolve()) if tokens_file else None, host,
+                                  port, level),
+                         workers, first=FirstBuild(ws, after_first_build) if fresh else None)
+            finally:
+                for w in holder:
+                    w.stop()
             return
         from server.first_build import ServiceSlot
         from server.mcp_app import build_server, run_stdio
@@ -142,16 +150,12 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
         def open_service() -> CanopyService:
             return CanopyService(ws, config=config, warm=True)
 
-        holder: list[Watcher] = []  # the watcher, once the first build has committed
         if fresh:
-            click.echo(f"No index at {ws.index_dir} yet: serving now, building it meanwhile "
-                       "(tools answer with its progress until it commits).", err=True)
             slot = ServiceSlot(docs=str(docs))
 
             def then_open() -> CanopyService:
                 opened = open_service()
-                if watch:
-                    holder.append(_start_watcher(docs, index_dir, config))
+                after_first_build()
                 return opened
 
             slot.build(then_open, ws)
