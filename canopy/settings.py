@@ -84,6 +84,11 @@ class LLMSettings(BaseModel):
         True, description="Use response_format json_schema; false = JSON mode + validation"
     )
     temperature: float = Field(0.0, ge=0, le=2)
+    price_input_per_mtok: float | None = Field(
+        None, ge=0, description="Price per million prompt tokens, for `canopy index "
+        "--estimate` (unset: tokens only)")
+    price_output_per_mtok: float | None = Field(
+        None, ge=0, description="Price per million completion tokens, for the estimate")
 
     @property
     def enabled(self) -> bool:

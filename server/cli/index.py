@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from server.cli.common import CONFIG, DOCS, INDEX_DIR, tqdm_progress
+
+if TYPE_CHECKING:
+    from server.runtime import Workspace
 
 __all__ = ["index", "status"]
 
@@ -22,8 +26,14 @@ __all__ = ["index", "status"]
               help="Rebuild from scratch instead of updating incrementally. A damaged index is "
                    "moved aside into INDEX_DIR/damaged-<time>/ first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@click.option("--estimate", is_flag=True,
+              help="Build nothing: run the real pipeline on a sample of the text units in a "
+                   "throwaway index and print the expected calls, tokens, cost and time of a "
+                   "full build, by task (the sample's own calls are real).")
+@click.option("--sample", type=click.IntRange(1, 10_000), default=40, show_default=True,
+              help="Text units the estimate builds for real.")
 def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
-          as_json: bool) -> None:
+          as_json: bool, estimate: bool, sample: int) -> None:
     """Build or update the GraphRAG index of DOCS.
 
     \b
@@ -35,6 +45,9 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     from server.runtime import build_index, open_workspace, start_background_tidy
 
     ws = open_workspace(docs, index_dir, config)
+    if estimate:
+        _print_estimate(ws, docs, sample, as_json)
+        return
     inline = full or ws.settings.storage.tidy == "inline"
     try:
         result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline)
@@ -82,6 +95,51 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         click.echo(f"  skipped {skip.path}: {skip.reason}")
     for f in result.failures:
         click.echo(f"  failed {f.task} {f.unit_id}: {f.error}")
+
+
+def _print_estimate(ws: Workspace, docs: Path, sample: int, as_json: bool) -> None:
+    from server.estimate import estimate_build
+
+    llm = ws.settings.llm
+    est = estimate_build(ws, sample=sample, price_in=llm.price_input_per_mtok,
+                         price_out=llm.price_output_per_mtok)
+    if as_json:
+        click.echo(json.dumps({**est.model_dump(), "calls": est.calls,
+                               "prompt_tokens": est.prompt_tokens,
+                               "completion_tokens": est.completion_tokens, "cost": est.cost},
+                              indent=2))
+        return
+    click.echo(f"{docs}: {est.documents} documents, {est.units:,} text units "
+               f"({est.unit_tokens:,} tokens)")
+    if not est.tasks:
+        click.echo("No LLM endpoint is configured: the builtin offline provider makes no calls "
+                   "and costs nothing. Set [llm] base_url (or CANOPY_LLM_BASE_URL) to estimate "
+                   "a build with a model.")
+        return
+    priced = est.cost is not None
+    click.echo(f"Estimate of a full build with {est.provider}, from {est.sample_units} of the "
+               f"text units built for real in {est.sample_wall_s:.0f} s:")
+    rows = [(t.task, t.calls, t.prompt_tokens, t.completion_tokens, t.cost) for t in est.tasks]
+    rows.append(("total", est.calls, est.prompt_tokens, est.completion_tokens, est.cost))
+    click.echo(f"  {'task':<12}{'calls':>10}{'prompt tokens':>16}{'completion tokens':>20}"
+               + (f"{'cost':>12}" if priced else ""))
+    for task, calls, p, c, cost in rows:
+        click.echo(f"  {task:<12}{calls:>10,}{p:>16,}{c:>20,}"
+                   + (f"{cost:>12,.2f}" if priced and cost is not None else ""))
+    click.echo(f"  wall time about {_duration(est.wall_s)} at the sample's pace")
+    if not priced:
+        click.echo("  (set [llm] price_input_per_mtok and price_output_per_mtok for a cost)")
+    click.echo("Extraction and gleaning scale with the units; summaries and reports depend on "
+               "how entities recur across documents and are the rough part. The sample's own "
+               f"{sum(t.sample_calls for t in est.tasks):,} calls were real.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _interrupted(index_dir: Path, docs: Path) -> str:
