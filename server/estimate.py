@@ -2,12 +2,15 @@
 
 The GraphRAG literature's first warning is that indexing cost is hard to guess: it depends on
 the corpus, the model's verbosity and the graph it finds. So the estimate runs the real
-pipeline - the configured endpoint, prompts, gleaning, summaries, clustering and reports - on a
-sample of the corpus's own text units (chosen by a hash of their ids, so spread over the
-documents and the same each time), in a throwaway index, and scales each task's calls and
-tokens by the ratio of units. Extraction and gleaning scale with units exactly; summaries and
-reports depend on how entities recur across the corpus, which a sample sees less of, so they
-are the rough part (`benchmarks/estimate_bench.py` measures the error against real builds).
+pipeline - the configured endpoint, prompts, gleaning, summaries, clustering and reports - on
+samples of the corpus's own text units (chosen by a hash of their ids, so spread over the
+documents and the same each time), in throwaway indexes, and scales each task to the corpus:
+- extraction and gleaning are one call (and one more per gleaning) per unit: calls scale with
+  units, tokens with the units' tokens;
+- summaries and reports depend on how entities recur across documents, which a small sample
+  sees less of: they are measured on two samples, half and whole, and extrapolated along the
+  growth between the two (a power law in tokens, exponent between 0.5 and 2).
+`benchmarks/estimate_bench.py` measures the error against real builds.
 
 With no endpoint configured the builtin provider makes no calls and costs nothing; the estimate
 then says so and gives the corpus's size only.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import shutil
 import tempfile
 import time
@@ -26,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from canopy.providers import make_embedder, make_provider
 from canopy.store import Store
-from canopy.tokens import get_tokenizer
+from canopy.tokens import Tokenizer, get_tokenizer
 from indexer.chunking import chunk_document
 from indexer.loaders import LoadedDocument, scan_folder
 from indexer.pipeline import run_index
@@ -92,18 +96,75 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
     units = [u for d in docs for u in chunk_document(
         d.path, d.text, tok, max_tokens=settings.chunking.chunk_tokens,
         overlap=settings.chunking.overlap_tokens)]
-    chosen = sorted(units, key=lambda u: _spread(u.id))[:max(1, sample)]
+    # A sampled unit is built from its own text, without the overlap it repeats from the one
+    # before: with it, it would exceed a unit's size and be split in two.
+    texts = {d.path: d.text for d in docs}
+    chosen = [tok_text for tok_text in (
+        texts[u.document_id][u.char_start:u.char_end]
+        for u in sorted(units, key=lambda u: _spread(u.id))[:max(1, sample)]) if tok_text.strip()]
     if not settings.llm.enabled or not chosen:
         return BuildEstimate(documents=len(docs), units=len(units),
                              unit_tokens=sum(u.n_tokens for u in units),
                              sample_units=0, provider="builtin", tasks=[], sample_wall_s=0.0,
                              wall_s=0.0)
+    half = chosen[:max(1, len(chosen) // 2)]
+    small, tok_small, _, _ = _sample_build(ws, half, tok)
+    usage, tok_sample, built_units, took = _sample_build(ws, chosen, tok)
+    total_tokens = sum(u.n_tokens for u in units)
+    unit_scale = len(units) / max(1, built_units)
+    token_scale = total_tokens / max(1, tok_sample)
+    tasks = []
+    for task, used in sorted(usage.items()):
+        sample_q = {k: int(used.get(k, 0)) for k in _QUANTITIES}
+        if task in _PER_UNIT:
+            est = {"calls": sample_q["calls"] * unit_scale,
+                   "prompt_tokens": sample_q["prompt_tokens"] * token_scale,
+                   "completion_tokens": sample_q["completion_tokens"] * token_scale}
+        else:
+            est = {k: _extrapolate(int(small.get(task, {}).get(k, 0)), tok_small, v,
+                                   tok_sample, total_tokens) for k, v in sample_q.items()}
+        est_p, est_c = round(est["prompt_tokens"]), round(est["completion_tokens"])
+        cost = (None if price_in is None or price_out is None
+                else (est_p * price_in + est_c * price_out) / 1e6)
+        tasks.append(TaskEstimate(task=task, sample_calls=sample_q["calls"],
+                                  sample_prompt_tokens=sample_q["prompt_tokens"],
+                                  sample_completion_tokens=sample_q["completion_tokens"],
+                                  calls=round(est["calls"]), prompt_tokens=est_p,
+                                  completion_tokens=est_c, cost=cost))
+    return BuildEstimate(documents=len(docs), units=len(units), unit_tokens=total_tokens,
+                         sample_units=built_units, provider=f"openai-compatible "
+                         f"{settings.llm.model}", tasks=tasks, sample_wall_s=round(took, 2),
+                         wall_s=round(took * token_scale, 1), price_input_per_mtok=price_in,
+                         price_output_per_mtok=price_out)
+
+
+_QUANTITIES = ("calls", "prompt_tokens", "completion_tokens")
+_PER_UNIT = {"extract", "glean"}  # one call per unit and gleaning pass (LLMProvider.extract)
+
+
+def _extrapolate(q_small: int, t_small: int, q: int, t: int, t_total: int) -> float:
+    """`q` (measured on `t` tokens; `q_small` on `t_small`) at `t_total` tokens, along the
+    power law through the two samples (exponent clamped to [0.5, 2]; linear without growth
+    to fit)."""
+    if q <= 0:
+        return 0.0
+    alpha = 1.0
+    if q_small > 0 and t > t_small > 0:
+        alpha = min(2.0, max(0.5, math.log(q / q_small) / math.log(t / t_small)))
+    return q * (t_total / t) ** alpha
+
+
+def _sample_build(ws: Workspace, texts: list[str], tok: Tokenizer
+                  ) -> tuple[dict[str, dict[str, int]], int, int, float]:
+    """Usage by task, tokens, units built and wall time of a build of these texts alone (one
+    document each) in a throwaway index, with the workspace's settings and endpoint."""
+    settings = ws.settings
     work = Path(tempfile.mkdtemp(prefix="canopy-estimate-"))
     try:
         sample_docs = work / "docs"
         sample_docs.mkdir()
-        for i, unit in enumerate(chosen):
-            (sample_docs / f"unit-{i:05d}.txt").write_text(unit.text, encoding="utf-8")
+        for i, text in enumerate(texts):
+            (sample_docs / f"unit-{i:05d}.txt").write_text(text, encoding="utf-8")
         store = Store(work / "index")
         try:
             began = time.perf_counter()
@@ -115,20 +176,5 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
             store.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    built = max(1, int(result.stats.get("text_units", len(chosen))))
-    scale = len(units) / built
-    tasks = []
-    for task, usage in sorted(result.usage.items()):
-        calls, p, c = (int(usage.get(k, 0)) for k in ("calls", "prompt_tokens",
-                                                      "completion_tokens"))
-        est_p, est_c = round(p * scale), round(c * scale)
-        cost = (None if price_in is None or price_out is None
-                else (est_p * price_in + est_c * price_out) / 1e6)
-        tasks.append(TaskEstimate(task=task, sample_calls=calls, sample_prompt_tokens=p,
-                                  sample_completion_tokens=c, calls=round(calls * scale),
-                                  prompt_tokens=est_p, completion_tokens=est_c, cost=cost))
-    return BuildEstimate(documents=len(docs), units=len(units),
-                         unit_tokens=sum(u.n_tokens for u in units), sample_units=built,
-                         provider=f"openai-compatible {settings.llm.model}", tasks=tasks,
-                         sample_wall_s=round(took, 2), wall_s=round(took * scale, 1),
-                         price_input_per_mtok=price_in, price_output_per_mtok=price_out)
+    built = int(result.stats.get("text_units", len(texts)))
+    return result.usage, sum(tok.count(t) for t in texts), built, took

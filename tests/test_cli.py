@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,7 +21,8 @@ from click.testing import CliRunner
 from canopy.errors import ConfigError
 from server.cli import main
 from server.cli.common import DISTRIBUTION, canopy_version
-from tests.conftest import REPO
+from tests.conftest import EXAMPLES, REPO
+from tests.fakes.openai_server import FakeOpenAI
 
 COMMANDS = {"demo", "eval", "index", "init", "query", "serve", "status", "tidy", "token",
             "warm", "watch"}
@@ -371,3 +373,26 @@ def test_every_file_of_the_example_corpus_is_in_the_wheel() -> None:
     assert corpus and corpus <= shipped
     for target, patterns in files.items():  # each folder lands at its own place
         assert all(Path(target).parts[-1] == Path(p).parent.name for p in patterns), target
+
+
+def test_an_index_embedded_by_an_endpoint_is_served_only_with_that_embedder(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Queries of an index whose vectors came from another embedder get a one-line error
+    naming both and the way out (not a traceback); `canopy index` then re-embeds, and the
+    same query answers."""
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    runner = CliRunner()
+    with FakeOpenAI() as fake:
+        monkeypatch.setenv("CANOPY_EMBED_BASE_URL", fake.base_url)
+        monkeypatch.setenv("CANOPY_EMBED_MODEL", "fake-embed")
+        assert runner.invoke(main, ["index", str(docs)]).exit_code == 0
+    monkeypatch.delenv("CANOPY_EMBED_BASE_URL")
+    monkeypatch.delenv("CANOPY_EMBED_MODEL")
+    query = ["query", str(docs), "-m", "local", "Who makes the cells?"]
+    refused = runner.invoke(main, query)
+    assert refused.exit_code != 0 and "Traceback" not in refused.output
+    assert "openai:fake-embed" in refused.output and "canopy index" in refused.output
+    assert runner.invoke(main, ["index", str(docs)]).exit_code == 0
+    answered = runner.invoke(main, query)
+    assert answered.exit_code == 0 and "Helio Cells" in answered.output

@@ -60,3 +60,4 @@ def test_the_cli_prints_calls_tokens_and_cost_by_task(tmp_path: Path,
     for word in ("extract", "report", "total", "cost", "wall time about"):
         assert word in done.output, done.output
     assert not (docs / ".canopy" / "canopy.sqlite").exists()
+
