@@ -96,12 +96,7 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
     units = [u for d in docs for u in chunk_document(
         d.path, d.text, tok, max_tokens=settings.chunking.chunk_tokens,
         overlap=settings.chunking.overlap_tokens)]
-    # A sampled unit is built from its own text, without the overlap it repeats from the one
-    # before: with it, it would exceed a unit's size and be split in two.
-    texts = {d.path: d.text for d in docs}
-    chosen = [tok_text for tok_text in (
-        texts[u.document_id][u.char_start:u.char_end]
-        for u in sorted(units, key=lambda u: _spread(u.id))[:max(1, sample)]) if tok_text.strip()]
+    chosen = [u.text for u in sorted(units, key=lambda u: _spread(u.id))[:max(1, sample)]]
     if not settings.llm.enabled or not chosen:
         return BuildEstimate(documents=len(docs), units=len(units),
                              unit_tokens=sum(u.n_tokens for u in units),
@@ -158,7 +153,12 @@ def _sample_build(ws: Workspace, texts: list[str], tok: Tokenizer
                   ) -> tuple[dict[str, dict[str, int]], int, int, float]:
     """Usage by task, tokens, units built and wall time of a build of these texts alone (one
     document each) in a throwaway index, with the workspace's settings and endpoint."""
-    settings = ws.settings
+    # Each sampled unit is one document, chunked as one unit whole (with the overlap it
+    # repeats from the unit before it in the corpus): the prompts see what the build's would.
+    chunking = ws.settings.chunking
+    settings = ws.settings.model_copy(update={"chunking": chunking.model_copy(update={
+        "chunk_tokens": chunking.chunk_tokens + chunking.overlap_tokens + 64,
+        "overlap_tokens": 0})})
     work = Path(tempfile.mkdtemp(prefix="canopy-estimate-"))
     try:
         sample_docs = work / "docs"
