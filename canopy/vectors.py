@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 # lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
 # commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
-__all__ = ["TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "floor", "load_scrub",
-           "merge_scrub", "rrf", "superseded"]
+__all__ = ["FOLD_CHECK_ROWS", "TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "floor",
+           "load_scrub", "merge_scrub", "rrf", "superseded"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -63,6 +63,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)  # FTS query syntax characters are droppe
 # Unindexed rows are scanned flat: fold them into the FTS index past this share of the table.
 _UNINDEXED_SHARE = 0.1
 _UNINDEXED_MIN = 2000
+# Rows added since the last tidy after which one opens the tables to see if a fold is due.
+FOLD_CHECK_ROWS = _UNINDEXED_MIN
 _SCRUB_BATCH = 20_000  # rows per batch when a table is rewritten
 # Longer than an optimization takes before it prunes (about 7 s for 70,000 rows here).
 _PRUNE_MARGIN = timedelta(minutes=5)
@@ -173,6 +175,7 @@ class VectorStore:
         # Per table, the fragments this writer deleted rows from (a row address is the
         # fragment id in its high 32 bits, the offset in the low ones).
         self.scrub: dict[str, set[int]] = {}
+        self.written = 0  # rows added: what `tidy` may have to fold into the indexes
 
     def _table(self, name: str) -> Any | None:
         if name in self._db.list_tables().tables:
@@ -257,6 +260,7 @@ class VectorStore:
             t.delete(where)
         import pyarrow as pa
 
+        self.written += len(rows)
         for i in range(0, len(rows), 5000):
             t.add(pa.Table.from_pylist([
                 {"id": r.id, "text": r.text, "hash": r.hash, "vector": r.vector.astype(np.float32),

@@ -224,6 +224,8 @@ async def run_index(
             "lance_versions": json.dumps(vectors.versions),
             "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub),
             "lance_changed_at": str(time.time()),
+            "lance_appended": str(int(store.get_meta("lance_appended", "0") or 0)
+                                  + vectors.written),
             "docs_dir": str(Path(docs_dir).resolve()),
             "revoking": "0",
             "settings_fingerprint": fingerprint,

@@ -203,3 +203,26 @@ def test_a_watcher_runs_its_idle_work_after_a_batch_and_stops_it_when_changes_co
         assert applied and idle_runs == [False]
     finally:
         watcher.stop()
+
+
+def test_a_small_update_needs_no_tidy_until_rows_pile_up_or_the_period_ends(
+        docs: Path, tmp_path: Path) -> None:
+    """Spawning a tidy costs a process and LanceDB's import: a small update within the
+    period asks for none; one that added many rows (a fold into the indexes may be due), or
+    the end of the period after a change, does."""
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")  # keep_versions_s = 600
+    build_index(ws)
+    (docs / "added.md").write_text("# Quillon Forge\n\nQuillon Forge makes brass gears.\n",
+                                   encoding="utf-8")
+    build_index(ws, tidy=False)
+    assert not tidy_needed(ws)
+    store = Store(ws.index_dir)
+    try:
+        store.set_meta({"lance_appended": "5000"})
+        assert tidy_needed(ws)
+        store.set_meta({"lance_appended": "0", "lance_tidied_at": "0"})
+        assert tidy_needed(ws)  # the period is over and the tables changed since
+    finally:
+        store.close()
+    assert maintain_index(ws) is True
+    assert not tidy_needed(ws)

@@ -20,6 +20,7 @@ from canopy.ids import content_hash
 from canopy.settings import StorageSettings
 from canopy.store import Store
 from canopy.vectors import (
+    FOLD_CHECK_ROWS,
     TABLES,
     VectorRow,
     VectorStore,
@@ -42,6 +43,7 @@ class VectorOutcome:
     embedded: int
     versions: dict[str, int]
     scrub: dict[str, set[int]]  # fragments rows were deleted from (VectorStore.scrub)
+    written: int = 0  # rows added (VectorStore.written)
 
 
 @dataclass(frozen=True)
@@ -124,22 +126,22 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
             vectors.write(table, [] if rebuild else batch, rows)
             advance(len(batch))
         vectors.maintain(table)
-    return VectorOutcome(embedded, vectors.versions(), vectors.scrub)
+    return VectorOutcome(embedded, vectors.versions(), vectors.scrub, vectors.written)
 
 
 def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> tuple[bool, bool] | None:
-    """(work to do, a periodic tidy is due), or None when there is nothing to look at: the
-    tables changed since they were last looked at (appended rows may need folding into the
-    indexes), or a periodic tidy is due and they changed after the last one's grace period
-    began (what they superseded may still be on disk)."""
+    """(work to do, a periodic tidy is due), or None when there is nothing to look at: enough
+    rows were added since the last tidy that a fold into the indexes may be due
+    (`FOLD_CHECK_ROWS`), or a periodic tidy is due and the tables changed after the last one's
+    grace period began (what they superseded may still be on disk)."""
     if not store.get_meta("lance_versions"):
         return None
     keep = storage.keep_versions_s
     tidied = float(store.get_meta("lance_tidied_at", "0") or 0)
     changed_at = float(store.get_meta("lance_changed_at", "0") or 0)
-    checked_at = float(store.get_meta("lance_checked_at", "0") or 0)
+    appended = int(store.get_meta("lance_appended", "0") or 0)
     due = now - tidied >= keep
-    if changed_at > checked_at or (due and changed_at > tidied - keep):
+    if appended >= FOLD_CHECK_ROWS or (due and changed_at > tidied - keep):
         return True, due
     return None
 
@@ -189,7 +191,7 @@ def tidy_search_tables(store: Store, storage: StorageSettings, *,
                                          record=record, scrub=scrub, should_stop=stop)
     if stopped[0]:
         return False
-    stamps = {"lance_checked_at": str(now)}
+    stamps = {"lance_appended": "0"}
     if due:
         stamps["lance_tidied_at"] = str(now)
         stamps["lance_scrub"] = "{}"
