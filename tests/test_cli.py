@@ -22,8 +22,8 @@ from server.cli import main
 from server.cli.common import DISTRIBUTION, canopy_version
 from tests.conftest import REPO
 
-COMMANDS = {"demo", "eval", "index", "init", "query", "serve", "status", "tidy", "token",
-            "warm", "watch"}
+COMMANDS = {"demo", "eval", "export", "index", "init", "query", "serve", "status", "tidy",
+            "token", "warm", "watch"}
 
 
 def _pyproject_version() -> str:
