@@ -21,6 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
+from canopy.errors import ConfigError
+from server.api import Index
 from server.cli import main
 from server.export.schema import TABLES
 from server.runtime import build_index, open_workspace
@@ -255,6 +257,20 @@ class TestPermissions:
                 assert set(json.loads(row["text_unit_ids"])) <= readable_units, table
         assert mine["covariates"] and {c["text_unit_id"] for c in mine["covariates"]} <= (
             readable_units)
+
+    def test_a_restricted_export_counts_what_index_status_counts_for_them(
+            self, tenants: tuple[Path, Path], tmp_path: Path) -> None:
+        docs, index = tenants
+        with Index.open(docs, index_dir=index) as canopy:
+            for who in ("bob", "carol"):
+                result = canopy.export(tmp_path / who, principal=who)
+                status = canopy.status(principal=who).model_dump()
+                for field, table in COUNTED.items():
+                    assert result.rows[table] == status[field], (who, field)
+                assert result.principal == who
+            with pytest.raises(ConfigError, match="name the caller"):
+                canopy.export(tmp_path / "nobody")
+        assert not (tmp_path / "nobody").exists()
 
 
 class TestArguments:
