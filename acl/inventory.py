@@ -1,4 +1,4 @@
-"""`Inventory`: what status, warm-up and listings count and enumerate for one caller.
+"""`Inventory`: what status, warm-up, listings and exports count and enumerate for one caller.
 
 Counts are over rows that touch an ACL class the caller reads (canopy.store counts them in SQL);
 id lists are candidates whose serving state the reader still decides (acl.reader). It holds the
@@ -7,6 +7,8 @@ index only through the reader and this object.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from acl.caller import Caller
 from canopy.storage import GraphSnapshot
@@ -27,6 +29,18 @@ class Inventory:
         """Ids of rows of `table` that touch a readable class and one that is not: the
         candidates for views."""
         return self._snap.partly_touching(table, self._readable)
+
+    def readable_ids(self, table: str) -> list[str]:
+        """Ids of the rows of `table` (entities, relationships, claims) that may exist for the
+        caller: those touching a readable class, and the stale ones (candidates: the reader
+        decides each). For exports, which enumerate what a caller may read."""
+        touching = self._snap.ids_touching(table, self._readable)
+        return sorted({*touching, *self._snap.stale_ids(table)})
+
+    def unit_ids_of(self, document_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Ids of the live units of each of these documents (candidates: CallerReader.units
+        serves only the readable ones)."""
+        return self._snap.unit_ids_of_documents(document_ids)
 
     def community_levels_readable(self) -> dict[str, int]:
         """Communities per level that touch a readable class."""

@@ -435,16 +435,21 @@ class GraphReads:
 
     # ---- counts ----------------------------------------------------------------------------------
 
+    def _touching(self, what: str, table: str) -> str:
+        name = getattr(self.t, table)
+        if table in ("documents", "text_units"):
+            return f"SELECT {what} FROM {name} WHERE acl IN (SELECT value FROM json_each(?))"
+        return (f"SELECT {what} FROM {name} t WHERE t.stale = 0 AND EXISTS (SELECT 1 FROM "
+                "json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))")
+
     def count_touching(self, table: str, classes: Iterable[int]) -> int:
         """Rows of `table` (not stale) with a source unit in one of these ACL classes."""
-        name = getattr(self.t, table)
-        cls = json.dumps(sorted(classes))
-        if table in ("documents", "text_units"):
-            sql = f"SELECT COUNT(*) FROM {name} WHERE acl IN (SELECT value FROM json_each(?))"
-        else:
-            sql = (f"SELECT COUNT(*) FROM {name} t WHERE t.stale = 0 AND EXISTS (SELECT 1 FROM "
-                   "json_each(t.acl) a WHERE a.value IN (SELECT value FROM json_each(?)))")
-        return int(self._rows(sql, cls)[0][0])
+        return int(self._rows(self._touching("COUNT(*)", table), json.dumps(sorted(classes)))[0][0])
+
+    def ids_touching(self, table: str, classes: Iterable[int]) -> list[str]:
+        """Ids of the rows `count_touching` counts, in id order."""
+        sql = self._touching("id", table) + " ORDER BY id"
+        return [r[0] for r in self._rows(sql, json.dumps(sorted(classes)))]
 
     def community_levels_touching(self, classes: Iterable[int]) -> dict[str, int]:
         sql = (

@@ -1,4 +1,4 @@
-"""`canopy` command line: index, status, query, warm, serve, watch, token, demo.
+"""`canopy` command line: index, status, query, export, warm, serve, watch, token, demo.
 
 Progress goes to stderr; stdout carries results only (and is the MCP protocol under `serve`).
 
@@ -15,7 +15,7 @@ import sys
 import click
 
 from canopy.allocator import limit_arenas
-from server.cli import demo, evaluate, index, init, query, serve, tidy, tokens, warm, watch
+from server.cli import demo, evaluate, export, index, init, query, serve, tidy, tokens, warm, watch
 from server.cli.common import CanopyGroup, canopy_version
 
 __all__ = ["main"]
@@ -34,6 +34,7 @@ def main(verbose: int) -> None:
 
 
 for _command in (index.index, index.status, query.query, warm.warm, serve.serve, watch.watch,
-                 tokens.token, demo.demo, evaluate.eval_command, init.init, tidy.tidy):
+                 tokens.token, demo.demo, evaluate.eval_command, init.init, tidy.tidy,
+                 export.export):
     main.add_command(_command)
 del _command
