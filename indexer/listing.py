@@ -12,6 +12,12 @@ never walked. Hard links are not links but further names of one file: each name 
 its own path and labels, like a copy (whoever can write into the folder can copy a file anyway).
 Non-regular files (FIFOs, sockets, devices) are never opened.
 
+Where the OS has no `openat` with O_NOFOLLOW (Windows), the same rules hold by checking instead
+of opening relative to a descriptor: every component is `lstat`ed and refused if it is a link
+or any other reparse point (junctions too), and the opened file must be the very file that was
+checked (same device and file id), so a swap between the check and the open is refused after
+the fact. `BY_DESCRIPTOR` says which way this OS takes.
+
 Names: a document's path is its relative POSIX path as text. A name that is not valid UTF-8
 (Linux allows any byte but NUL and "/") is shown with each undecodable byte as `\\xNN` and each
 backslash doubled, so the form is lossless and unique, stores as UTF-8 and keeps its folders:
@@ -32,7 +38,13 @@ from pathlib import Path
 from canopy.model import Skip
 from canopy.settings import CONFIG_FILENAME, INDEX_DIRNAME, InputSettings
 
-__all__ = ["FileEntry", "FileRefused", "LinkRefused", "display_name", "list_files", "read_beneath"]
+__all__ = ["BY_DESCRIPTOR", "FileEntry", "FileRefused", "LinkRefused", "display_name", "list_files",
+           "read_beneath"]
+
+# openat(2) with O_NOFOLLOW: POSIX. Elsewhere each path is checked with lstat (module doc).
+BY_DESCRIPTOR = (os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
+                 and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY"))
+_REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT: Windows links and junctions
 
 LINK_REASON = ("symbolic link, not followed (links are never indexed; the target is indexed "
                "under its own path)")
@@ -165,6 +177,25 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
+def _is_link(st: os.stat_result) -> bool:
+    return stat.S_ISLNK(st.st_mode) or bool(getattr(st, "st_file_attributes", 0) & _REPARSE_POINT)
+
+
+def _checked_dir(root: Path, parts: tuple[bytes, ...]) -> bytes:
+    """root/parts as a path, every component checked to be a folder and no link (the
+    path-walking way: `BY_DESCRIPTOR` is False)."""
+    path = os.fsencode(root)
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise
+        if _is_link(st) or not stat.S_ISDIR(st.st_mode):
+            raise LinkRefused(PATH_LINK_REASON)
+    return path
+
+
 def _open_dir(root: Path, parts: tuple[bytes, ...]) -> int:
     """A descriptor of root/parts, every component opened without following links."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
@@ -187,6 +218,15 @@ def _open_dir(root: Path, parts: tuple[bytes, ...]) -> int:
 def _list_dir(root: Path, parts: tuple[bytes, ...]
               ) -> list[tuple[tuple[bytes, ...], os.stat_result]]:
     """The entries of root/parts sorted by name, each with its own (never followed) stat."""
+    if not BY_DESCRIPTOR:
+        path = _checked_dir(root, parts)
+        found = []
+        for raw in os.listdir(path):
+            try:
+                found.append(((*parts, raw), os.lstat(os.path.join(path, raw))))
+            except OSError:
+                continue  # vanished between listing and stat
+        return sorted(found, key=lambda item: item[0][-1])
     fd = _open_dir(root, parts)
     try:
         out = []
@@ -213,6 +253,8 @@ def read_beneath(entry: FileEntry, max_bytes: int) -> bytes:
     `LinkRefused` on a link, `FileRefused` when it is not a regular file or holds more than
     max_bytes (it may have grown since it was listed)."""
     parts = tuple(os.fsencode(p) for p in entry.real_path.relative_to(entry.root).parts)
+    if not BY_DESCRIPTOR:
+        return _read_checked(entry.root, parts, max_bytes)
     dir_fd = _open_dir(entry.root, parts[:-1])
     try:
         try:
@@ -224,11 +266,36 @@ def read_beneath(entry: FileEntry, max_bytes: int) -> bytes:
             raise
     finally:
         os.close(dir_fd)
+    return _read_open(fd, max_bytes)
+
+
+def _read_open(fd: int, max_bytes: int, checked: os.stat_result | None = None) -> bytes:
     with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fh.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise FileRefused(f"not a regular file ({_kind(mode)})")
+        st = os.fstat(fh.fileno())
+        if checked is not None and not os.path.samestat(st, checked):
+            raise LinkRefused(LINK_REASON)  # swapped between the check and the open
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"not a regular file ({_kind(st.st_mode)})")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise FileRefused(f"larger than max_file_bytes (> {max_bytes})")
     return data
+
+
+def _read_checked(root: Path, parts: tuple[bytes, ...], max_bytes: int) -> bytes:
+    """`read_beneath` the path-walking way: folders and the file checked with lstat, then the
+    opened file compared with the checked one."""
+    path = os.path.join(_checked_dir(root, parts[:-1]), parts[-1])
+    st = os.lstat(path)
+    if _is_link(st):
+        raise LinkRefused(LINK_REASON)
+    if not stat.S_ISREG(st.st_mode):
+        raise FileRefused(f"not a regular file ({_kind(st.st_mode)})")
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(LINK_REASON) from exc
+        raise
+    return _read_open(fd, max_bytes, checked=st)

@@ -23,6 +23,16 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "O_NOFOLLOW"), reason="POSIX onl
 LINK = "symbolic link, not followed"
 
 
+@pytest.fixture(autouse=True, params=["descriptors", "checked paths"])
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs both ways of walking the folder: openat with O_NOFOLLOW (POSIX), and
+    the lstat-checked paths an OS without it (Windows) takes."""
+    from indexer import listing
+
+    monkeypatch.setattr(listing, "BY_DESCRIPTOR", request.param == "descriptors")
+    return str(request.param)
+
+
 def scanned(root: Path) -> tuple[dict[str, LoadedDocument], dict[str, Skip]]:
     docs: dict[str, LoadedDocument] = {}
     skips: dict[str, Skip] = {}
@@ -159,7 +169,8 @@ def _has_link_component(root: Path, rel: str) -> bool:
     return False
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(NODES)
 def test_no_link_shape_reads_outside_the_folder_or_through_a_link(nodes: list) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,3 +197,28 @@ def test_no_link_shape_reads_outside_the_folder_or_through_a_link(nodes: list) -
                  and not _has_link_component(root, str(p.parent.relative_to(root)))
                  and (p.suffix in (".txt", ".md") or p.is_dir())}
         assert {p for p, s in skips.items() if "symbolic link" in s.reason} == links
+
+
+def test_checked_paths_refuse_a_file_swapped_between_the_check_and_the_open(
+        tmp_path: Path, walk: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without openat, the file opened must be the one checked: a swap in between (here, the
+    checked file renamed away and another put in its place) is refused."""
+    from indexer import listing
+    from indexer.loaders import list_files, load_entry
+
+    if walk != "checked paths":
+        pytest.skip("the descriptor walk opens what it checks")
+    (tmp_path / "a.txt").write_text("checked text")
+    (tmp_path / "other.txt").write_text("OTHER-CANARY")
+    entry = next(e for e in list_files(tmp_path, InputSettings()) if not isinstance(e, Skip))
+    real_lstat = os.lstat
+
+    def swap_after_check(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        st = real_lstat(path, *args, **kwargs)
+        if os.fsdecode(path).endswith("a.txt"):
+            os.replace(tmp_path / "other.txt", tmp_path / "a.txt")
+        return st
+
+    monkeypatch.setattr(listing.os, "lstat", swap_after_check)
+    result = load_entry(entry, InputSettings())
+    assert isinstance(result, Skip) and result.reason.startswith(LINK)
