@@ -28,6 +28,7 @@ TASKS = (
     "answer",
     "hyde",
     "drift",
+    "route",
     "repair",
 )
 

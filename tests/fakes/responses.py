@@ -451,6 +451,31 @@ def drift(prompt: str) -> dict[str, Any]:
     }
 
 
+_ACROSS = re.compile(
+    r"\b(themes?|topics|trends?|overview|summar\w*|main|across|often|frequently|common|"
+    r"recurring|generally|typically|overall|any|all)\b", re.IGNORECASE)
+_VALUE = re.compile(r"^\s*(how many|how much|when|where|what year|what date)\b", re.IGNORECASE)
+
+
+def route(prompt: str) -> dict[str, Any]:
+    """An engine by the prompt's own definitions: a listed name in under half the passages ->
+    local; words asking about the whole collection -> global; a count, time or place -> basic;
+    any other listed name -> local; else basic."""
+    question = section(prompt, "Question")
+    names = [ln[2:] for ln in section(prompt, "Names of the index in the question").splitlines()
+             if ln.startswith("- ")]
+    shares = [int(m.group(1)) for n in names for m in [re.search(r"in (\d+)% of", n)] if m]
+    if any(share < 50 for share in shares):
+        return {"engine": "local", "reason": "The question names a particular entity."}
+    if _ACROSS.search(question):
+        return {"engine": "global", "reason": "The question asks about the whole collection."}
+    if _VALUE.search(question):
+        return {"engine": "basic", "reason": "The question asks for one value."}
+    if names:
+        return {"engine": "local", "reason": "The question names an entity of the index."}
+    return {"engine": "basic", "reason": "The question asks for one fact."}
+
+
 # ---- dispatch ---------------------------------------------------------------------------------
 
 
@@ -464,6 +489,7 @@ def chat_content(task: str, body: dict[str, Any]) -> str:
         "rate": rate,
         "map": map_points,
         "drift": drift,
+        "route": route,
     }
     text_tasks = {"summarize": summarize, "reduce": reduce, "answer": answer, "hyde": hyde}
     if task == "glean":
