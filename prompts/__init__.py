@@ -29,6 +29,11 @@ TASKS = (
     "hyde",
     "drift",
     "route",
+    "describe",
+    "personas",
+    "persona_tasks",
+    "questions",
+    "judge",
     "repair",
 )
 

@@ -476,6 +476,57 @@ def route(prompt: str) -> dict[str, Any]:
     return {"engine": "basic", "reason": "The question asks for one fact."}
 
 
+# ---- answer evaluation ------------------------------------------------------------------------
+
+
+def _count(prompt: str) -> int:
+    found = re.search(r"exactly (\d+) entries", prompt)
+    return int(found.group(1)) if found else 1
+
+
+def describe(prompt: str) -> str:
+    lines = [ln[2:].split(":")[0] for ln in section(prompt, "Reports").splitlines()
+             if ln.startswith("- ")]
+    return "A collection about " + ", ".join(lines[:5] or ["various subjects"]) + "."
+
+
+def personas(prompt: str) -> dict[str, Any]:
+    return {"personas": [{"name": f"Reader {i}", "description": f"Reader {i} wants an overview."}
+                         for i in range(1, _count(prompt) + 1)]}
+
+
+def persona_tasks(prompt: str) -> dict[str, Any]:
+    who = section(prompt, "User").split(":")[0]
+    return {"tasks": [f"{who} task {i}" for i in range(1, _count(prompt) + 1)]}
+
+
+def questions(prompt: str) -> dict[str, Any]:
+    task = section(prompt, "Task")
+    subject = section(prompt, "Description").removeprefix("A collection about ").split(",")[0]
+    return {"questions": [f"What are the main themes of {subject.strip(' .')} for {task} "
+                          f"(question {i})?" for i in range(1, _count(prompt) + 1)]}
+
+
+def judge(prompt: str) -> dict[str, Any]:
+    """A position-blind judge: by the criterion named, the answer with more words
+    (comprehensiveness), more distinct words (diversity), more citations (empowerment) or
+    fewer words (directness) wins; equal measures tie."""
+    criterion = re.search(r"^Criterion: (\w+)", prompt, re.MULTILINE)
+    name = criterion.group(1).lower() if criterion else ""
+    answers = [section(prompt, "Answer 1"), section(prompt, "Answer 2")]
+    if name == "diversity":
+        measures = [len(set(a.lower().split())) for a in answers]
+    elif name == "empowerment":
+        measures = [a.count("[Data:") for a in answers]
+    elif name == "directness":
+        measures = [-len(a.split()) for a in answers]
+    else:
+        measures = [len(a.split()) for a in answers]
+    winner = 0 if measures[0] == measures[1] else 1 if measures[0] > measures[1] else 2
+    return {"reasoning": f"By {name or 'the criterion'}: {measures[0]} against {measures[1]}.",
+            "winner": winner}
+
+
 # ---- dispatch ---------------------------------------------------------------------------------
 
 
@@ -490,8 +541,13 @@ def chat_content(task: str, body: dict[str, Any]) -> str:
         "map": map_points,
         "drift": drift,
         "route": route,
+        "personas": personas,
+        "persona_tasks": persona_tasks,
+        "questions": questions,
+        "judge": judge,
     }
-    text_tasks = {"summarize": summarize, "reduce": reduce, "answer": answer, "hyde": hyde}
+    text_tasks = {"summarize": summarize, "reduce": reduce, "answer": answer, "hyde": hyde,
+                  "describe": describe}
     if task == "glean":
         return json.dumps(glean(body))
     if task in json_tasks:
