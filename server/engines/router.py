@@ -7,22 +7,25 @@ an engine, classify the question and hand it to the engine that suits it (design
 - basic_search for a point question: one value (a count, a date, a place) stated in a passage.
 
 The result says which engine answered and why (`RouteInfo`). The signals are general, not fitted
-to a question template:
+to a question template (rule_route gives their order):
 1. entity linking against the index, through the caller's view: a name the question writes
-   (capitalized past its first word, or in CJK) that is an entity the caller can see. A name
-   found in PERVASIVE_SHARE or more of the caller's passages is the collection's subject
-   ("Microsoft" in Microsoft's earnings calls) and narrows nothing;
+   (with a capital letter past its first word, or in CJK) that is an entity the caller can see.
+   A name found in PERVASIVE_SHARE or more of the caller's passages is a subject of the whole
+   collection ("Microsoft" in Microsoft's earnings calls): it makes the question local only
+   when the question does not also ask across the collection;
 2. whether the question is about the collection as a whole: the builtin provider's one
    definition of such a question (canopy.providers.builtin.relevance.is_generic), or English
-   question grammar that asks across documents: a quantifier or frequency adverb ("any",
-   "often", "across"), or a plural subject ("what risks are", "how do teams");
+   question grammar that asks across documents (canopy.providers.builtin.lexicon): a quantifier,
+   frequency adverb or overview word ("any", "often", "across", "themes"), a plural subject
+   ("what risks are", "how do teams", "described by the guests");
 3. whether it asks for one value ("how many", "when", "where") and how many clauses it joins.
 With an LLM configured (and `[query] router_llm`), the provider classifies the question in one
-short call, given the names linked in step 1, and the rules are the fallback.
+short call, given the names linked in step 1, and the rules are the fallback. Questions in other
+languages than English rely on step 1 and on the LLM.
 
 Permissions: every name the router links, counts or quotes comes from the caller's view, and
-the reason quotes the question's own words for them, so a route never reveals what the caller
-cannot read. Measured by benchmarks/router_eval.py.
+the reason quotes the question's own words for them, so a route never depends on, or reveals,
+what the caller cannot read. Measured by benchmarks/router_eval.py.
 """
 
 from __future__ import annotations

@@ -453,24 +453,32 @@ def drift(prompt: str) -> dict[str, Any]:
 
 _ACROSS = re.compile(
     r"\b(themes?|topics|trends?|overview|summar\w*|main|across|often|frequently|common|"
-    r"recurring|generally|typically|overall|any|all)\b", re.IGNORECASE)
-_VALUE = re.compile(r"^\s*(how many|how much|when|where|what year|what date)\b", re.IGNORECASE)
+    r"recurring|generally|typically|overall|any|many|various|different|views|perspectives|"
+    r"evolved?|consistently)\b", re.IGNORECASE)
+# "What recurring topics ...", "Which episodes ...", "How do guests ...", "Are there ...":
+# a plural subject within the first words asks about many documents at once.
+_PLURAL_HEAD = re.compile(
+    r"^\s*(?:(?:what|which)(?:\s+\w+){0,2}?\s+\w{3,}s\b(?!\s+(?:is|was|has|does)\b)|"
+    r"(?:how|what)\s+(?:do|have|are|were)\b|(?:are|do|were|have)\s+(?!you\b|i\b|we\b))",
+    re.IGNORECASE)
+_VALUE = re.compile(r"^\s*(how many|how much|how long|when|where|what year|what date)\b",
+                    re.IGNORECASE)
 
 
 def route(prompt: str) -> dict[str, Any]:
     """An engine by the prompt's own definitions: a listed name in under half the passages ->
-    local; words asking about the whole collection -> global; a count, time or place -> basic;
-    any other listed name -> local; else basic."""
+    local; a count, time or place -> basic; words or a plural subject asking about the whole
+    collection -> global; any other listed name -> local; else basic."""
     question = section(prompt, "Question")
     names = [ln[2:] for ln in section(prompt, "Names of the index in the question").splitlines()
              if ln.startswith("- ")]
     shares = [int(m.group(1)) for n in names for m in [re.search(r"in (\d+)% of", n)] if m]
     if any(share < 50 for share in shares):
         return {"engine": "local", "reason": "The question names a particular entity."}
-    if _ACROSS.search(question):
-        return {"engine": "global", "reason": "The question asks about the whole collection."}
     if _VALUE.search(question):
         return {"engine": "basic", "reason": "The question asks for one value."}
+    if _ACROSS.search(question) or _PLURAL_HEAD.search(question):
+        return {"engine": "global", "reason": "The question asks about the whole collection."}
     if names:
         return {"engine": "local", "reason": "The question names an entity of the index."}
     return {"engine": "basic", "reason": "The question asks for one fact."}
