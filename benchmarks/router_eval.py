@@ -1,6 +1,6 @@
 """Routing accuracy of the `search` router (server/engines/router.py) on labelled questions.
 
-    python benchmarks/router_eval.py                        # indexes built in a temp folder (~3 min)
+    python benchmarks/router_eval.py                        # indexes in a temp folder (~3 min)
     python benchmarks/router_eval.py --work /tmp/router     # keep (or reuse) the indexes there
     python benchmarks/router_eval.py --modes offline        # the offline rules only
 

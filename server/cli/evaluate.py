@@ -193,7 +193,7 @@ def _answer_eval(ws: Workspace, principal: str | None, methods: list[str],
     finally:
         service.close()
     scores = score(judged, seed=ws.settings.query.seed)
-    origin = ("generated: " + " x ".join(map(str, shape)) + " personas x tasks x questions"
+    origin = (f"generated: {shape[0]} personas x {shape[1]} tasks x {shape[2]} questions"
               if asked is None else "from QUESTIONS")
     if as_json:
         click.echo(json.dumps(_as_json(a, b, origin, repeats, description, qs, ans_a, ans_b,
@@ -203,7 +203,7 @@ def _answer_eval(ws: Workspace, principal: str | None, methods: list[str],
                f"{len(qs)} questions ({origin}), {repeats} repeat{'s' * (repeats != 1)} x 2 "
                "orders per criterion")
     click.echo(f"| criterion | {a} wins | {b} wins | ties | malformed | {a} win rate [95% CI] "
-               "| first shown chosen |")
+               "| judge chose the first shown |")
     click.echo("|---|---|---|---|---|---|---|")
     for c in scores:
         first = "-" if c.first_chosen is None else f"{c.first_chosen:.0%}"
@@ -214,9 +214,13 @@ def _answer_eval(ws: Workspace, principal: str | None, methods: list[str],
         click.echo(f"{malformed} judgments were unreadable (after one repair turn) and are left "
                    "out of the win rates.")
     calls = sum(u.calls for u in usage.values())
+    cached = sum(u.cached for u in usage.values())
     tokens = sum(u.prompt_tokens + u.completion_tokens for u in usage.values())
-    per_task = ", ".join(f"{t} {u.calls}" for t, u in sorted(usage.items()) if u.calls)
-    click.echo(f"LLM usage: {calls} calls, {tokens} tokens ({per_task})")
+    per_task = ", ".join(f"{t} {u.calls + u.cached}" for t, u in sorted(usage.items())
+                         if u.calls + u.cached)
+    reused = f" ({cached} more answered from the response cache)" if cached else ""
+    click.echo(f"LLM usage: {calls} calls{reused}, {tokens} tokens; requests by task: "
+               f"{per_task}")
 
 
 def _as_json(a: str, b: str, origin: str, repeats: int, description: str,
