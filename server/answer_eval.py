@@ -68,6 +68,7 @@ CRITERIA = {
 METHODS = ("global", "global:<level>", "local", "drift", "basic")
 REPORTS_TOKENS = 6000  # report titles and summaries the description is written from
 BOOTSTRAP = 2000  # resamples of the confidence interval
+ANSWERS_AT_ONCE = 4  # questions answered concurrently per method
 Progress = Callable[[str], None]
 
 
@@ -209,21 +210,28 @@ def _user(content: str) -> list[dict]:
 
 async def answer_all(ctx: QueryContext, questions: list[EvalQuestion], method: str,
                      progress: Progress = lambda _: None) -> list[str]:
-    """Each question's answer by `method` (one of METHODS), in order."""
+    """Each question's answer by `method` (one of METHODS), in order; ANSWERS_AT_ONCE questions
+    are answered concurrently (the engines' own calls run concurrently within each)."""
     from server import engines
 
     name, _, level = method.partition(":")
-    out = []
-    for i, q in enumerate(questions, 1):
-        if name == "global":
-            r = await engines.global_search(ctx, q.text,
-                                            community_level=int(level) if level else None)
-        else:
-            r = await {"local": engines.local_search, "drift": engines.drift_search,
-                       "basic": engines.basic_search}[name](ctx, q.text)
-        out.append(r.answer)
-        progress(f"{method}: {i}/{len(questions)} answered")
-    return out
+    gate = asyncio.Semaphore(ANSWERS_AT_ONCE)
+    done = 0
+
+    async def one(q: EvalQuestion) -> str:
+        nonlocal done
+        async with gate:
+            if name == "global":
+                r = await engines.global_search(ctx, q.text,
+                                                community_level=int(level) if level else None)
+            else:
+                r = await {"local": engines.local_search, "drift": engines.drift_search,
+                           "basic": engines.basic_search}[name](ctx, q.text)
+        done += 1
+        progress(f"{method}: {done}/{len(questions)} answered")
+        return r.answer
+
+    return list(await asyncio.gather(*(one(q) for q in questions)))
 
 
 # ---- 3. judgments -------------------------------------------------------------------------------
