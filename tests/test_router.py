@@ -168,6 +168,11 @@ def test_made_up_questions_go_to_the_engine_that_suits_them(admin: QueryContext,
     assert (route.engine, route.by) == (engine, "rules"), route.reason
 
 
+def test_a_cjk_name_is_linked_inside_an_unspaced_question(admin: QueryContext) -> None:
+    engine, reason = route_of(admin, "陈宇负责哪些供应商？")
+    assert engine == "local" and "'陈宇'" in reason
+
+
 def test_routed_search_answers_with_the_chosen_engine_and_says_why(admin: QueryContext) -> None:
     r = run(routed_search(admin, "How many Tern T2 battery packs were recalled?"))
     assert r.route is not None and r.method == r.route.engine == "local"

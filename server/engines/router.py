@@ -223,6 +223,9 @@ def _written(query: str, name: str, first_word_at: int) -> tuple[str, bool]:
     words = re.findall(r"\w+", name)
     if not words:
         return "", False
+    if _CJK.search(name):  # not space-delimited: a name is any substring
+        at = query.find(name)
+        return (name, True) if at >= 0 else ("", False)
     found = re.search(r"(?<!\w)" + r"\W+".join(map(re.escape, words)) + r"(?!\w)", query,
                       re.IGNORECASE)
     if not found:
