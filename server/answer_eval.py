@@ -4,7 +4,7 @@ of two query methods by an LLM judge (Edge et al. 2024 §3).
 1. Questions. As in the paper (§3.1), generated from the corpus: the top-level community reports
    the caller may read (titles and summaries, best rated first) -> a short description of the
    collection -> N personas -> M tasks per persona -> K questions per (persona, task), each
-   needing the whole collection. Or the questions of a file.
+   needing the whole collection. Or the questions of a file (read_questions).
 2. Answers. Each question is answered by both methods: `global` (dynamic selection),
    `global:L` (community level L), `local`, `drift` or `basic`.
 3. Judgments. For each question, criterion (comprehensiveness, diversity, empowerment,
@@ -27,10 +27,12 @@ Every call goes through one `ChatClient` (canopy.llm): its usage per task is the
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -52,6 +54,7 @@ __all__ = [
     "corpus_reports",
     "generate_questions",
     "judge_all",
+    "read_questions",
     "score",
 ]
 
@@ -199,6 +202,27 @@ async def generate_questions(client: ChatClient, reports: str, *, personas: int,
     made = list({q.text: q for qs in groups for q in qs}.values())
     progress(f"{len(made)} questions from {len(people)} personas")
     return description, made
+
+
+def read_questions(path: Path) -> list[str]:
+    """Questions of a plain file: one per line, or JSON lines with a "question" field (gold
+    documents are not needed here). Blank lines are skipped."""
+    out = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({type(exc).__name__})") from None
+    for line in (ln.strip() for ln in lines):
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = line
+        text = row.get("question") if isinstance(row, dict) else row
+        if isinstance(text, str) and text.strip():
+            out.append(text.strip())
+    return out
 
 
 def _user(content: str) -> list[dict]:

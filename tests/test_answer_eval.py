@@ -27,6 +27,7 @@ from server.answer_eval import (
     check_methods,
     generate_questions,
     judge_all,
+    read_questions,
     score,
 )
 from server.cli import main
@@ -116,6 +117,12 @@ def test_questions_are_personas_times_tasks_times_questions(fake_openai: FakeOpe
     assert description.startswith("A collection about Helio Cells")
     assert len(qs) == 12 and len({(q.persona, q.task) for q in qs}) == 6
     assert fake_openai.count("persona_tasks") == 3 and fake_openai.count("questions") == 6
+
+
+def test_a_question_file_may_be_plain_lines_or_json_lines(tmp_path: Path) -> None:
+    plain = tmp_path / "q.txt"
+    plain.write_text('What recurs?\n\n{"question": "Which trends?", "gold": []}\n', "utf-8")
+    assert read_questions(plain) == ["What recurs?", "Which trends?"]
 
 
 def test_methods_are_two_different_known_ones() -> None:

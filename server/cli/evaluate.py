@@ -83,8 +83,9 @@ def eval_command(docs: Path, questions: Path | None, index_dir: Path | None,
 
     \b
     Answer evaluation (Edge et al. 2024 §3): personas x tasks x questions sensemaking
-    questions generated from the top-level community reports (or those of QUESTIONS; gold
-    is not needed), answered by both methods; the judge compares each pair on
+    questions generated from the top-level community reports (or those of QUESTIONS: one per
+    line, or JSONL with "question"; gold is not needed), answered by both methods; the judge
+    compares each pair on
     comprehensiveness, diversity, empowerment and directness, in both orders, --repeats
     times; printed: method A's win rate per criterion with a 95% bootstrap interval.
 
@@ -103,10 +104,13 @@ def eval_command(docs: Path, questions: Path | None, index_dir: Path | None,
     ws = open_workspace(docs, index_dir, config)
     check_principal(ws.settings.acl, principal)
     if answers:
+        from server.answer_eval import read_questions
+
         asked_file = None
         if questions is not None:
-            asked_file = [q.text for q in load_questions(questions, fmt)
-                          if split == "all" or split_of(q.text) == split][:limit]
+            texts = (read_questions(questions) if fmt == "jsonl"
+                     else [q.text for q in load_questions(questions, fmt)])
+            asked_file = [q for q in texts if split == "all" or split_of(q) == split][:limit]
         _answer_eval(ws, principal, [m.strip() for m in methods.split(",") if m.strip()],
                      asked_file, (personas, n_tasks, n_questions), repeats, as_json)
         return
