@@ -215,6 +215,9 @@ class QuerySettings(BaseModel):
     dynamic_max_rated: int = Field(
         2000, ge=1, description="Reports dynamic global search rates per question at most "
         "(beyond it the most query-similar are rated, and the result's coverage says so)")
+    router_llm: bool = Field(
+        True, description="With an LLM configured, the `search` tool and `canopy query -m auto` "
+        "ask it to classify the question (one short call); false = the offline rules only")
     drift_depth: int = Field(2, ge=1, le=5)
     drift_breadth: int = Field(3, ge=1, le=10)
     result_token_limit: int = Field(

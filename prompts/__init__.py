@@ -28,6 +28,12 @@ TASKS = (
     "answer",
     "hyde",
     "drift",
+    "route",
+    "describe",
+    "personas",
+    "persona_tasks",
+    "questions",
+    "judge",
     "repair",
 )
 

@@ -134,6 +134,15 @@ class Index:
         return self._call(principal, lambda q: engines.basic_search(
             q, query, k=k, response_type=response_type))
 
+    def search(self, query: str, *, principal: str | None = None,
+               response_type: str = RESPONSE) -> SearchResult:
+        """The `search` tool: the question routed to basic, local or global search; `route`
+        says which and why."""
+        from server import engines
+
+        return self._call(principal, lambda q: engines.routed_search(
+            q, query, response_type=response_type))
+
     def drill_down(self, *, community_id: str | None = None, entity: str | None = None,
                    finding: int | None = None, limit: int = 10, offset: int = 0,
                    principal: str | None = None) -> DrillResult:

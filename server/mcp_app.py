@@ -71,7 +71,8 @@ Canopy answers questions about one indexed folder of documents with a GraphRAG i
 relationships extracted from the text, grouped into a hierarchy of communities, each with a report.
 Pick the tool by the question: global_search for corpus-wide themes and summaries; local_search
 for specific entities and facts; drift_search when a question needs both (costs more LLM calls);
-basic_search for plain passage retrieval; drill_down to browse the hierarchy, check a citation or
+basic_search for plain passage retrieval; search when you would rather not choose (it routes to
+basic, local or global and says why); drill_down to browse the hierarchy, check a citation or
 read source text. Citations carry ids: report ids go to drill_down(community_id=...), text units
 open as canopy://units/<id>. index_status says what the index holds."""
 
@@ -229,6 +230,26 @@ def build_server(
 
 
 def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
+    @server.tool(title="Search (routed)", annotations=READ_ONLY)
+    async def search(
+        query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    ) -> Annotated[CallToolResult, SearchResult]:
+        """Returns an answer with citations from the engine that suits the question, and
+        `route`: which engine answered (basic, local or global) and why.
+
+        Use it when you do not want to choose: questions about the collection as a whole
+        (themes, trends, what recurs) go to global_search, questions naming people,
+        organizations or things of the index, or joining several facts, to local_search, and
+        point questions (a number, a date, a place) to basic_search. The route is a
+        classification, not a guarantee: if `route.reason` misreads the question, call the
+        explicit tool instead (drift_search is never chosen; call it yourself).
+        Cost: that of the engine chosen, plus one short classification call when an LLM is
+        configured (offline rules otherwise: entity names of the index, the question's wording).
+        If `truncated` is true, `note` names the call that continues."""
+        r = await gw.call("search", ctx, lambda q: engines.routed_search(
+            q, query, response_type=response_type))
+        return _result(r, search_text(r))
+
     @server.tool(title="Global search", annotations=READ_ONLY)
     async def global_search(
         query: QUERY,

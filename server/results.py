@@ -16,6 +16,7 @@ __all__ = [
     "DrillResult",
     "EntityCard",
     "RelationshipCard",
+    "RouteInfo",
     "SearchResult",
     "SourceSpan",
     "UsageInfo",
@@ -83,6 +84,17 @@ class Coverage(BaseModel):
         return out + calls + (" — incomplete: " + ", ".join(gaps) if gaps else "")
 
 
+class RouteInfo(BaseModel):
+    """Why the `search` tool (or `canopy query -m auto`) chose the engine that answered."""
+
+    engine: str = Field(description="basic | local | global: the engine that answered")
+    by: str = Field(description="'rules' (offline classification) or 'llm' (the model's)")
+    reason: str = Field(description="Why, in one sentence; it quotes the question's own words")
+
+    def how(self) -> str:
+        return "LLM classification" if self.by == "llm" else "offline rules"
+
+
 class SearchResult(BaseModel):
     method: str = Field(description="global | local | drift | basic")
     query: str
@@ -99,6 +111,8 @@ class SearchResult(BaseModel):
     truncated: bool = Field(
         False, description="True when context or citations were cut to fit the result limit")
     note: str | None = Field(None, description="How to get more, when truncated")
+    route: RouteInfo | None = Field(
+        None, description="search (routed) only: which engine answered and why")
 
 
 class SourceSpan(BaseModel):

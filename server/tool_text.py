@@ -72,6 +72,8 @@ def search_text(r: SearchResult) -> str:
         level = ("; dynamic level selection" if r.community_level is None
                  else f"; community level {r.community_level}")
     out.append(f"\n{_usage(r.usage)}; method {r.method}{level}")
+    if r.route is not None:
+        out.append(f"Routed to {r.route.engine}_search ({r.route.how()}): {r.route.reason}")
     if r.coverage is not None:
         out.append(f"Coverage: {r.coverage.line()}")
     if r.truncated:

@@ -241,6 +241,7 @@ async def sweep(service: CanopyService, principal: str, *, queries: list[str],
             await p.tool("local_search", {"query": q})
             await p.tool("drift_search", {"query": q})
             await p.tool("basic_search", {"query": q, "k": 20})
+            await p.tool("search", {"query": q})
         roots = (await p.tool("drill_down", {"limit": 100})).structured_content
         queue = [c["id"] for c in roots["children"]] if roots else []
         while queue:

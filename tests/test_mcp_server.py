@@ -40,7 +40,7 @@ from tests.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "docs"
-TOOLS = {"global_search", "local_search", "drift_search", "basic_search", "drill_down",
+TOOLS = {"global_search", "local_search", "drift_search", "basic_search", "search", "drill_down",
          "index_status"}
 MISSING_REPORT = "c1-0000000000"
 MISSING_UNIT = "tu-0000000000000000"
@@ -52,6 +52,7 @@ CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("drift_search", {"query": "What caused the Tern recall and how many packs did it affect?"},
      "340"),
     ("basic_search", {"query": "How many Tern T2 packs were recalled?", "k": 5}, "340"),
+    ("search", {"query": "How many battery packs were recalled?"}, "Routed to basic_search"),
     ("drill_down", {}, "level 0"),
     ("index_status", {}, "documents {documents}"),
 ]
@@ -157,6 +158,7 @@ async def check_listing(client: Client) -> None:
     assert arguments["global_search"] == {"query", "community_level", "response_type"}
     assert arguments["drill_down"] == {"community_id", "entity", "finding", "limit", "offset"}
     assert arguments["basic_search"] == {"query", "k", "response_type"}
+    assert arguments["search"] == {"query", "response_type"}
     assert arguments["index_status"] == set()
     templates = {
         t.uri_template for t in (await client.list_resource_templates()).resource_templates

@@ -58,6 +58,8 @@ def test_the_searches_return_the_tools_results(index: Index) -> None:
     assert calls["global"].coverage is not None
     level = index.global_search("What themes run through the projects?", community_level=1)
     assert level.community_level == 1
+    routed = index.search("How many battery packs were recalled?")
+    assert routed.method == "basic" and routed.route is not None and routed.route.by == "rules"
 
 
 def test_drill_down_navigates_the_hierarchy(index: Index) -> None:

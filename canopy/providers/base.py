@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -40,6 +40,7 @@ __all__ = [
     "ReportRating",
     "ReportContext",
     "ReportOut",
+    "RouteOut",
     "SummaryOut",
     "Usage",
     "detached_usage",
@@ -131,6 +132,13 @@ class DriftOut(BaseModel):
     score: int = Field(ge=0, le=100, description="How well the answer addresses the question")
     follow_up_queries: list[str] = Field(
         description="Specific questions that would improve the answer")
+
+
+class RouteOut(BaseModel):
+    engine: Literal["basic", "local", "global"] = Field(
+        description="basic: one fact stated in a passage; local: named entities and how they "
+        "relate; global: the collection as a whole")
+    reason: str = Field(description="Why, in one sentence")
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -330,4 +338,10 @@ class Provider(Protocol):
 
     async def drift(self, query: str, blocks: list[ContextBlock]) -> DriftOut:
         """Intermediate answer, its score and follow-up questions (DRIFT primer and steps)."""
+        ...
+
+    async def route(self, query: str, names: list[str]) -> RouteOut | None:
+        """Which engine suits the question (the `search` router), given the names of the index
+        it writes (with the share of passages each is in); None when the provider has no
+        judgement of its own (the router's offline rules decide)."""
         ...

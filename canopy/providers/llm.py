@@ -31,6 +31,7 @@ from canopy.providers.base import (
     RatingsOut,
     ReportContext,
     ReportOut,
+    RouteOut,
     Usage,
     render_blocks,
 )
@@ -169,6 +170,11 @@ class LLMProvider:
         out = await self.client.json("drift", _user(prompt), DriftOut)
         follow_ups = list(dict.fromkeys(q.strip() for q in out.follow_up_queries if q.strip()))
         return out.model_copy(update={"follow_up_queries": follow_ups})
+
+    async def route(self, query: str, names: list[str]) -> RouteOut:
+        listing = "\n".join(f"- {n}" for n in names) or "(none)"
+        prompt = render("route", query=query, names=listing)
+        return await self.client.json("route", _user(prompt), RouteOut)
 
 
 def _in_range(ids: list[int], n: int) -> list[int]:

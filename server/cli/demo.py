@@ -43,6 +43,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("local_search", {"query": "Who leads Project Kestrel?"}),
     ("drift_search", {"query": "How did the 2024 quality incidents shape the 2025 budget?"}),
     ("basic_search", {"query": "How many Tern packs were recalled?", "k": 5}),
+    ("search", {"query": "Which problems do the suppliers cause again and again?"}),
     ("drill_down", {}),
 ]
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["query"]
 
-METHODS = ("global", "local", "drift", "basic")
+METHODS = ("auto", "global", "local", "drift", "basic")
 log = logging.getLogger("canopy.query")
 
 
@@ -30,7 +30,9 @@ log = logging.getLogger("canopy.query")
 @click.option("--method", "-m", type=click.Choice(METHODS), default="global", show_default=True,
               help="global: themes across the whole corpus (community reports, map-reduce); "
                    "local: specific entities and their neighbourhood; drift: both, a global primer "
-                   "refined by local follow-ups; basic: plain passage retrieval.")
+                   "refined by local follow-ups; basic: plain passage retrieval; auto: classify "
+                   "the question and route it to basic, local or global (the `search` tool), "
+                   "printing which and why.")
 @click.option("--level", type=click.IntRange(min=0), default=None,
               help="Community level for --method global (0 = broadest); "
                    "default: dynamic selection.")
@@ -48,6 +50,7 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
       canopy query examples/docs "What are the main risks across the supply chain?"
       canopy query examples/docs -m local "Which supplier makes the battery cells?"
       canopy query examples/docs -m global --level 1 --json "What themes run through the projects?"
+      canopy query examples/docs -m auto "How many battery packs were recalled?"
       CANOPY_PRINCIPAL=alice canopy query docs/ -m drift "How did the recall change the budget?"
     """
     from server.runtime import open_workspace
@@ -74,6 +77,9 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
             click.echo(f"  [{c.kind} {c.id}] {c.title}{where}")
     if result.coverage is not None:
         click.echo(f"\nCoverage: {result.coverage.line()}")
+    if result.route is not None:
+        click.echo(f"\nRouted to {result.route.engine}_search ({result.route.how()}): "
+                   f"{result.route.reason}")
     if result.note:
         click.echo(f"\nNote: {result.note}")
     u = result.usage
@@ -84,6 +90,8 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
 async def _search(ctx: QueryContext, method: str, question: str, level: int | None) -> SearchResult:
     from server import engines
 
+    if method == "auto":
+        return await engines.routed_search(ctx, question)
     if method == "global":
         return await engines.global_search(ctx, question, community_level=level)
     search = {"local": engines.local_search, "drift": engines.drift_search,

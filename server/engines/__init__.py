@@ -9,6 +9,8 @@ and builds per-caller views as needed, so no engine can serve what its caller ma
 - `local_search`: an entity's neighbourhood, for questions about particular things;
 - `drift_search`: a global primer refined by local follow-ups;
 - `basic_search`: plain vector + BM25 retrieval over text units;
+- `routed_search`: classifies the question and hands it to basic, local or global (the `search`
+  tool, `canopy query -m auto`);
 - `drill_down`, `source_span`, `report_markdown`, `list_servable_reports`: navigation.
 """
 
@@ -19,6 +21,7 @@ from server.engines.drift_engine import drift_search
 from server.engines.drill import drill_down, list_servable_reports, report_markdown, source_span
 from server.engines.global_engine import global_search
 from server.engines.local_engine import local_search
+from server.engines.router import routed_search
 
 __all__ = [
     "basic_search",
@@ -28,5 +31,6 @@ __all__ = [
     "list_servable_reports",
     "local_search",
     "report_markdown",
+    "routed_search",
     "source_span",
 ]

@@ -451,6 +451,90 @@ def drift(prompt: str) -> dict[str, Any]:
     }
 
 
+_ACROSS = re.compile(
+    r"\b(themes?|topics|trends?|overview|summar\w*|main|across|often|frequently|common|"
+    r"recurring|generally|typically|overall|any|many|various|different|views|perspectives|"
+    r"evolved?|consistently)\b", re.IGNORECASE)
+# "What recurring topics ...", "Which episodes ...", "How do guests ...", "Are there ...":
+# a plural subject within the first words asks about many documents at once.
+_PLURAL_HEAD = re.compile(
+    r"^\s*(?:(?:what|which)(?:\s+\w+){0,2}?\s+\w{3,}s\b(?!\s+(?:is|was|has|does)\b)|"
+    r"(?:how|what)\s+(?:do|have|are|were)\b|(?:are|do|were|have)\s+(?!you\b|i\b|we\b))",
+    re.IGNORECASE)
+_VALUE = re.compile(r"^\s*(how many|how much|how long|when|where|what year|what date)\b",
+                    re.IGNORECASE)
+
+
+def route(prompt: str) -> dict[str, Any]:
+    """An engine by the prompt's own definitions: a listed name in under half the passages ->
+    local; a count, time or place -> basic; words or a plural subject asking about the whole
+    collection -> global; any other listed name -> local; else basic."""
+    question = section(prompt, "Question")
+    names = [ln[2:] for ln in section(prompt, "Names of the index in the question").splitlines()
+             if ln.startswith("- ")]
+    shares = [int(m.group(1)) for n in names for m in [re.search(r"in (\d+)% of", n)] if m]
+    if any(share < 50 for share in shares):
+        return {"engine": "local", "reason": "The question names a particular entity."}
+    if _VALUE.search(question):
+        return {"engine": "basic", "reason": "The question asks for one value."}
+    if _ACROSS.search(question) or _PLURAL_HEAD.search(question):
+        return {"engine": "global", "reason": "The question asks about the whole collection."}
+    if names:
+        return {"engine": "local", "reason": "The question names an entity of the index."}
+    return {"engine": "basic", "reason": "The question asks for one fact."}
+
+
+# ---- answer evaluation ------------------------------------------------------------------------
+
+
+def _count(prompt: str) -> int:
+    found = re.search(r"exactly (\d+) entries", prompt)
+    return int(found.group(1)) if found else 1
+
+
+def describe(prompt: str) -> str:
+    lines = [ln[2:].split(":")[0] for ln in section(prompt, "Reports").splitlines()
+             if ln.startswith("- ")]
+    return "A collection about " + ", ".join(lines[:5] or ["various subjects"]) + "."
+
+
+def personas(prompt: str) -> dict[str, Any]:
+    return {"personas": [{"name": f"Reader {i}", "description": f"Reader {i} wants an overview."}
+                         for i in range(1, _count(prompt) + 1)]}
+
+
+def persona_tasks(prompt: str) -> dict[str, Any]:
+    who = section(prompt, "User").split(":")[0]
+    return {"tasks": [f"{who} task {i}" for i in range(1, _count(prompt) + 1)]}
+
+
+def questions(prompt: str) -> dict[str, Any]:
+    task = section(prompt, "Task")
+    subject = section(prompt, "Description").removeprefix("A collection about ").split(",")[0]
+    return {"questions": [f"What are the main themes of {subject.strip(' .')} for {task} "
+                          f"(question {i})?" for i in range(1, _count(prompt) + 1)]}
+
+
+def judge(prompt: str) -> dict[str, Any]:
+    """A position-blind judge: by the criterion named, the answer with more words
+    (comprehensiveness), more distinct words (diversity), more citations (empowerment) or
+    fewer words (directness) wins; equal measures tie."""
+    criterion = re.search(r"^Criterion: (\w+)", prompt, re.MULTILINE)
+    name = criterion.group(1).lower() if criterion else ""
+    answers = [section(prompt, "Answer 1"), section(prompt, "Answer 2")]
+    if name == "diversity":
+        measures = [len(set(a.lower().split())) for a in answers]
+    elif name == "empowerment":
+        measures = [a.count("[Data:") for a in answers]
+    elif name == "directness":
+        measures = [-len(a.split()) for a in answers]
+    else:
+        measures = [len(a.split()) for a in answers]
+    winner = 0 if measures[0] == measures[1] else 1 if measures[0] > measures[1] else 2
+    return {"reasoning": f"By {name or 'the criterion'}: {measures[0]} against {measures[1]}.",
+            "winner": winner}
+
+
 # ---- dispatch ---------------------------------------------------------------------------------
 
 
@@ -464,8 +548,14 @@ def chat_content(task: str, body: dict[str, Any]) -> str:
         "rate": rate,
         "map": map_points,
         "drift": drift,
+        "route": route,
+        "personas": personas,
+        "persona_tasks": persona_tasks,
+        "questions": questions,
+        "judge": judge,
     }
-    text_tasks = {"summarize": summarize, "reduce": reduce, "answer": answer, "hyde": hyde}
+    text_tasks = {"summarize": summarize, "reduce": reduce, "answer": answer, "hyde": hyde,
+                  "describe": describe}
     if task == "glean":
         return json.dumps(glean(body))
     if task in json_tasks:

@@ -34,10 +34,14 @@ __all__ = [
     "ORG_SUFFIXES_ZH",
     "PARTICLES",
     "PERSON_DOTTED",
+    "PLURAL_AUXILIARIES",
     "SENTENCE_STARTERS",
+    "SINGULAR_AUXILIARIES",
     "SPEECH_VERBS",
+    "SPREAD_WORDS",
     "STOPWORDS",
     "STOPWORDS_ZH",
+    "VALUE_QUESTIONS",
     "ZH_NOT_NAMES",
     "words",
 ]
@@ -261,6 +265,25 @@ content contents mentioned talk about everything anything what
 top most issue issues subject subjects point points highlight highlights collection
 article articles text texts file files material materials say says give list
 """)
+
+# Question grammar for routing a question (server/engines/router.py); English only, closed word
+# classes rather than topics. Interrogatives that ask for one value: a count, an amount, a time,
+# a place (matched as whole phrases at the start of a clause).
+VALUE_QUESTIONS = _phrases("""
+how many, how much, how long, how old, when, where, what year, which year,
+what date, what day, what time, what percentage, what percent, what number, what price
+""")
+# Quantifiers, frequency adverbs and words for an overview: the question asks about what recurs
+# across many documents.
+SPREAD_WORDS = words("""
+any all every various different multiple several common commonly recurring recur recurrent
+often frequently frequent usually typically generally consistently repeatedly across
+throughout trends patterns themes topics overview summary summarize summarise
+""")
+# Auxiliaries that agree with a plural subject ("what risks are", "how do teams"), and the
+# singular ones; "did", "will" and modals agree with both and say nothing.
+PLURAL_AUXILIARIES = words("are were have do")
+SINGULAR_AUXILIARIES = words("is was has does")
 
 # Claim cue stems -> claim type (Latin text is matched on word starts, lowercase).
 CLAIM_CUES = {

@@ -232,6 +232,11 @@ class BuiltinProvider:
                 break
         return DriftOut(intermediate_answer=answer, score=score, follow_up_queries=follow)
 
+    async def route(self, query: str, names: list[str]) -> None:
+        """No judgement of its own: the router's offline rules (server/engines/router.py)
+        classify the question from the index and its wording."""
+        return None
+
 
 def _subject(query: str) -> str:
     """What a query is about: its first name-like phrase, else its content words."""

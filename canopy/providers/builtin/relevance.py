@@ -13,9 +13,22 @@ from collections.abc import Sequence
 from canopy.providers.builtin import lexicon as lx
 from canopy.providers.builtin.text import stem, terms
 
-__all__ = ["Scorer"]
+__all__ = ["Scorer", "is_generic"]
 
 _GENERIC = frozenset(stem(w) for w in lx.GENERIC_QUERY_WORDS)
+
+
+def _generic(query_terms: Sequence[str]) -> bool:
+    # "the top 5 topics": a count says how much to list, not what about
+    return all(t in _GENERIC or t.isdigit() for t in query_terms)
+
+
+def is_generic(query: str) -> bool:
+    """True for a question about the collection as a whole, made only of words such as "main",
+    "themes", "overview" or "documents" (and counts: "the top 5 topics"): it names nothing to
+    look for, so everything is relevant in proportion to its importance. The one definition of
+    such a question: the builtin provider's ratings and the `search` router both use it."""
+    return _generic(terms(query))
 
 
 class Scorer:
@@ -29,8 +42,7 @@ class Scorer:
         """`corpus` (texts or their term sets) gives the idf weights; with fewer than three
         texts every query term weighs the same."""
         self.query_terms = list(dict.fromkeys(terms(query)))
-        # "the top 5 topics": a count says how much to list, not what about
-        self.generic = all(t in _GENERIC or t.isdigit() for t in self.query_terms)
+        self.generic = _generic(self.query_terms)  # see is_generic
         sets = [d if isinstance(d, set) else set(terms(d)) for d in corpus]
         wanted = set(self.query_terms)
         df = Counter(t for s in sets for t in s & wanted)
