@@ -239,15 +239,23 @@ def main() -> None:
     ap.add_argument("--flip", action="store_true",
                     help="also score local and basic with WordLlama's `lexical` flag flipped "
                     "(full-weight fusion of its ranking instead of candidates / weight 0.1)")
+    ap.add_argument("--no-eval", action="store_true",
+                    help="only the embedding-alone CPU times (and the table of saved results)")
     ap.add_argument("--out", type=Path, default=RESULTS / "embed_eval.json")
     args = ap.parse_args()
     results: dict[str, Any] = {}
+    throughput: dict[str, Any] = {}
     if args.out.exists():
-        results = json.loads(args.out.read_text(encoding="utf-8")).get("results", {})
+        saved = json.loads(args.out.read_text(encoding="utf-8"))
+        results, throughput = saved.get("results", {}), saved.get("throughput", {})
     for dataset in args.datasets.split(","):
         _, questions, fmt = DATASETS[dataset]
         docs = args.work / dataset / "docs"
         write_docs(dataset, docs)
+        throughput[dataset] = _child(["--child-throughput", str(docs)], "hash")
+        print(f"{dataset}: embedding alone {throughput[dataset]}", file=sys.stderr)
+        if args.no_eval:
+            continue
         for embedder in args.embedders.split(","):
             index_dir = args.work / dataset / f"index-{embedder}"
             entry = results.setdefault(dataset, {}).setdefault(embedder, {})
@@ -260,11 +268,20 @@ def main() -> None:
                                     fmt, str(args.limit), "1" if args.flip else "0"],
                                    embedder)
             print(f"  {entry['eval']}", file=sys.stderr)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"results": results, "cpus": os.cpu_count(),
-                                            "date": time.strftime("%Y-%m-%d")}, indent=2),
-                                encoding="utf-8")
+            _save(args.out, results, throughput)
+    _save(args.out, results, throughput)
     print(table(results))
+    for dataset, t in throughput.items():
+        print(f"\n{dataset}: {t['texts']} files ({t['mb']} MB) embedded alone, CPU s: "
+              + ", ".join(f"{e} {t[e]['embed_cpu_s']} (load {t[e]['load_cpu_s']})"
+                          for e in EMBEDDERS))
+
+
+def _save(out: Path, results: dict[str, Any], throughput: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"results": results, "throughput": throughput,
+                               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")},
+                              indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
