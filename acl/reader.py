@@ -28,6 +28,7 @@ from acl.caller import Caller
 from acl.inventory import Inventory
 from acl.view_cache import BuiltView, ViewCache
 from acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
+from canopy.errors import ConfigError
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import Embedder, Provider, Usage, detached_usage
 from canopy.storage import GraphSnapshot, SearchIndex
@@ -448,6 +449,14 @@ class CallerReader:
     # ---- search ----------------------------------------------------------------------------
 
     async def embed(self, text: str) -> np.ndarray:
+        """`text`'s vector, by the embedder that made the index's vectors: ConfigError (one
+        line) when the settings now select another one and no index run has re-embedded yet."""
+        built = self._snap.meta("embedder")
+        if built is not None and built != self.embedder.name:
+            raise ConfigError(
+                f"the index's vectors were made by the embedder {built} but the settings now "
+                f"select {self.embedder.name}: run `canopy index` on the documents folder to "
+                "embed them again")
         return (await self.embedder.embed([text]))[0]
 
     def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,

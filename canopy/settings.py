@@ -103,6 +103,10 @@ class EmbedSettings(BaseModel):
         "text-embedding-3-small", description="Embedding model name sent to the endpoint"
     )
     api_key: SecretStr | None = None
+    builtin: Literal["hash", "wordllama"] = Field(
+        "hash", description="The builtin embedder used when base_url is unset: hash (feature "
+        "hashing of words, no dependency) or wordllama (static semantic word vectors, offline; "
+        "pip install 'canopy-graphrag[static]')")
     dims: int = Field(384, ge=32, le=4096, description="Dimensions of the builtin hashing embedder")
     batch_size: int = Field(64, ge=1, le=2048)
     concurrency: int = Field(

@@ -27,13 +27,19 @@ def make_provider(settings: Settings, store: Store | None = None) -> Provider:
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    """An OpenAI-compatible embedder when [embed] base_url is set, else the builtin hashing one.
+    """An OpenAI-compatible embedder when [embed] base_url is set, else the builtin one chosen
+    by [embed] builtin: the hashing embedder, or WordLlama's static vectors (an optional extra;
+    ConfigError in one line when it is not installed).
 
     The chat endpoint is not assumed to serve embeddings (many local servers do not)."""
     if settings.embed.enabled:
         from canopy.providers.embed import OpenAIEmbedder
 
         return OpenAIEmbedder(settings.embed)
+    if settings.embed.builtin == "wordllama":
+        from canopy.providers.builtin.static import WordLlamaEmbedder
+
+        return WordLlamaEmbedder()
     from canopy.providers.builtin import HashEmbedder
 
     return HashEmbedder(settings.embed.dims)

@@ -3,7 +3,8 @@
 - `OpenAIEmbedder`: any OpenAI-compatible `/embeddings` endpoint, batched, with the same retry
   policy as chat (`canopy.llm.call_with_retries`) and its own adaptive window of requests in
   flight (`canopy.limiter.AdaptiveLimiter`, between 1 and `EmbedSettings.concurrency`).
-- The builtin offline embedder is `canopy.providers.builtin.HashEmbedder`.
+- The builtin offline embedders are `canopy.providers.builtin.HashEmbedder` (the default)
+  and `canopy.providers.builtin.static.WordLlamaEmbedder` (`[embed] builtin = "wordllama"`).
 """
 
 from __future__ import annotations

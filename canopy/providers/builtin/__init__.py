@@ -5,6 +5,8 @@
 - `summaries`, `reports`: extractive description summaries and community reports;
 - `relevance`: lexical relevance of texts to a query, for the query-time tasks;
 - `embedder`: `HashEmbedder`, signed feature hashing of terms;
+- `static`: `WordLlamaEmbedder`, static semantic word vectors from the optional wordllama
+  package (`[embed] builtin = "wordllama"`; imported only when chosen);
 - `text`: the one text-analysis module (words, stems, stop words, sentences, CJK), also used by
   the lexical index and local_search's evidence ranking;
 - `lexicon`: the word lists behind them.
