@@ -110,13 +110,6 @@ class CanopyService:
             raise IndexMissing(f"the index at {ws.index_dir} is empty or was made by an older "
                                f"version: run `canopy index {ws.docs_dir}`")
         self.embedder = make_embedder(ws.settings)
-        built_with = self.store.get_meta("embedder")
-        if built_with and built_with != self.embedder.name:  # its vectors mean nothing to ours
-            self.store.close()
-            raise ConfigError(
-                f"the index at {ws.index_dir} was embedded with {built_with}, but the settings "
-                f"give {self.embedder.name}: set [embed] as it was when the index was built, or "
-                f"run `canopy index {ws.docs_dir}` to embed it again with the current settings")
         # The cache budget: 40% search-index pages, 30% views, 30% passage analysis.
         budget = (ws.settings.query.cache_mb << 20) // share
         self.vectors = VectorStore(ws.index_dir, self.embedder.dims or 0,
