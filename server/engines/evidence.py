@@ -78,10 +78,10 @@ WINDOW = 2  # sentences per window
 COVER = 3.0  # weight of the clause mass a unit adds to those already covered (cover_clauses)
 COVER_DOCS = 10
 SEED_UNITS = 10  # the best-scored units that seed the propagation, with the question's entities
-GRAPH_POOL = 50  # units first reached by the propagation that join the candidates
+GRAPH_POOL = 10  # units first reached by the propagation that join the candidates
 # A unit's score is multiplied by 1 + GRAPH_WEIGHT * its graph evidence (0..1, the best unit's
-# 1): at 0.5, MuSiQue DEV R@2 +0.02 and R@10 +0.03, MultiHop-RAG within 0.005; at 1 MultiHop-RAG
-# loses 0.03 R@2. 0 switches the propagation off.
+# 1). DEV: at 0.5 MuSiQue R@2/5/10 +0.03/+0.02/+0.03 and MultiHop-RAG +0.01/0/0; at 1 MultiHop-RAG
+# R@2 -0.02; adding it to the score instead of multiplying lost 0.03 there. 0 switches it off.
 GRAPH_WEIGHT = 0.5
 _K1, _B = 1.2, 0.75
 # RRF weight of a lexical embedder's ranking against full-text search's (hybrid searches): with

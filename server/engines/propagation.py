@@ -35,7 +35,7 @@ __all__ = ["DAMPING", "EPSILON", "UnitGraph", "graph_evidence", "personalized_pa
            "specificity"]
 
 DAMPING = 0.5  # HippoRAG's: follow an edge with this probability, else restart at the seeds
-EPSILON = 1e-3  # push a node while its residual >= EPSILON * its degree
+EPSILON = 2e-3  # push a node while its residual >= EPSILON * its degree
 MAX_ROUNDS = 12  # pushes happen in rounds (one store read each); residual left is small
 UNIT_SEED_SHARE = 0.5  # of the seed weight on units (the rest on the question's entities)
 
