@@ -29,7 +29,7 @@ that share a specific entity with them (the second hop of "the association that 
 the first GRAPH_POOL units it reaches join the candidates, and every score is multiplied by
 1 + GRAPH_WEIGHT * the unit's graph evidence. Multiplying keeps a unit that matches nothing at
 zero, and lets the graph reorder units that match alike. Measured with `canopy eval` on the DEV
-questions of MultiHop-RAG (609 articles, front matter) and MuSiQue (README).
+questions of MultiHop-RAG (609 articles, with and without front matter) and MuSiQue (README).
 
 Terms are canopy.providers.builtin.text.lexical_terms (stemmed words, CJK bigrams), sentences its
 split_at_stops (finer than the builtin provider's sentences: that measured better here). Document
