@@ -446,6 +446,21 @@ class CallerReader:
                 return level
         return 0
 
+    # ---- the entity–unit graph ---------------------------------------------------------------
+
+    def unit_mentions(self, unit_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Entity keys (normalized names) mentioned in each unit the caller may read."""
+        return self._snap.unit_mentions(unit_ids, self.caller.readable)
+
+    def mention_counts(self, keys: Iterable[str]) -> dict[str, int]:
+        """How many units the caller may read mention each entity key (never a count with
+        hidden or revoked units)."""
+        return self._snap.mention_counts(keys, self.caller.readable)
+
+    def mentioning_units(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        """Units the caller may read that mention each entity key."""
+        return self._snap.mentioning_units(keys, self.caller.readable)
+
     # ---- search ----------------------------------------------------------------------------
 
     async def embed(self, text: str) -> np.ndarray:

@@ -419,6 +419,54 @@ class GraphReads:
                       if u in live and (classes is None or live[u][1] in classes))
         return [r for *_, r in rows]
 
+    # ---- the entity–unit graph of live units (local search's propagation) ----------------------
+
+    def unit_mentions(self, unit_ids: Iterable[str], classes: Iterable[int]
+                      ) -> dict[str, list[str]]:
+        """Entity keys with an instance in each live unit of these ACL classes (through the
+        instances' primary key: cost follows the units asked)."""
+        sql = (f"SELECT i.unit_id, i.key FROM main.entity_instances i JOIN {self.t.text_units} u "
+               f"ON u.id = i.unit_id WHERE i.unit_id {_IN} "
+               "AND u.acl IN (SELECT value FROM json_each(?)) ORDER BY i.unit_id, i.pos")
+        out: dict[str, list[str]] = defaultdict(list)
+        for unit, key in self._rows(sql, _ids(unit_ids), json.dumps(sorted(classes))):
+            if key not in out[unit]:
+                out[unit].append(key)
+        return dict(out)
+
+    def mention_counts(self, keys: Iterable[str], classes: frozenset[int]) -> dict[str, int]:
+        """Live units of these ACL classes with an instance of each key (absent: none). An
+        entity row whose units are all of these classes and live answers from its provenance
+        list's length; only the others count instances (cost follows those keys' units)."""
+        keys = list(keys)
+        cls = json.dumps(sorted(classes))
+        sql = (f"SELECT key, json_array_length(units), acl, stale FROM {self.t.entities} "
+               f"WHERE key {_IN}")
+        out: dict[str, int] = {}
+        exact: list[str] = []
+        for key, n, acl, stale in self._rows(sql, _ids(keys)):
+            if not stale and set(json.loads(acl)) <= classes:
+                out[key] = int(n)
+            else:
+                exact.append(key)
+        if exact:
+            sql = (f"SELECT i.key, COUNT(DISTINCT i.unit_id) FROM main.entity_instances i "
+                   f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.key {_IN} "
+                   "AND u.acl IN (SELECT value FROM json_each(?)) GROUP BY i.key")
+            out.update(self._rows(sql, _ids(exact), cls))  # type: ignore[arg-type]
+        return {k: n for k, n in out.items() if n}
+
+    def mentioning_units(self, keys: Iterable[str], classes: Iterable[int]
+                         ) -> dict[str, list[str]]:
+        """Live units of these ACL classes with an instance of each key, by unit id."""
+        sql = (f"SELECT DISTINCT i.key, i.unit_id FROM main.entity_instances i "
+               f"JOIN {self.t.text_units} u ON u.id = i.unit_id WHERE i.key {_IN} "
+               "AND u.acl IN (SELECT value FROM json_each(?)) ORDER BY i.key, i.unit_id")
+        out: dict[str, list[str]] = defaultdict(list)
+        for key, unit in self._rows(sql, _ids(keys), json.dumps(sorted(classes))):
+            out[key].append(unit)
+        return dict(out)
+
     # ---- lexical statistics (BM25 over what a caller may read) -----------------------------------
 
     def term_df(self, terms: Iterable[str], classes: Iterable[int]) -> dict[str, int]:

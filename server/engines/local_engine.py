@@ -7,7 +7,9 @@ under one token budget by proportions -> one answer call over the cited blocks.
 
 Text units: the units supporting the selected entities and relationships join the candidates of
 a full-text and vector search for the question and for each of its clauses; all are ranked by how
-well they state what the question asks (server/engines/evidence.py). Multi-hop questions need
+well they state what the question asks, and by how strongly a Personalized PageRank over the
+entity-unit graph, from the entities the question names and the best units, leads to them
+(server/engines/evidence.py, server/engines/propagation.py). Multi-hop questions need
 several articles, so the first DIVERSE_DOCS units come from distinct documents, and every unit
 longer than its share of the text budget is cut to its sentences that best match the question:
 CONTEXT_UNITS units fit the default budget instead of ~4 whole ones. Measured on MultiHop-RAG by
@@ -97,7 +99,8 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
     """The mixed local context of `query` within `budget` tokens (servable items only)."""
     reader = ctx.reader
     vector = await reader.embed(query)
-    entities = await _select_entities(ctx, query, vector)
+    named = _named(ctx, query)
+    entities = await _select_entities(ctx, query, vector, named)
     chosen = {e.id for e in entities}
     reports = await _reports_of(ctx, [e.id for e in entities])
 
@@ -120,7 +123,8 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
         if item is not None:
             support.update(item.text_unit_ids)
     by_support = [u for u, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))]
-    ranked = rank_units(ctx, query, vector, support=by_support[:SUPPORT_UNITS])
+    ranked = rank_units(ctx, query, vector, support=by_support[:SUPPORT_UNITS],
+                        entities=[reader.entity_key(e) for e, _ in named])
     units = reader.units(ranked)
     order = _diverse([u for u in ranked if u in units], units)
     text_budget = budget - used
@@ -204,12 +208,12 @@ def _named(ctx: QueryContext, query: str) -> list[tuple[str, bool]]:
     return list(out.items())
 
 
-async def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray) -> list[Entity]:
+async def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray,
+                           named: list[tuple[str, bool]]) -> list[Entity]:
     """Entities the query names (written capitalized, or in CJK), then those of the hybrid
     search over entity descriptions, then names the query writes in lower case (often common
     words that happen to be entity names)."""
     hits = ctx.reader.search("entities", vector=vector, text=query, k=2 * TOP_ENTITIES)
-    named = _named(ctx, query)
     ids = list(dict.fromkeys([*(e for e, proper in named if proper), *(h.id for h in hits),
                               *(e for e, _ in named)]))
     served = await ctx.reader.entities(ids[:3 * TOP_ENTITIES])
