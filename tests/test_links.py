@@ -200,14 +200,14 @@ def test_no_link_shape_reads_outside_the_folder_or_through_a_link(nodes: list) -
 
 
 def test_checked_paths_refuse_a_file_swapped_between_the_check_and_the_open(
-        tmp_path: Path, walk: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without openat, the file opened must be the one checked: a swap in between (here, the
-    checked file renamed away and another put in its place) is refused."""
+    checked file renamed away and another put in its place) is refused. (The descriptor walk
+    opens what it checks; this runs the path walk under both parameters.)"""
     from indexer import listing
     from indexer.loaders import list_files, load_entry
 
-    if walk != "checked paths":
-        pytest.skip("the descriptor walk opens what it checks")
+    monkeypatch.setattr(listing, "BY_DESCRIPTOR", False)
     (tmp_path / "a.txt").write_text("checked text")
     (tmp_path / "other.txt").write_text("OTHER-CANARY")
     entry = next(e for e in list_files(tmp_path, InputSettings()) if not isinstance(e, Skip))
