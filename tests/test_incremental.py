@@ -159,6 +159,19 @@ def test_each_step_applied_one_at_a_time_also_matches(tmp_path: Path) -> None:
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
 
 
+def test_a_full_rebuild_over_an_index_keeps_the_reports_it_reuses(tmp_path: Path) -> None:
+    """Regression: `canopy index --full` over an existing index reused every unchanged report
+    by id and fingerprint without staging it, and a full build commits over emptied tables, so
+    the rebuilt index had communities and no reports."""
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    again = build_index(ws, full=True)
+    assert again.stats["reports_reused"] > 0
+    assert_community_invariants(ws.index_dir)
+
+
 def test_an_edit_reextracts_only_the_changed_units_and_a_noop_does_nothing(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
