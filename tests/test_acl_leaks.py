@@ -605,7 +605,7 @@ def test_a_grouped_top_leaks_nothing_and_hides_no_readable_child(leak_index, bas
             states = ctx.reader.community_states([*mixed, *whole])
         assert all(states[cid] == State.VIEW for cid in mixed)
         assert all(states[cid] == State.FULL for cid in whole)
-        check_principal(svc, base_policy, "staff", docs, queries=QUERIES[1:3], findings=True,
+        check_principal(svc, base_policy, "staff", docs, queries=QUERIES[1:3], findings=False,
                         entity_sample=10)
     finally:
         svc.close()
