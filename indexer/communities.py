@@ -17,21 +17,22 @@ Two entry points produce a `Hierarchy` to stage:
   touches only what changed (design §4).
 
 A top of more than `ClusterParams.max_top` candidates is grouped: the largest stand, the others
-are grafted under the one they share the most documents with (indexer.grouping).
+are grafted under the one they share the most text units, else documents, with
+(indexer.grouping).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import graspologic_native as gn
 import numpy as np
 
 from canopy.ids import content_hash
-from indexer.grouping import Candidate, nearest_by_path, plan_top
+from indexer.grouping import Candidate, Sources, nearest_by_path, plan_top
 
 __all__ = [
     "ClusterParams",
@@ -221,11 +222,11 @@ def build_hierarchy(
     isolated: Isolated,
     params: ClusterParams,
     previous: dict[int, dict[str, set[str]]] | None = None,
-    documents: Callable[[], Mapping[str, Sequence[str]]] = dict,
+    sources: Callable[[], Sources] = dict,
 ) -> Hierarchy:
     """A fresh hierarchy of the whole graph (ids reused from `previous`: level -> id -> members).
-    With `params.max_top`, a top of more candidates is grouped by `documents()` (entity id ->
-    paths of the documents it is mentioned in; indexer.grouping), read only then."""
+    With `params.max_top`, a top of more candidates is grouped by `sources()` (entity id -> the
+    text units and documents that mention it; indexer.grouping), read only then."""
     fresh = LeidenLevels(edges, params)
     fresh.run()
     names = edges.names
@@ -233,7 +234,7 @@ def build_hierarchy(
                   for level, key, parent, nodes in fresh.out]
     _attach_isolated(placements, isolated, params.max_cluster_size)
     if params.max_top and sum(p[2] is None for p in placements) > params.max_top:
-        placements = _group_top(placements, documents(), params)
+        placements = _group_top(placements, sources(), params)
     placements.sort(key=lambda p: (p[0], p[1]))
     ids: dict[str, str] = {}
     prev = previous or {}
@@ -279,12 +280,12 @@ def _attach_isolated(placements: list[tuple[int, str, str | None, list[str]]], i
 _Placed = tuple[int, str, str | None, list[str]]  # level, key, parent key, members
 
 
-def _group_top(placements: list[_Placed], documents: Mapping[str, Sequence[str]],
+def _group_top(placements: list[_Placed], sources: Sources,
                params: ClusterParams) -> list[_Placed]:
     """The `max_top` largest top-level candidates stand; every other one is grafted, with its
-    subtree one level down, under the one it shares the most documents with (indexer.grouping).
+    subtree one level down, under the one it shares the most sources with (indexer.grouping).
     Levels past `max_levels` are cut: their parents become leaves."""
-    tops = [Candidate.of(key, members, documents)
+    tops = [Candidate.of(key, members, sources)
             for _, key, parent, members in placements if parent is None]
     plan = plan_top([], tops, params.max_top)
     joins = plan.joins | nearest_by_path(plan, tops)

@@ -5,22 +5,26 @@ own: 609 news articles give ~930 of them, most two or three entities extracted f
 and linked to nothing else. Edge et al. 2024 (whose reference implementation clustered the
 largest component only) read 55 at C0 for a news set of 3,197 chunks. So when the top holds more
 than `top_size` candidates, only the largest stand and every other one is grafted, whole, under
-the standing community it shares the most documents with:
+the standing community it shares the most sources with:
 
-- The signal is document co-occurrence: the number of entity pairs (one from each community)
-  mentioned in the same document. It needs no model and no embedding, works on any corpus, and
-  is what an entity graph's edges already are one scale up (co-occurrence in a text unit). A
-  small component extracted from an article lands under the theme that dominates that article.
-- A candidate that shares no document with a standing one follows one that does (as newcomers
+- The signal is co-occurrence in the sources: the number of entity pairs (one from each
+  community) mentioned in the same text unit, else, when the candidate shares no unit with a
+  standing community, in the same document. It needs no model and no embedding, works on any
+  corpus, and is what the graph's edges are (extracted co-mentions in a unit), widened to every
+  co-mention and then to the document. A small component extracted from an article lands under
+  the theme of the passage it came from, else of the article; in a book (one document) the
+  passage decides, where the document alone would send everything under the largest community.
+- A candidate that shares no source with a standing one follows one that does (as newcomers
   follow newcomers in a local update); one linked to nothing at all joins the community of the
   nearest document in path order, since folders group related documents (and, through path-glob
   rules, documents with the same ACL labels).
 - Permissions: a grafted parent's provenance is the union of its members' units, so a caller who
   may not read all of them is served a view of it (acl.views) and never the canonical report;
-  the grafted child stays visible to whoever may read it. Grafting by shared documents rarely
-  widens a parent's labels: the document the child shares is already among the parent's
-  sources. Grouping is therefore done on the whole graph, like clustering itself (design §2's
-  residual channel), and not per ACL class, so a policy edit needs no re-clustering.
+  the grafted child stays visible to whoever may read it. Grafting by shared sources rarely
+  widens a parent's labels: the unit or document the child shares is already among the
+  parent's sources. So grouping is done on the whole graph, like clustering itself (design
+  §2's residual channel), not per ACL class: it seldom changes what a caller is served, and a
+  policy edit needs no re-clustering.
 
 `top_size` is the larger of `max_cluster_size` and the square root of the text units (no
 number fitted to a corpus). Dynamic global search rates every top-level community, then the
@@ -37,7 +41,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Candidate", "TopPlan", "nearest_by_path", "plan_top", "top_size"]
+__all__ = ["Candidate", "Sources", "TopPlan", "nearest_by_path", "plan_top", "top_size"]
 
 
 def top_size(n_units: int, max_cluster_size: int, configured: int = 0) -> int:
@@ -48,21 +52,26 @@ def top_size(n_units: int, max_cluster_size: int, configured: int = 0) -> int:
     return max(max_cluster_size, math.ceil(math.sqrt(max(n_units, 0))))
 
 
+# entity id -> (ids of the text units that mention it, paths of their documents)
+Sources = Mapping[str, tuple[Iterable[str], Iterable[str]]]
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A top-level community (or one about to be): its key, member count, and how many of its
-    members each document mentions."""
+    members each text unit and each document mentions."""
 
     key: str
     size: int
+    units: Counter[str] = field(default_factory=Counter)
     documents: Counter[str] = field(default_factory=Counter)
 
     @staticmethod
-    def of(key: str, members: Iterable[str],
-           documents: Mapping[str, Iterable[str]]) -> Candidate:
+    def of(key: str, members: Iterable[str], sources: Sources) -> Candidate:
         members = list(members)
-        return Candidate(key, len(members),
-                         Counter(d for m in members for d in documents.get(m, ())))
+        found = [sources[m] for m in members if m in sources]
+        return Candidate(key, len(members), Counter(u for us, _ in found for u in us),
+                         Counter(d for _, ds in found for d in ds))
 
 
 @dataclass
@@ -77,15 +86,26 @@ class TopPlan:
 
 def plan_top(standing: Sequence[Candidate], arriving: Sequence[Candidate], room: int) -> TopPlan:
     """The `room` largest arriving candidates stand (with `standing`, which always does); each
-    other one joins the standing community it co-occurs with most in documents, possibly
-    through arriving ones already placed. Ties go to the smaller key (deterministic)."""
+    other one joins the standing community it co-occurs with most in text units, else in
+    documents, possibly through arriving ones already placed. Ties go to the smaller key."""
     order = sorted(arriving, key=lambda c: (-c.size, c.key))
     n_stand = max(room, 0)
-    owner = {c.key: c.key for c in [*standing, *order[:n_stand]]}
-    by_doc: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for c in [*standing, *order]:
+    owner: dict[str, str] = {}
+    # unit or document -> standing key -> mentions by the candidates placed under it so far: a
+    # pass costs (sources of a candidate) x (standing keys), however many candidates share one
+    # long document (a book is one document)
+    in_unit: dict[str, Counter[str]] = defaultdict(Counter)
+    in_doc: dict[str, Counter[str]] = defaultdict(Counter)
+
+    def place(c: Candidate, top: str) -> None:
+        owner[c.key] = top
+        for u, n in c.units.items():
+            in_unit[u][top] += n
         for d, n in c.documents.items():
-            by_doc[d].append((c.key, n))
+            in_doc[d][top] += n
+
+    for c in [*standing, *order[:n_stand]]:
+        place(c, c.key)
     joins: dict[str, str] = {}
     pending = order[n_stand:]
     moved = True
@@ -93,18 +113,25 @@ def plan_top(standing: Sequence[Candidate], arriving: Sequence[Candidate], room:
         moved = False
         still = []
         for c in pending:
-            weight: dict[str, int] = defaultdict(int)
-            for d, m in c.documents.items():
-                for key, n in by_doc[d]:
-                    if key != c.key and key in owner:
-                        weight[owner[key]] += m * n
+            weight = _cooccurrence(c.units, in_unit) or _cooccurrence(c.documents, in_doc)
             if weight:
-                owner[c.key] = joins[c.key] = min(weight, key=lambda k: (-weight[k], k))
+                joins[c.key] = min(weight, key=lambda k: (-weight[k], k))
+                place(c, joins[c.key])
                 moved = True
             else:
                 still.append(c)
         pending = still
     return TopPlan(joins, pending, owner)
+
+
+def _cooccurrence(mine: Counter[str], placed: Mapping[str, Counter[str]]) -> Counter[str]:
+    """Standing key -> pairs of entities, one of `mine` and one placed under it, mentioned in
+    the same source."""
+    weight: Counter[str] = Counter()
+    for source, m in mine.items():
+        for top, n in placed.get(source, Counter()).items():
+            weight[top] += m * n
+    return weight
 
 
 def nearest_by_path(plan: TopPlan, candidates: Sequence[Candidate]) -> dict[str, str]:

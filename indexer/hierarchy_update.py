@@ -4,9 +4,10 @@ Only communities whose members or internal edges changed are rewritten. Unchange
 keep their ids, members and subtree, hence their reports; newcomers join the group they are
 most strongly connected to, level by level; removed entities leave; oversized changed leaves
 are split again. New top-level candidates stand at the top while it has room
-(`ClusterParams.max_top`), else are grafted under the top-level community they share the most
-documents with, as a fresh build does (indexer.grouping). The pipeline's modularity guard
-(indexer.communities.modularity) re-clusters from scratch when local decisions drift too far.
+(`ClusterParams.max_top`); the others are grafted, as in a fresh build, under the top-level
+community whose entities share the most text units (else documents) with theirs
+(indexer.grouping). The pipeline's modularity guard (indexer.communities.modularity)
+re-clusters from scratch when local decisions drift too far.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class HierarchyReads(Protocol):
     def communities(self, ids: Iterable[str]) -> dict[str, CommunityRow]: ...
     def edges_of(self, entity_ids: Iterable[str]) -> list[tuple[str, str, str, float]]: ...
     def roots(self) -> list[CommunityRow]: ...
-    def entity_documents(self, entity_ids: Iterable[str]) -> dict[str, set[str]]: ...
+    def entity_sources(self, entity_ids: Iterable[str]) -> dict[str, tuple[set[str], set[str]]]:
+        ...
+    def unit_entities(self, unit_ids: Iterable[str]) -> dict[str, set[str]]: ...
     def document_entities(self, paths: Iterable[str]) -> dict[str, set[str]]: ...
     def documents_near(self, path: str, k: int) -> tuple[list[str], list[str]]: ...
 
@@ -281,7 +284,7 @@ class _Local:
     def place_top(self, groups: list[list[str]]) -> None:
         """New top-level candidates (newcomers no old community holds): largest first, each
         stands at the top while it has room (`max_top`); the others are grafted under the
-        top-level community they share the most documents with, as in a fresh build."""
+        top-level community they share the most sources with, as in a fresh build."""
         if not groups:
             return
         room = self.p.max_top - self.top_count() if self.p.max_top else len(groups)
@@ -289,8 +292,8 @@ class _Local:
             for g in groups:
                 self.new_roots.add(self.subtree(g, 0, None))
             return
-        documents = self.new.entity_documents(m for g in groups for m in g)
-        arriving = [Candidate.of(str(i), g, documents) for i, g in enumerate(groups)]
+        sources = self.new.entity_sources(m for g in groups for m in g)
+        arriving = [Candidate.of(str(i), g, sources) for i, g in enumerate(groups)]
         plan = plan_top(self.standing(arriving, groups), arriving, room)
         joins = dict(plan.joins)
         for c in plan.orphans:
@@ -327,17 +330,20 @@ class _Local:
         return out
 
     def standing(self, arriving: list[Candidate], groups: list[list[str]]) -> list[Candidate]:
-        """The top-level communities mentioned by the arriving candidates' documents, each with
-        its members' mentions of those documents."""
+        """The top-level communities mentioned by the arriving candidates' text units and
+        documents, each with its members' mentions of those sources."""
+        in_unit = self.new.unit_entities({u for c in arriving for u in c.units})
         in_doc = self.new.document_entities({d for c in arriving for d in c.documents})
-        tops = self.tops_of({e for es in in_doc.values() for e in es},
-                            {m for g in groups for m in g})
-        counts: dict[str, Counter[str]] = defaultdict(Counter)
-        for d, es in in_doc.items():
-            for e in es:
-                if e in tops:
-                    counts[tops[e]][d] += 1
-        return [Candidate(top, 0, counts[top]) for top in sorted(counts)]
+        mentioned = {e for es in [*in_unit.values(), *in_doc.values()] for e in es}
+        tops = self.tops_of(mentioned, {m for g in groups for m in g})
+        units: dict[str, Counter[str]] = defaultdict(Counter)
+        docs: dict[str, Counter[str]] = defaultdict(Counter)
+        for found, counts in ((in_unit, units), (in_doc, docs)):
+            for source, es in found.items():
+                for e in es:
+                    if e in tops:
+                        counts[tops[e]][source] += 1
+        return [Candidate(top, 0, units[top], docs[top]) for top in sorted(set(units) | set(docs))]
 
     def nearest_top(self, c: Candidate, skip: set[str]) -> str | None:
         """The top-level community of the nearest document in path order (earlier on a tie)

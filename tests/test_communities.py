@@ -28,7 +28,14 @@ from indexer.hierarchy_update import GraphChange, update_hierarchy
 PARAMS = ClusterParams(max_cluster_size=10, seed=1, max_levels=4)
 NO_ISOLATED = Isolated({}, {})
 Edges = dict[tuple[str, str], float]
-Docs = dict[str, tuple[str, ...]]
+Docs = dict[str, tuple[str, ...]]  # entity -> text units "path#n" ("path" alone: "path#0")
+Sources = dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
+
+
+def _sources(docs: Docs) -> Sources:
+    """Entity -> (text units, document paths), from units written as "path#n"."""
+    units = {e: tuple(u if "#" in u else u + "#0" for u in us) for e, us in docs.items()}
+    return {e: (us, tuple(sorted({u.split("#")[0] for u in us}))) for e, us in units.items()}
 
 
 def _edges(pairs: Iterable[tuple[str, str]]) -> Edges:
@@ -52,7 +59,7 @@ def _fresh(edges: Edges, isolated: Isolated = NO_ISOLATED, params: ClusterParams
            documents: Docs | None = None) -> dict[str, Placement]:
     arrays = EdgeArrays((a, b, w) for (a, b), w in edges.items())
     return build_hierarchy(arrays, isolated, params, previous,
-                           lambda: documents or {}).placements
+                           lambda: _sources(documents or {})).placements
 
 
 def _children(h: dict[str, Placement]) -> dict[str, list[str]]:
@@ -86,24 +93,31 @@ class FakeHierarchy:
                  documents: Docs | None = None) -> None:
         self.h = placements
         self.e = edges
-        self.docs = documents or {}
+        self.sources = _sources(documents or {})
 
     def roots(self) -> list[CommunityRow]:
         return list(self.communities(i for i, p in self.h.items() if p.parent is None).values())
 
-    def entity_documents(self, entity_ids: Iterable[str]) -> dict[str, set[str]]:
-        return {e: set(self.docs.get(e, ())) for e in entity_ids}
+    def entity_sources(self, entity_ids: Iterable[str]) -> dict[str, tuple[set[str], set[str]]]:
+        return {e: (set(self.sources[e][0]), set(self.sources[e][1]))
+                for e in entity_ids if e in self.sources}
 
-    def document_entities(self, paths: Iterable[str]) -> dict[str, set[str]]:
-        wanted = set(paths)
+    def _mentions(self, wanted: Iterable[str], which: int) -> dict[str, set[str]]:
+        keep = set(wanted)
         out: dict[str, set[str]] = defaultdict(set)
-        for e, ds in self.docs.items():
-            for d in set(ds) & wanted:
-                out[d].add(e)
+        for e, found in self.sources.items():
+            for source in set(found[which]) & keep:
+                out[source].add(e)
         return dict(out)
 
+    def unit_entities(self, unit_ids: Iterable[str]) -> dict[str, set[str]]:
+        return self._mentions(unit_ids, 0)
+
+    def document_entities(self, paths: Iterable[str]) -> dict[str, set[str]]:
+        return self._mentions(paths, 1)
+
     def documents_near(self, path: str, k: int) -> tuple[list[str], list[str]]:
-        paths = sorted({d for ds in self.docs.values() for d in ds})
+        paths = sorted({d for _, ds in self.sources.values() for d in ds})
         return sorted([p for p in paths if p < path], reverse=True)[:k], \
             [p for p in paths if p > path][:k]
 
@@ -314,6 +328,20 @@ class TestBoundedTop:
         h = _fresh(edges, params=_with_top(2), documents=docs)
         assert_hierarchy(h, _nodes(edges))
         assert "p" in _top_of(h, "a").members and "u" in _top_of(h, "x").members
+
+    def test_a_shared_text_unit_outweighs_a_larger_community_in_the_same_document(
+            self) -> None:
+        """In a book (one document) the passage decides; the document alone would send every
+        small component under the largest community."""
+        edges = _edges([*itertools.combinations("abcd", 2), ("x", "y"), ("y", "z"), ("x", "z"),
+                        ("p", "q")])
+        docs = ({n: ("book.md#1",) for n in "abcd"} | {n: ("book.md#2",) for n in "xyz"}
+                | {n: ("book.md#2",) for n in "pq"})
+        h = _fresh(edges, params=_with_top(2), documents=docs)
+        assert "p" in _top_of(h, "x").members
+        whole_book = {n: ("book.md",) for n in docs}
+        h = _fresh(edges, params=_with_top(2), documents=whole_book)
+        assert "p" in _top_of(h, "a").members
 
     def test_grafted_subtrees_are_cut_at_max_levels(self) -> None:
         edges, docs = _topics(n_big=2, n_small=0)

@@ -59,9 +59,10 @@ def _params(b: Build) -> ClusterParams:
     return ClusterParams(c.max_cluster_size, c.seed, c.max_levels, top)
 
 
-def _documents(b: Build) -> dict[str, tuple[str, ...]]:
-    """Entity id -> paths of the documents it is mentioned in (grouping the top)."""
-    return {e: paths for batch in b.reads.iter_entity_documents() for e, paths in batch}
+def _sources(b: Build) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Entity id -> (its text units, their documents' paths), for grouping the top."""
+    return {e: (units, paths) for batch in b.reads.iter_entity_sources()
+            for e, units, paths in batch}
 
 
 def stage_communities(b: Build, g: GraphDelta) -> HierarchyDelta:
@@ -107,7 +108,7 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     isolated_ids = [r[0] for r in b.store.writer.execute(
         "SELECT id FROM temp.entities_new WHERE degree = 0 ORDER BY id") if r[0] not in connected]
     hierarchy = build_hierarchy(edges, _isolated(b, isolated_ids), _params(b), previous,
-                                lambda: _documents(b))
+                                lambda: _sources(b))
     if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community,
         # committed or staged by the local update it overrides
         old = [r[0] for r in b.store.writer.execute("SELECT id FROM main.communities")]
