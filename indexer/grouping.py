@@ -77,7 +77,8 @@ class Candidate:
 @dataclass
 class TopPlan:
     """Arriving candidates that graft under a standing top-level community (`joins`: key ->
-    standing key), and those no document links to any (`orphans`, largest first)."""
+    standing key), and those no shared unit or document links to any (`orphans`, largest
+    first)."""
 
     joins: dict[str, str]
     orphans: list[Candidate]
