@@ -67,12 +67,11 @@ def _sources(b: Build) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
 
 def stage_communities(b: Build, g: GraphDelta) -> HierarchyDelta:
     committed = b.committed
-    has_previous = bool(committed.roots()) if not b.full else False
-    if b.full or not has_previous:
-        previous = _previous_memberships(committed) if has_previous or b.full else None
+    tops = 0 if b.full else len(committed.roots())
+    if b.full or not tops:
+        previous = _previous_memberships(committed) if tops or b.full else None
         return _fresh(b, previous=previous)
     params = _params(b)
-    tops = len(committed.roots())
     if params.max_top and tops > params.max_top:  # built before the bound, or under a larger
         # one; local updates never add top-level communities past it, so only this catches up
         log.info("community top: %d top-level communities, above the bound of %d; "
