@@ -178,6 +178,11 @@ class CommunitySettings(BaseModel):
     max_cluster_size: int = Field(10, ge=2)
     seed: int = Field(0xDEADBEEF)
     max_levels: int = Field(4, ge=1, le=10)
+    max_top_level: int = Field(
+        0, ge=0, description="Most top-level communities: the largest stand, the others are "
+        "grouped under them by the text units (else documents) they share. 0 = the larger of "
+        "max_cluster_size and the square root of the number of text units, so the overview "
+        "grows slowly with the corpus")
     modularity_drift: float = Field(
         0.05, ge=0, description="Re-cluster from scratch when modularity falls by more"
     )

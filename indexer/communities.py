@@ -13,36 +13,38 @@ Two entry points produce a `Hierarchy` to stage:
   int32/float64 arrays, ~16 bytes an edge, plus graspologic's own copy while Leiden runs on a
   level: about 200 MB per million edges at the top level). Ids are reused from the previous
   hierarchy where a new community's members overlap an old one's (Jaccard >= 0.5).
-- `update_hierarchy`: a local update that touches only communities whose members or internal
-  edges changed (design §4). Unchanged communities keep their ids, members and subtree, hence
-  their reports; newcomers join the group they are most strongly connected to, level by level;
-  removed entities leave; oversized changed leaves are split again. The pipeline's modularity
-  guard (`modularity`) re-clusters from scratch when local decisions drift too far.
+- `indexer.hierarchy_update.update_hierarchy`: a local update of the previous hierarchy that
+  touches only what changed (design §4).
+
+A top of more than `ClusterParams.max_top` candidates is grouped: the largest stand, the others
+are grafted under the one they share the most text units, else documents, with
+(indexer.grouping).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import graspologic_native as gn
 import numpy as np
 
 from canopy.ids import content_hash
-from canopy.store.rows import CommunityRow
+from indexer.grouping import Candidate, Sources, nearest_by_path, plan_top
 
 __all__ = [
     "ClusterParams",
     "EdgeArrays",
     "Hierarchy",
+    "Isolated",
+    "LeidenLevels",
     "Placement",
     "build_hierarchy",
+    "community_id",
     "is_partition",
     "modularity",
-    "update_hierarchy",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class ClusterParams:
     max_cluster_size: int = 10
     seed: int = 0xDEADBEEF
     max_levels: int = 4
+    max_top: int = 0  # most top-level communities (indexer.grouping.top_size); 0 = no bound
 
 
 @dataclass
@@ -137,7 +140,7 @@ class EdgeArrays:
         return len(self.names)
 
 
-class _Fresh:
+class LeidenLevels:
     """Hierarchical Leiden as a per-level recursion over bucketed edge arrays."""
 
     def __init__(self, edges: EdgeArrays, params: ClusterParams) -> None:
@@ -219,14 +222,19 @@ def build_hierarchy(
     isolated: Isolated,
     params: ClusterParams,
     previous: dict[int, dict[str, set[str]]] | None = None,
+    sources: Callable[[], Sources] = dict,
 ) -> Hierarchy:
-    """A fresh hierarchy of the whole graph (ids reused from `previous`: level -> id -> members)."""
-    fresh = _Fresh(edges, params)
+    """A fresh hierarchy of the whole graph (ids reused from `previous`: level -> id -> members).
+    With `params.max_top`, a top of more candidates is grouped by `sources()` (entity id -> the
+    text units and documents that mention it; indexer.grouping), read only then."""
+    fresh = LeidenLevels(edges, params)
     fresh.run()
     names = edges.names
     placements = [(level, key, parent, [names[int(i)] for i in nodes])
                   for level, key, parent, nodes in fresh.out]
     _attach_isolated(placements, isolated, params.max_cluster_size)
+    if params.max_top and sum(p[2] is None for p in placements) > params.max_top:
+        placements = _group_top(placements, sources(), params)
     placements.sort(key=lambda p: (p[0], p[1]))
     ids: dict[str, str] = {}
     prev = previous or {}
@@ -269,6 +277,39 @@ def _attach_isolated(placements: list[tuple[int, str, str | None, list[str]]], i
             placements.append((0, f"iso:{unit}:{k}", None, members[k:k + max_cluster_size]))
 
 
+_Placed = tuple[int, str, str | None, list[str]]  # level, key, parent key, members
+
+
+def _group_top(placements: list[_Placed], sources: Sources,
+               params: ClusterParams) -> list[_Placed]:
+    """The `max_top` largest top-level candidates stand; every other one is grafted, with its
+    subtree one level down, under the one it shares the most sources with (indexer.grouping).
+    Levels past `max_levels` are cut: their parents become leaves."""
+    tops = [Candidate.of(key, members, sources)
+            for _, key, parent, members in placements if parent is None]
+    plan = plan_top([], tops, params.max_top)
+    joins = plan.joins | nearest_by_path(plan, tops)
+    children: dict[str | None, list[int]] = defaultdict(list)
+    for i, p in enumerate(placements):
+        children[p[2]].append(i)
+    index = {p[1]: i for i, p in enumerate(placements)}
+    out = list(placements)
+    for key, target in sorted(joins.items()):
+        t_level, _, _, t_members = out[index[target]]
+        if not children[target]:  # a leaf gains children: its own members become one of them
+            out.append((t_level + 1, f"self:{target}", target, list(t_members)))
+            children[target].append(len(out) - 1)
+        t_members.extend(placements[index[key]][3])
+        todo = [index[key]]
+        while todo:  # the grafted subtree, one level down
+            i = todo.pop()
+            level, k, parent, members = out[i]
+            out[i] = (level + 1, k, target if k == key else parent, members)
+            todo += children[k]
+        children[target].append(index[key])
+    return [p for p in out if p[0] < params.max_levels]
+
+
 def _stable_ids(level: int, new: list[tuple[str, list[str]]],
                 old: dict[str, set[str]]) -> dict[str, str]:
     """Each new community key's id: the id of the old community at its level it overlaps best
@@ -299,244 +340,3 @@ def _stable_ids(level: int, new: list[tuple[str, list[str]]],
             out[key] = cid
             used.add(cid)
     return out
-
-
-# ---- local update ----------------------------------------------------------------------------
-
-
-class HierarchyReads(Protocol):
-    """The reads a local update needs (canopy.store.GraphReads provides them)."""
-
-    def memberships(self, entity_ids: Iterable[str]) -> dict[str, dict[int, str]]: ...
-    def members(self, ids: Iterable[str]) -> dict[str, list[str]]: ...
-    def children(self, ids: Iterable[str]) -> dict[str, list[str]]: ...
-    def communities(self, ids: Iterable[str]) -> dict[str, CommunityRow]: ...
-    def edges_of(self, entity_ids: Iterable[str]) -> list[tuple[str, str, str, float]]: ...
-
-
-@dataclass(frozen=True)
-class GraphChange:
-    """How the entity graph changed, for the local update."""
-
-    new_entities: frozenset[str]  # entities of the new generation that the old one lacked
-    removed_entities: frozenset[str]  # entities of the old generation that are gone
-    # endpoints of relationships added, removed or reweighted
-    changed_edges: frozenset[tuple[str, str]]
-    isolated: Isolated  # new entities without relationships
-
-
-def update_hierarchy(old: HierarchyReads, new: HierarchyReads, change: GraphChange,
-                     params: ClusterParams) -> Hierarchy:
-    """The previous hierarchy (`old`) updated for `change` over the new graph's edges (`new`)."""
-    return _Local(old, new, change, params).run()
-
-
-class _Local:
-    def __init__(self, old: HierarchyReads, new: HierarchyReads, change: GraphChange,
-                 params: ClusterParams) -> None:
-        self.old, self.new, self.c, self.p = old, new, change, params
-        self.out = Hierarchy()
-        self.chain: dict[str, dict[int, str]] = {}  # old memberships of entities we look at
-        self.adj: dict[str, dict[str, float]] = defaultdict(dict)  # new edges of newcomers
-        self.removed_in: set[str] = set()  # old communities that lose a removed entity
-        self.edge_dirty: set[str] = set()  # old communities whose internal edges changed
-        self.taken: set[str] = set()
-
-    def load_chains(self, entities: Iterable[str]) -> None:
-        todo = [e for e in set(entities) if e not in self.chain]
-        if todo:
-            got = self.old.memberships(todo)
-            for e in todo:
-                self.chain[e] = got.get(e, {})
-
-    def run(self) -> Hierarchy:
-        c = self.c
-        connected = sorted(c.new_entities - set(c.isolated.cooccurring))
-        for _, s, t, w in self.new.edges_of(connected):
-            self.adj[s][t] = w
-            self.adj[t][s] = w
-        ends = {x for edge in c.changed_edges for x in edge}
-        self.load_chains([*c.removed_entities, *ends, *(n for e in connected for n in self.adj[e])])
-        for e in c.removed_entities:
-            self.removed_in.update(self.chain[e].values())
-        for a, b in c.changed_edges:
-            ca, cb = self.chain.get(a, {}), self.chain.get(b, {})
-            self.edge_dirty.update(cid for level, cid in ca.items() if cb.get(level) == cid)
-        # Level 0: newcomers join the root they are most strongly connected to.
-        joined, groups = self.assign(connected, 0)
-        for root in sorted(set(joined.values()) | {self.chain_root(e) for e in c.removed_entities}
-                           | {cid for cid in self.edge_dirty if self.is_root(cid)}):
-            if root:
-                self.process(root, 0, None, [n for n, r in joined.items() if r == root])
-        for g in groups:
-            self.subtree(g, 0, None)
-        self.attach_isolated()
-        return self.out
-
-    # -- helpers --
-
-    def chain_root(self, e: str) -> str:
-        chain = self.chain.get(e, {})
-        return chain[min(chain)] if chain else ""
-
-    def is_root(self, cid: str) -> bool:
-        row = self.old.communities([cid]).get(cid)
-        return row is not None and row.parent is None
-
-    def assign(self, newcomers: list[str], level: int) -> tuple[dict[str, str], list[list[str]]]:
-        """Newcomers -> the level-`level` community (of the old hierarchy) their neighbours
-        weigh most in, iterating so newcomers can follow newcomers; the rest are clustered among
-        themselves (returned as groups)."""
-        owner: dict[str, str] = {}
-        pending = list(newcomers)
-        changed = True
-        while pending and changed:
-            changed = False
-            still = []
-            for n in pending:
-                weights: dict[str, float] = defaultdict(float)
-                for m, w in self.adj[n].items():
-                    group = (owner.get(m) if m in self.c.new_entities
-                             else self.chain.get(m, {}).get(level))
-                    if group:
-                        weights[group] += w
-                if weights:
-                    owner[n] = min(weights, key=lambda g: (-weights[g], g))
-                    changed = True
-                else:
-                    still.append(n)
-            pending = still
-        return owner, self.cluster_among(pending)
-
-    def cluster_among(self, nodes: list[str]) -> list[list[str]]:
-        """Leiden groups of newcomers no old community holds (loose ones form one group)."""
-        if not nodes:
-            return []
-        inside = set(nodes)
-        edges = [(a, b, w) for a in sorted(inside) for b, w in self.adj[a].items()
-                 if b in inside and a < b]
-        arrays = EdgeArrays(edges, sorted(inside))
-        f = _Fresh(arrays, self.p)
-        groups = f.groups(np.arange(arrays.n_nodes, dtype=np.int64),
-                          np.arange(len(arrays.src), dtype=np.int64))
-        return [[arrays.names[int(i)] for i in g] for g in groups]
-
-    def new_id(self, level: int, members: list[str]) -> str:
-        cid = community_id(level, members)
-        while cid in self.taken or self.old.communities([cid]):
-            cid += "x"
-        self.taken.add(cid)
-        return cid
-
-    def subtree(self, members: list[str], level: int, parent: str | None,
-                top: str | None = None) -> None:
-        """A freshly clustered subtree for `members` at `level` under `parent` (newcomers no old
-        community holds, or an oversized leaf split again, which keeps its id `top`)."""
-        inside = set(members)
-        edges = {(min(s, t), max(s, t)): w for _, s, t, w in self.new.edges_of(members)
-                 if s in inside and t in inside}
-        arrays = EdgeArrays(((a, b, w) for (a, b), w in sorted(edges.items())), sorted(inside))
-        f = _Fresh(arrays, self.p)
-        f.split(np.arange(arrays.n_nodes, dtype=np.int64),
-                np.arange(len(arrays.src), dtype=np.int64), level, None)
-        ids: dict[str, str] = {}
-        for lv, key, parent_key, nodes in f.out:  # preorder: parents before children
-            names = [arrays.names[int(i)] for i in nodes]
-            cid = top if parent_key is None and top else self.new_id(lv, names)
-            ids[key] = cid
-            self.place(cid, lv, ids[parent_key] if parent_key else parent, names)
-
-    def place(self, cid: str, level: int, parent: str | None, members: Iterable[str]) -> None:
-        self.out.placements[cid] = Placement(cid, level, parent, sorted(set(members)))
-
-    def delete_subtree(self, cid: str) -> None:
-        self.out.deleted.add(cid)
-        for child in self.old.children([cid]).get(cid, []):
-            self.delete_subtree(child)
-
-    def process(self, cid: str, level: int, parent: str | None, newcomers: list[str]) -> None:
-        """An old community that gained `newcomers`, lost removed entities or had its internal
-        edges change: its new members, and its children updated the same way."""
-        old_members = self.old.members([cid]).get(cid, [])
-        members = sorted((set(old_members) - self.c.removed_entities) | set(newcomers))
-        if not members:
-            self.delete_subtree(cid)
-            return
-        changed = members != old_members
-        children = self.old.children([cid]).get(cid, [])
-        if children:
-            if changed:
-                self.place(cid, level, parent, members)
-            self.load_chains(n for e in newcomers for n in self.adj[e])
-            joined, groups = self.assign_within(newcomers, level + 1, set(members))
-            for child in children:
-                mine = [n for n, c in joined.items() if c == child]
-                if mine or child in self.removed_in or child in self.edge_dirty:
-                    self.process(child, level + 1, cid, mine)
-            for g in groups:
-                self.subtree(g, level + 1, cid)
-            return
-        oversized = len(members) > self.p.max_cluster_size and level + 1 < self.p.max_levels
-        if oversized and (changed or cid in self.edge_dirty):
-            self.subtree(members, level, parent, top=cid)
-        elif changed:
-            self.place(cid, level, parent, members)
-
-    def assign_within(self, newcomers: list[str], level: int,
-                      inside: set[str]) -> tuple[dict[str, str], list[list[str]]]:
-        """`assign` counting only edges within the parent community (whose members are `inside`)."""
-        saved = {n: self.adj[n] for n in newcomers}
-        for n in newcomers:
-            self.adj[n] = {m: w for m, w in saved[n].items() if m in inside}
-        try:
-            return self.assign(newcomers, level)
-        finally:
-            self.adj.update(saved)
-
-    def attach_isolated(self) -> None:
-        """New entities without relationships: into the deepest community of the entities they
-        share units with (and its ancestors), else new groups by unit."""
-        iso = self.c.isolated
-        if not iso.cooccurring:
-            return
-        placed_deepest: dict[str, tuple[int, str]] = {}
-        for p in self.out.placements.values():
-            for m in p.members:
-                if m not in placed_deepest or placed_deepest[m][0] < p.level:
-                    placed_deepest[m] = (p.level, p.id)
-        self.load_chains(n for ns in iso.cooccurring.values() for n in ns
-                         if n not in placed_deepest)
-        lonely: dict[str, list[str]] = defaultdict(list)
-        for e in sorted(iso.cooccurring):
-            votes: Counter[str] = Counter()
-            for n in iso.cooccurring[e]:
-                if n in placed_deepest:
-                    votes[placed_deepest[n][1]] += 1
-                elif self.chain.get(n) and n not in self.c.removed_entities:
-                    chain = self.chain[n]
-                    deepest = chain[max(chain)]
-                    if deepest not in self.out.deleted:
-                        votes[deepest] += 1
-            if not votes:
-                lonely[iso.first_unit.get(e, "")].append(e)
-                continue
-            target: str | None = min(votes, key=lambda cid: (-votes[cid], cid))
-            while target is not None:
-                target = self.add_member(target, e)
-        for _unit, members in sorted(lonely.items()):  # by unit
-            for k in range(0, len(members), self.p.max_cluster_size):
-                group = members[k:k + self.p.max_cluster_size]
-                self.place(self.new_id(0, group), 0, None, group)
-
-    def add_member(self, cid: str, e: str) -> str | None:
-        """Add `e` to community `cid`; returns its parent."""
-        placed = self.out.placements.get(cid)
-        if placed is None:
-            row = self.old.communities([cid])[cid]
-            old_members = self.old.members([cid]).get(cid, [])
-            members = sorted((set(old_members) - self.c.removed_entities) | {e})
-            self.place(cid, row.level, row.parent, members)
-            return row.parent
-        if e not in placed.members:
-            placed.members = sorted([*placed.members, e])
-        return placed.parent

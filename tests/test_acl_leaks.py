@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError
 
+from acl.access import State
 from canopy.errors import EndpointUnavailable
 from canopy.providers import make_embedder
 from canopy.providers.builtin import BuiltinProvider
@@ -578,6 +579,34 @@ def test_revoking_a_label_and_relabelling_take_effect(leak_index, base_policy, t
         for principal in ("counsel", "staff"):
             check_principal(svc, moved, principal, docs, queries=QUERIES[1:4], findings=False,
                             entity_sample=30)
+    finally:
+        svc.close()
+
+
+def test_a_grouped_top_leaks_nothing_and_hides_no_readable_child(leak_index, base_policy, tmp_path):
+    """The top bounded to two communities: small components of restricted documents are grafted
+    under top-level communities that also hold public entities. Such a parent reaches staff as a
+    view (never its canonical report), every community staff may read in full is still served in
+    full, and no canary leaks through any tool."""
+    docs, index_dir = fresh_copy(leak_index, tmp_path)
+    (docs / "canopy.toml").write_text(base_policy.toml() + "\n[communities]\nmax_top_level = 2\n",
+                                      encoding="utf-8")
+    build_index(open_workspace(docs, index_dir=index_dir), full=True)
+    svc = service_for(docs, index_dir)
+    try:
+        g, readable = readable_units(svc, "staff")
+        tops = [c for c in g.communities.values() if c.parent is None]
+        assert len(tops) == 2
+        mixed = [c.id for c in tops if readable & set(g.reports[c.id].text_unit_ids)
+                 and not set(g.reports[c.id].text_unit_ids) <= readable]
+        assert mixed, "no top-level community mixes restricted and public sources"
+        whole = [cid for cid, r in g.reports.items() if set(r.text_unit_ids) <= readable]
+        with svc.context("staff") as ctx:
+            states = ctx.reader.community_states([*mixed, *whole])
+        assert all(states[cid] == State.VIEW for cid in mixed)
+        assert all(states[cid] == State.FULL for cid in whole)
+        check_principal(svc, base_policy, "staff", docs, queries=QUERIES[1:3], findings=False,
+                        entity_sample=10)
     finally:
         svc.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -157,6 +158,55 @@ def test_each_step_applied_one_at_a_time_also_matches(tmp_path: Path) -> None:
     fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh")
     build_index(fresh)
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+
+
+def test_a_full_rebuild_over_an_index_keeps_the_reports_it_reuses(tmp_path: Path) -> None:
+    """Regression: `canopy index --full` over an existing index reused every unchanged report
+    by id and fingerprint without staging it, and a full build commits over emptied tables, so
+    the rebuilt index had communities and no reports."""
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    ws = open_workspace(docs, index_dir=tmp_path / "idx")
+    build_index(ws)
+    again = build_index(ws, full=True)
+    assert again.stats["reports_reused"] > 0
+    assert_community_invariants(ws.index_dir)
+
+
+def _tops(index_dir: Path) -> int:
+    return sum(c.parent is None for c in graph_of(index_dir).communities.values())
+
+
+def test_a_bounded_top_holds_through_updates_like_in_a_fresh_build(tmp_path: Path) -> None:
+    """With more top-level candidates than `max_top_level`, the top stays within it after
+    added, edited, renamed and deleted documents (new components are grafted under the
+    community they share documents with, where an unbounded index gains top-level ones), every
+    invariant holds, and the graph equals a fresh build's."""
+    corpus = Corpus(tmp_path / "docs", 10)  # add, delete, add, then delete
+    bound = {"max_top_level": 3}
+    unbounded = open_workspace(corpus.root, index_dir=tmp_path / "unbounded")
+    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental", communities=bound)
+    build_index(unbounded)
+    build_index(ws)
+    free = [_tops(unbounded.index_dir)]
+    assert free[0] > 6 and _tops(ws.index_dir) == 3  # the bound has work to do
+    ops = []
+    for _ in range(3):
+        ops.append(corpus.step())
+        build_index(unbounded)
+        build_index(ws)
+        free.append(_tops(unbounded.index_dir))
+        assert _tops(ws.index_dir) <= 3, ops
+        assert_community_invariants(ws.index_dir)
+    assert any(b > a for a, b in itertools.pairwise(free)), (ops, free)  # new components came
+    fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh", communities=bound)
+    build_index(fresh)
+    assert _tops(fresh.index_dir) == 3
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+    corpus.step()  # the unbounded index, updated under the bound, catches up with it
+    build_index(open_workspace(corpus.root, index_dir=unbounded.index_dir, communities=bound))
+    assert _tops(unbounded.index_dir) == 3
+    assert_community_invariants(unbounded.index_dir)
 
 
 def test_an_edit_reextracts_only_the_changed_units_and_a_noop_does_nothing(tmp_path: Path) -> None:

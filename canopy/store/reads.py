@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from canopy.ids import entity_id
 from canopy.model import Document
 from canopy.store.rows import (
     ClaimRow,
@@ -138,6 +140,71 @@ class GraphReads:
         for r in self._rows(sql, _ids(unit_ids)):
             out[r[0]] = (UnitRow.of(r[:10]), DocumentRow.of(r[10:]).document)
         return out
+
+    # What clustering reads of where entities are mentioned: the top of the hierarchy groups
+    # communities by the text units and documents their entities share (indexer.grouping).
+    # Lookups by id, no joins: over the indexer's overlay views a join materializes whole tables.
+
+    def entity_sources(self, entity_ids: Iterable[str]) -> dict[str, tuple[set[str], set[str]]]:
+        """The live text units each entity is mentioned in, and the paths of their documents."""
+        units = {r[0]: json.loads(r[1]) for r in self._rows(
+            f"SELECT id, units FROM {self.t.entities} WHERE id {_IN}", _ids(entity_ids))}
+        docs = dict(self._rows(f"SELECT id, document_id FROM {self.t.text_units} WHERE id {_IN}",
+                               _ids(u for us in units.values() for u in us)))
+        paths = dict(self._rows(f"SELECT id, path FROM {self.t.documents} WHERE id {_IN}",
+                                _ids(docs.values())))
+        path = {u: paths[d] for u, d in docs.items() if d in paths}
+        return {e: ({u for u in us if u in path}, {path[u] for u in us if u in path})
+                for e, us in units.items()}
+
+    def iter_entity_sources(self, batch: int = 20_000
+                            ) -> Iterator[list[tuple[str, tuple[str, ...], tuple[str, ...]]]]:
+        """Every entity with its live text units and their documents' paths, in batches (a
+        fresh clustering). Each unit id and path is one shared string object."""
+        paths = {d: sys.intern(p)
+                 for d, p in self._rows(f"SELECT id, path FROM {self.t.documents}")}
+        unit_path = {sys.intern(u): paths[d] for u, d in
+                     self._rows(f"SELECT id, document_id FROM {self.t.text_units}") if d in paths}
+        unit_id = {u: u for u in unit_path}  # json.loads makes new strings: share the stored ones
+        last = ""
+        while True:
+            rows = self._rows(f"SELECT id, units FROM {self.t.entities} WHERE id > ? ORDER BY id "
+                              "LIMIT ?", last, batch)
+            if not rows:
+                return
+            out = []
+            for eid, units in rows:
+                live = sorted({unit_id[u] for u in json.loads(units) if u in unit_id})
+                out.append((eid, tuple(live), tuple(sorted({unit_path[u] for u in live}))))
+            yield out
+            last = rows[-1][0]
+
+    def unit_entities(self, unit_ids: Iterable[str]) -> dict[str, set[str]]:
+        """Ids of the entities mentioned in each of these (live) text units."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for unit, key in self._rows(
+                f"SELECT unit_id, key FROM main.entity_instances WHERE unit_id {_IN}",
+                _ids(unit_ids)):
+            out[unit].add(entity_id(key))
+        return dict(out)
+
+    def document_entities(self, paths: Iterable[str]) -> dict[str, set[str]]:
+        """Ids of the entities mentioned in each of these documents (by path)."""
+        docs = dict(self._rows(f"SELECT id, path FROM {self.t.documents} WHERE path {_IN}",
+                               _ids(paths)))
+        unit_path = {u: docs[d] for d, us in self.unit_ids_of_documents(docs).items() for u in us}
+        out: dict[str, set[str]] = defaultdict(set)
+        for unit, entities in self.unit_entities(unit_path).items():
+            out[unit_path[unit]] |= entities
+        return dict(out)
+
+    def documents_near(self, path: str, k: int) -> tuple[list[str], list[str]]:
+        """The paths of up to `k` documents before `path` (nearest first) and after it."""
+        before = [r[0] for r in self._rows(f"SELECT path FROM {self.t.documents} WHERE path < ? "
+                                           "ORDER BY path DESC LIMIT ?", path, k)]
+        after = [r[0] for r in self._rows(f"SELECT path FROM {self.t.documents} WHERE path > ? "
+                                          "ORDER BY path LIMIT ?", path, k)]
+        return before, after
 
     def iter_units(self, batch: int = 2000) -> Iterator[list[UnitRow]]:
         """Every live unit, in batches (for full rebuilds of derived data)."""

@@ -1,11 +1,16 @@
 """The community hierarchy of the new generation: updated locally, or clustered afresh.
 
-A local update (indexer.communities.update_hierarchy) touches only communities whose members or
-internal edges changed. Its quality guard (design §4) is kept in step with the change too: the
-root partition's modularity is maintained from per-root aggregates (internal edge weight, summed
-degree) that only the roots the change touches recompute, and when it falls more than
-`modularity_drift` below the modularity of the last fresh clustering, the whole graph is
+A local update (indexer.hierarchy_update.update_hierarchy) touches only communities whose
+members or internal edges changed. Its quality guard (design §4) is kept in step with the change
+too: the root partition's modularity is maintained from per-root aggregates (internal edge
+weight, summed degree) that only the roots the change touches recompute, and when it falls more
+than `modularity_drift` below the modularity of the last fresh clustering, the whole graph is
 clustered afresh (ids still reused by member overlap, reports by fingerprint).
+
+Both bound the top level to `top_size` (indexer.grouping): the larger of `max_cluster_size` and
+the square root of the text units, unless `max_top_level` is set. A committed top above the
+bound (an index built before it, or under a larger one) is clustered afresh at the next update;
+so is one the bound shrank below, which takes deleting about 2·sqrt(units) units per step.
 """
 
 from __future__ import annotations
@@ -22,13 +27,13 @@ from canopy.store.rows import dump
 from indexer.communities import (
     ClusterParams,
     EdgeArrays,
-    GraphChange,
     Hierarchy,
     Isolated,
     build_hierarchy,
     modularity,
-    update_hierarchy,
 )
+from indexer.grouping import top_size
+from indexer.hierarchy_update import GraphChange, update_hierarchy
 from indexer.stages.context import Build
 from indexer.stages.graph import GraphDelta
 
@@ -50,19 +55,32 @@ class HierarchyDelta:
 
 def _params(b: Build) -> ClusterParams:
     c = b.settings.communities
-    return ClusterParams(c.max_cluster_size, c.seed, c.max_levels)
+    top = top_size(b.reads.count("text_units"), c.max_cluster_size, c.max_top_level)
+    return ClusterParams(c.max_cluster_size, c.seed, c.max_levels, top)
+
+
+def _sources(b: Build) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Entity id -> (its text units, their documents' paths), for grouping the top."""
+    return {e: (units, paths) for batch in b.reads.iter_entity_sources()
+            for e, units, paths in batch}
 
 
 def stage_communities(b: Build, g: GraphDelta) -> HierarchyDelta:
     committed = b.committed
-    has_previous = bool(committed.roots()) if not b.full else False
-    if b.full or not has_previous:
-        previous = _previous_memberships(committed) if has_previous or b.full else None
+    tops = 0 if b.full else len(committed.roots())
+    if b.full or not tops:
+        previous = _previous_memberships(committed) if tops or b.full else None
         return _fresh(b, previous=previous)
+    params = _params(b)
+    if params.max_top and tops > params.max_top:  # built before the bound, or under a larger
+        # one; local updates never add top-level communities past it, so only this catches up
+        log.info("community top: %d top-level communities, above the bound of %d; "
+                 "re-clustering the whole graph", tops, params.max_top)
+        return _fresh(b, previous=_previous_memberships(committed))
     isolated = _isolated(b, sorted(g.new_entities - g.removed_entities))
     change = GraphChange(frozenset(g.new_entities), frozenset(g.removed_entities),
                          frozenset(g.changed_edges), isolated)
-    hierarchy = update_hierarchy(committed, b.reads, change, _params(b))
+    hierarchy = update_hierarchy(committed, b.reads, change, params)
     delta = _stage(b, hierarchy)
     _guard_aggregates(b, g, delta)
     q = float(delta.meta["q_local"])
@@ -88,7 +106,8 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     connected = set(edges.names)
     isolated_ids = [r[0] for r in b.store.writer.execute(
         "SELECT id FROM temp.entities_new WHERE degree = 0 ORDER BY id") if r[0] not in connected]
-    hierarchy = build_hierarchy(edges, _isolated(b, isolated_ids), _params(b), previous)
+    hierarchy = build_hierarchy(edges, _isolated(b, isolated_ids), _params(b), previous,
+                                lambda: _sources(b))
     if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community,
         # committed or staged by the local update it overrides
         old = [r[0] for r in b.store.writer.execute("SELECT id FROM main.communities")]

@@ -291,10 +291,11 @@ def _reports_alone(b: Build, rows: dict[str, CommunityRow], children: dict[str, 
 
 def _keep(b: Build, committed: ReportRow | None, report: Report) -> None:
     """Stage `report` (an existing one, perhaps renumbered) with its ACL classes recomputed;
-    nothing when it is exactly the committed row."""
+    nothing when it is exactly the committed row, unless this is a full build (which commits
+    over emptied tables, so a row it does not stage is lost)."""
     acl = b.reads.unit_acl(report.text_unit_ids)
     row = ReportRow(report, Gate(frozenset(acl.values()), "", False))
-    if committed is None or committed.values() != row.values():
+    if committed is None or b.full or committed.values() != row.values():
         b.staging.put("reports", [row.values()])
 
 
