@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,13 @@ def news_articles(first: int, n: int) -> list[tuple[str, str]]:
 
 def carol_text() -> str:
     return require_shared(CAROL).read_text(encoding="utf-8")
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 30.0) -> bool:
+    """Poll `predicate` every 50 ms until it is true (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

@@ -28,18 +28,9 @@ from server.runtime import (
     writer_lock,
     writer_waiting,
 )
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _wait(predicate, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _scrub(index_dir: Path) -> dict[str, list[int]]:
@@ -109,7 +100,7 @@ def test_canopy_index_returns_before_the_tidy_which_then_erases_the_deletion(
     assert done.returncode == 0, done.stderr
     assert "tidying the search tables in the background" in done.stderr
     log = index_dir / "tidy.log"
-    assert _wait(lambda: "search tables of" in log.read_text(encoding="utf-8"), 120), (
+    assert wait_until(lambda: "search tables of" in log.read_text(encoding="utf-8"), 120), (
         log.read_text(encoding="utf-8"))
     assert _stored_deleted(index_dir) == {"text_units": 0, "entities": 0, "reports": 0}
     lance = [p for p in (index_dir / "lance").rglob("*") if p.is_file()]
@@ -140,7 +131,7 @@ def test_a_waiting_writer_is_seen_and_a_dead_ones_marker_is_cleared(tmp_path: Pa
     assert entered.wait(10)
     waiter = threading.Thread(target=wait_for_turn)
     waiter.start()
-    assert _wait(lambda: writer_waiting(index_dir), 10)
+    assert wait_until(lambda: writer_waiting(index_dir), 10)
     release.set()
     holder.join(10)
     waiter.join(10)
@@ -199,7 +190,7 @@ def test_a_watcher_runs_its_idle_work_after_a_batch_and_stops_it_when_changes_co
         time.sleep(0.3)
         assert idle_runs == []  # not before the first batch (nor before idle_every)
         (docs / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
-        assert _wait(lambda: bool(idle_runs), 15)
+        assert wait_until(lambda: bool(idle_runs), 15)
         assert applied and idle_runs == [False]
     finally:
         watcher.stop()

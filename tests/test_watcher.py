@@ -10,16 +10,7 @@ from canopy.store import Store
 from canopy.store.export import load_graph
 from indexer.watcher import Watcher, is_ignored
 from server.runtime import build_index, open_workspace
-from tests.conftest import EXAMPLES
-
-
-def _wait(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+from tests.conftest import EXAMPLES, wait_until
 
 
 def test_index_folder_vcs_and_editor_temp_files_are_ignored(tmp_path: Path) -> None:
@@ -52,7 +43,7 @@ def test_edits_renames_and_deletions_are_applied_in_debounced_batches(tmp_path: 
             )
             time.sleep(0.02)
         (docs / "notes.md.swp").write_bytes(b"\x00swap")
-        assert _wait(lambda: len(applied) >= 1)
+        assert wait_until(lambda: len(applied) >= 1)
         time.sleep(0.6)
         assert len(applied) == 1, "a burst of edits should apply as one batch"
 
@@ -66,7 +57,7 @@ def test_edits_renames_and_deletions_are_applied_in_debounced_batches(tmp_path: 
         assert "Quentin Marsh" in names()
         (docs / "bluewater_logistics.txt").rename(docs / "bluewater.txt")
         target.unlink()
-        assert _wait(lambda: len(applied) >= 2 and "Quentin Marsh" not in names())
+        assert wait_until(lambda: len(applied) >= 2 and "Quentin Marsh" not in names())
         store = Store(ws.index_dir)
         try:
             paths = {d.path for d in load_graph(store).documents.values()}
@@ -91,10 +82,10 @@ def test_a_failing_update_is_logged_and_the_watcher_keeps_going(tmp_path: Path) 
     watcher = Watcher(docs, tmp_path / "idx", apply, debounce=0.1).start()
     try:
         (docs / "a.md").write_text("one", encoding="utf-8")
-        assert _wait(lambda: len(calls) == 1)
+        assert wait_until(lambda: len(calls) == 1)
         time.sleep(0.3)
         (docs / "b.md").write_text("two", encoding="utf-8")
-        assert _wait(lambda: len(calls) == 2 and watcher.batches == 1)
+        assert wait_until(lambda: len(calls) == 2 and watcher.batches == 1)
     finally:
         watcher.stop()
 
