@@ -28,9 +28,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from canopy.model import TextUnit
 from canopy.providers import make_embedder, make_provider
 from canopy.store import Store
-from canopy.tokens import Tokenizer, get_tokenizer
+from canopy.tokens import get_tokenizer
 from indexer.chunking import chunk_document
 from indexer.loaders import LoadedDocument, scan_folder
 from indexer.pipeline import run_index
@@ -58,6 +59,7 @@ class BuildEstimate(BaseModel):
     provider: str
     tasks: list[TaskEstimate]
     sample_wall_s: float
+    spent_calls: int = Field(0, description="Calls the two sample builds really made")
     wall_s: float = Field(description="Expected full-build wall time at the sample's pace")
     price_input_per_mtok: float | None = None
     price_output_per_mtok: float | None = None
@@ -96,16 +98,17 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
     units = [u for d in docs for u in chunk_document(
         d.path, d.text, tok, max_tokens=settings.chunking.chunk_tokens,
         overlap=settings.chunking.overlap_tokens)]
-    chosen = [u.text for u in sorted(units, key=lambda u: _spread(u.id))[:max(1, sample)]]
+    chosen = sorted(units, key=lambda u: _spread(u.id))[:max(1, sample)]
+    total_tokens = sum(u.n_tokens for u in units)
     if not settings.llm.enabled or not chosen:
-        return BuildEstimate(documents=len(docs), units=len(units),
-                             unit_tokens=sum(u.n_tokens for u in units),
+        return BuildEstimate(documents=len(docs), units=len(units), unit_tokens=total_tokens,
                              sample_units=0, provider="builtin", tasks=[], sample_wall_s=0.0,
                              wall_s=0.0)
     half = chosen[:max(1, len(chosen) // 2)]
-    small, tok_small, _, _ = _sample_build(ws, half, tok)
-    usage, tok_sample, built_units, took = _sample_build(ws, chosen, tok)
-    total_tokens = sum(u.n_tokens for u in units)
+    small, _, _ = _sample_build(ws, half)
+    usage, built_units, took = _sample_build(ws, chosen)
+    tok_small = sum(u.n_tokens for u in half)
+    tok_sample = sum(u.n_tokens for u in chosen)
     unit_scale = len(units) / max(1, built_units)
     token_scale = total_tokens / max(1, tok_sample)
     tasks = []
@@ -129,6 +132,8 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
     return BuildEstimate(documents=len(docs), units=len(units), unit_tokens=total_tokens,
                          sample_units=built_units, provider=f"openai-compatible "
                          f"{settings.llm.model}", tasks=tasks, sample_wall_s=round(took, 2),
+                         spent_calls=sum(int(u.get("calls", 0)) for run in (small, usage)
+                                         for u in run.values()),
                          wall_s=round(took * token_scale, 1), price_input_per_mtok=price_in,
                          price_output_per_mtok=price_out)
 
@@ -149,10 +154,10 @@ def _extrapolate(q_small: int, t_small: int, q: int, t: int, t_total: int) -> fl
     return q * (t_total / t) ** alpha
 
 
-def _sample_build(ws: Workspace, texts: list[str], tok: Tokenizer
-                  ) -> tuple[dict[str, dict[str, int]], int, int, float]:
-    """Usage by task, tokens, units built and wall time of a build of these texts alone (one
-    document each) in a throwaway index, with the workspace's settings and endpoint."""
+def _sample_build(ws: Workspace, units: list[TextUnit]
+                  ) -> tuple[dict[str, dict[str, int]], int, float]:
+    """Usage by task, units built and wall time of a build of these units alone (one document
+    each) in a throwaway index, with the workspace's settings and endpoint."""
     # Each sampled unit is one document, chunked as one unit whole (with the overlap it
     # repeats from the unit before it in the corpus): the prompts see what the build's would.
     chunking = ws.settings.chunking
@@ -163,8 +168,8 @@ def _sample_build(ws: Workspace, texts: list[str], tok: Tokenizer
     try:
         sample_docs = work / "docs"
         sample_docs.mkdir()
-        for i, text in enumerate(texts):
-            (sample_docs / f"unit-{i:05d}.txt").write_text(text, encoding="utf-8")
+        for i, unit in enumerate(units):
+            (sample_docs / f"unit-{i:05d}.txt").write_text(unit.text, encoding="utf-8")
         store = Store(work / "index")
         try:
             began = time.perf_counter()
@@ -176,5 +181,4 @@ def _sample_build(ws: Workspace, texts: list[str], tok: Tokenizer
             store.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    built = int(result.stats.get("text_units", len(texts)))
-    return result.usage, sum(tok.count(t) for t in texts), built, took
+    return result.usage, int(result.stats.get("text_units", len(units))), took

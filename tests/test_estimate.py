@@ -28,6 +28,8 @@ def test_extraction_scales_with_units_and_a_whole_sample_matches_the_build(
         assert part.sample_units == 3 and part.units > 3
         by_task = {t.task: t for t in part.tasks}
         assert by_task["extract"].sample_calls == 3
+        # both samples' calls are billed: the whole one's, and the half one's before it
+        assert part.spent_calls > sum(t.sample_calls for t in part.tasks)
         assert by_task["extract"].calls == part.units  # one extraction call per unit
         assert part.cost is not None and part.cost > 0
         assert abs(part.cost - (part.prompt_tokens + 2 * part.completion_tokens) / 1e6) < 1e-6

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from canopy.settings import AclSettings
 
 __all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "STARTED", "CanopyGroup",
-           "canopy_version", "check_principal", "describe_batch", "tqdm_progress"]
+           "canopy_version", "check_principal", "describe_batch", "duration", "tqdm_progress"]
 
 STARTED = time.perf_counter()  # when the CLI's modules loaded: `canopy demo` times from here
 DISTRIBUTION = "canopy-graphrag"  # the name in pyproject.toml, which `canopy --version` reports
@@ -90,14 +90,15 @@ def tqdm_progress(stage: str, total: int) -> Callable[[int], None]:
             return
         last = now
         rate = done / max(now - began, 1e-9)
-        left = f", about {_duration((total - done) / rate)} left" if 0 < done < total else ""
+        left = f", about {duration((total - done) / rate)} left" if 0 < done < total else ""
         print(f"{stage}: {done}/{total} ({100 * done // total}%), {rate:.1f}/s{left}",
               file=sys.stderr, flush=True)
 
     return log_line
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """`3m40s`, `1h02m`, `12s`: how long, for people."""
     s = int(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
         f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR, tqdm_progress
+from server.cli.common import CONFIG, DOCS, INDEX_DIR, duration, tqdm_progress
 
 if TYPE_CHECKING:
     from server.runtime import Workspace
@@ -126,20 +126,12 @@ def _print_estimate(ws: Workspace, docs: Path, sample: int, as_json: bool) -> No
     for task, calls, p, c, cost in rows:
         click.echo(f"  {task:<12}{calls:>10,}{p:>16,}{c:>20,}"
                    + (f"{cost:>12,.2f}" if priced and cost is not None else ""))
-    click.echo(f"  wall time about {_duration(est.wall_s)} at the sample's pace")
+    click.echo(f"  wall time about {duration(est.wall_s)} at the sample's pace")
     if not priced:
         click.echo("  (set [llm] price_input_per_mtok and price_output_per_mtok for a cost)")
     click.echo("Extraction and gleaning scale with the units; summaries and reports depend on "
                "how entities recur across documents and are the rough part. The sample's own "
-               f"{sum(t.sample_calls for t in est.tasks):,} calls were real.")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+               f"{est.spent_calls:,} calls (two samples, half and whole) were real.")
 
 
 def _interrupted(index_dir: Path, docs: Path) -> str:
