@@ -129,8 +129,8 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
     return VectorOutcome(embedded, vectors.versions(), vectors.scrub, vectors.written)
 
 
-def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> tuple[bool, bool] | None:
-    """(work to do, a periodic tidy is due), or None when there is nothing to look at: enough
+def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> bool | None:
+    """Whether the periodic tidy is due, or None when there is nothing to look at: enough
     rows were added since the last tidy that a fold into the indexes may be due
     (`FOLD_CHECK_ROWS`), or a periodic tidy is due and the tables changed after the last one's
     grace period began (what they superseded may still be on disk)."""
@@ -142,7 +142,7 @@ def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> tuple[bool
     appended = int(store.get_meta("lance_appended", "0") or 0)
     due = now - tidied >= keep
     if appended >= FOLD_CHECK_ROWS or (due and changed_at > tidied - keep):
-        return True, due
+        return due
     return None
 
 
@@ -162,10 +162,9 @@ def tidy_search_tables(store: Store, storage: StorageSettings, *,
     Commits stamp `lance_changed_at`. So deleted text leaves the disk at the first tidy that
     follows the deletion by one to two grace periods (plus `_PRUNE_MARGIN`)."""
     now = time.time()
-    plan = _tidy_plan(store, storage, now)
-    if plan is None:
+    due = _tidy_plan(store, storage, now)
+    if due is None:
         return True
-    _, due = plan
     keep = storage.keep_versions_s
     committed = {name: int(v) for name, v in
                  json.loads(store.get_meta("lance_versions", "{}") or "{}").items()}
