@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,24 @@ CAROL = SHARED / "books" / "christmas_carol_pg24022.txt"
 NEWS = SHARED / "multihop-rag" / "corpus.json"
 
 
+@contextmanager
+def offline_env() -> Iterator[None]:
+    """No CANOPY_ or OPENAI_ variable (no real endpoint can leak in), and `canopy index` and
+    the watchers tidying inline, as `build_index` does: a detached tidy outliving a test would
+    race its clean-up (tests of the background tidy set it back). Every test runs in it; module
+    fixtures, which run before that, enter it themselves."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key in list(os.environ):
+            if key.startswith(("CANOPY_", "OPENAI_")):
+                mp.delenv(key)
+        mp.setenv("CANOPY_STORAGE__TIDY", "inline")
+        yield
+
+
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith(("CANOPY_", "OPENAI_")):
-            monkeypatch.delenv(key, raising=False)
-    # `canopy index` and the watchers tidy inline, as `build_index` does: a detached tidy
-    # outliving a test would race its clean-up (tests of the background tidy set it back).
-    monkeypatch.setenv("CANOPY_STORAGE__TIDY", "inline")
+def _clean_env() -> Iterator[None]:
+    with offline_env():
+        yield
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from server.answer_eval import (
 from server.cli import main
 from server.cli.evaluate import NO_LLM
 from server.runtime import build_index, open_workspace
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, offline_env
 from tests.fakes.openai_server import FakeOpenAI
 
 QUESTIONS = [EvalQuestion(f"What are the main themes of part {i}?") for i in range(6)]
@@ -136,10 +135,7 @@ def test_methods_are_two_different_known_ones() -> None:
 def example_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     docs = tmp_path_factory.mktemp("answers") / "docs"
     shutil.copytree(EXAMPLES, docs)
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
+    with offline_env():
         build_index(open_workspace(docs))
     return docs
 

@@ -41,6 +41,7 @@ from server.cli import main
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
+from tests.conftest import offline_env
 from tests.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -409,10 +410,7 @@ async def test_jwts_are_checked_against_the_identity_providers_jwks_which_is_cac
 def multi_tenant(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A private, indexed copy of examples/multi-tenant: (docs folder, index folder)."""
     root = tmp_path_factory.mktemp("multi-tenant")
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
+    with offline_env():
         docs = multi_tenant_copy(root)
     return docs, root / "index"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -39,7 +38,7 @@ from server.engines.global_engine import map_batches, reports_at_level
 from server.results import SearchResult
 from server.runtime import Workspace, build_index, open_workspace
 from server.service import CanopyService
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, offline_env
 
 SUPPLY_RISKS = "What are the main risks across the supply chain?"
 CELLS = "Which supplier makes the battery cells?"
@@ -76,10 +75,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     root = tmp_path_factory.mktemp("engines")
     shutil.copytree(EXAMPLES, root / "docs")
     (root / "docs" / "canopy.toml").write_text(POLICY, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
+    with offline_env():
         ws = open_workspace(root / "docs", root / "index")
         build_index(ws)
     return ws

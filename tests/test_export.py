@@ -9,10 +9,7 @@ any file and any format."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,7 @@ from server.api import Index
 from server.cli import main
 from server.export.schema import TABLES
 from server.runtime import build_index, open_workspace
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, offline_env
 
 MULTI = REPO / "examples" / "multi-tenant"
 
@@ -54,22 +51,12 @@ COUNTED = {"documents": "documents", "text_units": "text_units", "entities": "en
 SECRETS = ("11.07", "64.8 million", "212,400", "Juniper")  # finance and HR facts only
 
 
-@contextmanager
-def clean_env() -> Iterator[None]:
-    """Module fixtures run before the autouse per-test clean environment."""
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
-        mp.setenv("CANOPY_STORAGE__TIDY", "inline")
-        yield
-
 
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The bundled examples (read only) indexed into a temporary folder: (docs, index)."""
     index = tmp_path_factory.mktemp("export-examples") / "index"
-    with clean_env():
+    with offline_env():
         build_index(open_workspace(EXAMPLES, index))
     return EXAMPLES, index
 
@@ -85,7 +72,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     toml.write_text(toml.read_text(encoding="utf-8").replace(
         "[acl.principals]\n", '[acl.principals]\nadmin = ["staff", "finance", "hr"]\n')
         + "\n[extract]\nclaims = true\n", encoding="utf-8")
-    with clean_env():
+    with offline_env():
         build_index(open_workspace(docs, root / "index"))
     return docs, root / "index"
 

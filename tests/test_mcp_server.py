@@ -36,6 +36,7 @@ from server.cli import main
 from server.mcp_app import build_server
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
+from tests.conftest import offline_env
 from tests.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,26 +79,18 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@contextmanager
-def _clean_environment() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
-        yield
-
 
 @pytest.fixture(scope="module")
 def example_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     index_dir = tmp_path_factory.mktemp("examples-index")
-    with _clean_environment():
+    with offline_env():
         build_index(open_workspace(EXAMPLES, index_dir=index_dir))
     return index_dir
 
 
 @pytest.fixture(scope="module")
 def service(example_index: Path) -> Iterator[CanopyService]:
-    with _clean_environment():
+    with offline_env():
         svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index))
     yield svc
     svc.close()
@@ -116,7 +109,7 @@ def acl_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CanopyServ
     for name in ("finance", "projects", "events"):
         shutil.copytree(EXAMPLES / name, docs / name)
     (docs / "canopy.toml").write_text(ACL_TOML, encoding="utf-8")
-    with _clean_environment():
+    with offline_env():
         ws = open_workspace(docs, index_dir=docs.parent / f"{docs.name}-index")
         build_index(ws)
         svc = CanopyService(ws)
@@ -687,7 +680,7 @@ async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
     from canopy.settings import LLMSettings
     from tests.fakes.openai_server import FakeOpenAI
 
-    with _clean_environment():
+    with offline_env():
         svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index))
     fake = FakeOpenAI(latency=1.0).start()
     try:

@@ -7,7 +7,6 @@ The texts are made up for these tests (none was used to tune the ranking)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from server.engines.local_engine import build_local_context
 from server.engines.propagation import UnitGraph, graph_evidence, personalized_pagerank
 from server.runtime import build_index, open_workspace
 from server.service import CanopyService
+from tests.conftest import offline_env
 
 QUESTION = "Who was the first president of the guild that prints the Harbor Almanac?"
 
@@ -68,10 +68,7 @@ def _build(root: Path, docs: dict[str, str], policy: str | None = None) -> Canop
 
 @pytest.fixture(scope="module", autouse=True)
 def _offline() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
+    with offline_env():
         yield
 
 

@@ -4,7 +4,6 @@ the tools' result models; importing it is light and silent; examples/python_api.
 from __future__ import annotations
 
 import asyncio
-import os
 import runpy
 import subprocess
 import sys
@@ -17,16 +16,13 @@ from canopy.errors import ConfigError, IndexMissing, NotFound
 from server.api import Index
 from server.results import DrillResult, SearchResult
 from server.status import IndexStatus
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, offline_env
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     """The bundled examples (read only), indexed with `update()` into a temporary folder."""
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
+    with offline_env():
         canopy = Index.open(EXAMPLES, index_dir=tmp_path_factory.mktemp("api") / "index")
         with pytest.raises(IndexMissing):
             canopy.status()

@@ -9,7 +9,6 @@ route must not depend on, or name, an entity they cannot read.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import Iterator
 
@@ -31,7 +30,7 @@ from server.engines.router import (
 )
 from server.runtime import Workspace, build_index, open_workspace
 from server.service import CanopyService
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, offline_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.responses import section, user_texts
 
@@ -66,10 +65,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     (root / "docs" / "restricted").mkdir()
     (root / "docs" / "restricted" / "acquisition.md").write_text(SECRET, encoding="utf-8")
     (root / "docs" / "canopy.toml").write_text(POLICY, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:
-        for key in list(os.environ):
-            if key.startswith(("CANOPY_", "OPENAI_")):
-                mp.delenv(key)
+    with offline_env():
         ws = open_workspace(root / "docs", root / "index")
         build_index(ws)
     return ws
