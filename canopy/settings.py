@@ -431,7 +431,7 @@ def _check_prompts(settings: Settings, path: Path | None, docs_dir: Path | None)
         return
     if not folder.is_absolute():
         base = path.parent if path is not None else docs_dir if docs_dir is not None else Path()
-        folder = settings.prompts.dir = (base / folder).absolute()
+        folder = settings.prompts.dir = (base / folder).resolve()
     load_prompt_dir(folder)
     warn_if_indexed(folder, docs_dir)
 
