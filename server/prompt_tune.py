@@ -41,6 +41,7 @@ __all__ = ["TunedPrompts", "tune_prompts", "write_tuned"]
 MAX_TYPES = 8
 PASSAGE_TOKENS = 600  # of each sampled unit shown to the model in the tuning request
 EXAMPLE_TOKENS = 300  # of an excerpt the few-shot examples are made from (sent on every unit)
+EXAMPLE_ITEMS = 8  # entities, and relationships, an example shows at most (claims: 3)
 _TEXT_HEADER = "===== Text ====="
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s|\n")
 
@@ -101,14 +102,23 @@ def _example(out: ExtractionOut, types: list[str], claims: bool) -> ExtractionOu
     """The reply as a few-shot example: entities of the tuned types only, relationships and
     claims between them; None when nothing is left."""
     allowed = {t.casefold() for t in types}
-    entities = [e for e in out.entities if e.type.strip().casefold() in allowed]
+    entities = [e for e in out.entities if e.type.strip().casefold() in allowed][:EXAMPLE_ITEMS]
     names = {e.name.strip().casefold() for e in entities}
     if not entities:
         return None
     rels = [r for r in out.relationships
             if {r.source.strip().casefold(), r.target.strip().casefold()} <= names]
     kept = [c for c in out.claims if c.subject.strip().casefold() in names] if claims else []
-    return ExtractionOut(entities=entities, relationships=rels, claims=kept)
+    return ExtractionOut(entities=entities, relationships=rels[:EXAMPLE_ITEMS], claims=kept[:3])
+
+
+def _reply_json(out: ExtractionOut) -> str:
+    """The example reply as JSON with one item per line: readable, and short in tokens."""
+    parts = []
+    for key, items in out.model_dump().items():
+        lines = ",\n  ".join(json.dumps(i, ensure_ascii=False) for i in items)
+        parts.append(f'"{key}": [' + (f"\n  {lines}\n" if items else "") + "]")
+    return "{" + ",\n".join(parts) + "}"
 
 
 def tuned_extract(domain: str, role: str, examples: list[tuple[str, ExtractionOut]]) -> str:
@@ -120,7 +130,7 @@ def tuned_extract(domain: str, role: str, examples: list[tuple[str, ExtractionOu
     shots = ["Examples. Replies to this request for passages of this collection look like "
              "this:", ""]
     for i, (text, out) in enumerate(examples, 1):
-        reply = json.dumps(out.model_dump(), ensure_ascii=False, indent=1)
+        reply = _reply_json(out)
         shots += [f"===== Example {i}: text =====", _literal(text),
                   f"===== Example {i}: reply =====", _literal(reply),
                   f"===== End of example {i} =====", ""]

@@ -503,7 +503,7 @@ def tune(prompt: str) -> dict[str, Any]:
     top = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3]] or ["text"]
     kinds = [*_TYPE_HINTS, "person"]
     found = {_guess_type(n, kinds) for s in sentences(text) for n in capitalized_phrases(s)}
-    return {"domain": "documents about " + ", ".join(top), "role": f"an analyst of {top[0]}",
+    return {"domain": "texts on " + ", ".join(top), "role": f"an analyst of {top[0]}",
             "entity_types": [k for k in kinds if k in found] or ["organization", "person"]}
 
 
