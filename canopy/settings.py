@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -248,6 +248,13 @@ class PromptSettings(BaseModel):
     dir: Path | None = Field(
         None, description="Folder of templates replacing the packaged ones, file by file "
         "(extract.txt, report.txt, ...); checked when a command starts")
+
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # `dir = ""` (the commented default of `canopy init`, uncommented) means no folder,
+        # not the folder of canopy.toml.
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class AclRule(BaseModel):

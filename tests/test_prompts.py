@@ -151,6 +151,10 @@ def test_a_bad_template_stops_every_command_with_one_line(tmp_path: Path, name: 
     assert not (docs / ".canopy").exists()  # stopped before anything was built
 
 
+def test_an_empty_setting_means_no_folder(tmp_path: Path) -> None:
+    assert load_settings(make_docs(tmp_path, '[prompts]\ndir = ""\n')).prompts.dir is None
+
+
 def test_a_missing_folder_is_one_line_too(tmp_path: Path) -> None:
     docs = make_docs(tmp_path, '[prompts]\ndir = "nowhere"\n')
     done = run("index", docs)
