@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from canopy.errors import EndpointUnavailable, InvalidOutput
 from canopy.ids import content_hash
 from canopy.model import Community, Entity, Relationship, Report
-from canopy.providers.base import Provider
+from canopy.providers.base import Provider, prompt_key
 from canopy.settings import ExtractSettings, ReportSettings
 from canopy.store.rows import Gate
 from canopy.store.sources import cache_sources
@@ -72,7 +72,8 @@ async def _summary(reader: CallerReader, name: str, descs: list[str],
     params = reader.views.params
     kept = summary_input(descs, get_tokenizer())
     provider = reader.views.provider
-    memo = summary_key(provider.name, params.summary_max_tokens, name, kept)
+    memo = summary_key(provider.name, params.summary_max_tokens, name, kept,
+                       prompt_key(provider, "summarize"))
     text = reader.views.store.cache_get(memo)
     if text is None:
         with cache_sources(units):  # what is cached quotes these units' descriptions

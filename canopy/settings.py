@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -36,6 +36,7 @@ __all__ = [
     "ExtractSettings",
     "InputSettings",
     "LLMSettings",
+    "PromptSettings",
     "QuerySettings",
     "ReportSettings",
     "Settings",
@@ -238,6 +239,24 @@ class QuerySettings(BaseModel):
         "per-passage text analysis (`serve --workers N` processes share it, N-th each)"))
 
 
+class PromptSettings(BaseModel):
+    """Your own prompt templates (`canopy prompts export DIR` writes the packaged ones to edit).
+
+    Relative to the folder of canopy.toml (the documents folder by default); keep it outside
+    the documents folder, or name it with a leading dot, so the templates are not indexed."""
+
+    dir: Path | None = Field(
+        None, description="Folder of templates replacing the packaged ones, file by file "
+        "(extract.txt, report.txt, ...); checked when a command starts")
+
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # `dir = ""` (the commented default of `canopy init`, uncommented) means no folder,
+        # not the folder of canopy.toml.
+        return None if isinstance(value, str) and not value.strip() else value
+
+
 class AclRule(BaseModel):
     glob: str
     labels: list[str]
@@ -308,6 +327,7 @@ class Settings(BaseSettings):
     reports: ReportSettings = ReportSettings()
     storage: StorageSettings = StorageSettings()
     query: QuerySettings = QuerySettings()
+    prompts: PromptSettings = PromptSettings()
     acl: AclSettings = AclSettings()
     auth: AuthSettings = AuthSettings()
 
@@ -404,7 +424,23 @@ def load_settings(
         raise ConfigError(_invalid(exc, path, table)) from None
     if "acl" in table and not settings.acl.enabled:
         settings.acl.enabled = True
+    _check_prompts(settings, path, docs_dir)
     return settings
+
+
+def _check_prompts(settings: Settings, path: Path | None, docs_dir: Path | None) -> None:
+    """Resolve `[prompts] dir` (relative to canopy.toml's folder, else the documents folder)
+    and check its templates now, so that a bad one stops any command before it starts."""
+    from canopy.prompt_dir import load_prompt_dir, warn_if_indexed
+
+    folder = settings.prompts.dir
+    if folder is None:
+        return
+    if not folder.is_absolute():
+        base = path.parent if path is not None else docs_dir if docs_dir is not None else Path()
+        folder = settings.prompts.dir = (base / folder).resolve()
+    load_prompt_dir(folder)
+    warn_if_indexed(folder, docs_dir)
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -483,7 +519,7 @@ def commented_toml() -> str:
         model = _model_of(field.annotation)
         assert model is not None
         out += ["", f"# [{section}]"]
-        if model.__doc__ and model.__doc__.strip() and section == "auth":
+        if model.__doc__ and model.__doc__.strip() and section in ("auth", "prompts"):
             out += [f"#   {line.strip()}" for line in model.__doc__.strip().splitlines()
                     if line.strip()]
         if section == "acl":

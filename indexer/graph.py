@@ -19,7 +19,7 @@ from typing import Protocol
 from canopy.errors import InvalidOutput
 from canopy.ids import content_hash, entity_id
 from canopy.model import Entity, Relationship
-from canopy.providers.base import Provider
+from canopy.providers.base import Provider, prompt_key
 from canopy.store.reads import EntityInstanceRow, RelationshipInstanceRow
 from canopy.store.rows import EntityRow, Gate, RelationshipRow
 from canopy.store.sources import cache_sources
@@ -64,10 +64,13 @@ def summary_input(descs: list[str], tok: Tokenizer) -> list[str]:
     return kept
 
 
-def summary_key(provider_name: str, max_tokens: int, name: str, kept: list[str]) -> str:
+def summary_key(provider_name: str, max_tokens: int, name: str, kept: list[str],
+                prompt: str = "") -> str:
     """Memo key of one summary; shared with per-caller views (acl.views), so a visible subset
-    summarized once is never summarized again."""
-    return "summary:" + content_hash(provider_name, str(max_tokens), name, *kept, length=32)
+    summarized once is never summarized again. `prompt`: a replaced summarize template
+    (canopy.providers.base.prompt_key), which summarizes afresh."""
+    return "summary:" + content_hash(provider_name, str(max_tokens), name, *kept,
+                                     *([prompt] if prompt else []), length=32)
 
 
 def acl_signature(unit_acl: Iterable[tuple[str, int]]) -> str:
@@ -187,7 +190,7 @@ async def describe(
     async def one(element_id: str, name: str, descs: tuple[str, ...], units: tuple[str, ...]
                   ) -> None:
         kept = summary_input(list(descs), tok)
-        key = summary_key(provider.name, max_tokens, name, kept)
+        key = summary_key(provider.name, max_tokens, name, kept, prompt_key(provider, "summarize"))
         text = memo.cache_get(key) if memo else None
         if text is None:
             with cache_sources(units):

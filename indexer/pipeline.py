@@ -23,7 +23,7 @@ from typing import Any
 
 from canopy.ids import content_hash
 from canopy.model import Skip, UnitFailure
-from canopy.providers.base import Embedder, Provider
+from canopy.providers.base import INDEX_TASKS, Embedder, Provider, prompt_key
 from canopy.providers.builtin.text import TERMS_VERSION
 from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
@@ -61,19 +61,26 @@ class IndexResult:
 
 def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embedder) -> str:
     """What the index content depends on besides the documents: a change rebuilds it. The
-    lexical statistics depend on how text is analysed into terms, whatever the provider."""
+    lexical statistics depend on how text is analysed into terms, whatever the provider.
+    Replaced index-time templates (`[prompts] dir`) count too; what they did not change is
+    reused on the rebuild (stored extractions, the response cache, reports by fingerprint)."""
     sections = [settings.chunking, settings.extract, settings.communities, settings.reports]
     version = getattr(provider, "extraction_version", None)
+    prompts = prompt_key(provider, *INDEX_TASKS)
     return content_hash(provider.name, embedder.name, f"terms-{TERMS_VERSION}",
-                        *(s.model_dump_json() for s in sections), *([version] if version else []))
+                        *(s.model_dump_json() for s in sections), *([version] if version else []),
+                        *([prompts] if prompts else []))
 
 
 def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
     """What stored extractions depend on: a change extracts every unit again. A provider whose
-    extraction rules change between releases (the builtin one) names their version."""
+    extraction rules change between releases (the builtin one) names their version; replaced
+    extraction or gleaning templates change it too."""
     version = getattr(provider, "extraction_version", None)
+    prompts = prompt_key(provider, "extract", "glean")
     return content_hash(provider.name, settings.chunking.model_dump_json(),
-                        settings.extract.model_dump_json(), *([version] if version else []))
+                        settings.extract.model_dump_json(), *([version] if version else []),
+                        *([prompts] if prompts else []))
 
 
 def _peak_mb() -> float:

@@ -58,12 +58,15 @@ class CommunityContent:
 
 
 def fingerprint(level: int, entity_hashes: Iterable[str], relationship_hashes: Iterable[str],
-                claim_hashes: Iterable[str], child_fingerprints: Iterable[str]) -> str:
+                claim_hashes: Iterable[str], child_fingerprints: Iterable[str],
+                prompt: str = "") -> str:
     """A hash of everything a report could be written from: members (names, types, descriptions,
-    degrees, provenance), internal relationships, claims, and the children's fingerprints.
+    degrees, provenance), internal relationships, claims, and the children's fingerprints, and
+    the report template when it is replaced (`prompt`: canopy.providers.base.prompt_key).
     Community ids are deliberately not part of it, so a report survives a renumbering."""
     return content_hash(str(level), *sorted(entity_hashes), *sorted(relationship_hashes),
-                        *sorted(claim_hashes), *sorted(child_fingerprints), length=24)
+                        *sorted(claim_hashes), *sorted(child_fingerprints),
+                        *([prompt] if prompt else []), length=24)
 
 
 # An element's context line costs at least this many tokens (one for its text, two added), so a
@@ -71,12 +74,13 @@ def fingerprint(level: int, entity_hashes: Iterable[str], relationship_hashes: I
 MIN_ELEMENT_TOKENS = 3
 
 
-def reports_only_fingerprint(level: int, child_report_fingerprints: Iterable[str]) -> str:
+def reports_only_fingerprint(level: int, child_report_fingerprints: Iterable[str],
+                             prompt: str = "") -> str:
     """The fingerprint of a community written from its children's reports alone: what such a
     report is made of is those reports (each named by its fingerprint, which also fixes the
-    child's members) and the level."""
+    child's members), the level, and a replaced report template (`prompt`)."""
     return content_hash("reports-only", str(level), *sorted(child_report_fingerprints),
-                        length=24)
+                        *([prompt] if prompt else []), length=24)
 
 
 def reports_only(reports: dict[str, Report], members: dict[str, int], tok: Tokenizer,

@@ -5,55 +5,26 @@ dollar sign, and braces in templates or in substituted content need no escaping 
 JSON and code are full of them). Substitution is a single pass, so `$` inside a value is
 never expanded.
 
-Every template starts with a `Task: <name>` line; it tells a reader (and the test suite's fake
-endpoint) which task a request belongs to.
+Every packaged template starts with a `Task: <name>` line; it tells a reader (and the test
+suite's fake endpoint) which task a request belongs to.
+
+A user may replace any template with a file of the same name in a `[prompts] dir` folder
+(`canopy.prompt_dir` validates and reads it into a `PromptSet`); `placeholders` says which
+placeholders each must keep. `render` here always uses the packaged templates.
 """
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
-from string import Template
+from prompts.packaged import TASKS, file_name, load_prompt
+from prompts.placeholders import MEANINGS, OPTIONAL, optional, placeholders, required
+from prompts.prompt_set import PromptSet
 
-__all__ = ["TASKS", "load_prompt", "render"]
+__all__ = ["DEFAULT_PROMPTS", "MEANINGS", "OPTIONAL", "TASKS", "PromptSet", "file_name",
+           "load_prompt", "optional", "placeholders", "render", "required"]
 
-TASKS = (
-    "extract",
-    "glean",
-    "summarize",
-    "report",
-    "rate",
-    "map",
-    "reduce",
-    "answer",
-    "hyde",
-    "drift",
-    "route",
-    "describe",
-    "personas",
-    "persona_tasks",
-    "questions",
-    "judge",
-    "repair",
-)
-
-
-@cache
-def load_prompt(name: str) -> str:
-    """The raw template text of a task."""
-    if name not in TASKS:
-        raise ValueError(f"unknown prompt {name!r}; known prompts: {', '.join(TASKS)}")
-    return resources.files(__package__).joinpath(f"{name}.txt").read_text(encoding="utf-8")
-
-
-@cache
-def _template(name: str) -> Template:
-    return Template(load_prompt(name))
+DEFAULT_PROMPTS = PromptSet()
 
 
 def render(name: str, /, **values: object) -> str:
-    """The template filled with `values`; every placeholder must be given."""
-    try:
-        return _template(name).substitute({k: str(v) for k, v in values.items()})
-    except KeyError as missing:
-        raise ValueError(f"prompt {name!r} needs a value for {missing}") from None
+    """A packaged template filled with `values`; every placeholder must be given."""
+    return DEFAULT_PROMPTS.render(name, **values)

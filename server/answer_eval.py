@@ -40,7 +40,6 @@ from pydantic import BaseModel, Field
 from canopy.errors import CanopyError, ConfigError
 from canopy.llm import ChatClient
 from canopy.tokens import get_tokenizer
-from prompts import render
 from server.context import QueryContext
 
 __all__ = [
@@ -176,20 +175,20 @@ async def generate_questions(client: ChatClient, reports: str, *, personas: int,
                              questions: int, progress: Progress = lambda _: None
                              ) -> tuple[str, list[EvalQuestion]]:
     """The collection's description and personas x tasks x questions questions (§3.1)."""
-    user = [{"role": "user", "content": render("describe", reports=reports)}]
+    user = [{"role": "user", "content": client.prompts.render("describe", reports=reports)}]
     description = (await client.text("describe", user)).strip()
     progress(f"description: {description[:120]}")
-    out = await client.json("personas", _user(render(
+    out = await client.json("personas", _user(client.prompts.render(
         "personas", count=personas, description=description)), PersonasOut)
     people = out.personas[:personas]
 
     async def for_persona(p: _Persona) -> list[EvalQuestion]:
         who = f"{p.name}: {p.description}"
-        listed = await client.json("persona_tasks", _user(render(
+        listed = await client.json("persona_tasks", _user(client.prompts.render(
             "persona_tasks", count=tasks, description=description, persona=who)), TasksOut)
 
         async def for_task(task: str) -> list[EvalQuestion]:
-            asked = await client.json("questions", _user(render(
+            asked = await client.json("questions", _user(client.prompts.render(
                 "questions", count=questions, description=description, persona=who,
                 task=task)), QuestionsOut)
             return [EvalQuestion(q.strip(), p.name, task) for q in asked.questions[:questions]
@@ -274,7 +273,7 @@ async def judge_all(client: ChatClient, questions: list[EvalQuestion], answers_a
     async def one(i: int, criterion: str, repeat: int, a_first: bool) -> Judgment:
         nonlocal done
         first, second = (answers_a[i], answers_b[i]) if a_first else (answers_b[i], answers_a[i])
-        prompt = render("judge", criterion=criterion.capitalize(),
+        prompt = client.prompts.render("judge", criterion=criterion.capitalize(),
                         definition=CRITERIA[criterion], run=repeat, question=questions[i].text,
                         answer1=first, answer2=second)
         try:

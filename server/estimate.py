@@ -19,7 +19,6 @@ then says so and gives the corpus's size only.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import shutil
 import tempfile
@@ -31,11 +30,9 @@ from pydantic import BaseModel, Field
 from canopy.model import TextUnit
 from canopy.providers import make_embedder, make_provider
 from canopy.store import Store
-from canopy.tokens import get_tokenizer
-from indexer.chunking import chunk_document
-from indexer.loaders import LoadedDocument, scan_folder
 from indexer.pipeline import run_index
 from server.runtime import Workspace
+from server.sampling import corpus_units, spread_sample
 
 __all__ = ["BuildEstimate", "TaskEstimate", "estimate_build"]
 
@@ -82,23 +79,14 @@ class BuildEstimate(BaseModel):
         return None if not costs or any(c is None for c in costs) else sum(c or 0 for c in costs)
 
 
-def _spread(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
 def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = None,
                    price_out: float | None = None) -> BuildEstimate:
     """Chunk the whole corpus, build `sample` of its units for real in a temporary index, and
     scale each task's usage to the corpus. `price_in`/`price_out`: currency per million prompt
     and completion tokens (None: no cost is computed)."""
     settings = ws.settings
-    tok = get_tokenizer(settings.chunking.encoding)
-    docs = [d for d in scan_folder(ws.docs_dir, settings.input, ws.index_dir)
-            if isinstance(d, LoadedDocument)]
-    units = [u for d in docs for u in chunk_document(
-        d.path, d.text, tok, max_tokens=settings.chunking.chunk_tokens,
-        overlap=settings.chunking.overlap_tokens)]
-    chosen = sorted(units, key=lambda u: _spread(u.id))[:max(1, sample)]
+    docs, units = corpus_units(ws)
+    chosen = spread_sample(units, sample)
     total_tokens = sum(u.n_tokens for u in units)
     if not settings.llm.enabled or not chosen:
         return BuildEstimate(documents=len(docs), units=len(units), unit_tokens=total_tokens,

@@ -414,7 +414,7 @@ class TestFingerprint:
     def test_it_takes_no_community_id_so_a_renumbered_community_keeps_it(self) -> None:
         params = list(inspect.signature(fingerprint).parameters)
         assert params == ["level", "entity_hashes", "relationship_hashes", "claim_hashes",
-                          "child_fingerprints"]
+                          "child_fingerprints", "prompt"]
 
     @pytest.mark.parametrize("part", [1, 2, 3, 4])
     def test_it_changes_when_any_element_changes_appears_or_goes(self, part: int) -> None:

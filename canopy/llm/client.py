@@ -42,7 +42,7 @@ from canopy.llm.structured import (
 )
 from canopy.providers.base import Usage
 from canopy.settings import LLMSettings
-from prompts import render
+from prompts import DEFAULT_PROMPTS, PromptSet
 
 __all__ = ["ChatClient"]
 
@@ -66,12 +66,14 @@ class ChatClient:
         *,
         backoff_base: float = 1.0,
         backoff_max: float = 60.0,
+        prompts: PromptSet = DEFAULT_PROMPTS,
     ) -> None:
         if not settings.base_url:
             raise ConfigError(
                 "No LLM endpoint configured: set [llm] base_url or CANOPY_LLM_BASE_URL."
             )
         self.settings = settings
+        self.prompts = prompts  # the templates of every request made through this client
         self.model = settings.model
         self.endpoint = settings.base_url
         self.what = f"LLM endpoint {settings.base_url}"
@@ -188,7 +190,7 @@ class ChatClient:
         schema: type[M],
     ) -> tuple[str, M]:
         problem = explain(err)
-        follow_up = render("repair", error=problem, schema=schema_json(schema))
+        follow_up = self.prompts.render("repair", error=problem, schema=schema_json(schema))
         messages = [
             *request.messages,
             {"role": "assistant", "content": bad},

@@ -17,9 +17,11 @@ def make_provider(settings: Settings, store: Store | None = None) -> Provider:
     """The LLM provider when an endpoint is configured, else the builtin offline provider."""
     if settings.llm.enabled:
         from canopy.llm import ChatClient
+        from canopy.prompt_dir import load_prompt_dir
         from canopy.providers.llm import LLMProvider
 
-        client = ChatClient(settings.llm, cache=store, backoff_base=settings.llm.backoff_s)
+        client = ChatClient(settings.llm, cache=store, backoff_base=settings.llm.backoff_s,
+                            prompts=load_prompt_dir(settings.prompts.dir))
         return LLMProvider(client)
     from canopy.providers.builtin import BuiltinProvider
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from canopy.limiter import LimiterStats
 
 __all__ = [
+    "INDEX_TASKS",
     "AnswerOut",
     "ContextBlock",
     "DriftOut",
@@ -44,6 +45,7 @@ __all__ = [
     "SummaryOut",
     "Usage",
     "detached_usage",
+    "prompt_key",
     "record_usage",
     "usage_scope",
 ]
@@ -345,3 +347,15 @@ class Provider(Protocol):
         it writes (with the share of passages each is in); None when the provider has no
         judgement of its own (the router's offline rules decide)."""
         ...
+
+
+# The prompts whose output is stored in the index (the others apply at query time).
+INDEX_TASKS = ("extract", "glean", "summarize", "report")
+
+
+def prompt_key(provider: Provider, *tasks: str) -> str:
+    """What the provider's templates for `tasks` add to the fingerprints and memo keys of what
+    they produce: "" with the packaged templates (and for the builtin provider, which uses
+    none), else a hash of the replaced ones (`prompts.PromptSet.fingerprint`)."""
+    prompts = getattr(provider, "prompts", None)
+    return prompts.fingerprint(*tasks) if prompts is not None else ""

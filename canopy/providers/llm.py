@@ -1,4 +1,5 @@
-"""`LLMProvider`: the Provider tasks as prompts (from `prompts/`) sent through one `ChatClient`.
+"""`LLMProvider`: the Provider tasks as prompts (from `prompts/`, or the user's `[prompts] dir`:
+the client's `PromptSet`) sent through one `ChatClient`.
 
 Extraction follows Edge et al. 2024 §2.1.2: one extraction pass, then up to `max_gleanings`
 gleaning passes that ask for what the earlier passes missed. Gleaning is adaptive: it stops as
@@ -35,7 +36,6 @@ from canopy.providers.base import (
     Usage,
     render_blocks,
 )
-from prompts import render
 
 __all__ = ["LLMProvider"]
 
@@ -58,6 +58,7 @@ class LLMProvider:
 
     def __init__(self, client: ChatClient) -> None:
         self.client = client
+        self.prompts = client.prompts
         self.name = f"openai:{client.model}"
 
     def usage(self) -> dict[str, Usage]:
@@ -72,7 +73,7 @@ class LLMProvider:
         self, unit: TextUnit, *, entity_types: list[str], claims: bool, max_gleanings: int
     ) -> Extraction:
         types = ", ".join(entity_types)
-        prompt = render(
+        prompt = self.prompts.render(
             "extract",
             entity_types=types,
             claims_switch=CLAIMS_ON if claims else CLAIMS_OFF,
@@ -87,7 +88,7 @@ class LLMProvider:
             messages = [
                 *messages,
                 {"role": "assistant", "content": out.model_dump_json()},
-                *_user(render("glean", entity_types=types)),
+                *_user(self.prompts.render("glean", entity_types=types)),
             ]
             out = await self.client.json("glean", messages, ExtractionOut)
             passes += 1
@@ -100,12 +101,14 @@ class LLMProvider:
         if len(distinct) <= 1:
             return distinct[0] if distinct else ""
         listing = "\n".join(f"- {d}" for d in distinct)
-        prompt = render("summarize", name=name, descriptions=listing, max_words=_words(max_tokens))
+        prompt = self.prompts.render("summarize", name=name, descriptions=listing,
+                                     max_words=_words(max_tokens))
         text = await self.client.text("summarize", _user(prompt), max_tokens=max_tokens)
         return text.strip() or " ".join(distinct)
 
     async def report(self, context: ReportContext, *, max_tokens: int) -> ReportOut:
-        prompt = render("report", context=context.render(), max_words=_words(max_tokens))
+        prompt = self.prompts.render("report", context=context.render(),
+                                     max_words=_words(max_tokens))
         out = await self.client.json("report", _user(prompt), ReportOut)
         n_ent, n_rel, n_rep = (
             len(context.entities),
@@ -128,7 +131,7 @@ class LLMProvider:
 
     async def rate(self, query: str, reports: list[Report]) -> list[int]:
         listing = "\n\n".join(f"[Report {r.community_id}] {r.digest()}" for r in reports)
-        prompt = render("rate", query=query, reports=listing)
+        prompt = self.prompts.render("rate", query=query, reports=listing)
         out = await self.client.json("rate", _user(prompt), RatingsOut)
         scores = {s.id.strip(): s.score for s in out.scores}
         # A report the model left out is rated 0: it is not read, and the coverage says so.
@@ -136,7 +139,8 @@ class LLMProvider:
 
     async def map(self, query: str, reports: list[Report], *, response_type: str) -> MapOut:
         listing = "\n\n".join(f"[Report {r.community_id}] {r.full_text()}" for r in reports)
-        prompt = render("map", query=query, reports=listing, response_type=response_type)
+        prompt = self.prompts.render("map", query=query, reports=listing,
+                                     response_type=response_type)
         out = await self.client.json("map", _user(prompt), MapOut)
         known = {r.community_id for r in reports}
         points = [
@@ -153,27 +157,29 @@ class LLMProvider:
             f"----- Analyst point {i} (importance {p.score}) -----\n{p.description}"
             for i, p in enumerate(ranked, 1)
         )
-        prompt = render("reduce", query=query, points=listing, response_type=response_type)
+        prompt = self.prompts.render("reduce", query=query, points=listing,
+                                     response_type=response_type)
         return (await self.client.text("reduce", _user(prompt))).strip()
 
     async def answer(self, query: str, blocks: list[ContextBlock], *, response_type: str) -> str:
-        prompt = render(
+        prompt = self.prompts.render(
             "answer", query=query, context=render_blocks(blocks), response_type=response_type
         )
         return (await self.client.text("answer", _user(prompt))).strip()
 
     async def hyde(self, query: str) -> str:
-        return (await self.client.text("hyde", _user(render("hyde", query=query)))).strip()
+        prompt = self.prompts.render("hyde", query=query)
+        return (await self.client.text("hyde", _user(prompt))).strip()
 
     async def drift(self, query: str, blocks: list[ContextBlock]) -> DriftOut:
-        prompt = render("drift", query=query, context=render_blocks(blocks))
+        prompt = self.prompts.render("drift", query=query, context=render_blocks(blocks))
         out = await self.client.json("drift", _user(prompt), DriftOut)
         follow_ups = list(dict.fromkeys(q.strip() for q in out.follow_up_queries if q.strip()))
         return out.model_copy(update={"follow_up_queries": follow_ups})
 
     async def route(self, query: str, names: list[str]) -> RouteOut:
         listing = "\n".join(f"- {n}" for n in names) or "(none)"
-        prompt = render("route", query=query, names=listing)
+        prompt = self.prompts.render("route", query=query, names=listing)
         return await self.client.json("route", _user(prompt), RouteOut)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash
 from canopy.model import Community, Report, UnitFailure
+from canopy.providers.base import prompt_key
 from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, ReportRow
 from indexer.reports import (
     MIN_ELEMENT_TOKENS,
@@ -168,6 +169,7 @@ _Source = CommunityContent | list[Report]
 async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSizes,
                  sem: asyncio.Semaphore, out: ReportOutcome, cache: _Rows) -> None:
     reads = b.reads
+    prompt = prompt_key(b.provider, "report")  # a replaced report template rewrites reports
     rows = reads.communities(ids)
     children = reads.children(ids)
     child_rows = reads.communities({c for cs in children.values() for c in cs})
@@ -191,7 +193,7 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
         source: _Source
         if cid in alone:
             child_fps, source = alone[cid]
-            fp = reports_only_fingerprint(row.level, child_fps)
+            fp = reports_only_fingerprint(row.level, child_fps, prompt)
             kid_gates = [child_rows[k].gate for k in kids if k in child_rows]
             gate = Gate(frozenset(a for g in kid_gates for a in g.acl),
                         content_hash("children", *sorted(g.sig for g in kid_gates)), False)
@@ -204,7 +206,8 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
             claims = [c for e in mine for c in claims_by_subject.get(e, [])]
             fp = fingerprint(row.level, (e.hash for e in ents), (r.hash for r in rels),
                              (c.hash for c in claims),
-                             (child_rows[k].fingerprint for k in kids if k in child_rows))
+                             (child_rows[k].fingerprint for k in kids if k in child_rows),
+                             prompt)
             gate = Gate(frozenset(a for e in ents for a in e.gate.acl),
                         content_hash(*sorted(e.gate.sig for e in ents)), False)
             n_members = len(mine)

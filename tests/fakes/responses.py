@@ -492,6 +492,21 @@ def _count(prompt: str) -> int:
     return int(found.group(1)) if found else 1
 
 
+def tune(prompt: str) -> dict[str, Any]:
+    """A domain from the passages' most frequent words, and the kinds of their capitalized
+    names (as the extraction fake guesses them)."""
+    text = section(prompt, "Passages")
+    counts: dict[str, int] = {}
+    for word in re.findall(r"[a-z]{4,}", text.lower()):
+        if word not in _STOP and word != "passage":
+            counts[word] = counts.get(word, 0) + 1
+    top = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3]] or ["text"]
+    kinds = [*_TYPE_HINTS, "person"]
+    found = {_guess_type(n, kinds) for s in sentences(text) for n in capitalized_phrases(s)}
+    return {"domain": "texts on " + ", ".join(top), "role": f"an analyst of {top[0]}",
+            "entity_types": [k for k in kinds if k in found] or ["organization", "person"]}
+
+
 def describe(prompt: str) -> str:
     lines = [ln[2:].split(":")[0] for ln in section(prompt, "Reports").splitlines()
              if ln.startswith("- ")]
@@ -553,6 +568,7 @@ def chat_content(task: str, body: dict[str, Any]) -> str:
         "persona_tasks": persona_tasks,
         "questions": questions,
         "judge": judge,
+        "tune": tune,
     }
     text_tasks = {"summarize": summarize, "reduce": reduce, "answer": answer, "hyde": hyde,
                   "describe": describe}
