@@ -44,7 +44,8 @@ def _hwm_mb() -> float | None:
     return int(m.group(1)) / 1024 if m else None
 
 
-def prepare(root: Path, docs: Path, base_url: str, concurrency: int | None) -> int:
+def prepare(root: Path, docs: Path, base_url: str, concurrency: int | None,
+            chunk: tuple[int, int] | None = None) -> int:
     """`graphrag init` into `root`, settings pointed at the endpoint; the documents copied to
     root/input (GraphRAG's text loader reads one file pattern). Returns the documents copied."""
     import yaml
@@ -67,6 +68,8 @@ def prepare(root: Path, docs: Path, base_url: str, concurrency: int | None) -> i
     # `$$`: GraphRAG substitutes ${ENV} variables in the settings file
     settings["input"] = {"type": "text", "file_pattern": r".*\.(txt|md)$$"}
     settings["vector_store"]["vector_size"] = 64  # the fake endpoint's embedding size
+    if chunk:
+        settings["chunking"]["size"], settings["chunking"]["overlap"] = chunk
     settings_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     (root / ".env").write_text("GRAPHRAG_API_KEY=fake\n")
     inp = root / "input"
@@ -91,10 +94,14 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--concurrency", type=int, default=None,
                    help="concurrent_requests of every LLM step (GraphRAG's default: 25)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="tokens per text unit (GraphRAG's default: 1200, overlap 100)")
+    p.add_argument("--chunk-overlap", type=int, default=100)
     p.add_argument("--tracemalloc", action="store_true",
                    help="leave GraphRAG's per-workflow tracemalloc on")
     args = p.parse_args()
-    n_docs = prepare(args.root, args.docs, args.base_url, args.concurrency)
+    chunk = (args.chunk_size, args.chunk_overlap) if args.chunk_size else None
+    n_docs = prepare(args.root, args.docs, args.base_url, args.concurrency, chunk)
 
     # LiteLLM fetches a price table from GitHub at import unless told to use its bundled copy:
     # no network in a benchmark.

@@ -1,4 +1,5 @@
-"""`canopy` command line: index, status, query, export, warm, serve, watch, token, demo.
+"""`canopy` command line: index, status, query, export, import-graphrag, warm, serve, watch,
+token, demo.
 
 Progress goes to stderr; stdout carries results only (and is the MCP protocol under `serve`).
 
@@ -15,7 +16,20 @@ import sys
 import click
 
 from canopy.allocator import limit_arenas
-from server.cli import demo, evaluate, export, index, init, query, serve, tidy, tokens, warm, watch
+from server.cli import (
+    demo,
+    evaluate,
+    export,
+    import_graphrag,
+    index,
+    init,
+    query,
+    serve,
+    tidy,
+    tokens,
+    warm,
+    watch,
+)
 from server.cli.common import CanopyGroup, canopy_version
 
 __all__ = ["main"]
@@ -35,6 +49,6 @@ def main(verbose: int) -> None:
 
 for _command in (index.index, index.status, query.query, warm.warm, serve.serve, watch.watch,
                  tokens.token, demo.demo, evaluate.eval_command, init.init, tidy.tidy,
-                 export.export):
+                 export.export, import_graphrag.import_graphrag):
     main.add_command(_command)
 del _command
