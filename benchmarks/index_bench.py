@@ -4,6 +4,8 @@
     python benchmarks/index_bench.py --corpus carol --mode fake
     python benchmarks/index_bench.py --corpus multihop --articles 50 --mode builtin
     python benchmarks/index_bench.py --profile             # also cProfile each run
+    python benchmarks/index_bench.py --corpus carol --mode fake \
+        --graphrag-python /work/graphrag-venv/bin/python   # and Microsoft GraphRAG, same fake
 
 Corpora: A Christmas Carol (../shared/eval-data/books) and the MultiHop-RAG news articles
 (../shared/eval-data/multihop-rag/corpus.json, written once to a temp folder as one .md per
@@ -14,6 +16,10 @@ charged to the run).
 Every (corpus, mode) pair is indexed in a fresh Python subprocess, so peak RSS is per run, and then
 indexed again in another fresh subprocess against the same index: that no-op rerun must cost ~0 LLM
 calls. Results: a markdown table on stdout, JSON in benchmarks/results/index_bench.json.
+
+With `--graphrag-python`, each corpus is also indexed by Microsoft GraphRAG (installed in its own
+virtual environment, whose Python is given; benchmarks/graphrag_runner.py runs there) against the
+same fake server, right after Canopy's runs of that corpus, and both are printed side by side.
 
 Peak memory: Linux keeps `ru_maxrss` across fork+exec, so a child's figure is at least its parent's
 RSS at spawn time. The driver therefore stays small (the fake server does not live in it), and each
@@ -302,6 +308,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     fake = FakeHost() if "fake" in modes else None
     runs: list[dict[str, Any]] = []
+    graphrag_runs: list[dict[str, Any]] = []
     try:
         for corpus in corpora:
             for mode in modes:
@@ -353,6 +360,19 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                         file=sys.stderr,
                         flush=True,
                     )
+            if args.graphrag_python and fake is not None:
+                print(f"[index_bench] {corpus}/graphrag ...", file=sys.stderr, flush=True)
+                fake.call("reset")
+                load_before = os.getloadavg()[0]
+                gr = run_graphrag(args, docs[corpus], work / f"graphrag-{corpus}", fake.base_url)
+                st = fake.call("stats")
+                gr.update(corpus=corpus, corpus_name=names[corpus],
+                          loadavg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
+                          fake_requests=st["requests"], fake_requests_by_task=st["by_task"],
+                          fake_max_in_flight=st["max_in_flight"], fake_server_cpu_s=st["cpu_s"])
+                graphrag_runs.append(gr)
+                print(f"[index_bench] {corpus}/graphrag: {gr['wall_s']:.2f} s, "
+                      f"{gr['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     finally:
         if fake is not None:
             fake.stop()
@@ -365,7 +385,50 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {"fake_llm": FAKE_LLM, "articles": args.articles},
         "runs": runs,
         "reference": reference(runs),
+        "graphrag": side_by_side(runs, graphrag_runs),
     }
+
+
+def run_graphrag(args: argparse.Namespace, docs: Path, root: Path, base_url: str) -> dict[str, Any]:
+    """Index `docs` with Microsoft GraphRAG (benchmarks/graphrag_runner.py, in the Python of
+    GraphRAG's own virtual environment) against the fake endpoint at `base_url`."""
+    out = root.with_suffix(".json")
+    cmd = [str(args.graphrag_python), str(Path(__file__).with_name("graphrag_runner.py")),
+           "--docs", str(docs), "--root", str(root), "--base-url", base_url, "--out", str(out)]
+    if args.graphrag_tracemalloc:
+        cmd.append("--tracemalloc")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"GraphRAG failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    data: dict[str, Any] = json.loads(out.read_text())
+    data["process_s"] = round(elapsed, 3)
+    return data
+
+
+def side_by_side(
+    runs: list[dict[str, Any]], graphrag: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Canopy's fake-mode build of each corpus beside GraphRAG's, with ratios (Canopy/GraphRAG)."""
+    out = []
+    for gr in graphrag:
+        ours = next((r for r in runs if r["corpus"] == gr["corpus"] and r["mode"] == "fake"
+                     and r["run"] == "build"), None)
+        if ours is None:
+            continue
+        pairs = {"wall_s": ("wall_s", "wall_s"), "cpu_s": ("cpu_s", "cpu_s"),
+                 "process_s": ("process_s", "process_s"),
+                 "peak_rss_mb": ("peak_rss_mb", "peak_rss_mb"),
+                 "requests": ("fake_requests", "fake_requests")}
+        ratios = {k: round(ours[a] / gr[b], 4) for k, (a, b) in pairs.items() if gr.get(b)}
+        out.append({"corpus": gr["corpus"], "corpus_name": gr["corpus_name"], "canopy": {
+            "wall_s": ours["wall_s"], "cpu_s": ours["cpu_s"], "process_s": ours["process_s"],
+            "peak_rss_mb": ours["peak_rss_mb"], "requests": ours.get("fake_requests"),
+            "requests_by_task": ours.get("fake_requests_by_task"),
+            "loadavg_1m": ours.get("loadavg_1m")}, "graphrag": gr, "ratio_canopy_over_graphrag":
+            ratios})
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -440,6 +503,10 @@ def _biggest_growth(after: dict[str, float], start: float) -> str | None:
                 best = (label, grow)
             last = after[label]
     return f"+{best[1]:.0f} in {best[0]}" if best else None
+
+
+def _by_task(counts: dict[str, int] | None) -> str:
+    return ", ".join(f"{t} {n}" for t, n in (counts or {}).items()) or "-"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -520,6 +587,30 @@ def render(report: dict[str, Any]) -> str:
                 f"| {mode} | {x['time_index_only']:.3f} | {x['time_whole_process']:.3f} "
                 f"| {x['memory']:.2f} | {req} |"
             )
+    for pair in report.get("graphrag", []):
+        c, g, x = pair["canopy"], pair["graphrag"], pair["ratio_canopy_over_graphrag"]
+        tm = "on" if g["tracemalloc"] else "off"
+        lines += [
+            "",
+            f"{pair['corpus_name']}, same fake endpoint at zero latency, measured in this run "
+            f"(Canopy: fake mode, build; {g['system']}: tracemalloc {tm}):",
+            "",
+            "| system | wall s | CPU s | process s | peak RSS MB | requests | requests by task "
+            "| load avg before/after |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| Canopy | {c['wall_s']:.2f} | {c['cpu_s']:.2f} | {c['process_s']:.2f} "
+            f"| {c['peak_rss_mb']:.0f} | {c['requests']} | {_by_task(c['requests_by_task'])} "
+            f"| {'/'.join(str(v) for v in c.get('loadavg_1m') or [])} |",
+            f"| {g['system']} | {g['wall_s']:.2f} | {g['cpu_s']:.2f} | {g['process_s']:.2f} "
+            f"| {g['peak_rss_mb']:.0f} | {g['fake_requests']} "
+            f"| {_by_task(g['fake_requests_by_task'])} "
+            f"| {'/'.join(str(v) for v in g['loadavg_1m'])} |",
+            "| Canopy / GraphRAG | " + " | ".join(
+                f"{x[k]:.3f}" if k in x else "-"
+                for k in ("wall_s", "cpu_s", "process_s", "peak_rss_mb", "requests")) + " | | |",
+        ]
+        if g["errors"]:
+            lines.append(f"GraphRAG reported errors: {'; '.join(g['errors'])}")
     profiled = [r for r in report["runs"] if r.get("profile_top")]
     for r in profiled:
         for kind, title in (
@@ -567,6 +658,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--out", type=Path, default=RESULTS / "index_bench.json", help="JSON results file"
     )
+    p.add_argument(
+        "--graphrag-python",
+        type=Path,
+        default=None,
+        metavar="PYTHON",
+        help="also index each corpus with Microsoft GraphRAG, run by this Python (a virtual "
+        "environment with graphrag installed), against the same fake endpoint (needs --mode "
+        "fake or all)",
+    )
+    p.add_argument(
+        "--graphrag-tracemalloc",
+        action="store_true",
+        help="leave GraphRAG's per-workflow tracemalloc on (off by default: its best time)",
+    )
     p.add_argument("--_child", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -575,6 +680,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.articles is not None and args.articles < 1:
         p.error("--articles must be at least 1")
+    if args.graphrag_python is not None:
+        if args.mode == "builtin":
+            p.error("--graphrag-python needs the fake endpoint: --mode fake (or all)")
+        if not Path(args.graphrag_python).is_file():
+            p.error(f"--graphrag-python: no such file: {args.graphrag_python}")
     report = bench(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

@@ -35,6 +35,7 @@ from canopy.ids import content_hash
 from indexer.grouping import Candidate, Sources, nearest_by_path, plan_top
 
 __all__ = [
+    "GivenCommunities",
     "ClusterParams",
     "EdgeArrays",
     "Hierarchy",
@@ -208,6 +209,21 @@ class LeidenLevels:
             self.split(g, sub, level, parent)
 
 
+_Placed = tuple[int, str, str | None, list[str]]  # level, key, parent key, members
+
+
+@dataclass
+class GivenCommunities:
+    """Communities clustered elsewhere (an imported Microsoft GraphRAG index) that a fresh
+    hierarchy starts from instead of clustering their members again: (level, key, parent key,
+    member entity ids) each, parents before children, members of entities in the graph only.
+    `build_hierarchy` fills `ids`: key -> community id, for each given community placed with
+    exactly its given members (the others gained members or moved: see there)."""
+
+    placements: list[tuple[int, str, str | None, list[str]]]
+    ids: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Isolated:
     """Entities without relationships and what attaches them: for each, the entities it shares a
@@ -223,15 +239,37 @@ def build_hierarchy(
     params: ClusterParams,
     previous: dict[int, dict[str, set[str]]] | None = None,
     sources: Callable[[], Sources] = dict,
+    given: GivenCommunities | None = None,
 ) -> Hierarchy:
     """A fresh hierarchy of the whole graph (ids reused from `previous`: level -> id -> members).
     With `params.max_top`, a top of more candidates is grouped by `sources()` (entity id -> the
-    text units and documents that mention it; indexer.grouping), read only then."""
-    fresh = LeidenLevels(edges, params)
-    fresh.run()
-    names = edges.names
-    placements = [(level, key, parent, [names[int(i)] for i in nodes])
-                  for level, key, parent, nodes in fresh.out]
+    text units and documents that mention it; indexer.grouping), read only then.
+
+    With `given`, its communities stand as given and only the entities outside them are placed:
+    those linked among themselves are clustered here, those linked only to given members join
+    the deepest community holding most of their neighbours (as entities without relationships
+    join the community of the entities they share units with). A given community that gains
+    members that way, or is grafted under another by the top bound, is a new community."""
+    placements: list[_Placed]
+    if given is None:
+        placements = _leiden_placements(edges, params)
+    else:
+        placements = [(lv, k, parent, list(ms)) for lv, k, parent, ms in given.placements]
+        covered = {m for p in placements for m in p[3]}
+        names = edges.names
+        rest = EdgeArrays((names[s], names[t], w) for s, t, w in
+                          zip(edges.src.tolist(), edges.dst.tolist(), edges.w.tolist(), strict=True)
+                          if names[s] not in covered and names[t] not in covered)
+        placements += _leiden_placements(rest, params)
+        placed = covered | set(rest.names)
+        neighbours: dict[str, list[str]] = defaultdict(list)
+        for s, t in zip(edges.src.tolist(), edges.dst.tolist(), strict=True):
+            a, b = names[s], names[t]
+            if a not in placed:
+                neighbours[a].append(b)
+            if b not in placed:
+                neighbours[b].append(a)
+        _attach_isolated(placements, Isolated(dict(neighbours), {}), params.max_cluster_size)
     _attach_isolated(placements, isolated, params.max_cluster_size)
     if params.max_top and sum(p[2] is None for p in placements) > params.max_top:
         placements = _group_top(placements, sources(), params)
@@ -246,8 +284,20 @@ def build_hierarchy(
         cid = ids[key]
         out.placements[cid] = Placement(cid, level, ids[parent] if parent else None,
                                         sorted(members))
+    if given is not None:
+        final = {key: (level, parent, set(members)) for level, key, parent, members in placements}
+        given.ids = {key: ids[key] for level, key, parent, members in given.placements
+                     if final.get(key) == (level, parent, set(members))}
     out.deleted = {cid for level in prev.values() for cid in level} - set(out.placements)
     return out
+
+
+def _leiden_placements(edges: EdgeArrays, params: ClusterParams) -> list[_Placed]:
+    fresh = LeidenLevels(edges, params)
+    fresh.run()
+    names = edges.names
+    return [(level, key, parent, [names[int(i)] for i in nodes])
+            for level, key, parent, nodes in fresh.out]
 
 
 def _attach_isolated(placements: list[tuple[int, str, str | None, list[str]]], isolated: Isolated,
@@ -275,9 +325,6 @@ def _attach_isolated(placements: list[tuple[int, str, str | None, list[str]]], i
     for unit, members in sorted(lonely.items()):
         for k in range(0, len(members), max_cluster_size):
             placements.append((0, f"iso:{unit}:{k}", None, members[k:k + max_cluster_size]))
-
-
-_Placed = tuple[int, str, str | None, list[str]]  # level, key, parent key, members
 
 
 def _group_top(placements: list[_Placed], sources: Sources,

@@ -29,6 +29,7 @@ from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
 from canopy.tokens import get_tokenizer
 from canopy.vectors import merge_scrub
+from indexer.communities import GivenCommunities
 from indexer.listing import list_files
 from indexer.loaders import LoadedDocument, load_entry
 from indexer.stages import Build, Progress
@@ -111,10 +112,12 @@ async def run_index(
     full: bool = False,
     progress: Progress | None = None,
     tidy: bool = True,
+    given: GivenCommunities | None = None,
 ) -> IndexResult:
     """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
     after the commit (False leaves it to `server.runtime.maintain_index`, off the update's
-    path: its periodic part rewrites whole fragments, which at 10k articles takes a minute)."""
+    path: its periodic part rewrites whole fragments, which at 10k articles takes a minute).
+    `given`: communities a fresh clustering starts from (indexer.graphrag, an import)."""
     t0 = time.perf_counter()
     progress = progress or no_progress
     fingerprint = settings_fingerprint(settings, provider, embedder)
@@ -195,7 +198,7 @@ async def run_index(
         clock[0] = now
 
     try:
-        b = Build(store, staging, settings, provider, embedder, tok, full, progress)
+        b = Build(store, staging, settings, provider, embedder, tok, full, progress, given=given)
         # 3. documents and text units (edit-stable chunking: unchanged units keep their ids)
         units = stage_documents(b, plan)
         lap("documents")

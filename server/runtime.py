@@ -48,10 +48,12 @@ from canopy.store import Store
 from indexer.pipeline import IndexResult, Progress, run_index
 
 if TYPE_CHECKING:
+    from indexer.graphrag import ImportResult
     from indexer.watcher import Watcher
 
-__all__ = ["Workspace", "build_index", "maintain_index", "open_workspace", "start_background_tidy",
-           "tidy_needed", "workspace_watcher", "writer_waiting"]
+__all__ = ["Workspace", "build_index", "import_graphrag_index", "maintain_index",
+           "open_workspace", "start_background_tidy", "tidy_needed", "workspace_watcher",
+           "writer_waiting"]
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +206,30 @@ def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool) -> 
                                      tidy=tidy))
     finally:
         store.close()
+
+
+def import_graphrag_index(ws: Workspace, output_dir: Path, *,
+                          progress: Progress | None = None) -> ImportResult:
+    """A new index of the workspace's documents from a Microsoft GraphRAG output folder
+    (indexer.graphrag). The folder is checked before anything is written; an existing index is
+    never overwritten."""
+    from indexer.graphrag import import_graphrag, read_output
+
+    out = read_output(output_dir)
+    limit_arenas()
+    with writer_lock(ws.index_dir):
+        if (ws.index_dir / DB_NAME).exists():
+            raise ConfigError(f"{ws.index_dir} already holds an index: import into a new index "
+                              "folder (--index-dir) or remove this one first")
+        store = Store(ws.index_dir)
+        try:
+            provider = make_provider(ws.settings, store)
+            embedder = make_embedder(ws.settings)
+            return asyncio.run(import_graphrag(out, output_dir, ws.docs_dir, store, ws.settings,
+                                               provider, embedder, labeler=ws.policy.labels_for,
+                                               progress=progress))
+        finally:
+            store.close()
 
 
 def maintain_index(ws: Workspace, *, wait: bool = False,

@@ -27,6 +27,7 @@ from canopy.store.rows import dump
 from indexer.communities import (
     ClusterParams,
     EdgeArrays,
+    GivenCommunities,
     Hierarchy,
     Isolated,
     build_hierarchy,
@@ -106,8 +107,16 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     connected = set(edges.names)
     isolated_ids = [r[0] for r in b.store.writer.execute(
         "SELECT id FROM temp.entities_new WHERE degree = 0 ORDER BY id") if r[0] not in connected]
+    given = b.given
+    if given is not None:  # an import: only members the new graph has
+        nodes = connected | set(isolated_ids)
+        given = GivenCommunities([(lv, k, parent, [m for m in ms if m in nodes])
+                                  for lv, k, parent, ms in given.placements])
+        given.placements = [p for p in given.placements if p[3]]
     hierarchy = build_hierarchy(edges, _isolated(b, isolated_ids), _params(b), previous,
-                                lambda: _sources(b))
+                                lambda: _sources(b), given)
+    if given is not None and b.given is not None:
+        b.given.ids = given.ids
     if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community,
         # committed or staged by the local update it overrides
         old = [r[0] for r in b.store.writer.execute("SELECT id FROM main.communities")]

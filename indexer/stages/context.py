@@ -10,6 +10,7 @@ from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
 from canopy.tokens import Tokenizer
+from indexer.communities import GivenCommunities
 
 __all__ = ["Build", "Progress"]
 
@@ -34,6 +35,8 @@ class Build:
     full: bool
     progress: Progress = no_progress
     stats: dict[str, Any] = field(default_factory=dict)
+    # communities clustered elsewhere, for a fresh hierarchy to start from (import-graphrag)
+    given: GivenCommunities | None = None
 
     @property
     def reads(self) -> GraphReads:

@@ -1,5 +1,5 @@
-"""`canopy` command line: index, status, query, export, warm, serve, watch, token, demo,
-prompts.
+"""`canopy` command line: index, status, query, export, import-graphrag, warm, serve, watch,
+token, demo, prompts.
 
 Progress goes to stderr; stdout carries results only (and is the MCP protocol under `serve`).
 
@@ -20,6 +20,7 @@ from server.cli import (
     demo,
     evaluate,
     export,
+    import_graphrag,
     index,
     init,
     prompts,
@@ -49,6 +50,6 @@ def main(verbose: int) -> None:
 
 for _command in (index.index, index.status, query.query, warm.warm, serve.serve, watch.watch,
                  tokens.token, demo.demo, evaluate.eval_command, init.init, tidy.tidy,
-                 export.export, prompts.prompts):
+                 export.export, import_graphrag.import_graphrag, prompts.prompts):
     main.add_command(_command)
 del _command

@@ -162,11 +162,17 @@ def _content(message: dict[str, Any]) -> str:
 def identify_task(body: dict[str, Any]) -> str:
     """The schema name of a json_schema request, else the last task marker of the conversation
     (a repair turn belongs to the task it repairs)."""
+    from tests.fakes import graphrag_responses  # it imports this module: imported late
+
     fmt = body.get("response_format") or {}
-    if fmt.get("type") == "json_schema":
-        return str(fmt.get("json_schema", {}).get("name", "unknown"))
+    schema = str(fmt.get("json_schema", {}).get("name", "unknown"))
+    if fmt.get("type") == "json_schema" and schema != graphrag_responses.REPORT_SCHEMA:
+        return schema
     markers = [m for text in user_texts(body) for m in TASK_MARKER.findall(text) if m != "repair"]
-    return markers[-1] if markers else "unknown"
+    if markers:
+        return markers[-1]
+    # Microsoft GraphRAG's prompts (benchmarks/index_bench.py, the import-graphrag fixture)
+    return graphrag_responses.identify_task(body, schema) or "unknown"
 
 
 def section(text: str, name: str) -> str:
@@ -574,6 +580,10 @@ def chat_content(task: str, body: dict[str, Any]) -> str:
                   "describe": describe}
     if task == "glean":
         return json.dumps(glean(body))
+    if task.startswith("graphrag_"):
+        from tests.fakes import graphrag_responses
+
+        return graphrag_responses.chat_content(task, body)
     if task in json_tasks:
         return json.dumps(json_tasks[task](prompt))
     if task in text_tasks:
