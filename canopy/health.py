@@ -178,9 +178,9 @@ def check_search_tables(index_dir: Path, facts: DatabaseFacts) -> str | None:
     text units are compared while a revocation is pending). Imports lancedb."""
     if not facts.versions:
         return None
-    import lancedb
+    from canopy.lance import import_lancedb
 
-    db = lancedb.connect(str(Path(index_dir) / LANCE_DIR))
+    db = import_lancedb().connect(str(Path(index_dir) / LANCE_DIR))
     for name, version in sorted(facts.versions.items()):
         try:
             table = db.open_table(name)

@@ -162,7 +162,9 @@ class VectorStore:
         self.path = Path(index_dir) / "lance"
         self.dims = dims
         self.erase = erase
-        import lancedb
+        from canopy.lance import import_lancedb
+
+        lancedb = import_lancedb()
 
         session = None
         if cache_bytes is not None:
