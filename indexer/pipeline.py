@@ -10,7 +10,6 @@ first, at once (revocation); everything else becomes visible in one atomic commi
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from canopy.ids import content_hash
+from canopy.lance import import_lancedb
 from canopy.model import Skip, UnitFailure
 from canopy.providers.base import INDEX_TASKS, Embedder, Provider, prompt_key
 from canopy.providers.builtin.text import TERMS_VERSION
@@ -179,8 +179,7 @@ async def run_index(
     store.batch_cache_writes(64)  # the run is the only writer: cache replies in batches
     store.set_meta({"extraction_fingerprint": extraction})
     # The search tables' library takes seconds to import: do it while extraction runs.
-    threading.Thread(target=importlib.import_module, args=("lancedb",), daemon=True,
-                     name="canopy-import-lancedb").start()
+    threading.Thread(target=import_lancedb, daemon=True, name="canopy-import-lancedb").start()
 
     # 2. deletions and relabels apply now, before any regeneration (design §2)
     revoked = revoke(store, plan) if not full else []
