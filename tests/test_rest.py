@@ -16,14 +16,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import uvicorn
+from mcp import Client
+from mcp.server import MCPServer
 from openapi_spec_validator import validate
 
+from server.first_build import ServiceSlot
 from server.mcp_app import build_server
 from server.rest import API_PREFIX, mount_rest
 from server.runtime import build_index, open_workspace
@@ -295,14 +299,10 @@ async def test_rest_works_behind_several_worker_processes(
         assert (await rest(base, "status", None)).status_code == 401
 
 
-async def test_without_token_verification_rest_answers_as_the_start_up_principal(
-    multi_tenant: tuple[Path, Path],
-) -> None:
-    """No [auth] (loopback): every caller is --principal, over REST as over MCP."""
-    docs, index_dir = multi_tenant
-    service = CanopyService(open_workspace(docs, index_dir=index_dir))
+@contextmanager
+def in_process(server: MCPServer) -> Iterator[str]:
+    """`server` with the REST routes, served by uvicorn on a thread; yields the base URL."""
     port = free_port()
-    server = build_server(service, principal_name="bob", port=port)
     mount_rest(server, "127.0.0.1")
     uv = uvicorn.Server(uvicorn.Config(server.streamable_http_app(host="127.0.0.1"),
                                        host="127.0.0.1", port=port, log_level="warning"))
@@ -310,13 +310,36 @@ async def test_without_token_verification_rest_answers_as_the_start_up_principal
     thread.start()
     try:
         wait_for_port(port)
-        base = f"http://127.0.0.1:{port}"
-        r = await rest(base, "status", None)
-        assert r.status_code == 200 and r.json()["documents"] == DOCUMENTS["bob"]
-        doc = (await rest(base, "openapi.json", None)).json()
-        validate(doc)
-        assert "security" not in doc and "401" not in json.dumps(doc["paths"])
+        yield f"http://127.0.0.1:{port}"
     finally:
         uv.should_exit = True
         thread.join(10)
+
+
+async def test_without_token_verification_rest_answers_as_the_start_up_principal(
+    multi_tenant: tuple[Path, Path],
+) -> None:
+    """No [auth] (loopback): every caller is --principal, over REST as over MCP."""
+    docs, index_dir = multi_tenant
+    service = CanopyService(open_workspace(docs, index_dir=index_dir))
+    try:
+        with in_process(build_server(service, principal_name="bob")) as base:
+            r = await rest(base, "status", None)
+            assert r.status_code == 200 and r.json()["documents"] == DOCUMENTS["bob"]
+            doc = (await rest(base, "openapi.json", None)).json()
+    finally:
         service.close()
+    validate(doc)
+    assert "security" not in doc and "401" not in json.dumps(doc["paths"])
+
+
+async def test_a_server_still_building_its_first_index_answers_503_with_the_mcp_message() -> None:
+    slot = ServiceSlot(docs="team-docs")  # no index yet: the build has not committed
+    server = build_server(slot)
+    with in_process(server) as base:
+        r = await rest(base, "local_search", {"query": "Who makes the cells?"})
+        async with Client(f"{base}/mcp") as client:
+            m = await client.call_tool("local_search", {"query": "Who makes the cells?"})
+    assert r.status_code == 503 and r.json()["error"] == "unavailable"
+    assert "building the first index of team-docs" in r.json()["message"]
+    assert m.is_error and r.json()["message"] == text_of(m)
