@@ -153,7 +153,7 @@ class _Endpoint:
                     bearer=self.api.server.settings.auth is not None)
             return JSONResponse(self.api.openapi)
         name = self.tool or str(request.path_params.get("tool", ""))
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             return await self.api.call(name, {})
         if name in _GET_ONLY:  # a POST to a GET route reaches {tool}: answer as the route would
             refusal = _error(405, "invalid_request", f"{name} answers GET only")
