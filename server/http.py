@@ -91,6 +91,7 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
     from server.cli.serve import http_auth
     from server.first_build import ServiceSlot
     from server.mcp_app import build_server
+    from server.rest import mount_rest
     from server.runtime import open_workspace
     from server.service import CanopyService
 
@@ -117,6 +118,7 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
         slot = ServiceSlot.once_built(open_service, ws.index_dir, spec.docs)
     server = build_server(slot, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
+    mount_rest(server, spec.host)  # /api/v1: the same tools as JSON endpoints (server.rest)
     return server, slot
 
 

@@ -51,7 +51,8 @@ from server.service import CanopyService
 from server.status import IndexStatus, index_status, status_for_caller
 from server.tool_text import drill_text, search_text, span_text, status_text
 
-__all__ = ["READ_ONLY", "build_server", "damaged_message", "run_stdio"]
+__all__ = ["READ_ONLY", "FailureKind", "ToolFailure", "build_server", "damaged_message",
+           "run_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,27 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 
 # Errors whose message is written for the agent and safe to forward as is.
 _FORWARDED = (InvalidArgument, NotFound, IndexMissing, ConfigError, EndpointUnavailable)
+
+FailureKind = Literal["invalid_argument", "not_found", "unavailable", "llm_failed", "internal"]
+
+
+class ToolFailure(ToolError):
+    """A tool's refusal, carrying what kind of failure it is: MCP clients read the message only;
+    the REST API (server.rest) answers with the status code the kind implies."""
+
+    def __init__(self, message: str, kind: FailureKind) -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+
+
+def _kind(exc: Exception) -> FailureKind:
+    if isinstance(exc, InvalidArgument):
+        return "invalid_argument"
+    if isinstance(exc, NotFound):
+        return "not_found"
+    if isinstance(exc, EndpointUnavailable):
+        return "llm_failed"
+    return "unavailable"  # IndexMissing (a first build runs) or an unreadable policy
 
 INSTRUCTIONS = """\
 Canopy answers questions about one indexed folder of documents with a GraphRAG index: entities and
@@ -166,16 +188,17 @@ class _Gateway:
             return await service.run(self.caller(), fn, progress)
         except IndexDamaged as exc:
             log.error("%s: %s", tool, exc)
-            raise ToolError(damaged_message(exc)) from None
+            raise ToolFailure(damaged_message(exc), "unavailable") from None
         except _FORWARDED as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolFailure(str(exc), _kind(exc)) from None
         except ProviderError:  # its text may quote model output: keep it in the log
             log.exception("%s failed", tool)
-            raise ToolError(f"The language model endpoint failed during {tool}; see server log. "
-                            "drill_down and the canopy:// resources work without it.") from None
+            raise ToolFailure(f"The language model endpoint failed during {tool}; see server "
+                              "log. drill_down and the canopy:// resources work without it.",
+                              "llm_failed") from None
         except Exception:
             log.exception("%s failed", tool)
-            raise ToolError(f"Internal error in {tool}; see server log") from None
+            raise ToolFailure(f"Internal error in {tool}; see server log", "internal") from None
 
     async def read(self, uri: str, fn: Callable[[QueryContext], Awaitable[str]]) -> str:
         try:

@@ -51,7 +51,8 @@ def _is_loopback(host: str) -> bool:
 @INDEX_DIR
 @CONFIG
 @click.option("--http", "use_http", is_flag=True,
-              help="Serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+              help="Serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio, and the same "
+                   "tools as a REST API at /api/v1.")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="CANOPY_HOST",
               help="Interface to listen on with --http.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535),
@@ -81,7 +82,7 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
     Examples:
       canopy serve examples/docs                      # stdio, for Claude Desktop / Claude Code
       canopy serve ~/papers --index-dir /tmp/papers-index
-      canopy serve examples/docs --http --port 8765   # http://127.0.0.1:8765/mcp
+      canopy serve examples/docs --http --port 8765   # http://127.0.0.1:8765/mcp, /api/v1
       CANOPY_PRINCIPAL=alice canopy serve team-docs   # answer as alice under the [acl] policy
       canopy serve team-docs --http --host 0.0.0.0 --tokens tokens.jsonl   # bearer tokens
       canopy serve team-docs --watch                  # keep the index current while serving
@@ -128,7 +129,8 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
 
             how = "bearer tokens required" if verifier is not None else "no authentication"
             procs = f", {workers} processes" if workers > 1 else ""
-            click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})",
+            click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})"
+                       f"\nREST API at http://{host}:{port}/api/v1 (OpenAPI: /api/v1/openapi.json)",
                        err=True)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             if level not in ("debug", "info", "warning", "error"):
