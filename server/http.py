@@ -93,6 +93,7 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
     from server.mcp_app import build_server
     from server.runtime import open_workspace
     from server.service import CanopyService
+    from server.web import mount_web
 
     docs, config = Path(spec.docs), Path(spec.config) if spec.config else None
     ws = open_workspace(docs, Path(spec.index_dir) if spec.index_dir else None, config)
@@ -117,6 +118,8 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
         slot = ServiceSlot.once_built(open_service, ws.index_dir, spec.docs)
     server = build_server(slot, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
+    mount_web(server, slot, docs=spec.docs, principal=spec.principal,
+              auth_required=verifier is not None, host=spec.host)  # the web view at /ui/
     return server, slot
 
 
