@@ -9,6 +9,7 @@
     organization: "#3b7dd8", person: "#e0793a", geo: "#3fa66b", event: "#b8549c",
   };
   const OTHER_COLOUR = "#8a8f8c";
+  const LABELLED = 16;  // names drawn in a graph (the best-connected); the rest on hover
   const PALETTE = ["#4e79a7", "#f28e2c", "#59a14f", "#e15759", "#76b7b2", "#edc949",
                    "#af7aa1", "#ff9da7", "#9c755f", "#bab0ab"];
 
@@ -175,6 +176,7 @@
       .data(root.descendants().slice(1))
       .join("text")
       .attr("class", "arc-label")
+      .attr("data-id", (d) => d.data.id)
       .attr("dy", "0.35em")
       .attr("fill-opacity", (d) => +labelVisible(d.current))
       .attr("transform", (d) => labelTransform(d.current))
@@ -318,7 +320,7 @@
       const crumbs = panel.append("div").attr("class", "crumbs");
       page.parents.forEach((p) => {
         crumbs.append("button").attr("type", "button").attr("class", "link")
-          .text(shortTitle(p.title)).on("click", () => go(p.id, null));
+          .text(p.title).on("click", () => go(p.id, null));
         crumbs.append("span").text(" › ");
       });
     }
@@ -373,8 +375,8 @@
     // A fixed number of ticks before drawing: the same layout on every load (d3-force seeds
     // its own random source), and no animation to wait for.
     const sim = d3.forceSimulation(nodes)
-      .force("link", d3.forceLink(links).id((d) => d.id).distance(90).strength(0.25))
-      .force("charge", d3.forceManyBody().strength(-320))
+      .force("link", d3.forceLink(links).id((d) => d.id).distance(90).strength(0.2))
+      .force("charge", d3.forceManyBody().strength(-420))
       .force("x", d3.forceX(width / 2).strength(0.07))
       .force("y", d3.forceY(height / 2).strength(0.1))
       .force("collide", d3.forceCollide().radius((d) => r(d.degree) + 6))
@@ -391,7 +393,7 @@
       .attr("stroke-width", (l) => w(l.weight));
     line.append("title").text((l) => l.description);
     const labelled = new Set(nodes.slice().sort((a, b) => b.degree - a.degree)
-      .slice(0, 24).map((n) => n.id));
+      .slice(0, LABELLED).map((n) => n.id));
     const circle = svg.append("g").selectAll("circle").data(nodes).join("circle")
       .attr("r", (n) => r(n.degree))
       .attr("fill", (n) => TYPE_COLOURS[n.type] || OTHER_COLOUR)
@@ -400,7 +402,7 @@
       .on("click", (event, n) => go(state.selected, n.id));
     circle.append("title").text((n) => `${n.name} (${n.type}, ${n.degree} relationships)`);
     const text = svg.append("g").selectAll("text").data(nodes.filter((n) => labelled.has(n.id)))
-      .join("text").attr("dy", "0.35em").text((n) => n.name);
+      .join("text").attr("dy", "0.35em").text((n) => fitLabel(n.name, 130));
 
     function place() {
       line.attr("x1", (l) => l.source.x).attr("y1", (l) => l.source.y)
@@ -464,7 +466,7 @@
       page.communities.forEach((c, i) => {
         if (i) crumbs.append("span").text(" › ");
         crumbs.append("button").attr("type", "button").attr("class", "link")
-          .text(shortTitle(c.title)).on("click", () => go(c.id, e.id));
+          .text(c.title).on("click", () => go(c.id, e.id));
       });
     }
     panel.append("p").attr("class", "summary").text(e.description);
