@@ -130,6 +130,7 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
             procs = f", {workers} processes" if workers > 1 else ""
             click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})",
                        err=True)
+            click.echo(f"Web view at http://{host}:{port}/ui/", err=True)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             if level not in ("debug", "info", "warning", "error"):
                 level = "warning"
