@@ -94,6 +94,7 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
     from server.rest import mount_rest
     from server.runtime import open_workspace
     from server.service import CanopyService
+    from server.web import mount_web
 
     docs, config = Path(spec.docs), Path(spec.config) if spec.config else None
     ws = open_workspace(docs, Path(spec.index_dir) if spec.index_dir else None, config)
@@ -119,6 +120,8 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
     server = build_server(slot, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
     mount_rest(server, spec.host)  # /api/v1: the same tools as JSON endpoints (server.rest)
+    mount_web(server, slot, docs=spec.docs, principal=spec.principal,
+              auth_required=verifier is not None, host=spec.host)  # the web view at /ui/
     return server, slot
 
 

@@ -132,6 +132,7 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
             click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})"
                        f"\nREST API at http://{host}:{port}/api/v1 (OpenAPI: /api/v1/openapi.json)",
                        err=True)
+            click.echo(f"Web view at http://{host}:{port}/ui/", err=True)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             if level not in ("debug", "info", "warning", "error"):
                 level = "warning"

@@ -1,0 +1,171 @@
+"""The web view's data, read for one caller: the engines' way, through the caller's reader.
+
+Like the drill_down engine (server.engines.drill), these functions take a `QueryContext` and
+read only through its `CallerReader`, so the serving rule and per-caller views apply: a hidden
+community or entity is absent exactly like a missing one (the same NotFound message), a
+partly visible one is served as the caller's view, and every size and degree counts only what
+exists for the caller.
+"""
+
+from __future__ import annotations
+
+import re
+
+from canopy.errors import NotFound
+from canopy.model import Document, Entity, TextUnit
+from server.context import QueryContext
+from server.engines.cards import community_card, entity_card, finding_cards, span_of
+from server.results import CommunityCard
+from server.web.models import (
+    CommunityNode,
+    CommunityPage,
+    EntityPage,
+    Excerpt,
+    GraphEdge,
+    GraphNode,
+    Hierarchy,
+    Neighbour,
+)
+
+__all__ = ["GRAPH_LIMIT", "community_page", "entity_page", "hierarchy"]
+
+GRAPH_LIMIT = 40  # members drawn in a community's graph: a force layout stays legible
+NEIGHBOURS = 12  # relationships listed for an entity
+SOURCES = 6  # excerpts shown for an entity
+BEFORE, AFTER = 220, 380  # characters of an excerpt around the first mention
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 80 else value[:80] + "…")
+
+
+def no_community(cid: str) -> NotFound:
+    return NotFound(f"No community {_shown(cid)} in this index.")
+
+
+def no_entity(eid: str) -> NotFound:
+    return NotFound(f"No entity {_shown(eid)} in this index.")
+
+
+async def hierarchy(ctx: QueryContext, index: str) -> Hierarchy:
+    """The caller's servable hierarchy: a hidden community's visible descendants hang from its
+    nearest visible ancestor (or become roots), as drill_down navigates."""
+    reader = ctx.reader
+    children: dict[str, list[str]] = {}
+    level = reader.roots()
+    order = list(level)
+    while level:  # breadth first, one batch of reads per level
+        kids = reader.child_ids(level)
+        for cid in level:
+            children[cid] = reader.servable_tops(kids.get(cid, []))
+        level = [k for cid in level for k in children[cid]]
+        order += level
+    reports = await reader.reports(order)
+
+    def node(cid: str) -> CommunityNode:
+        r = reports[cid]
+        return CommunityNode(id=cid, level=r.level, title=r.title, rating=r.rating,
+                             size=reader.visible_size(cid),
+                             children=[node(k) for k in children[cid] if k in reports])
+
+    roots = [node(c) for c in reader.roots() if c in reports]
+    roots.sort(key=lambda n: (-n.size, n.id))
+    who = ctx.caller.principal
+    return Hierarchy(index=index, caller=None if who.unrestricted else who.name,
+                     communities=len(reports),
+                     entities=sum(n.size for n in roots), roots=roots)
+
+
+async def _chain(ctx: QueryContext, cid: str) -> list[CommunityCard]:
+    """The served ancestors of `cid`, root first."""
+    reader = ctx.reader
+    chain: list[str] = []
+    parent = reader.community_rows([cid])[cid].parent
+    while parent is not None:
+        chain.insert(0, parent)
+        row = reader.community_rows([parent]).get(parent)
+        parent = row.parent if row is not None else None
+    served = await reader.reports(chain)
+    return [community_card(reader, served[p]) for p in chain if p in served]
+
+
+async def community_page(ctx: QueryContext, cid: str, limit: int = GRAPH_LIMIT) -> CommunityPage:
+    reader = ctx.reader
+    report = (await reader.reports([cid])).get(cid)
+    if report is None:
+        raise no_community(cid)
+    tops = reader.servable_tops(reader.child_ids([cid]).get(cid, []))
+    kids = await reader.reports(tops)
+    members, n_members = await reader.ranked_members(cid, limit)
+    shown = {e.id for e in members}
+    # Relationships among the drawn members only, ranked on the cheap edge rows as served.
+    among = reader.relationship_states(reader.inventory.relationships_among(cid))
+    edges = [e for e in reader.edge_rows([r for r, st in among.items() if st]).values()
+             if e.source in shown and e.target in shown]
+    weight = await reader.served_weights(edges)
+    rels = await reader.relationships(sorted(weight, key=lambda r: (-weight[r], r)))
+    return CommunityPage(
+        community=community_card(reader, report),
+        parents=await _chain(ctx, cid),
+        children=[community_card(reader, kids[k]) for k in tops if k in kids],
+        rating_explanation=report.rating_explanation,
+        findings=finding_cards(reader, report),
+        nodes=[GraphNode(id=e.id, name=e.name, type=e.type, degree=reader.degree(e.id))
+               for e in members],
+        edges=[GraphEdge(id=r.id, source=r.source, target=r.target, weight=r.weight,
+                         description=r.description) for r in rels.values()],
+        members=n_members,
+    )
+
+
+async def entity_page(ctx: QueryContext, eid: str) -> EntityPage:
+    reader = ctx.reader
+    entity = (await reader.entities([eid])).get(eid)
+    if entity is None:
+        raise no_entity(eid)
+    chain = reader.communities_of([eid]).get(eid, [])  # deepest first
+    served = await reader.reports(chain)
+    communities = [community_card(reader, served[c]) for c in reversed(chain) if c in served]
+    edges = reader.incident([eid])
+    weight = await reader.served_weights(edges)
+    top = sorted(weight, key=lambda r: (-weight[r], r))[:NEIGHBOURS]
+    rels = await reader.relationships(top)
+    others = {r.id: r.target if r.source == eid else r.source for r in rels.values()}
+    names = await reader.entities(set(others.values()))
+    neighbours = [Neighbour(id=r.id, entity_id=others[r.id], entity=names[others[r.id]].name,
+                            description=r.description, weight=r.weight)
+                  for r in (rels[t] for t in top if t in rels) if others[r.id] in names]
+    units = reader.units(entity.text_unit_ids)
+    ordered = sorted(units.values(), key=lambda ud: (ud[1].path, ud[0].ordinal))
+    return EntityPage(
+        entity=entity_card(entity).model_copy(update={"degree": len(weight)}),
+        communities=communities,
+        relationships=neighbours,
+        n_relationships=len(weight),
+        sources=[_excerpt(entity, unit, doc) for unit, doc in ordered[:SOURCES]],
+        n_sources=len(units),
+    )
+
+
+def _excerpt(entity: Entity, unit: TextUnit, doc: Document) -> Excerpt:
+    """The unit's own span, cut to a window around the entity's first mention (by name,
+    ignoring case), with every mention inside the window marked."""
+    span = span_of(unit, doc)
+    text = span.text
+    found = [m.span() for m in re.finditer(re.escape(entity.name), text, re.IGNORECASE)]
+    first = found[0][0] if found else 0
+    start = max(0, first - BEFORE)
+    end = min(len(text), first + AFTER)
+    if start > 0:  # cut at a word boundary, not inside one
+        space = text.find(" ", start)
+        start = space + 1 if 0 <= space < first else start
+    if end < len(text):
+        space = text.rfind(" ", first, end)
+        end = space if space > first else end
+    head = "… " if start > 0 else ""
+    tail = " …" if end < len(text) else ""
+    shift = len(head) - start
+    marks = [(a + shift, b + shift) for a, b in found if a >= start and b <= end]
+    return Excerpt(text_unit_id=span.text_unit_id, document=span.document,
+                   char_start=span.char_start, char_end=span.char_end,
+                   text=head + text[start:end] + tail, marks=marks)

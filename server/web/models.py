@@ -1,0 +1,102 @@
+"""What the web view's JSON endpoints return (`/ui/api/...`): the caller's community hierarchy,
+one community with its entity graph, one entity with its source excerpts.
+
+Every count here is a count of what exists for the caller (served through acl.reader): sizes
+are visible member entities, degrees visible relationships, never a total with hidden items.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from server.results import CommunityCard, EntityCard, FindingCard
+
+__all__ = [
+    "CommunityNode",
+    "CommunityPage",
+    "EntityPage",
+    "Excerpt",
+    "GraphEdge",
+    "GraphNode",
+    "Hierarchy",
+    "Neighbour",
+]
+
+
+class CommunityNode(BaseModel):
+    """One community of the caller's hierarchy (a sunburst arc)."""
+
+    id: str
+    level: int
+    title: str
+    rating: float | None = None
+    size: int = Field(description="Member entities that exist for the caller")
+    children: list[CommunityNode] = Field(default_factory=list)
+
+
+class Hierarchy(BaseModel):
+    index: str = Field(description="Name of the indexed folder")
+    caller: str | None = Field(None, description="Who the page is shown to (None: the local "
+                                                 "user of an index without a policy)")
+    communities: int = Field(description="Communities in the tree below")
+    entities: int = Field(description="Entities the caller can see (the roots' sizes summed)")
+    roots: list[CommunityNode]
+
+
+class GraphNode(BaseModel):
+    id: str
+    name: str
+    type: str
+    degree: int = Field(description="The caller's relationships of this entity (any community)")
+
+
+class GraphEdge(BaseModel):
+    id: str
+    source: str = Field(description="Entity id")
+    target: str = Field(description="Entity id")
+    weight: float
+    description: str
+
+
+class CommunityPage(BaseModel):
+    """A community's report and the graph of its best-connected members."""
+
+    community: CommunityCard
+    parents: list[CommunityCard] = Field(description="Root first, down to the parent")
+    children: list[CommunityCard]
+    rating_explanation: str
+    findings: list[FindingCard]
+    nodes: list[GraphNode] = Field(description="Top members by degree (at most `limit`)")
+    edges: list[GraphEdge] = Field(description="Relationships among the shown members")
+    members: int = Field(description="All members that exist for the caller")
+
+
+class Neighbour(BaseModel):
+    """A relationship of an entity, seen from that entity."""
+
+    id: str
+    entity_id: str = Field(description="The other end")
+    entity: str
+    description: str
+    weight: float
+
+
+class Excerpt(BaseModel):
+    """A window of one source text unit around the entity's mentions."""
+
+    text_unit_id: str
+    document: str
+    char_start: int = Field(description="Span of the whole unit in its document")
+    char_end: int
+    text: str = Field(description="The excerpt ('…' marks cut ends)")
+    marks: list[tuple[int, int]] = Field(
+        default_factory=list, description="[start, end) of each mention within `text`")
+
+
+class EntityPage(BaseModel):
+    entity: EntityCard
+    communities: list[CommunityCard] = Field(description="The entity's communities, root first")
+    relationships: list[Neighbour] = Field(description="Heaviest first")
+    n_relationships: int
+    sources: list[Excerpt]
+    n_sources: int = Field(description="Source text units the caller may read")

@@ -1,0 +1,194 @@
+"""The web view in a real browser: headless Chromium loads /ui/ from `canopy serve --http`,
+the script runs, a person's clicks open a community and an entity, and the screenshot shows a
+coloured picture. Skipped where chromium is missing, failed instead under REQUIRE_CHROMIUM=1
+(CI installs it).
+
+SAVE_WEB_SCREENSHOT=path makes the first test also save its screenshot there: that is how
+docs/web-view.png is made.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import io
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from PIL import Image
+
+from server.runtime import build_index, open_workspace
+from tests.browser import Browser, require_chromium
+from tests.conftest import EXAMPLES, offline_env
+from tests.test_auth import DEMO, HR_FACT, canopy_serve_http, multi_tenant_copy
+
+WIDTH, HEIGHT = 1440, 900
+pytestmark = pytest.mark.usefixtures("chromium")  # skip (or fail) before building any index
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    return require_chromium()
+
+
+@pytest.fixture(scope="module")
+def examples_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`canopy serve --http` (no tokens, loopback) over an indexed copy of examples/docs."""
+    root = tmp_path_factory.mktemp("web-examples")
+    docs = root / "docs"
+    shutil.copytree(EXAMPLES, docs)
+    with offline_env():
+        build_index(open_workspace(docs))
+    with canopy_serve_http(docs, docs / ".canopy", root / "server.log") as url:
+        yield url.removesuffix("/mcp")
+
+
+@pytest.fixture(scope="module")
+def tenant_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("web-tenant")
+    with offline_env():
+        docs = multi_tenant_copy(root)
+    with canopy_serve_http(docs, root / "index", root / "server.log") as url:
+        yield url.removesuffix("/mcp")
+
+
+@pytest.fixture
+def browser(chromium: str, tmp_path: Path) -> Iterator[Browser]:
+    with Browser(chromium, tmp_path / "profile", tmp_path / "chromium.log", WIDTH, HEIGHT) as b:
+        yield b
+
+
+def api(base: str, path: str, token: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx2.get(base + path, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def all_titles(nodes: list[dict[str, Any]]) -> list[str]:
+    return [t for n in nodes for t in [n["title"], *all_titles(n["children"])]]
+
+
+def hue_bins(png: bytes) -> tuple[tuple[int, int], Counter[int]]:
+    """The image's size, and how many clearly coloured pixels fall in each of 12 hue bins."""
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    small = image.resize((image.width // 4, image.height // 4))  # enough to judge colours
+    bins: Counter[int] = Counter()
+    raw = small.tobytes()
+    for i in range(0, len(raw), 3):
+        h, s, v = colorsys.rgb_to_hsv(raw[i] / 255, raw[i + 1] / 255, raw[i + 2] / 255)
+        if s > 0.35 and v > 0.35:
+            bins[int(h * 12) % 12] += 1
+    return image.size, bins
+
+
+def test_the_page_draws_the_hierarchy_and_opens_a_community_and_an_entity(
+        browser: Browser, examples_base: str) -> None:
+    tree = api(examples_base, "/ui/api/communities")
+    browser.goto(examples_base + "/ui/")
+    browser.wait_for("document.body.dataset.state === 'ready'")
+    dom = browser.evaluate("document.documentElement.outerHTML")
+    # Every community is an arc titled with its report title; the roots are listed in full.
+    arcs = browser.evaluate("[...document.querySelectorAll('#sunburst path[data-id]')]"
+                            ".map(p => p.querySelector('title').textContent.split('\\n')[0])")
+    assert sorted(arcs) == sorted(all_titles(tree["roots"])) and len(arcs) == 25
+    listed = browser.evaluate("[...document.querySelectorAll('#inside .link')]"
+                              ".map(b => b.textContent)")
+    assert listed == [r["title"] for r in tree["roots"]]
+    assert "all documents (no access policy)" in dom and "107 entities" in dom
+
+    # A click on the largest top-level community's arc (at its label, which lets clicks
+    # through) opens its report and graph, and lists its sub-communities.
+    first = tree["roots"][0]
+    browser.click(f"#sunburst text.arc-label[data-id='{first['id']}']")
+    open_community(browser, examples_base, first)
+    assert browser.evaluate("location.hash") == f"#c={first['id']}"
+    listed = browser.evaluate("[...document.querySelectorAll('#inside .link')]"
+                              ".map(b => b.textContent)")
+    assert listed == [k["title"] for k in first["children"]]
+    # From that list, its largest sub-community; its parent is the way back up.
+    child = first["children"][0]
+    browser.click("#inside li:first-child .link")
+    page = open_community(browser, examples_base, child)
+    assert browser.evaluate("[...document.querySelectorAll('#community .crumbs .link')]"
+                            ".map(b => b.textContent)") == [first["title"]]
+    assert browser.evaluate("document.querySelector('#sunburst path.selected').dataset.id") \
+        == child["id"]
+
+    # A click on its best-connected entity opens its description and marked source excerpts.
+    hub = page["nodes"][0]
+    browser.click(f"#graph circle[data-id='{hub['id']}']")
+    browser.wait_for(f"document.querySelector('#entity').dataset.id === {json.dumps(hub['id'])}")
+    assert browser.evaluate("document.querySelector('#entity h2').textContent") == hub["name"]
+    marks = browser.evaluate("[...document.querySelectorAll('#entity mark')]"
+                             ".map(m => m.textContent.toLowerCase())")
+    assert marks and set(marks) == {hub["name"].lower()}
+    assert browser.evaluate("document.querySelector('#graph circle.selected').dataset.id") \
+        == hub["id"]
+    assert browser.evaluate("location.hash") == f"#c={child['id']}&e={hub['id']}"
+
+    png = browser.screenshot()
+    size, bins = hue_bins(png)
+    assert size == (WIDTH, HEIGHT) and len(png) > 50_000
+    # The sunburst's palette, the graph's entity types: many hues, each over a visible area.
+    assert len([b for b, n in bins.items() if n >= 150]) >= 4, bins
+    if target := os.environ.get("SAVE_WEB_SCREENSHOT"):
+        Path(target).write_bytes(png)
+
+
+def open_community(browser: Browser, base: str, node: dict[str, Any]) -> Any:
+    """Wait until the community panel shows `node`; check its title and graph against the API."""
+    browser.wait_for("document.querySelector('#community').dataset.id === "
+                     + json.dumps(node["id"]))
+    page = api(base, f"/ui/api/community/{node['id']}")
+    assert browser.evaluate("document.querySelector('#community h2').textContent") == node["title"]
+    drawn = browser.evaluate("[...document.querySelectorAll('#graph circle')]"
+                             ".map(c => c.dataset.id)")
+    assert sorted(drawn) == sorted(n["id"] for n in page["nodes"]) and drawn
+    assert browser.evaluate("document.querySelectorAll('#graph line').length") == len(page["edges"])
+    return page
+
+
+def test_a_restricted_caller_signs_in_with_a_token_and_sees_only_their_view(
+        browser: Browser, tenant_base: str) -> None:
+    browser.goto(tenant_base + "/ui/")
+    browser.wait_for("document.body.dataset.state === 'login'")
+    assert browser.evaluate("document.getElementById('main').hidden") is True
+    browser.click("#token")
+    browser.type_text(DEMO["bob"])
+    browser.click("#login button[type=submit]")
+    browser.wait_for("document.body.dataset.state === 'ready'")
+    assert browser.evaluate("document.getElementById('who').textContent") == "viewing as bob"
+    bob = api(tenant_base, "/ui/api/communities", DEMO["bob"])
+    carol = api(tenant_base, "/ui/api/communities", DEMO["carol"])
+    arcs = browser.evaluate("[...document.querySelectorAll('#sunburst path[data-id]')]"
+                            ".map(p => p.dataset.id)")
+    hidden = {c["id"] for c in _walk(carol["roots"])} - {c["id"] for c in _walk(bob["roots"])}
+    assert hidden and sorted(arcs) == sorted(c["id"] for c in _walk(bob["roots"]))
+    dom = browser.evaluate("document.documentElement.outerHTML")
+    assert HR_FACT not in dom and "Juniper" not in dom
+
+    # A link to carol's hr-only community reads exactly like one to a community that is not there.
+    cid = sorted(hidden)[0]
+    browser.goto(f"{tenant_base}/ui/#c={cid}")
+    browser.wait_for("document.body.dataset.state === 'ready'")
+    shown = browser.wait_for("(document.querySelector('#community .error') || {}).textContent")
+    assert shown == f"No community {cid!r} in this index."
+    # The token stayed in this tab's sessionStorage and went out only as a header.
+    assert browser.evaluate("sessionStorage.getItem('canopy-token')") == DEMO["bob"]
+    urls = browser.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+    assert urls and not any(DEMO["bob"] in u for u in urls)
+
+    browser.click("#forget")
+    browser.wait_for("document.body.dataset.state === 'login'")
+    assert browser.evaluate("sessionStorage.getItem('canopy-token')") is None
+
+
+def _walk(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [x for n in nodes for x in [n, *_walk(n["children"])]]
