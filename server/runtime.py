@@ -301,17 +301,30 @@ def start_background_tidy(ws: Workspace, config: Path | None) -> int | None:
 
 def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *,
                       debounce: float = 1.0,
-                      on_applied: Callable[[set[Path], Any], None] | None = None) -> Watcher:
+                      on_applied: Callable[[set[Path], Any], None] | None = None,
+                      publish: str | None = None) -> Watcher:
     """A (not yet started) watcher that applies each batch of changes with `build_index`,
     re-reading the settings (and so the policy) each time, and with `[storage] tidy =
-    "background"` tidies the search tables in its idle time instead of inside the update."""
+    "background"` tidies the search tables in its idle time instead of inside the update.
+    With `publish` (or `[publish] uri`) each batch's generation is then published there
+    (server.publishing); a policy edit that changes no document is published too."""
     from indexer.watcher import Watcher
 
     first = open_workspace(docs, index_dir, config)
     background = first.settings.storage.tidy == "background"
 
     def apply() -> IndexResult:
-        return build_index(open_workspace(docs, index_dir, config), tidy=not background)
+        ws = open_workspace(docs, index_dir, config)
+        result = build_index(ws, tidy=not background)
+        if publish or ws.settings.publish.uri:
+            from server.publishing import publish_index
+
+            try:
+                publish_index(ws, publish)
+            except Exception:  # the update is committed; the next batch publishes again
+                log.exception("publishing generation %d failed; the next change (or "
+                              "`canopy publish`) publishes again", result.generation)
+        return result
 
     def idle(busy: Callable[[], bool]) -> bool | None:
         return maintain_index(open_workspace(docs, index_dir, config), should_stop=busy)
