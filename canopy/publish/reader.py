@@ -23,7 +23,7 @@ from canopy.health import DB_NAME
 from canopy.publish.location import Location
 from canopy.publish.manifest import Manifest, blob_path, sha256_file
 
-__all__ = ["generation_folder", "materialize", "remove_generation"]
+__all__ = ["generation_folder", "materialize", "prune_blobs", "remove_generation"]
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,12 @@ def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tupl
     return folder, fetched
 
 
-def remove_generation(cache_dir: Path, seq: int, keep_blobs: set[str]) -> None:
-    """Delete a generation's folder, and the cached blobs that `keep_blobs` (the sha256 of the
-    generations still open) does not name."""
+def remove_generation(cache_dir: Path, seq: int) -> None:
     shutil.rmtree(generation_folder(cache_dir, seq), ignore_errors=True)
+
+
+def prune_blobs(cache_dir: Path, keep: set[str]) -> None:
+    """Delete the cached blobs `keep` (the sha256 of the generations still open) does not name."""
     for blob in (cache_dir / "blobs").glob("*"):
-        if blob.name not in keep_blobs and not blob.name.endswith(".part"):
+        if blob.name not in keep and not blob.name.endswith(".part"):
             blob.unlink(missing_ok=True)
