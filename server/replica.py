@@ -41,7 +41,7 @@ from canopy.errors import IndexMissing, IndexStale
 from canopy.publish.location import Location, open_location
 from canopy.publish.manifest import Manifest
 from canopy.publish.reader import materialize, prune_blobs, remove_generation
-from canopy.publish.writer import newest_manifest
+from canopy.publish.writer import newest_manifest, published_seqs
 from canopy.settings import Settings
 from server.first_build import ServiceSlot
 from server.runtime import Workspace
@@ -148,19 +148,20 @@ class ReplicaSlot(ServiceSlot):
         Returns whether the replica is now confirmed."""
         began = time.monotonic()
         try:
-            newest = newest_manifest(self.location)
+            seqs = published_seqs(self.location)
+            with self._lock:
+                serving = self._serving
+                if serving is not None and seqs and seqs[-1] == serving.manifest.seq:
+                    serving.confirmed_at = began  # one LIST confirms it
+                    self._problem = None
+                    return True
+            newest = newest_manifest(self.location, seqs)
         except Exception as exc:  # unreachable store, credentials, a malformed manifest
             self._failed("the published index cannot be read", exc)
             return False
         if newest is None:
             self._failed("nothing is published at the index URI yet", None)
             return False
-        with self._lock:
-            serving = self._serving
-            if serving is not None and serving.manifest.seq == newest.seq:
-                serving.confirmed_at = began
-                self._problem = None
-                return True
         try:
             service = self._open(newest)
         except Exception as exc:
@@ -219,15 +220,15 @@ class ReplicaSlot(ServiceSlot):
                     else {f.sha256 for f in serving.files.values()})
 
     def start(self) -> ReplicaSlot:
-        """Check once now (a replica that finds a generation serves from its first call), then
-        every poll_s on a daemon thread."""
-        self.check()
-        self._sweep()
+        """Check now and then every poll_s, on a daemon thread: the server listens meanwhile,
+        and calls before the first generation is loaded are told so."""
         self._thread = threading.Thread(target=self._loop, daemon=True, name="canopy-replica")
         self._thread.start()
         return self
 
     def _loop(self) -> None:
+        self.check()
+        self._sweep()
         while not self._stop.wait(self.poll_s):
             self.check()
             self._close_drained()
@@ -267,7 +268,6 @@ def serve_replica(uri: str, *, use_http: bool, host: str, port: int, principal: 
     import click
 
     from canopy.settings import load_settings
-    from server.cli.common import check_principal
     from server.cli.serve import _is_loopback, http_auth
     from server.mcp_app import build_server, run_stdio
 
@@ -283,10 +283,10 @@ def serve_replica(uri: str, *, use_http: bool, host: str, port: int, principal: 
                 f"refusing to serve {uri} on {host} without authentication: set [auth] "
                 "tokens_file or jwt_* in the replica's settings, pass --tokens FILE, serve on "
                 "127.0.0.1, or pass --insecure-no-auth")
+    # The policy arrives with the first generation: a --principal it does not name is logged by
+    # the service at the first call (and sees nothing), as for HTTP callers it does not know.
     slot = build_replica(uri, local, cache_dir).start()
     try:
-        if verifier is None and slot._serving is not None:
-            check_principal(slot._serving.service.ws.settings.acl, principal)
         server = build_server(slot, principal_name=principal, auth=verifier,
                               auth_settings=auth_settings, host=host, port=port)
         if not use_http:

@@ -33,7 +33,7 @@ from canopy.publish.manifest import (
 from canopy.publish.snapshot import StagedSnapshot
 
 __all__ = ["PublishResult", "collect_garbage", "newest_manifest", "publish_staged",
-           "published_settings"]
+           "published_seqs", "published_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,15 @@ def published_settings(settings: Any) -> tuple[dict[str, Any], str]:
     return data, digest
 
 
-def newest_manifest(location: Location) -> Manifest | None:
-    """The newest complete generation at `location` (None: nothing published yet)."""
-    seqs = sorted(s for s in (seq_of(o.path) for o in location.list(MANIFESTS)) if s is not None)
-    for seq in reversed(seqs):
+def published_seqs(location: Location) -> list[int]:
+    """The publication numbers of the manifests at `location`, oldest first (one LIST)."""
+    return sorted(s for s in (seq_of(o.path) for o in location.list(MANIFESTS)) if s is not None)
+
+
+def newest_manifest(location: Location, seqs: list[int] | None = None) -> Manifest | None:
+    """The newest complete generation at `location` (None: nothing published yet); `seqs`:
+    a listing just taken (`published_seqs`)."""
+    for seq in reversed(published_seqs(location) if seqs is None else seqs):
         try:
             return Manifest.model_validate_json(location.get(manifest_path(seq)))
         except FileNotFoundError:  # collected since the listing: an older one was newest
@@ -162,9 +167,8 @@ def collect_garbage(location: Location, *, grace_s: float,
     remaining manifest names that are older than `grace_s`. Returns (manifests, blobs)
     deleted."""
     now = time.time() if now is None else now
-    seqs = sorted(s for s in (seq_of(o.path) for o in location.list(MANIFESTS)) if s is not None)
     manifests: dict[int, Manifest] = {}
-    for seq in seqs:
+    for seq in published_seqs(location):
         try:
             manifests[seq] = Manifest.model_validate_json(location.get(manifest_path(seq)))
         except FileNotFoundError:
