@@ -1,10 +1,11 @@
 """`canopy serve --index-uri URI`: a stateless replica of a published index.
 
-A replica owns nothing but a cache: it opens the newest complete generation at the URI (its
-files downloaded into a local folder, `canopy.publish.reader`), serves it like a local index,
-polls the URI every `[publish] poll_s` and switches to a newer generation atomically (the slot
-hands the new service to the next call; calls in flight finish on the one they started with,
-which is closed `_DRAIN_S` later). Auth, views and caches are per replica.
+A replica owns nothing but a cache, and its MCP sessions are stateless (any replica answers any
+request, so a load balancer needs no stickiness): it opens the newest complete generation at the
+URI (its files downloaded into a local folder, `canopy.publish.reader`), serves it like a local
+index, polls the URI every `[publish] poll_s` and switches to a newer generation atomically (the
+slot hands the new service to the next call; calls in flight finish on the one they started
+with, which is closed `_DRAIN_S` later). Auth, views and caches are per replica.
 
 The revocation handshake. The writer publishes a deletion or revocation the way it publishes
 anything: a new manifest at the URI, written last. A replica serves a request only while its
@@ -292,12 +293,17 @@ def serve_replica(uri: str, *, use_http: bool, host: str, port: int, principal: 
         if not use_http:
             run_stdio(server)
             return
-        from server.http import serve_in_process
+        import uvicorn
 
         add_health_route(server, slot)
         how = "bearer tokens required" if verifier is not None else "no authentication"
         click.echo(f"Canopy replica of {uri} at http://{host}:{port}/mcp ({how}; checks every "
                    f"{slot.poll_s:g} s, revocation bound {slot.bound_s:g} s)", err=True)
-        serve_in_process(server, host, port)
+        # Stateless sessions: behind a load balancer, any replica answers any request.
+        app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
+                                         host=host)
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+        uvicorn.run(app, host=host, port=port,
+                    log_level=level if level in ("debug", "info", "warning") else "warning")
     finally:
         slot.close()

@@ -358,3 +358,20 @@ def test_publish_without_an_index_or_a_uri_says_what_to_do(tmp_path: Path) -> No
     result = CliRunner().invoke(main, ["publish", str(docs), "--index-dir",
                                        str(tmp_path / "index")])
     assert result.exit_code != 0 and "--to URI or set [publish] uri" in result.output
+
+
+def test_the_deployment_example_runs_commands_and_options_canopy_has() -> None:
+    """docs/deployment.md's compose file: the writer and replica commands name real options."""
+    import click
+    import yaml
+
+    compose = yaml.safe_load((REPO / "examples" / "deployment" / "compose.yaml").read_text())
+    commands = {name: svc["command"] for name, svc in compose["services"].items()
+                if svc.get("command", [""])[0] == "canopy"}
+    assert set(commands) == {"writer", "replica"}
+    for argv in commands.values():
+        command = main.get_command(click.Context(main), argv[1])
+        assert command is not None, argv
+        known = {o for p in command.params for o in p.opts}
+        assert {a for a in argv if a.startswith("--")} <= known, argv
+    assert "--index-uri" in commands["replica"] and "--publish" in commands["writer"]
