@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Callable
 
 from filelock import FileLock
 
@@ -25,7 +26,7 @@ from canopy.publish.snapshot import stage_snapshot
 from canopy.publish.writer import PublishResult, publish_staged
 from server.runtime import Workspace, writer_lock
 
-__all__ = ["describe_publish", "publish_index"]
+__all__ = ["describe_publish", "publish_index", "revocation_publisher"]
 
 log = logging.getLogger("canopy.publish")  # `canopy watch` shows canopy.* at INFO
 
@@ -57,6 +58,21 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
         shutil.rmtree(staging, ignore_errors=True)
     log.info("%s", describe_publish(result, target))
     return result
+
+
+def revocation_publisher(ws: Workspace, uri: str | None) -> Callable[[], None]:
+    """For `build_index(on_revoked=...)`: publish the generation that applied deletions and
+    relabels as soon as it commits, before the regeneration (which may take minutes with an
+    LLM), so replicas drop what was deleted or restricted without waiting for it. A failure
+    is logged: the update goes on, and publishes again when it commits."""
+    def publish_now() -> None:
+        try:
+            publish_index(ws, uri, locked=True)
+        except Exception:
+            log.exception("publishing the revocation generation failed; the update publishes "
+                          "again when it commits")
+
+    return publish_now
 
 
 def describe_publish(r: PublishResult, uri: str) -> str:

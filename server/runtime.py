@@ -133,29 +133,32 @@ def writer_waiting(index_dir: Path) -> bool:
 
 
 def build_index(
-    ws: Workspace, *, full: bool = False, progress: Progress | None = None, tidy: bool = True
+    ws: Workspace, *, full: bool = False, progress: Progress | None = None, tidy: bool = True,
+    on_revoked: Callable[[], None] | None = None,
 ) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation.
     An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc).
-    `tidy=False` leaves tidying the search tables to `maintain_index` (module doc)."""
+    `tidy=False` leaves tidying the search tables to `maintain_index` (module doc).
+    `on_revoked()` runs once deletions and relabels have committed, before regeneration, with
+    the writer lock held (`run_index`)."""
     limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
     with writer_lock(ws.index_dir):
         if not full:
             _require_intact(ws)
             try:
-                return _build(ws, full, progress, tidy)
+                return _build(ws, full, progress, tidy, on_revoked)
             except IndexDamaged as exc:
                 raise exc.for_docs(ws.docs_dir) from None
         recovered = _set_aside_damage(ws)
         try:
-            result = _build(ws, full, progress, tidy)
+            result = _build(ws, full, progress, tidy, on_revoked)
         except IndexDamaged as exc:
             # Damage the checks could not see (inside the files): set everything aside, so the
             # rebuild cannot meet it again.
             moved = quarantine(ws.index_dir, database=True)
             recovered = _recovered(exc.reason, moved)
             log.info("%s", recovered)
-            result = _build(ws, full, progress, tidy)
+            result = _build(ws, full, progress, tidy, on_revoked)
         result.recovered = recovered
         return result
 
@@ -196,14 +199,15 @@ def _recovered(reason: str, moved: Path) -> str:
             "the index from the documents (delete that folder once it is not needed)")
 
 
-def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool) -> IndexResult:
+def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
+           on_revoked: Callable[[], None] | None = None) -> IndexResult:
     store = Store(ws.index_dir)  # IndexDamaged carries no DOCS here: build_index adds it
     try:
         provider = make_provider(ws.settings, store)
         embedder = make_embedder(ws.settings)
         return asyncio.run(run_index(ws.docs_dir, store, ws.settings, provider, embedder,
                                      labeler=ws.policy.labels_for, full=full, progress=progress,
-                                     tidy=tidy))
+                                     tidy=tidy, on_revoked=on_revoked))
     finally:
         store.close()
 
@@ -315,7 +319,12 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
 
     def apply() -> IndexResult:
         ws = open_workspace(docs, index_dir, config)
-        result = build_index(ws, tidy=not background)
+        on_revoked = None
+        if publish or ws.settings.publish.uri:
+            from server.publishing import revocation_publisher
+
+            on_revoked = revocation_publisher(ws, publish)
+        result = build_index(ws, tidy=not background, on_revoked=on_revoked)
         if publish or ws.settings.publish.uri:
             from server.publishing import publish_index
 

@@ -375,3 +375,34 @@ def test_the_deployment_example_runs_commands_and_options_canopy_has() -> None:
         known = {o for p in command.params for o in p.opts}
         assert {a for a in argv if a.startswith("--")} <= known, argv
     assert "--index-uri" in commands["replica"] and "--publish" in commands["writer"]
+
+
+def test_a_deletion_is_published_before_the_rest_of_its_update(tmp_path: Path) -> None:
+    """`canopy index --publish` publishes the generation that applies deletions as soon as it
+    commits (before extraction of the update's new text), then the update's own."""
+    import sqlite3
+
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    args = ["index", str(docs), "--index-dir", str(tmp_path / "index"), "--publish", uri]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    (docs / "suppliers" / "quillmarsh.md").unlink()
+    (docs / "suppliers" / "ostravel.md").write_text(LATER_DOC, encoding="utf-8")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    location = open_location(uri)
+
+    def paths(seq: int) -> set[str]:
+        manifest = Manifest.model_validate_json(location.get(manifest_path(seq)))
+        folder, _ = materialize(location, manifest, tmp_path / "cache")
+        db = sqlite3.connect(folder / "canopy.sqlite")
+        try:
+            return {p for (p,) in db.execute("SELECT path FROM documents")}
+        finally:
+            db.close()
+
+    revoked, updated = paths(2), paths(3)
+    assert "suppliers/quillmarsh.md" not in revoked | updated
+    assert "suppliers/ostravel.md" not in revoked and "suppliers/ostravel.md" in updated
+    first, second = (Manifest.model_validate_json(location.get(manifest_path(s)))
+                     for s in (2, 3))
+    assert first.generation < second.generation

@@ -52,13 +52,19 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         _print_estimate(ws, docs, sample, as_json)
         return
     inline = full or ws.settings.storage.tidy == "inline"
+    publish_uri = publish_uri or ws.settings.publish.uri
+    on_revoked = None
+    if publish_uri:
+        from server.publishing import revocation_publisher
+
+        on_revoked = revocation_publisher(ws, publish_uri)
     try:
-        result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline)
+        result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline,
+                             on_revoked=on_revoked)
     except KeyboardInterrupt:
         raise click.ClickException(_interrupted(ws.index_dir, docs)) from None
     if result.recovered:
         click.echo(f"canopy: {result.recovered}", err=True)
-    publish_uri = publish_uri or ws.settings.publish.uri
     if publish_uri:  # before the tidy starts: the snapshot needs the writer lock a moment
         from server.publishing import describe_publish, publish_index
 
