@@ -180,8 +180,9 @@ class ReplicaSlot(ServiceSlot):
     def _failed(self, what: str, exc: Exception | None) -> None:
         with self._lock:
             self._problem = what
-        if exc is not None:
-            log.error("%s (%s): %s", what, self.location.uri, exc)
+        if exc is not None:  # the store's own text runs to pages: its first line says it
+            log.error("%s (%s): %s", what, self.location.uri,
+                      (str(exc).strip().splitlines() or [type(exc).__name__])[0])
         else:
             log.info("%s (%s)", what, self.location.uri)
 

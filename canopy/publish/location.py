@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from canopy.errors import ConfigError
 
 if TYPE_CHECKING:
-    from obstore.store import ClientConfig, S3Config
+    from obstore.store import ClientConfig, RetryConfig, S3Config
 
 __all__ = ["Location", "ObjectInfo", "open_location"]
 
@@ -109,8 +109,11 @@ def open_location(uri: str, *, endpoint_url: str | None = None,
         # is the one configured, and only then.
         options: ClientConfig = (
             {"allow_http": True} if endpoint and endpoint.startswith("http://") else {})
+        # Fail within seconds, not the library's 10 retries over 3 minutes: a replica's check
+        # must end well within its revocation bound (it fails closed, and checks again).
+        retry: RetryConfig = {"max_retries": 3, "retry_timeout": timedelta(seconds=10)}
         store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None, config=config,
-                        client_options=options)
+                        client_options=options, retry_config=retry)
         return Location(uri, store)
     if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
         folder = Path(parsed.path if parsed.scheme == "file" else uri).expanduser().resolve()
