@@ -60,14 +60,18 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
     return result
 
 
-def revocation_publisher(ws: Workspace, uri: str | None) -> Callable[[], None]:
+def revocation_publisher(ws: Workspace, uri: str | None,
+                         report: Callable[[str], None] | None = None) -> Callable[[], None]:
     """For `build_index(on_revoked=...)`: publish the generation that applied deletions and
     relabels as soon as it commits, before the regeneration (which may take minutes with an
-    LLM), so replicas drop what was deleted or restricted without waiting for it. A failure
-    is logged: the update goes on, and publishes again when it commits."""
+    LLM), so replicas drop what was deleted or restricted without waiting for it. `report`
+    gets the line saying what was published. A failure is logged: the update goes on, and
+    publishes again when it commits."""
     def publish_now() -> None:
         try:
-            publish_index(ws, uri, locked=True)
+            result = publish_index(ws, uri, locked=True)
+            if report is not None:
+                report(f"deletions and relabels first: {describe_publish(result, uri or '')}")
         except Exception:
             log.exception("publishing the revocation generation failed; the update publishes "
                           "again when it commits")

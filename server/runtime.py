@@ -336,7 +336,15 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
         return result
 
     def idle(busy: Callable[[], bool]) -> bool | None:
-        return maintain_index(open_workspace(docs, index_dir, config), should_stop=busy)
+        ws = open_workspace(docs, index_dir, config)
+        done = maintain_index(ws, should_stop=busy)
+        if publish or ws.settings.publish.uri:
+            # A tidy rewrote the files that held deleted text: publish them (nothing is sent
+            # when it changed nothing), so the published copies can be collected too.
+            from server.publishing import publish_index
+
+            publish_index(ws, publish)
+        return done
 
     return Watcher(first.docs_dir, first.index_dir, apply, debounce=debounce,
                    on_applied=on_applied, idle=idle if background else None,

@@ -57,7 +57,8 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     if publish_uri:
         from server.publishing import revocation_publisher
 
-        on_revoked = revocation_publisher(ws, publish_uri)
+        on_revoked = revocation_publisher(
+            ws, publish_uri, lambda line: click.echo(f"canopy: {line}", err=True))
     try:
         result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline,
                              on_revoked=on_revoked)
