@@ -409,3 +409,42 @@ def test_a_deletion_is_published_before_the_rest_of_its_update(tmp_path: Path) -
     first, second = (Manifest.model_validate_json(location.get(manifest_path(s)))
                      for s in (2, 3))
     assert first.generation < second.generation
+
+
+def test_a_superseded_generation_is_closed_and_deleted_after_its_drain(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import server.replica
+
+    docs, uri, cache = small_corpus(tmp_path), str(tmp_path / "published"), tmp_path / "cache"
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    publish_index(ws, uri)
+    slot = replica_slot(uri, cache)
+    try:
+        (docs / "suppliers" / "quillmarsh.md").unlink()
+        build_index(ws)
+        publish_index(ws, uri)
+        assert slot.check() and slot.health()[1]["manifest"] == 2
+        folders = sorted(p.name for p in (cache / "generations").iterdir())
+        assert folders == ["000000000001", "000000000002"]  # the old one drains first
+        slot._close_drained()
+        assert len(list((cache / "generations").iterdir())) == 2
+        monkeypatch.setattr(server.replica, "_DRAIN_S", 0.0)
+        slot._close_drained()
+        assert [p.name for p in (cache / "generations").iterdir()] == ["000000000002"]
+        newest = newest_manifest(open_location(uri))
+        assert newest is not None
+        assert {p.name for p in (cache / "blobs").iterdir()} == {
+            f.sha256 for f in newest.files.values()}
+        assert slot.service.store.generation == newest.generation
+    finally:
+        slot.close()
+
+
+def test_serve_needs_docs_or_an_index_uri_but_not_both(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["serve", "--http"])
+    assert missing.exit_code == 2 and "Missing argument 'DOCS' (or --index-uri URI)" in (
+        missing.output)
+    both = runner.invoke(main, ["serve", str(tmp_path), "--http", "--index-uri", "s3://b/p"])
+    assert both.exit_code == 2 and "--index-uri serves a published index" in both.output
