@@ -39,8 +39,9 @@ def test_local_tables_work_through_the_deferred_import(tmp_path: Path) -> None:
         from canopy.lance import import_lancedb
         lancedb = import_lancedb()
         db = lancedb.connect({str(tmp_path)!r})
-        table = db.create_table("t", data=[{{"id": "a", "text": "tiny kettle", "vector": [0.0, 1.0]}},
-                                            {{"id": "b", "text": "large anvil", "vector": [1.0, 0.0]}}])
+        rows = [{{"id": "a", "text": "tiny kettle", "vector": [0.0, 1.0]}},
+                {{"id": "b", "text": "large anvil", "vector": [1.0, 0.0]}}]
+        table = db.create_table("t", data=rows)
         table.create_fts_index("text", replace=True)
         print(table.search([0.9, 0.1]).limit(1).to_list()[0]["id"])
         print(table.search("anvil", query_type="fts").limit(1).to_list()[0]["id"])
