@@ -4,6 +4,8 @@ text from libraries never reaches a caller.
     CanopyError
     ├── ConfigError            bad settings or policy (user-facing, no traceback)
     ├── IndexMissing           no index at the given folder yet
+    │   └── IndexStale         a replica cannot confirm it serves the newest published
+    │                          generation within its revocation bound
     ├── IndexDamaged           the index's files are unreadable or inconsistent: only
     │                          `canopy index --full` brings it back
     ├── ProviderError          an LLM/embedding endpoint failed
@@ -21,6 +23,7 @@ __all__ = [
     "EndpointUnavailable",
     "IndexDamaged",
     "IndexMissing",
+    "IndexStale",
     "InvalidArgument",
     "InvalidOutput",
     "NotFound",
@@ -38,6 +41,12 @@ class ConfigError(CanopyError):
 
 class IndexMissing(CanopyError):
     pass
+
+
+class IndexStale(IndexMissing):
+    """A replica that has not confirmed, within its revocation bound, that the generation it
+    serves is still the newest published one: it answers nothing until it has (a deletion or
+    revocation may have been published meanwhile). Forwarded to callers like IndexMissing."""
 
 
 class IndexDamaged(CanopyError):

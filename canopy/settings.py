@@ -37,6 +37,7 @@ __all__ = [
     "InputSettings",
     "LLMSettings",
     "PromptSettings",
+    "PublishSettings",
     "QuerySettings",
     "ReportSettings",
     "Settings",
@@ -211,6 +212,34 @@ class StorageSettings(BaseModel):
         "`inline`: the update itself, before it returns. A full build always tidies inline")
 
 
+class PublishSettings(BaseModel):
+    """Published generations (the writer: `canopy publish`, and `canopy index` / `watch` when
+    `uri` is set) and the replicas that serve them (`canopy serve --http --index-uri`).
+    Object-store credentials come from the environment (AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), never from this file."""
+
+    uri: str | None = Field(
+        None, description="Where every committed generation is published: a local folder or "
+        "s3://bucket/prefix (S3-compatible stores too); unset = not published")
+    endpoint_url: str | None = Field(
+        None, description="S3-compatible endpoint (MinIO, Ceph, moto...); unset = "
+        "AWS_ENDPOINT_URL or AWS itself")
+    region: str | None = Field(None, description="S3 region; unset = AWS_REGION or us-east-1")
+    grace_s: float = Field(
+        600.0, ge=0, description="Seconds a superseded generation stays at the URI after a "
+        "newer one is published (replicas still switching or answering from it), then the "
+        "writer deletes it and every file no kept generation names")
+    poll_s: float = Field(
+        2.0, gt=0, description="Replicas: seconds between checks for a newer generation")
+    revocation_bound_s: float = Field(
+        30.0, gt=0, description="Replicas: a deletion or revocation published at the URI is "
+        "honoured within this many seconds; a replica that has not confirmed within it that "
+        "it serves the newest generation refuses to answer until it has")
+    cache_dir: Path | None = Field(
+        None, description="Replicas: local folder for downloaded generations (unset: "
+        "canopy-replica-<user> in the system's temporary folder)")
+
+
 class QuerySettings(BaseModel):
     seed: int = 42
     map_batch_tokens: int = Field(8000, ge=500, description="Report tokens per global map call")
@@ -330,6 +359,7 @@ class Settings(BaseSettings):
     prompts: PromptSettings = PromptSettings()
     acl: AclSettings = AclSettings()
     auth: AuthSettings = AuthSettings()
+    publish: PublishSettings = PublishSettings()
 
     @classmethod
     def settings_customise_sources(

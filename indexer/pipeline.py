@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,11 +114,14 @@ async def run_index(
     progress: Progress | None = None,
     tidy: bool = True,
     given: GivenCommunities | None = None,
+    on_revoked: Callable[[], None] | None = None,
 ) -> IndexResult:
     """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
     after the commit (False leaves it to `server.runtime.maintain_index`, off the update's
     path: its periodic part rewrites whole fragments, which at 10k articles takes a minute).
-    `given`: communities a fresh clustering starts from (indexer.graphrag, an import)."""
+    `given`: communities a fresh clustering starts from (indexer.graphrag, an import).
+    `on_revoked()` runs right after deletions and relabels commit, before any regeneration
+    (a writer that publishes generations publishes that one at once)."""
     t0 = time.perf_counter()
     progress = progress or no_progress
     fingerprint = settings_fingerprint(settings, provider, embedder)
@@ -183,6 +187,8 @@ async def run_index(
 
     # 2. deletions and relabels apply now, before any regeneration (design §2)
     revoked = revoke(store, plan) if not full else []
+    if on_revoked is not None and not full and (plan.removed or plan.relabelled):
+        on_revoked()
 
     tok = get_tokenizer(settings.chunking.encoding)
     staging = Staging(store, full=full)

@@ -133,29 +133,32 @@ def writer_waiting(index_dir: Path) -> bool:
 
 
 def build_index(
-    ws: Workspace, *, full: bool = False, progress: Progress | None = None, tidy: bool = True
+    ws: Workspace, *, full: bool = False, progress: Progress | None = None, tidy: bool = True,
+    on_revoked: Callable[[], None] | None = None,
 ) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation.
     An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc).
-    `tidy=False` leaves tidying the search tables to `maintain_index` (module doc)."""
+    `tidy=False` leaves tidying the search tables to `maintain_index` (module doc).
+    `on_revoked()` runs once deletions and relabels have committed, before regeneration, with
+    the writer lock held (`run_index`)."""
     limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
     with writer_lock(ws.index_dir):
         if not full:
             _require_intact(ws)
             try:
-                return _build(ws, full, progress, tidy)
+                return _build(ws, full, progress, tidy, on_revoked)
             except IndexDamaged as exc:
                 raise exc.for_docs(ws.docs_dir) from None
         recovered = _set_aside_damage(ws)
         try:
-            result = _build(ws, full, progress, tidy)
+            result = _build(ws, full, progress, tidy, on_revoked)
         except IndexDamaged as exc:
             # Damage the checks could not see (inside the files): set everything aside, so the
             # rebuild cannot meet it again.
             moved = quarantine(ws.index_dir, database=True)
             recovered = _recovered(exc.reason, moved)
             log.info("%s", recovered)
-            result = _build(ws, full, progress, tidy)
+            result = _build(ws, full, progress, tidy, on_revoked)
         result.recovered = recovered
         return result
 
@@ -196,14 +199,15 @@ def _recovered(reason: str, moved: Path) -> str:
             "the index from the documents (delete that folder once it is not needed)")
 
 
-def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool) -> IndexResult:
+def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
+           on_revoked: Callable[[], None] | None = None) -> IndexResult:
     store = Store(ws.index_dir)  # IndexDamaged carries no DOCS here: build_index adds it
     try:
         provider = make_provider(ws.settings, store)
         embedder = make_embedder(ws.settings)
         return asyncio.run(run_index(ws.docs_dir, store, ws.settings, provider, embedder,
                                      labeler=ws.policy.labels_for, full=full, progress=progress,
-                                     tidy=tidy))
+                                     tidy=tidy, on_revoked=on_revoked))
     finally:
         store.close()
 
@@ -301,20 +305,46 @@ def start_background_tidy(ws: Workspace, config: Path | None) -> int | None:
 
 def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *,
                       debounce: float = 1.0,
-                      on_applied: Callable[[set[Path], Any], None] | None = None) -> Watcher:
+                      on_applied: Callable[[set[Path], Any], None] | None = None,
+                      publish: str | None = None) -> Watcher:
     """A (not yet started) watcher that applies each batch of changes with `build_index`,
     re-reading the settings (and so the policy) each time, and with `[storage] tidy =
-    "background"` tidies the search tables in its idle time instead of inside the update."""
+    "background"` tidies the search tables in its idle time instead of inside the update.
+    With `publish` (or `[publish] uri`) each batch's generation is then published there
+    (server.publishing); a policy edit that changes no document is published too."""
     from indexer.watcher import Watcher
 
     first = open_workspace(docs, index_dir, config)
     background = first.settings.storage.tidy == "background"
 
     def apply() -> IndexResult:
-        return build_index(open_workspace(docs, index_dir, config), tidy=not background)
+        ws = open_workspace(docs, index_dir, config)
+        on_revoked = None
+        if publish or ws.settings.publish.uri:
+            from server.publishing import revocation_publisher
+
+            on_revoked = revocation_publisher(ws, publish)
+        result = build_index(ws, tidy=not background, on_revoked=on_revoked)
+        if publish or ws.settings.publish.uri:
+            from server.publishing import publish_index
+
+            try:
+                publish_index(ws, publish)
+            except Exception:  # the update is committed; the next batch publishes again
+                log.exception("publishing generation %d failed; the next change (or "
+                              "`canopy publish`) publishes again", result.generation)
+        return result
 
     def idle(busy: Callable[[], bool]) -> bool | None:
-        return maintain_index(open_workspace(docs, index_dir, config), should_stop=busy)
+        ws = open_workspace(docs, index_dir, config)
+        done = maintain_index(ws, should_stop=busy)
+        if publish or ws.settings.publish.uri:
+            # A tidy rewrote the files that held deleted text: publish them (nothing is sent
+            # when it changed nothing), so the published copies can be collected too.
+            from server.publishing import publish_index
+
+            publish_index(ws, publish)
+        return done
 
     return Watcher(first.docs_dir, first.index_dir, apply, debounce=debounce,
                    on_applied=on_applied, idle=idle if background else None,

@@ -73,7 +73,7 @@ def test_the_cli_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
     assert result.output.strip().splitlines() == [
         f"Error: {docs / 'canopy.toml'}: unknown key [chunkin]; did you mean 'chunking'? "
         "(known here: acl, auth, chunking, communities, embed, extract, input, llm, prompts, "
-        "query, reports, storage)"]
+        "publish, query, reports, storage)"]
     assert "Traceback" not in result.output
 
 

@@ -1,5 +1,5 @@
 """`canopy` command line: index, status, query, export, import-graphrag, warm, serve, watch,
-token, demo, prompts.
+publish, token, demo, prompts.
 
 Progress goes to stderr; stdout carries results only (and is the MCP protocol under `serve`).
 
@@ -24,6 +24,7 @@ from server.cli import (
     index,
     init,
     prompts,
+    publish,
     query,
     serve,
     tidy,
@@ -50,6 +51,7 @@ def main(verbose: int) -> None:
 
 for _command in (index.index, index.status, query.query, warm.warm, serve.serve, watch.watch,
                  tokens.token, demo.demo, evaluate.eval_command, init.init, tidy.tidy,
-                 export.export, import_graphrag.import_graphrag, prompts.prompts):
+                 export.export, import_graphrag.import_graphrag, prompts.prompts,
+                 publish.publish):
     main.add_command(_command)
 del _command

@@ -32,8 +32,11 @@ __all__ = ["index", "status"]
                    "full build, by task (the sample's own calls are real).")
 @click.option("--sample", type=click.IntRange(1, 10_000), default=40, show_default=True,
               help="Text units the estimate builds for real.")
+@click.option("--publish", "publish_uri", metavar="URI",
+              help="Then publish the committed generation there for replicas (a folder or "
+                   "s3://bucket/prefix; default: [publish] uri, if set).")
 def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
-          as_json: bool, estimate: bool, sample: int) -> None:
+          as_json: bool, estimate: bool, sample: int, publish_uri: str | None) -> None:
     """Build or update the GraphRAG index of DOCS.
 
     \b
@@ -49,12 +52,25 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         _print_estimate(ws, docs, sample, as_json)
         return
     inline = full or ws.settings.storage.tidy == "inline"
+    publish_uri = publish_uri or ws.settings.publish.uri
+    on_revoked = None
+    if publish_uri:
+        from server.publishing import revocation_publisher
+
+        on_revoked = revocation_publisher(
+            ws, publish_uri, lambda line: click.echo(f"canopy: {line}", err=True))
     try:
-        result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline)
+        result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline,
+                             on_revoked=on_revoked)
     except KeyboardInterrupt:
         raise click.ClickException(_interrupted(ws.index_dir, docs)) from None
     if result.recovered:
         click.echo(f"canopy: {result.recovered}", err=True)
+    if publish_uri:  # before the tidy starts: the snapshot needs the writer lock a moment
+        from server.publishing import describe_publish, publish_index
+
+        published = publish_index(ws, publish_uri)
+        click.echo(f"canopy: {describe_publish(published, publish_uri)}", err=True)
     # The search tables' periodic tidy would cost a whole-table rewrite on large indexes: it
     # runs detached, and gives way to the next writer ([storage] tidy = "inline" keeps it here).
     tidy_pid = None if inline else start_background_tidy(ws, config)

@@ -19,7 +19,6 @@ import click
 
 from server.cli.common import (
     CONFIG,
-    DOCS,
     INDEX_DIR,
     check_principal,
     describe_batch,
@@ -47,9 +46,15 @@ def _is_loopback(host: str) -> bool:
 
 
 @click.command()
-@DOCS
+@click.argument("docs", required=False,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
 @INDEX_DIR
 @CONFIG
+@click.option("--index-uri", metavar="URI",
+              help="Serve the index published at URI (a folder or s3://bucket/prefix, by "
+                   "`canopy publish` or index/watch --publish) as a stateless replica: no DOCS; "
+                   "follows newer generations, refuses to answer when it cannot confirm it is "
+                   "current within [publish] revocation_bound_s.")
 @click.option("--http", "use_http", is_flag=True,
               help="Serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio, and the same "
                    "tools as a REST API at /api/v1.")
@@ -73,9 +78,9 @@ def _is_loopback(host: str) -> bool:
 @click.option("--insecure-no-auth", is_flag=True,
               help="Allow --http on a non-loopback host with no token verification: every client "
                    "then acts as --principal. For trusted networks only.")
-def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: bool, host: str,
-          port: int, principal: str | None, tokens_file: Path | None, watch: bool, workers: int,
-          insecure_no_auth: bool) -> None:
+def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_uri: str | None,
+          use_http: bool, host: str, port: int, principal: str | None, tokens_file: Path | None,
+          watch: bool, workers: int, insecure_no_auth: bool) -> None:
     """Serve the index of DOCS to MCP clients (agents); build the index first if there is none.
 
     \b
@@ -87,6 +92,7 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
       canopy serve team-docs --http --host 0.0.0.0 --tokens tokens.jsonl   # bearer tokens
       canopy serve team-docs --watch                  # keep the index current while serving
       canopy serve team-docs --http --workers 2       # two processes behind one port
+      canopy serve --http --index-uri s3://bucket/team-docs   # a replica of a published index
     """
     # The HTTP supervisor of several workers serves nothing itself: it imports no engines.
     from server.http import HttpSpec, run_http
@@ -95,6 +101,17 @@ def serve(docs: Path, index_dir: Path | None, config: Path | None, use_http: boo
     if tokens_file is not None and not use_http:
         raise click.UsageError("--tokens applies to --http only; "
                                "over stdio the caller is --principal")
+    if index_uri is not None:
+        if docs is not None or index_dir is not None or watch or workers > 1:
+            raise click.UsageError("--index-uri serves a published index: it takes no DOCS, "
+                                   "--index-dir, --watch or --workers (run more replicas)")
+        from server.replica import serve_replica
+
+        serve_replica(index_uri, use_http=use_http, host=host, port=port, principal=principal,
+                      tokens_file=tokens_file, config=config, insecure_no_auth=insecure_no_auth)
+        return
+    if docs is None:
+        raise click.UsageError("Missing argument 'DOCS' (or --index-uri URI)")
     ws = open_workspace(docs, index_dir, config)
     verifier, auth_settings = None, None
     if use_http:  # settle who may call before building or opening anything

@@ -19,7 +19,11 @@ __all__ = ["watch"]
 @CONFIG
 @click.option("--debounce", type=float, default=1.0, show_default=True,
               help="Seconds of quiet before a batch of changes is applied.")
-def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: float) -> None:
+@click.option("--publish", "publish_uri", metavar="URI",
+              help="Publish every committed generation there for replicas (a folder or "
+                   "s3://bucket/prefix; default: [publish] uri, if set).")
+def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: float,
+          publish_uri: str | None) -> None:
     """Index DOCS, then apply every change (add, edit, rename, delete, policy edit) as it happens.
 
     \b
@@ -32,7 +36,8 @@ def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: flo
     # Settings (and so the ACL policy) are re-read each batch: canopy.toml edits apply too.
     watcher = workspace_watcher(docs, index_dir, config, debounce=debounce,
                                 on_applied=lambda paths, r: click.echo(describe_batch(paths, r),
-                                                                       err=True))
+                                                                       err=True),
+                                publish=publish_uri)
     first = watcher.apply()
     click.echo(f"Indexed {first.stats['documents']} documents (generation {first.generation}); "
                f"watching {docs} - Ctrl-C to stop", err=True)

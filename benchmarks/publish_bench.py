@@ -1,0 +1,184 @@
+"""Published generations on an S3-compatible server (issue 13, items 1-2): what a publish and a
+replica's switch cost, and the two designs not chosen, measured side by side.
+
+On moto's S3 server on 127.0.0.1 (started here), with N MultiHop-RAG articles indexed by the
+builtin provider:
+1. publish the first generation, then (after a one-article edit and an incremental update) the
+   second: time, files and bytes uploaded (content-addressed: unchanged files are not sent);
+2. a replica's local copy of each generation (`canopy.publish.reader.materialize`): time and
+   bytes downloaded;
+3. not chosen, the writer's LanceDB living on the object store: the indexer's writes to the
+   three search tables (create, add in batches of 5,000, full-text index; then an update's
+   delete + add of 20 rows), locally and on S3;
+4. not chosen, replicas reading the Lance tables in place: hybrid searches (vector + BM25, as
+   the engines run them) against local files and against the same tables on S3.
+
+    python benchmarks/publish_bench.py                 # 100 articles
+    python benchmarks/publish_bench.py --articles 300
+
+A real object store answers each request in 10-100 ms where moto on loopback takes about 1 ms,
+so (3) and (4) understate what the object store costs, and (1) and (2) are dominated by bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.index_bench import RESULTS, machine, materialize_multihop  # noqa: E402
+from tests.net import free_port  # noqa: E402
+
+QUERIES = ["election results", "stock market rally", "artificial intelligence regulation",
+           "football transfer", "interest rates inflation", "cryptocurrency fraud trial",
+           "climate summit", "smartphone launch", "merger acquisition", "court ruling appeal"]
+
+
+def lance_writes(db: Any, source: Any, table_names: list[str]) -> float:
+    """The indexer's writes to the search tables, replayed into `db`; seconds."""
+    began = time.perf_counter()
+    for name in table_names:
+        rows = source.open_table(name).to_arrow()
+        t = db.create_table(name, schema=rows.schema)
+        for i in range(0, rows.num_rows, 5000):
+            t.add(rows.slice(i, 5000))
+        t.create_fts_index("text", replace=True)
+        ids = rows.column("id").to_pylist()[:20]
+        t.delete("id IN (" + ", ".join(f"'{i}'" for i in ids) + ")")
+        t.add(rows.slice(0, 20))
+    return time.perf_counter() - began
+
+
+def search_ms(db: Any, embedder: Any, table_names: list[str]) -> float:
+    """Median ms of one hybrid search per table per query (the engines' VectorReader)."""
+    import asyncio
+
+    from canopy.vectors import VectorReader
+
+    reader = VectorReader({name: db.open_table(name) for name in table_names})
+    vectors = asyncio.run(embedder.embed(QUERIES))
+    took = []
+    for q, vec in zip(QUERIES, vectors, strict=True):
+        for name in table_names:
+            began = time.perf_counter()
+            reader.search(name, vector=vec, text=q, k=10)
+            took.append((time.perf_counter() - began) * 1000)
+    return statistics.median(took)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--articles", type=int, default=100)
+    ap.add_argument("--out", type=Path, default=RESULTS / "publish_bench.json")
+    args = ap.parse_args()
+    for key in [k for k in os.environ if k.startswith(("CANOPY_", "OPENAI_"))]:
+        del os.environ[key]
+    os.environ["CANOPY_STORAGE__TIDY"] = "inline"
+
+    import logging
+
+    import boto3
+    import lancedb
+    from moto.server import ThreadedMotoServer
+
+    from canopy.providers import make_embedder
+    from canopy.publish.location import open_location
+    from canopy.publish.reader import materialize
+    from canopy.publish.writer import newest_manifest
+    from server.publishing import publish_index
+    from server.runtime import build_index, open_workspace
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    port = free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                      AWS_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
+    boto3.client("s3").create_bucket(Bucket="bench")
+    work = Path(tempfile.mkdtemp(prefix="publish-bench-"))
+    out: dict[str, Any] = {"articles": args.articles, "machine": machine()}
+    try:
+        docs = work / "docs"
+        materialize_multihop(docs, args.articles)
+        ws = open_workspace(docs, work / "index")
+        began = time.perf_counter()
+        build_index(ws)
+        out["build_s"] = round(time.perf_counter() - began, 2)
+        print(f"built {args.articles} articles in {out['build_s']} s", file=sys.stderr)
+        uri = "s3://bench/idx"
+        location = open_location(uri)
+        first = publish_index(ws, uri)
+        m1 = newest_manifest(location)
+        edited = sorted(docs.glob("*.md"))[0]
+        edited.write_text(edited.read_text(encoding="utf-8") + "\n\nA paragraph added later.\n",
+                          encoding="utf-8")
+        began = time.perf_counter()
+        build_index(ws)
+        out["update_s"] = round(time.perf_counter() - began, 2)
+        second = publish_index(ws, uri)
+        m2 = newest_manifest(location)
+        assert m1 is not None and m2 is not None
+        cache = work / "replica"
+        began = time.perf_counter()
+        _, got1 = materialize(location, m1, cache)
+        load1 = time.perf_counter() - began
+        began = time.perf_counter()
+        _, got2 = materialize(location, m2, cache)
+        load2 = time.perf_counter() - began
+        out["publish"] = [
+            {"what": name, "publish_s": round(r.elapsed_s, 3), "files": r.files,
+             "uploaded_files": r.uploaded_files, "uploaded_mb": round(r.uploaded_bytes / 1e6, 2),
+             "total_mb": round(r.total_bytes / 1e6, 2), "replica_load_s": round(load, 3),
+             "replica_download_mb": round(got / 1e6, 2)}
+            for name, r, load, got in (("first generation", first, load1, got1),
+                                       ("after a one-article edit", second, load2, got2))]
+
+        # The designs not chosen: Lance on the object store, for the writer and for readers.
+        source = lancedb.connect(str(ws.index_dir / "lance"))
+        names = sorted(source.list_tables().tables)
+        storage = {"aws_endpoint": endpoint, "aws_access_key_id": "bench",
+                   "aws_secret_access_key": "bench", "aws_region": "us-east-1",
+                   "allow_http": "true"}
+        local_db = lancedb.connect(str(work / "lance-local"))
+        s3_db = lancedb.connect("s3://bench/lance-direct", storage_options=storage)
+        out["writer_lance_local_s"] = round(lance_writes(local_db, source, names), 2)
+        out["writer_lance_s3_s"] = round(lance_writes(s3_db, source, names), 2)
+        embedder = make_embedder(ws.settings)
+        out["search_local_ms"] = round(search_ms(local_db, embedder, names), 2)
+        out["search_s3_ms"] = round(search_ms(s3_db, embedder, names), 2)
+    finally:
+        moto.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"Published generations on moto S3 (127.0.0.1), {args.articles} MultiHop-RAG articles, "
+          f"builtin provider (build {out['build_s']} s, update {out['update_s']} s)\n")
+    print("| publish | files | uploaded | of | publish s | replica download | replica load s |")
+    print("|---|---|---|---|---|---|---|")
+    for p in out["publish"]:
+        print(f"| {p['what']} | {p['files']} | {p['uploaded_files']} files, "
+              f"{p['uploaded_mb']} MB | {p['total_mb']} MB | {p['publish_s']} | "
+              f"{p['replica_download_mb']} MB | {p['replica_load_s']} |")
+    print("\n| not chosen | local files | on S3 | ratio |")
+    print("|---|---|---|---|")
+    print(f"| writer: search-table writes of a build + an update (s) | "
+          f"{out['writer_lance_local_s']} | {out['writer_lance_s3_s']} | "
+          f"{out['writer_lance_s3_s'] / max(out['writer_lance_local_s'], 1e-9):.1f}x |")
+    ratio = out["search_s3_ms"] / max(out["search_local_ms"], 1e-9)
+    print(f"| replica: one hybrid search, median (ms) | {out['search_local_ms']} | "
+          f"{out['search_s3_ms']} | {ratio:.1f}x |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,11 @@
+"""Published generations: an index's committed generations as immutable snapshots at a URI
+(a local folder or S3-compatible object storage), for stateless replicas to serve.
+
+- `location`: the URI's objects (obstore: local files and S3 behind one API);
+- `manifest`: the layout (content-addressed blobs, one manifest per generation, written last);
+- `snapshot`: a consistent local copy of the committed generation, under the writer lock;
+- `writer`: upload, manifest, garbage collection;
+- `reader`: a replica's local copy of a published generation.
+
+Locks and the CLI live in `server.publishing`; replicas in `server.replica`.
+"""

@@ -1,0 +1,81 @@
+"""A replica's local copy of a published generation: an ordinary index folder, built from blobs.
+
+`materialize` downloads the blobs a manifest names that the cache lacks (checking each one's
+sha256), then lays out `generations/<seq>/` (canopy.sqlite, lance/...) with hard links to them,
+so a generation that changed a few files downloads a few files, and the server opens the
+folder like any local index: the query path is the same code on one machine and on N replicas.
+The database is copied rather than linked (the server writes its views into it); blobs are
+read-only and Lance only reads them.
+
+Reading the Lance tables in place from the object store was measured and not chosen
+(benchmarks/publish_bench.py): every search becomes several dependent range requests, which
+local files answer in microseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from canopy.health import DB_NAME
+from canopy.publish.location import Location
+from canopy.publish.manifest import Manifest, blob_path, sha256_file
+
+__all__ = ["generation_folder", "materialize", "prune_blobs", "remove_generation"]
+
+log = logging.getLogger(__name__)
+
+
+def generation_folder(cache_dir: Path, seq: int) -> Path:
+    return cache_dir / "generations" / f"{seq:012d}"
+
+
+def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tuple[Path, int]:
+    """The index folder of `manifest` under `cache_dir` (built if missing), and the bytes
+    downloaded to build it. A blob whose content does not match its name raises ValueError."""
+    folder = generation_folder(cache_dir, manifest.seq)
+    if (folder / ".complete").exists():
+        return folder, 0
+    blobs = cache_dir / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    fetched = 0
+    for ref in {f.sha256: f for f in manifest.files.values()}.values():
+        blob = blobs / ref.sha256
+        if blob.exists():
+            continue
+        location.download(blob_path(ref.sha256), blob)
+        if sha256_file(blob) != ref.sha256:
+            blob.unlink()
+            raise ValueError(f"published file {ref.sha256[:12]} does not match its content")
+        blob.chmod(0o444)
+        fetched += ref.size
+    building = folder.with_name(folder.name + ".building")
+    shutil.rmtree(building, ignore_errors=True)
+    for rel, ref in manifest.files.items():
+        target = building / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel == DB_NAME:
+            shutil.copyfile(blobs / ref.sha256, target)  # written to: a copy of its own
+            target.chmod(0o644)
+        else:
+            try:
+                os.link(blobs / ref.sha256, target)
+            except OSError:
+                shutil.copyfile(blobs / ref.sha256, target)
+    (building / ".complete").write_text(str(manifest.seq))
+    shutil.rmtree(folder, ignore_errors=True)
+    building.replace(folder)
+    return folder, fetched
+
+
+def remove_generation(cache_dir: Path, seq: int) -> None:
+    shutil.rmtree(generation_folder(cache_dir, seq), ignore_errors=True)
+
+
+def prune_blobs(cache_dir: Path, keep: set[str]) -> None:
+    """Delete the cached blobs `keep` (the sha256 of the generations still open) does not name."""
+    for blob in (cache_dir / "blobs").glob("*"):
+        if blob.name not in keep and not blob.name.endswith(".part"):
+            blob.unlink(missing_ok=True)

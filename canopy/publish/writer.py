@@ -1,0 +1,191 @@
+"""Publishing a staged snapshot: upload what the URI lacks, write the manifest last, collect
+garbage.
+
+Order is the guarantee: every blob a manifest names is stored before the manifest is written
+(one atomic, create-only put), so readers only ever find complete generations. Garbage goes
+the other way round: a superseded manifest is deleted first, `grace_s` after the manifest that
+superseded it was written, and a blob only once no remaining manifest names it and it is older
+than `grace_s` (so the blobs of a publish still uploading are never taken).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from canopy.publish.location import Location
+from canopy.publish.manifest import (
+    BLOBS,
+    MANIFESTS,
+    FileRef,
+    Manifest,
+    blob_path,
+    manifest_path,
+    seq_of,
+    sha256_file,
+)
+from canopy.publish.snapshot import StagedSnapshot
+
+__all__ = ["PublishResult", "collect_garbage", "newest_manifest", "publish_staged",
+           "published_seqs", "published_settings"]
+
+log = logging.getLogger(__name__)
+
+_UPLOADS = 8  # blobs uploaded at once (object stores reward parallel requests)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    outcome: str  # "published", "unchanged" (the newest manifest serves the same), "superseded"
+    seq: int  # the manifest that now serves this generation (0: none)
+    generation: int
+    files: int = 0
+    uploaded_files: int = 0
+    uploaded_bytes: int = 0
+    total_bytes: int = 0
+    deleted_manifests: int = 0
+    deleted_blobs: int = 0
+    elapsed_s: float = 0.0
+
+
+def published_settings(settings: Any) -> tuple[dict[str, Any], str]:
+    """What replicas serve with (the `Settings` model, less what is each replica's own: its
+    callers' authentication, its publish/replica settings, and every credential), and its
+    digest."""
+    data = settings.model_dump(mode="json", exclude={
+        "auth": True, "publish": True, "llm": {"api_key"}, "embed": {"api_key"}})
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return data, digest
+
+
+def published_seqs(location: Location) -> list[int]:
+    """The publication numbers of the manifests at `location`, oldest first (one LIST)."""
+    return sorted(s for s in (seq_of(o.path) for o in location.list(MANIFESTS)) if s is not None)
+
+
+def newest_manifest(location: Location, seqs: list[int] | None = None) -> Manifest | None:
+    """The newest complete generation at `location` (None: nothing published yet); `seqs`:
+    a listing just taken (`published_seqs`)."""
+    for seq in reversed(published_seqs(location) if seqs is None else seqs):
+        try:
+            return Manifest.model_validate_json(location.get(manifest_path(seq)))
+        except FileNotFoundError:  # collected since the listing: an older one was newest
+            continue
+    return None
+
+
+class _HashCache:
+    """sha256 of files by (inode, size, mtime): Lance data files never change, so each is hashed
+    once however many generations include it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.known: dict[str, str] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.known = {}
+        self.used: dict[str, str] = {}
+
+    def sha256(self, file: Path) -> str:
+        st = file.stat()
+        key = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+        sha = self.known.get(key) or sha256_file(file)
+        self.used[key] = sha
+        return sha
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.used))
+        tmp.replace(self.path)
+
+
+def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
+                   grace_s: float, hash_cache: Path | None = None) -> PublishResult:
+    """Publish `staged` at `location` as the next manifest, unless the newest one already
+    serves the same content ("unchanged") or was taken from a newer snapshot ("superseded").
+    Then collect garbage. Callers on one machine serialize publishes (a lock file); the
+    create-only manifest put keeps two machines from writing one number."""
+    began = time.perf_counter()
+    data, digest = published_settings(settings)
+    newest = newest_manifest(location)
+    if newest is not None and newest.snapshot_ns >= staged.snapshot_ns:
+        return PublishResult("superseded", newest.seq, staged.generation)
+    probe = Manifest(seq=0, generation=staged.generation, snapshot_ns=staged.snapshot_ns,
+                     published_at=0.0, lance_versions=staged.lance_versions, settings=data,
+                     settings_digest=digest, files={})
+    if newest is not None and newest.same_content(probe):
+        deleted = collect_garbage(location, grace_s=grace_s)
+        return PublishResult("unchanged", newest.seq, staged.generation,
+                             deleted_manifests=deleted[0], deleted_blobs=deleted[1],
+                             elapsed_s=time.perf_counter() - began)
+    cache = _HashCache(hash_cache) if hash_cache is not None else None
+    files: dict[str, FileRef] = {}
+    local: dict[str, Path] = {}
+    for path in staged.files():
+        sha = cache.sha256(path) if cache is not None else sha256_file(path)
+        files[path.relative_to(staged.folder).as_posix()] = FileRef(sha256=sha,
+                                                                   size=path.stat().st_size)
+        local.setdefault(sha, path)
+    if cache is not None:
+        cache.save()
+    stored = {o.path.rsplit("/", 1)[-1] for o in location.list(BLOBS)}
+    missing = {sha: p for sha, p in local.items() if sha not in stored}
+    with concurrent.futures.ThreadPoolExecutor(_UPLOADS) as pool:
+        for done in [pool.submit(location.put, blob_path(sha), p) for sha, p in missing.items()]:
+            done.result()
+    seq = (newest.seq if newest is not None else 0) + 1
+    while True:
+        manifest = probe.model_copy(update={"seq": seq, "files": files,
+                                            "published_at": time.time()})
+        try:
+            location.put(manifest_path(seq), manifest.model_dump_json(indent=1).encode(),
+                         create=True)
+            break
+        except FileExistsError:  # another publisher took this number
+            other = newest_manifest(location)
+            if other is not None and other.snapshot_ns >= staged.snapshot_ns:
+                return PublishResult("superseded", other.seq, staged.generation)
+            seq = max(seq, other.seq if other is not None else 0) + 1
+    deleted = collect_garbage(location, grace_s=grace_s)
+    return PublishResult("published", seq, staged.generation, files=len(files),
+                         uploaded_files=len(missing),
+                         uploaded_bytes=sum(p.stat().st_size for p in missing.values()),
+                         total_bytes=sum(f.size for f in files.values()),
+                         deleted_manifests=deleted[0], deleted_blobs=deleted[1],
+                         elapsed_s=time.perf_counter() - began)
+
+
+def collect_garbage(location: Location, *, grace_s: float,
+                    now: float | None = None) -> tuple[int, int]:
+    """Delete manifests superseded more than `grace_s` ago (never the newest), then blobs no
+    remaining manifest names that are older than `grace_s`. Returns (manifests, blobs)
+    deleted."""
+    now = time.time() if now is None else now
+    manifests: dict[int, Manifest] = {}
+    for seq in published_seqs(location):
+        try:
+            manifests[seq] = Manifest.model_validate_json(location.get(manifest_path(seq)))
+        except FileNotFoundError:
+            continue
+    if not manifests:
+        return 0, 0
+    ordered = sorted(manifests)
+    expired = [seq for seq, after in zip(ordered, ordered[1:], strict=False)
+               if now - manifests[after].published_at > grace_s]
+    # Oldest first, so what remains is always a run of consecutive publications.
+    location.delete(manifest_path(seq) for seq in expired)
+    kept = {f.sha256 for seq in ordered if seq not in expired
+            for f in manifests[seq].files.values()}
+    old = [o.path for o in location.list(BLOBS)
+           if o.path.rsplit("/", 1)[-1] not in kept and now - o.modified.timestamp() > grace_s]
+    location.delete(old)
+    if expired or old:
+        log.info("published index %s: removed %d superseded generations and %d files",
+                 location.uri, len(expired), len(old))
+    return len(expired), len(old)

@@ -1,0 +1,98 @@
+"""The writer's side of published generations: `canopy publish`, and the publish step of
+`canopy index` / `watch` when `[publish] uri` (or `--publish`) names a URI.
+
+Two locks, always taken in this order: the index's writer lock, held only while the snapshot is
+staged (milliseconds: a database backup and hard links, `canopy.publish.snapshot`), then a
+publish lock (`publish.lock` in the index folder) held while uploading, so publishes of one
+index leave in the order their snapshots were taken, and an upload never holds up the next
+index update. A publish whose snapshot is older than the newest manifest is dropped
+("superseded"): what it would publish is already there or newer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable
+
+from filelock import FileLock
+
+from canopy.errors import ConfigError, IndexMissing
+from canopy.health import DB_NAME, check_database
+from canopy.publish.location import open_location
+from canopy.publish.snapshot import stage_snapshot
+from canopy.publish.writer import PublishResult, publish_staged
+from server.runtime import Workspace, writer_lock
+
+__all__ = ["describe_publish", "publish_index", "revocation_publisher"]
+
+log = logging.getLogger("canopy.publish")  # `canopy watch` shows canopy.* at INFO
+
+
+def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False) -> PublishResult:
+    """Publish the committed generation of `ws` to `uri` (default `[publish] uri`).
+    `locked`: the caller already holds the writer lock."""
+    settings = ws.settings.publish
+    target = uri or settings.uri
+    if not target:
+        raise ConfigError("no URI to publish to: pass --to URI or set [publish] uri")
+    facts = check_database(ws.index_dir) if (ws.index_dir / DB_NAME).exists() else "missing"
+    if isinstance(facts, str) or facts.generation == 0:
+        raise IndexMissing(f"no committed index at {ws.index_dir} to publish: run "
+                           f"`canopy index {ws.docs_dir}` first")
+    location = open_location(target, endpoint_url=settings.endpoint_url, region=settings.region)
+    staging = ws.index_dir / f"publish-staging-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        if locked:
+            staged = stage_snapshot(ws.index_dir, staging)
+        else:
+            with writer_lock(ws.index_dir):
+                staged = stage_snapshot(ws.index_dir, staging)
+        with FileLock(ws.index_dir / "publish.lock"):
+            result = publish_staged(location, staged, ws.settings, grace_s=settings.grace_s,
+                                    hash_cache=ws.index_dir / "publish-hashes.json")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("%s", describe_publish(result, target))
+    return result
+
+
+def revocation_publisher(ws: Workspace, uri: str | None,
+                         report: Callable[[str], None] | None = None) -> Callable[[], None]:
+    """For `build_index(on_revoked=...)`: publish the generation that applied deletions and
+    relabels as soon as it commits, before the regeneration (which may take minutes with an
+    LLM), so replicas drop what was deleted or restricted without waiting for it. `report`
+    gets the line saying what was published. A failure is logged: the update goes on, and
+    publishes again when it commits."""
+    def publish_now() -> None:
+        try:
+            result = publish_index(ws, uri, locked=True)
+            if report is not None:
+                report(f"deletions and relabels first: {describe_publish(result, uri or '')}")
+        except Exception:
+            log.exception("publishing the revocation generation failed; the update publishes "
+                          "again when it commits")
+
+    return publish_now
+
+
+def describe_publish(r: PublishResult, uri: str) -> str:
+    """One line saying what a publish did."""
+    if r.outcome == "unchanged":
+        return (f"Generation {r.generation} is already published at {uri} "
+                f"(manifest {r.seq}): nothing to upload")
+    if r.outcome == "superseded":
+        return (f"Generation {r.generation} not published at {uri}: manifest {r.seq} holds a "
+                "newer snapshot")
+    gc = (f"; removed {r.deleted_manifests} superseded generations, {r.deleted_blobs} files"
+          if r.deleted_manifests or r.deleted_blobs else "")
+    return (f"Published generation {r.generation} to {uri} as manifest {r.seq}: {r.files} files "
+            f"({_mb(r.total_bytes)}), uploaded {r.uploaded_files} ({_mb(r.uploaded_bytes)}) "
+            f"in {r.elapsed_s:.2f}s{gc}")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 10_000 else f"{n} B"

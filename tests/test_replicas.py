@@ -1,0 +1,450 @@
+"""Published generations and stateless replicas (issue 13, items 1-2), on real engines: an
+S3-compatible server (moto) on 127.0.0.1, a writer publishing with `canopy index --publish`, and
+`canopy serve --http --index-uri` replicas as subprocesses; local-folder URIs in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from click.testing import CliRunner
+from mcp import Client
+
+from canopy.errors import IndexMissing, IndexStale
+from canopy.publish.location import open_location
+from canopy.publish.manifest import MANIFESTS, Manifest, blob_path, manifest_path
+from canopy.publish.reader import materialize
+from canopy.publish.snapshot import stage_snapshot
+from canopy.publish.writer import collect_garbage, newest_manifest, publish_staged
+from canopy.settings import load_settings
+from server.cli import main
+from server.mcp_app import build_server
+from server.publishing import publish_index
+from server.replica import ReplicaSlot, build_replica
+from server.runtime import build_index, open_workspace
+from tests.conftest import EXAMPLES, REPO, wait_until
+from tests.net import free_port, wait_for_port
+
+pytestmark = pytest.mark.anyio
+
+BOUND_S = 4.0  # the replicas' revocation bound in these tests
+CANARY = "Quillmarsh"
+CANARY_DOC = """# Supplier Profile: Quillmarsh Instruments
+
+**Location:** Varrowby, Iceland
+**Key account manager:** Zephyrine Brandvold
+
+Quillmarsh Instruments makes torque sensors for Northwind Robotics. Zephyrine Brandvold of
+Quillmarsh Instruments signed the sensor contract with Northwind Robotics in 2023.
+"""
+LATER = "Ostravel"
+LATER_DOC = """# Supplier Profile: Ostravel Castings
+
+Ostravel Castings pours the aluminium frames of Project Kestrel in Brno. Its plant manager,
+Ludmila Ostravel, joined the Kestrel supplier review in 2024.
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def small_corpus(root: Path) -> Path:
+    """The examples' suppliers (fast to index) plus the canary supplier."""
+    docs = root / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs / "suppliers")
+    (docs / "suppliers" / "quillmarsh.md").write_text(CANARY_DOC, encoding="utf-8")
+    return docs
+
+
+def text_of(result: Any) -> str:
+    """Everything a tool result says, but the query it echoes."""
+    structured = {k: v for k, v in (result.structured_content or {}).items() if k != "query"}
+    return json.dumps([c.text for c in result.content]) + json.dumps(structured)
+
+
+# ---- an S3-compatible server ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1; yields its endpoint URL."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+AWS = {"AWS_ACCESS_KEY_ID": "canopy-test", "AWS_SECRET_ACCESS_KEY": "canopy-test-secret",
+       "AWS_REGION": "us-east-1"}
+
+
+@pytest.fixture
+def bucket(s3: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new bucket; the AWS variables set for this process; yields its s3:// URI."""
+    import boto3
+
+    for key, value in {**AWS, "AWS_ENDPOINT_URL": s3}.items():
+        monkeypatch.setenv(key, value)
+    name = f"canopy-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3).create_bucket(Bucket=name)
+    return f"s3://{name}/team-docs"
+
+
+def start_replica(uri: str, s3: str, cache: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    env.update(AWS, AWS_ENDPOINT_URL=s3, PYTHONPATH=str(REPO), CANOPY_PUBLISH__POLL_S="0.5",
+               CANOPY_PUBLISH__REVOCATION_BOUND_S=str(BOUND_S),
+               CANOPY_PUBLISH__CACHE_DIR=str(cache))
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--http", "--port", str(port),
+             "--index-uri", uri], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return proc, port
+
+
+def health(port: int) -> dict[str, Any]:
+    try:
+        r = httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    except httpx2.HTTPError:
+        return {"ready": False}
+    return dict(r.json())
+
+
+async def answers(port: int) -> str:
+    """What basic_search and local_search return for the canaries, as one string."""
+    async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        basic = await client.call_tool("basic_search", {"query": f"{CANARY} {LATER}", "k": 5})
+        local = await client.call_tool("local_search",
+                                       {"query": f"Who runs {CANARY} Instruments?"})
+        assert not basic.is_error and not local.is_error, text_of(basic) + text_of(local)
+        return text_of(basic) + text_of(local)
+
+
+async def writer_index(docs: Path, index: Path, uri: str) -> str:
+    """`canopy index DOCS --publish URI`, in this process (on a thread: it runs its own event
+    loop); its output."""
+    def run() -> str:
+        result = CliRunner().invoke(main, ["index", str(docs), "--index-dir", str(index),
+                                           "--publish", uri])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    return await anyio.to_thread.run_sync(run)
+
+
+async def test_two_replicas_over_s3_follow_an_update_and_a_deletion_within_the_bound(
+        tmp_path: Path, s3: str, bucket: str) -> None:
+    docs, index = small_corpus(tmp_path), tmp_path / "index"
+    # The replicas start first (nothing is published yet: they answer so, and keep checking),
+    # so their start-up overlaps the writer's first build.
+    replicas = [start_replica(bucket, s3, tmp_path / f"cache{i}", tmp_path / f"replica{i}.log")
+                for i in (1, 2)]
+    try:
+        out = await writer_index(docs, index, bucket)
+        assert f"to {bucket} as manifest 1" in out
+        for proc, port in replicas:
+            wait_for_port(port, proc, timeout=60)
+            assert wait_until(lambda p=port: health(p).get("ready"), timeout=30)
+        for _, port in replicas:  # before: the canary is served, the later document is not
+            seen = await answers(port)
+            assert CANARY in seen and LATER not in seen
+
+        # An update: a new supplier appears on both replicas.
+        (docs / "suppliers" / "ostravel.md").write_text(LATER_DOC, encoding="utf-8")
+        assert "as manifest 2" in await writer_index(docs, index, bucket)
+        for _, port in replicas:
+            assert wait_until(lambda p=port: health(p).get("manifest") == 2, timeout=BOUND_S + 4)
+            assert LATER in await answers(port)
+
+        # A deletion: gone from both within the bound. Each replica is asked once a second
+        # from the moment the manifest is written, and must have stopped serving the
+        # document by bound + margin.
+        (docs / "suppliers" / "quillmarsh.md").unlink()
+        out = await writer_index(docs, index, bucket)
+        # The deletion's own generation is published first, then the update's.
+        assert "deletions and relabels first: Published generation" in out
+        assert "as manifest 3" in out and "as manifest 4" in out
+        published = time.monotonic()
+        pending = {port for _, port in replicas}
+        while pending and time.monotonic() - published < BOUND_S + 4:
+            for port in sorted(pending):
+                if CANARY not in await answers(port):
+                    pending.discard(port)
+            await anyio.sleep(0.2)
+        assert not pending, f"replicas on {pending} still serve the deleted document"
+        for _, port in replicas:
+            assert wait_until(lambda p=port: health(p).get("manifest") == 4, timeout=BOUND_S)
+            seen = await answers(port)
+            assert CANARY not in seen and LATER in seen
+    finally:
+        for proc, _ in replicas:
+            proc.terminate()
+            proc.wait(10)
+    assert "now serves generation" in (tmp_path / "replica1.log").read_text()
+
+
+# ---- local folders, in-process replicas ----------------------------------------------------------
+
+
+def replica_slot(uri: str, cache: Path, bound_s: float = BOUND_S) -> ReplicaSlot:
+    local = load_settings(None, None, publish={"revocation_bound_s": bound_s, "poll_s": 60})
+    slot = build_replica(uri, local, cache)
+    assert slot.check()
+    return slot
+
+
+ACL = """
+[acl]
+default = ["public"]
+[[acl.rules]]
+glob = "suppliers/quillmarsh.md"
+labels = ["sensors"]
+[acl.principals]
+alice = ["public", "sensors"]
+bob = ["public"]
+"""
+
+
+async def test_a_local_folder_uri_serves_a_policy_revocation_at_the_next_check(
+        tmp_path: Path) -> None:
+    """A policy edit that changes no document is published too, and a replica applies it
+    (alice loses the label) at its next check."""
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    (docs / "canopy.toml").write_text(ACL, encoding="utf-8")
+    ws = open_workspace(docs, tmp_path / "index")
+    await anyio.to_thread.run_sync(build_index, ws)
+    assert publish_index(ws, uri).seq == 1
+    slot = replica_slot(uri, tmp_path / "cache")
+    try:
+        server = build_server(slot, principal_name="alice")
+        async with Client(server) as client:
+            before = await client.call_tool("basic_search", {"query": CANARY, "k": 3})
+        assert CANARY in text_of(before)
+
+        (docs / "canopy.toml").write_text(ACL.replace('alice = ["public", "sensors"]',
+                                                      'alice = ["public"]'), encoding="utf-8")
+        ws = open_workspace(docs, tmp_path / "index")
+        # No document changed: the same generation, under another policy.
+        assert (await anyio.to_thread.run_sync(build_index, ws)).stats.get("noop")
+        result = publish_index(ws, uri)
+        assert (result.outcome, result.seq) == ("published", 2)
+        async with Client(server) as client:  # not checked yet: generation 1 is still newest
+            assert CANARY in text_of(await client.call_tool("basic_search",
+                                                            {"query": CANARY, "k": 3}))
+            assert slot.check()
+            after = await client.call_tool("basic_search", {"query": CANARY, "k": 3})
+        assert not after.is_error and CANARY not in text_of(after)
+        assert publish_index(ws, uri).outcome == "unchanged"
+    finally:
+        slot.close()
+
+
+def test_a_replica_that_cannot_confirm_within_the_bound_refuses_then_recovers(
+        tmp_path: Path) -> None:
+    docs, uri = small_corpus(tmp_path), tmp_path / "published"
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    publish_index(ws, str(uri))
+    slot = replica_slot(str(uri), tmp_path / "cache", bound_s=0.5)
+    try:
+        assert slot.service is not None
+        uri.rename(tmp_path / "moved")  # the store is gone: checks fail
+        assert not slot.check()
+        time.sleep(0.6)
+        with pytest.raises(IndexStale, match="cannot confirm that its index is current"):
+            _ = slot.service
+        assert slot.health()[0] is False
+        (tmp_path / "moved").rename(uri)
+        assert slot.check()
+        assert slot.service is not None and slot.health()[0]
+    finally:
+        slot.close()
+
+
+def test_a_replica_with_nothing_published_says_so(tmp_path: Path) -> None:
+    local = load_settings(None, None)
+    slot = build_replica(str(tmp_path / "empty"), local, tmp_path / "cache")
+    assert not slot.check()
+    with pytest.raises(IndexMissing, match="has not loaded a published index yet"):
+        _ = slot.service
+
+
+def test_garbage_collection_keeps_the_newest_generation_and_every_file_it_names(
+        tmp_path: Path) -> None:
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    publish_index(ws, uri)
+    (docs / "suppliers" / "quillmarsh.md").unlink()
+    build_index(ws)
+    publish_index(ws, uri)
+    location = open_location(uri)
+    assert len(location.list(MANIFESTS)) == 2
+    assert collect_garbage(location, grace_s=3600) == (0, 0)  # within the grace period
+    first = Manifest.model_validate_json(location.get(manifest_path(1)))
+    newest = newest_manifest(location)
+    assert newest is not None and newest.seq == 2
+    only_first = {f.sha256 for f in first.files.values()} - {
+        f.sha256 for f in newest.files.values()}
+    assert only_first  # the database at least
+    deleted = collect_garbage(location, grace_s=0, now=time.time() + 1)
+    assert deleted == (1, len(only_first))
+    assert [o.path for o in location.list(MANIFESTS)] == [manifest_path(2)]
+    with pytest.raises(FileNotFoundError):
+        location.get(blob_path(sorted(only_first)[0]))
+    folder, _ = materialize(location, newest, tmp_path / "cache")  # still complete
+    assert (folder / "canopy.sqlite").is_file()
+
+
+def test_an_older_snapshot_is_never_published_after_a_newer_one(tmp_path: Path) -> None:
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    older = stage_snapshot(ws.index_dir, tmp_path / "older")
+    (docs / "suppliers" / "quillmarsh.md").unlink()
+    build_index(ws)
+    newer = stage_snapshot(ws.index_dir, tmp_path / "newer")
+    location = open_location(uri)
+    assert publish_staged(location, newer, ws.settings, grace_s=60).outcome == "published"
+    late = publish_staged(location, older, ws.settings, grace_s=60)
+    assert (late.outcome, late.seq) == ("superseded", 1)
+    newest = newest_manifest(location)
+    assert newest is not None and newest.generation == newer.generation
+
+
+def test_the_manifest_holds_no_credentials_and_blobs_are_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANOPY_LLM_API_KEY", "sk-canary-secret")
+    monkeypatch.setenv("CANOPY_AUTH__JWT_KEY", "jwt-canary-secret")
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    publish_index(ws, uri)
+    location = open_location(uri)
+    raw = location.get(manifest_path(1))
+    assert b"canary-secret" not in raw and b'"auth"' not in raw
+    manifest = Manifest.model_validate_json(raw)
+    db = manifest.files["canopy.sqlite"]
+    (Path(uri) / blob_path(db.sha256)).write_bytes(b"tampered")
+    with pytest.raises(ValueError, match="does not match its content"):
+        materialize(location, manifest, tmp_path / "cache")
+
+
+def test_publish_without_an_index_or_a_uri_says_what_to_do(tmp_path: Path) -> None:
+    docs = small_corpus(tmp_path)
+    result = CliRunner().invoke(main, ["publish", str(docs), "--index-dir",
+                                       str(tmp_path / "index"), "--to", str(tmp_path / "p")])
+    assert result.exit_code != 0 and "no committed index" in result.output
+    build_index(open_workspace(docs, tmp_path / "index"))
+    result = CliRunner().invoke(main, ["publish", str(docs), "--index-dir",
+                                       str(tmp_path / "index")])
+    assert result.exit_code != 0 and "--to URI or set [publish] uri" in result.output
+
+
+def test_the_deployment_example_runs_commands_and_options_canopy_has() -> None:
+    """docs/deployment.md's compose file: the writer and replica commands name real options."""
+    import click
+    import yaml
+
+    compose = yaml.safe_load((REPO / "examples" / "deployment" / "compose.yaml").read_text())
+    commands = {name: svc["command"] for name, svc in compose["services"].items()
+                if svc.get("command", [""])[0] == "canopy"}
+    assert set(commands) == {"writer", "replica"}
+    for argv in commands.values():
+        command = main.get_command(click.Context(main), argv[1])
+        assert command is not None, argv
+        known = {o for p in command.params for o in p.opts}
+        assert {a for a in argv if a.startswith("--")} <= known, argv
+    assert "--index-uri" in commands["replica"] and "--publish" in commands["writer"]
+
+
+def test_a_deletion_is_published_before_the_rest_of_its_update(tmp_path: Path) -> None:
+    """`canopy index --publish` publishes the generation that applies deletions as soon as it
+    commits (before extraction of the update's new text), then the update's own."""
+    import sqlite3
+
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    args = ["index", str(docs), "--index-dir", str(tmp_path / "index"), "--publish", uri]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    (docs / "suppliers" / "quillmarsh.md").unlink()
+    (docs / "suppliers" / "ostravel.md").write_text(LATER_DOC, encoding="utf-8")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    location = open_location(uri)
+
+    def paths(seq: int) -> set[str]:
+        manifest = Manifest.model_validate_json(location.get(manifest_path(seq)))
+        folder, _ = materialize(location, manifest, tmp_path / "cache")
+        db = sqlite3.connect(folder / "canopy.sqlite")
+        try:
+            return {p for (p,) in db.execute("SELECT path FROM documents")}
+        finally:
+            db.close()
+
+    revoked, updated = paths(2), paths(3)
+    assert "suppliers/quillmarsh.md" not in revoked | updated
+    assert "suppliers/ostravel.md" not in revoked and "suppliers/ostravel.md" in updated
+    first, second = (Manifest.model_validate_json(location.get(manifest_path(s)))
+                     for s in (2, 3))
+    assert first.generation < second.generation
+
+
+def test_a_superseded_generation_is_closed_and_deleted_after_its_drain(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import server.replica
+
+    docs, uri, cache = small_corpus(tmp_path), str(tmp_path / "published"), tmp_path / "cache"
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    publish_index(ws, uri)
+    slot = replica_slot(uri, cache)
+    try:
+        (docs / "suppliers" / "quillmarsh.md").unlink()
+        build_index(ws)
+        publish_index(ws, uri)
+        assert slot.check() and slot.health()[1]["manifest"] == 2
+        folders = sorted(p.name for p in (cache / "generations").iterdir())
+        assert folders == ["000000000001", "000000000002"]  # the old one drains first
+        slot._close_drained()
+        assert len(list((cache / "generations").iterdir())) == 2
+        monkeypatch.setattr(server.replica, "_DRAIN_S", 0.0)
+        slot._close_drained()
+        assert [p.name for p in (cache / "generations").iterdir()] == ["000000000002"]
+        newest = newest_manifest(open_location(uri))
+        assert newest is not None
+        assert {p.name for p in (cache / "blobs").iterdir()} == {
+            f.sha256 for f in newest.files.values()}
+        assert slot.service.store.generation == newest.generation
+    finally:
+        slot.close()
+
+
+def test_serve_needs_docs_or_an_index_uri_but_not_both(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["serve", "--http"])
+    assert missing.exit_code == 2 and "Missing argument 'DOCS' (or --index-uri URI)" in (
+        missing.output)
+    both = runner.invoke(main, ["serve", str(tmp_path), "--http", "--index-uri", "s3://b/p"])
+    assert both.exit_code == 2 and "--index-uri serves a published index" in both.output
