@@ -31,6 +31,7 @@ from canopy.store import CommitInfo, GraphReads, Staging, Store
 from canopy.tokens import get_tokenizer
 from canopy.vectors import merge_scrub
 from indexer.communities import GivenCommunities
+from indexer.forecast import PlanSink
 from indexer.listing import list_files
 from indexer.loaders import LoadedDocument, load_entry
 from indexer.stages import Build, Progress
@@ -115,13 +116,16 @@ async def run_index(
     tidy: bool = True,
     given: GivenCommunities | None = None,
     on_revoked: Callable[[], None] | None = None,
+    on_plan: PlanSink | None = None,
 ) -> IndexResult:
     """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
     after the commit (False leaves it to `server.runtime.maintain_index`, off the update's
     path: its periodic part rewrites whole fragments, which at 10k articles takes a minute).
     `given`: communities a fresh clustering starts from (indexer.graphrag, an import).
     `on_revoked()` runs right after deletions and relabels commit, before any regeneration
-    (a writer that publishes generations publishes that one at once)."""
+    (a writer that publishes generations publishes that one at once).
+    `on_plan` is told what extraction will request and, from its first units, what the rest of
+    the build is projected to (indexer.forecast); only when the provider calls an endpoint."""
     t0 = time.perf_counter()
     progress = progress or no_progress
     fingerprint = settings_fingerprint(settings, provider, embedder)
@@ -203,7 +207,8 @@ async def run_index(
         clock[0] = now
 
     try:
-        b = Build(store, staging, settings, provider, embedder, tok, full, progress, given=given)
+        b = Build(store, staging, settings, provider, embedder, tok, full, progress, given=given,
+                  on_plan=on_plan)
         # 3. documents and text units (edit-stable chunking: unchanged units keep their ids)
         units = stage_documents(b, plan)
         lap("documents")

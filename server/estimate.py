@@ -19,7 +19,6 @@ then says so and gives the corpus's size only.
 from __future__ import annotations
 
 import asyncio
-import math
 import shutil
 import tempfile
 import time
@@ -30,6 +29,7 @@ from pydantic import BaseModel, Field
 from canopy.model import TextUnit
 from canopy.providers import make_embedder, make_provider
 from canopy.store import Store
+from indexer.forecast import extrapolate
 from indexer.pipeline import run_index
 from server.runtime import Workspace
 from server.sampling import corpus_units, spread_sample
@@ -107,7 +107,7 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
                    "prompt_tokens": sample_q["prompt_tokens"] * token_scale,
                    "completion_tokens": sample_q["completion_tokens"] * token_scale}
         else:
-            est = {k: _extrapolate(int(small.get(task, {}).get(k, 0)), tok_small, v,
+            est = {k: extrapolate(int(small.get(task, {}).get(k, 0)), tok_small, v,
                                    tok_sample, total_tokens) for k, v in sample_q.items()}
         est_p, est_c = round(est["prompt_tokens"]), round(est["completion_tokens"])
         cost = (None if price_in is None or price_out is None
@@ -128,18 +128,6 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
 
 _QUANTITIES = ("calls", "prompt_tokens", "completion_tokens")
 _PER_UNIT = {"extract", "glean"}  # one call per unit and gleaning pass (LLMProvider.extract)
-
-
-def _extrapolate(q_small: int, t_small: int, q: int, t: int, t_total: int) -> float:
-    """`q` (measured on `t` tokens; `q_small` on `t_small`) at `t_total` tokens, along the
-    power law through the two samples (exponent clamped to [0.5, 2]; linear without growth
-    to fit)."""
-    if q <= 0:
-        return 0.0
-    alpha = 1.0
-    if q_small > 0 and t > t_small > 0:
-        alpha = min(2.0, max(0.5, math.log(q / q_small) / math.log(t / t_small)))
-    return q * (t_total / t) ** alpha
 
 
 def _sample_build(ws: Workspace, units: list[TextUnit]

@@ -11,6 +11,7 @@ from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
 from canopy.tokens import Tokenizer
 from indexer.communities import GivenCommunities
+from indexer.forecast import PlanSink
 
 __all__ = ["Build", "Progress"]
 
@@ -37,6 +38,8 @@ class Build:
     stats: dict[str, Any] = field(default_factory=dict)
     # communities clustered elsewhere, for a fresh hierarchy to start from (import-graphrag)
     given: GivenCommunities | None = None
+    # told the extraction plan and the projection of a build that calls an LLM (the CLI prints)
+    on_plan: PlanSink | None = None
 
     @property
     def reads(self) -> GraphReads:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.model import Extraction, TextUnit, UnitFailure
 from canopy.store.sources import cache_sources
+from indexer.forecast import Forecast
 from indexer.stages.context import Build
 
 __all__ = ["ExtractOutcome", "extract_units"]
@@ -40,12 +41,17 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
     """Extract these units (ids of units in the new generation), `concurrency` at a time."""
     todo = sorted(set(unit_ids))
     out = ExtractOutcome()
+    forecast = None
+    if b.on_plan is not None and b.settings.llm.enabled and todo:  # the builtin provider: no calls
+        forecast = Forecast(todo, b.settings, b.provider.usage, b.on_plan, fresh=b.full)
+        forecast.start()
     advance = b.progress("extract", len(todo))
     x = b.settings.extract
     unavailable: list[EndpointUnavailable] = []
     done: list[Extraction] = []  # saved a few at a time (one transaction each)
 
     async def one(unit: TextUnit) -> None:
+        ex: Extraction | None = None
         try:
             with cache_sources([unit.id]):  # its requests quote the unit's text
                 ex = await b.provider.extract(unit, entity_types=x.entity_types, claims=x.claims,
@@ -62,6 +68,8 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
                 b.store.save_extractions(done)
                 done.clear()
         advance(1)
+        if forecast is not None:
+            forecast.finished(unit.id, ex)
 
     queue: asyncio.Queue[TextUnit] = asyncio.Queue(maxsize=2 * _BATCH)
 

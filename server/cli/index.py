@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from server.cli.build_plan import PlanLines, calls_line
 from server.cli.common import CONFIG, DOCS, INDEX_DIR, duration, tqdm_progress
 
 if TYPE_CHECKING:
@@ -59,9 +60,10 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
 
         on_revoked = revocation_publisher(
             ws, publish_uri, lambda line: click.echo(f"canopy: {line}", err=True))
+    plans = PlanLines()  # the plan and projection lines of a build that calls an LLM (stderr)
     try:
         result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline,
-                             on_revoked=on_revoked)
+                             on_revoked=on_revoked, on_plan=plans)
     except KeyboardInterrupt:
         raise click.ClickException(_interrupted(ws.index_dir, docs)) from None
     if result.recovered:
@@ -81,6 +83,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         click.echo(json.dumps({"generation": result.generation,
                                "elapsed_s": round(result.elapsed_s, 3),
                                "stats": result.stats, "llm_usage": result.usage,
+                               "plan": plans.as_dict(),
                                "skipped": [s.__dict__ for s in result.skips],
                                "failures": [f.__dict__ for f in result.failures]}, indent=2))
         return
@@ -99,10 +102,6 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     stages = s.get("seconds") or {}
     if stages:  # tidy: the periodic search-table maintenance after the commit
         click.echo("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
-    calls = sum(u["calls"] for u in result.usage.values())
-    if calls:
-        click.echo(f"  LLM calls {calls}: "
-                   + ", ".join(f"{t} {u['calls']}" for t, u in result.usage.items()))
     if isinstance(s.get("llm_concurrency"), dict):
         from server.status import ConcurrencyInfo, concurrency_line
 
@@ -111,6 +110,8 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         click.echo(f"  skipped {skip.path}: {skip.reason}")
     for f in result.failures:
         click.echo(f"  failed {f.task} {f.unit_id}: {f.error}")
+    if ws.settings.llm.enabled:  # last, to compare with the plan printed when the build began
+        click.echo(f"  {calls_line(result.usage, plans)}")
 
 
 def _print_estimate(ws: Workspace, docs: Path, sample: int, as_json: bool) -> None:

@@ -21,7 +21,8 @@ Fault injection (each consumes the next matching requests, in order):
 - `serial = True`: requests are worked on one at a time, each for `latency` (a local server with
   one slot: latency grows with the queue, and nothing is ever refused);
 - `reject_json_schema = True`: 400 "response_format json_schema is not supported";
-- `api_key = "..."` (401 otherwise) and `models = {...}` (404 for others).
+- `api_key = "..."` (401 otherwise) and `models = {...}` (404 for others); each request's
+  headers are recorded (`requests[i].headers`, names in lower case).
 Canned replies: `enqueue(task, content)` makes the next request of that task answer `content`
 (a string, or an object sent as JSON) instead of the synthesised reply.
 
@@ -55,6 +56,7 @@ class FakeRequest:
     status: int = 200
     time: float = field(default_factory=time.monotonic)  # arrival
     finished: float = 0.0  # when the reply was ready
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
 
 
 class FakeOpenAI:
@@ -190,7 +192,8 @@ class FakeOpenAI:
             task = "embeddings"
         else:
             return 404, {}, _error(f"Unknown path {path}", "not_found")
-        record = FakeRequest(path, task, body)
+        record = FakeRequest(path, task, body,
+                             headers={k.lower(): v for k, v in dict(headers).items()})
         with self._lock:
             self.requests.append(record)
             self.calls[task] += 1

@@ -1,0 +1,210 @@
+"""What a build that calls an LLM will do, said up front and projected from its first extractions.
+
+A long build used to show only per-stage progress: 800 extraction calls, then 9,997 summaries
+nobody expected. So the extraction stage reports two things to the caller's `PlanSink`:
+- an `ExtractionPlan` before the first request: the units to extract and the calls they imply
+  (one extraction each, plus one to `max_gleanings` gleaning passes: gleaning stops early when a
+  pass adds nothing). These numbers are what the stage will request, not a guess;
+- a `Projection` once the first units are in (`checkpoint`): the tasks that follow extraction,
+  measured on the sample and scaled to every unit, and the time left at the request rate so far.
+  Summaries: one call per entity or relationship with several distinct descriptions (below that
+  the provider writes none). Reports: one per community of the sample graph, clustered as the
+  build clusters it. Neither grows linearly (entities recur across documents), so each is
+  measured on the first half of the sample and on all of it and extrapolated along the power
+  law through the two, as `canopy index --estimate` does (`extrapolate`).
+The projection assumes a build from an empty graph: on an update, summaries and reports also
+depend on the committed graph, so the caller labels it as the rough number it is.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from canopy.ids import entity_id, normalize_name, relationship_id
+from canopy.model import Extraction
+from canopy.providers.base import Usage
+from canopy.settings import Settings
+from indexer.communities import ClusterParams, EdgeArrays, Isolated, build_hierarchy
+
+__all__ = ["ExtractionPlan", "Forecast", "PlanEvent", "PlanSink", "Projection", "checkpoint",
+           "extrapolate"]
+
+# The projection waits for this many units (or 10% of them, whichever comes first), and for at
+# least MIN_SAMPLE: a power law through one and two units says nothing.
+SAMPLE_UNITS = 20
+MIN_SAMPLE = 8
+
+
+@dataclass(frozen=True)
+class ExtractionPlan:
+    """The calls extraction will request: known before the first one."""
+
+    units: int
+    max_gleanings: int
+    model: str
+
+    @property
+    def extract_calls(self) -> int:
+        return self.units
+
+    @property
+    def glean_calls(self) -> tuple[int, int]:
+        """Fewest and most gleaning calls: the first pass always runs, later ones only while
+        the previous pass found something new (canopy.providers.llm)."""
+        return (self.units if self.max_gleanings else 0), self.units * self.max_gleanings
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The whole build's calls by task, projected from the first `sample_units` extractions."""
+
+    sample_units: int
+    units: int
+    calls: dict[str, int]  # extract, glean, summarize, report: projected for the whole build
+    calls_made: int  # requests sent so far (cache hits excluded)
+    rate: float  # requests per second so far
+    elapsed_s: float
+    fresh: bool  # a build from an empty graph (else an update: see the module doc)
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the rate so far (None before any request went out)."""
+        if self.rate <= 0:
+            return None
+        return max(0, self.total - self.calls_made) / self.rate
+
+
+PlanEvent = ExtractionPlan | Projection
+PlanSink = Callable[[PlanEvent], None]
+
+
+def checkpoint(units: int) -> int:
+    """After how many extracted units the projection is made."""
+    return min(units, max(MIN_SAMPLE, min(SAMPLE_UNITS, math.ceil(units / 10))))
+
+
+def extrapolate(q_small: float, t_small: float, q: float, t: float, t_total: float) -> float:
+    """`q` (measured on size `t`; `q_small` on `t_small`) at size `t_total`, along the power law
+    through the two samples (exponent clamped to [0.5, 2]; linear when there is no growth to
+    fit)."""
+    if q <= 0:
+        return 0.0
+    alpha = 1.0
+    if q_small > 0 and t > t_small > 0:
+        alpha = min(2.0, max(0.5, math.log(q / q_small) / math.log(t / t_small)))
+    return q * (t_total / t) ** alpha
+
+
+class Forecast:
+    """Fed each finished unit by the extraction stage; tells `sink` the plan at `start()` and
+    the projection once the first `checkpoint(units)` units (in feed order) are done."""
+
+    def __init__(self, units: Sequence[str], settings: Settings,
+                 usage: Callable[[], dict[str, Usage]], sink: PlanSink, *, fresh: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.units = len(units)
+        self.settings = settings
+        self.fresh = fresh
+        self._usage = usage
+        self._sink = sink
+        self._clock = clock
+        # The sample is the first units in the order the stage feeds them (ids: hashes, so
+        # spread over the documents), not the first to finish: the projection is then the same
+        # on every run with a deterministic model.
+        self._order = {uid: i for i, uid in enumerate(units[:checkpoint(len(units))])}
+        self._sample: dict[str, Extraction | None] = {}
+        self._said = False
+        self._began = clock()
+        self._before: dict[str, int] = {}
+
+    def start(self) -> None:
+        self._began = self._clock()
+        self._before = _calls(self._usage())  # the rate counts this stage's requests only
+        self._sink(ExtractionPlan(self.units, self.settings.extract.max_gleanings,
+                                  self.settings.llm.model))
+
+    def finished(self, unit_id: str, extraction: Extraction | None) -> None:
+        """A unit is done: its extraction, or None when it failed."""
+        if unit_id not in self._order or self._said:
+            return
+        self._sample[unit_id] = extraction
+        if len(self._sample) == len(self._order):
+            self._said = True
+            if sum(ex is not None for ex in self._sample.values()) >= 2:
+                self._sink(self.project())
+
+    def project(self) -> Projection:
+        """The projection from the sample so far (all of it, once `finished` said it)."""
+        sample = [ex for uid, ex in sorted(self._sample.items(), key=lambda kv: self._order[kv[0]])
+                  if ex is not None]
+        k = len(sample)
+        half = sample[:k // 2]
+        n = self.units
+        gleanings = sum(ex.passes - 1 for ex in sample)  # passes: extraction + gleanings
+        calls = {"extract": n, "glean": round(gleanings * n / max(1, k))}
+        for task, measure in (("summarize", summaries), ("report", self._reports)):
+            calls[task] = round(extrapolate(measure(half), len(half), measure(sample), k, n))
+        now = _calls(self._usage())
+        sent = sum(c - self._before.get(t, 0) for t, c in now.items())
+        elapsed = self._clock() - self._began
+        return Projection(k, n, calls, sent, sent / elapsed if elapsed > 0 else 0.0, elapsed,
+                          self.fresh)
+
+    def _reports(self, sample: Sequence[Extraction]) -> int:
+        c = self.settings.communities
+        # No top-level grouping (indexer.grouping): it adds a few groups at most, and needs the
+        # documents behind each entity, which the sample does not have at hand.
+        return communities(sample, ClusterParams(c.max_cluster_size, c.seed, c.max_levels, 0))
+
+
+def _calls(usage: dict[str, Usage]) -> dict[str, int]:
+    return {task: u.calls for task, u in usage.items()}
+
+
+def summaries(sample: Sequence[Extraction]) -> int:
+    """Summary calls the merge of these extractions makes: one per entity (by normalized name)
+    and per relationship (by its unordered ends) with more than one distinct description."""
+    entities: dict[str, set[str]] = defaultdict(set)
+    relations: dict[str, set[str]] = defaultdict(set)
+    for ex in sample:
+        for e in ex.entities:
+            if e.description.strip():
+                entities[normalize_name(e.name)].add(e.description.strip())
+        for r in ex.relationships:
+            if r.description.strip():
+                key = relationship_id(normalize_name(r.source), normalize_name(r.target))
+                relations[key].add(r.description.strip())
+    return sum(len(d) > 1 for d in (*entities.values(), *relations.values()))
+
+
+def communities(sample: Sequence[Extraction], params: ClusterParams) -> int:
+    """Communities (so reports) of the graph these extractions make, clustered the build's way:
+    hierarchical Leiden over the relationships, entities without any joining the entities they
+    share a unit with."""
+    weights: dict[tuple[str, str], float] = defaultdict(float)
+    in_unit: dict[str, list[str]] = {}
+    for ex in sample:
+        in_unit[ex.unit_id] = list(dict.fromkeys(entity_id(e.name) for e in ex.entities))
+        for r in ex.relationships:
+            a, b = sorted((entity_id(r.source), entity_id(r.target)))
+            if a != b:
+                weights[a, b] += float(r.strength)
+    edges = EdgeArrays((a, b, w) for (a, b), w in sorted(weights.items()))
+    connected = set(edges.names)
+    alone: dict[str, list[str]] = defaultdict(list)
+    first: dict[str, str] = {}
+    for uid, ids in sorted(in_unit.items()):
+        for eid in ids:
+            if eid not in connected:
+                alone[eid].extend(n for n in ids if n in connected)
+                first.setdefault(eid, uid)
+    hierarchy = build_hierarchy(edges, Isolated(dict(alone), first), params)
+    return len(hierarchy.placements)
