@@ -271,7 +271,7 @@ def test_schemathesis_finds_no_failure_against_the_openapi_document(
          "--checks", "all", "--exclude-checks", "negative_data_rejection",
          "--max-examples", "6", "--seed", "7", "--generation-deterministic", "--workers", "1",
          "--no-color"],
-        capture_output=True, text=True, timeout=240)
+        capture_output=True, text=True, timeout=240, cwd=tmp_path)  # its cache dir goes there
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert "Tested: 8" in done.stdout  # every operation of the document
 
