@@ -49,16 +49,6 @@ CAROL_DIR = EVAL_DATA / "books"
 MULTIHOP_JSON = EVAL_DATA / "multihop-rag" / "corpus.json"
 RESULTS = REPO / "benchmarks" / "results"
 
-# Microsoft GraphRAG 3.3.0, measured by the project on this machine: indexing A Christmas Carol
-# against a zero-latency mock LLM (the same setting as mode `fake` here).
-GRAPHRAG_REFERENCE = {
-    "system": "Microsoft GraphRAG 3.3.0",
-    "corpus": "carol",
-    "wall_s": 82.0,
-    "peak_rss_mb": 725.0,
-    "llm_requests": 276,
-}
-
 FAKE_LLM = {"max_retries": 2, "backoff_s": 0.01, "concurrency": 8}
 # stage boundaries, taken from the pipeline's progress callback (the first call of each stage)
 STAGES = ["extract", "summarize", "reports", "embed"]
@@ -384,7 +374,6 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine(),
         "settings": {"fake_llm": FAKE_LLM, "articles": args.articles},
         "runs": runs,
-        "reference": reference(runs),
         "graphrag": side_by_side(runs, graphrag_runs),
     }
 
@@ -453,22 +442,6 @@ def machine() -> dict[str, Any]:
         else None,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-def reference(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    ref: dict[str, Any] = {**GRAPHRAG_REFERENCE, "ratios": {}}
-    for r in runs:
-        if r["corpus"] != "carol" or r["run"] != "build":
-            continue
-        ratios = {
-            "time_index_only": round(r["wall_s"] / ref["wall_s"], 4),
-            "time_whole_process": round(r["process_s"] / ref["wall_s"], 4),
-            "memory": round(r["peak_rss_mb"] / ref["peak_rss_mb"], 4),
-        }
-        if "fake_requests" in r:
-            ratios["requests"] = round(r["fake_requests"] / ref["llm_requests"], 4)
-        ref["ratios"][r["mode"]] = ratios
-    return ref
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -563,30 +536,10 @@ def render(report: dict[str, Any]) -> str:
             f"| {r['rss_after_imports_mb']:.0f} | {hwm} | {cpu} "
             f"| {'/'.join(str(x) for x in r.get('loadavg_1m', [])) or '-'} |"
         )
-    ref = report["reference"]
-    lines += [
-        "",
-        (
-            f"Reference: {ref['system']}, A Christmas Carol, zero-latency mock LLM, "
-            f"measured on this machine: {ref['wall_s']:.0f} s, {ref['peak_rss_mb']:.0f} MB "
-            f"peak RSS, {ref['llm_requests']} LLM requests."
-        ),
-        "",
-    ]
-    if ref["ratios"]:
-        lines += [
-            (
-                "| Canopy mode | time ours/theirs (index only) | time ours/theirs (whole process) "
-                "| memory ours/theirs | requests ours/theirs |"
-            ),
-            "|---|---|---|---|---|",
-        ]
-        for mode, x in ref["ratios"].items():
-            req = f"{x['requests']:.2f}" if "requests" in x else "- (no LLM)"
-            lines.append(
-                f"| {mode} | {x['time_index_only']:.3f} | {x['time_whole_process']:.3f} "
-                f"| {x['memory']:.2f} | {req} |"
-            )
+    if not report.get("graphrag"):
+        lines += ["", "Microsoft GraphRAG is not compared in this run: add --graphrag-python "
+                  "PYTHON (benchmarks/README.md) to index the same corpus with it against the "
+                  "same fake."]
     for pair in report.get("graphrag", []):
         c, g, x = pair["canopy"], pair["graphrag"], pair["ratio_canopy_over_graphrag"]
         tm = "on" if g["tracemalloc"] else "off"
