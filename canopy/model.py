@@ -113,6 +113,11 @@ class ClaimInstance:
     type: str
     status: str  # TRUE | FALSE | SUSPECTED
     description: str
+    # The claimed activity's period (ISO 8601 dates, "" when unknown) and the sentence(s) of
+    # the unit that state it, verbatim (canopy.claims checks both before they are kept).
+    start_date: str = ""
+    end_date: str = ""
+    quote: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,10 @@ class Claim:
     type: str
     status: str
     description: str
-    text_unit_ids: tuple[str, ...]
+    text_unit_ids: tuple[str, ...]  # the one unit it was extracted from
+    start_date: str = ""  # ISO 8601 date, "" when the text gives none
+    end_date: str = ""
+    quote: str = ""  # verbatim text of that unit (whitespace collapsed), "" when none was kept
 
 
 # ---- communities and reports --------------------------------------------------------------

@@ -383,7 +383,7 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
             Field(
                 ge=1,
                 le=100,
-                description="Most entities, relationships, children and sources to list",
+                description="Most entities, relationships, claims, children and sources to list",
             ),
         ] = 10,
         offset: Annotated[
@@ -396,7 +396,8 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
         ] = 0,
     ) -> Annotated[CallToolResult, DrillResult]:
         """Returns one point of the community hierarchy: a community's report, findings, parents,
-        children, member entities, relationships and source text.
+        children, member entities, relationships and source text; for an entity, also the claims
+        about it (type, status, period, verbatim source quote).
 
         Use it to navigate and verify rather than to answer: with no arguments it lists the
         top-level communities; with community_id (or entity, not both) it opens one community, so

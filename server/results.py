@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 __all__ = [
     "Citation",
+    "ClaimCard",
     "CommunityCard",
     "Coverage",
     "LevelCoverage",
@@ -144,6 +145,22 @@ class RelationshipCard(BaseModel):
     weight: float
 
 
+class ClaimCard(BaseModel):
+    """A claim (covariate, Edge et al. 2024 §2.1.2) about an entity, as extracted from one unit."""
+
+    id: str
+    subject: str = Field(description="Subject entity name")
+    object: str = Field("", description="Object entity name, or empty")
+    type: str = Field(description="Category in capitals, e.g. LEGAL_ACTION")
+    status: str = Field(description="TRUE, FALSE or SUSPECTED (alleged, unconfirmed)")
+    start_date: str = Field("", description="ISO 8601 date the claimed activity began, or empty")
+    end_date: str = Field("", description="ISO 8601 date it ended, or empty")
+    description: str
+    quote: str = Field("", description="Verbatim text of the source unit stating the claim "
+                       "(whitespace collapsed); empty when none could be verified")
+    text_unit_id: str = Field(description="The unit it was extracted from (canopy://units/<id>)")
+
+
 class CommunityCard(BaseModel):
     id: str
     level: int
@@ -175,6 +192,9 @@ class DrillResult(BaseModel):
         default_factory=list, description="Top member entities by degree")
     relationships: list[RelationshipCard] = Field(
         default_factory=list, description="Top member relationships")
+    claims: list[ClaimCard] = Field(
+        default_factory=list, description="Claims about the entity (drill_down(entity=...)), "
+        "with their period and source quote")
     sources: list[SourceSpan] = Field(
         default_factory=list, description="Source text spans (leaf or finding)")
     truncated: bool = False

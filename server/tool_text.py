@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 
 from canopy.model import metadata_line
-from server.results import Citation, CommunityCard, DrillResult, SearchResult, SourceSpan, UsageInfo
+from server.engines.cards import claim_period_text, claim_quote_text
+from server.results import (
+    Citation,
+    ClaimCard,
+    CommunityCard,
+    DrillResult,
+    SearchResult,
+    SourceSpan,
+    UsageInfo,
+)
 from server.status import IndexStatus, concurrency_line
 
 __all__ = ["drill_text", "search_text", "span_text", "status_text"]
@@ -130,11 +139,23 @@ def drill_text(r: DrillResult) -> str:
         out.append("\nRelationships:")
         out += [f"- {x.source} — {x.target} (weight {x.weight:g}) [{x.id}]: {x.description}"
                 for x in r.relationships]
+    if r.claims:
+        out.append("\nClaims:")
+        out += [_claim(c) for c in r.claims]
     if r.usage.llm_calls:
         out.append(f"\n{_usage(r.usage)}")
     if r.truncated:
         out.append(f"\nTruncated: {r.note or 'raise limit to see more.'}")
     return "\n".join(out).strip()
+
+
+def _claim(c: ClaimCard) -> str:
+    who = f"{c.subject} → {c.object}" if c.object else c.subject
+    when = claim_period_text(c.start_date, c.end_date)
+    line = (f"- {who}: {c.type} ({c.status}{', ' + when if when else ''}) [{c.id}, "
+            f"unit {c.text_unit_id}]: {c.description}")
+    quote = claim_quote_text(c.quote, c.description)
+    return f"{line}\n  {quote}" if quote else line
 
 
 def status_text(s: IndexStatus) -> str:

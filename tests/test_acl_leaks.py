@@ -640,3 +640,65 @@ def _randomized(leak_index: tuple[Path, Path], tmp_path: Path, *, seeds: list[in
                                 entity_sample=entity_sample, seed=seed)
         finally:
             svc.close()
+
+
+# ---- claims: a quote is served only with its unit ---------------------------------------------
+
+CLAIM_DOCS = {
+    "public/suppliers.md": "Helio Cells Ltd makes battery cells in Sheffield for Maria Okafor.\n"
+                           "Maria Okafor buys cells from Helio Cells Ltd.\n",
+    # Both entities of this claim are public: only its unit is restricted.
+    "restricted/legal/suit.md": "Helio Cells Ltd sued Maria Okafor on 14 January 2025 under "
+                                "docket CANARY-d41e.\n",
+}
+
+
+def test_a_claim_quoted_from_a_restricted_unit_is_not_served_to_a_caller_who_cannot_read_it(
+    tmp_path: Path, fake_openai: Any
+) -> None:
+    """Claims are gated by their own unit, not by their entities: `staff` reads both entities
+    (from the public document) but not the unit the claim and its quote come from, so neither
+    local_search nor drill_down nor search shows the claim, its quote, date or id. `admin`, who
+    reads the unit, is shown all of it (the check is not vacuous)."""
+    docs = tmp_path / "docs"
+    for path, text in CLAIM_DOCS.items():
+        (docs / path).parent.mkdir(parents=True, exist_ok=True)
+        (docs / path).write_text(text, encoding="utf-8")
+    (docs / "canopy.toml").write_text(
+        '[acl]\ndefault = ["staff"]\n\n[[acl.rules]]\nglob = "restricted/legal/**"\n'
+        'labels = ["legal"]\n\n[acl.principals]\nadmin = ["staff", "legal"]\nstaff = ["staff"]\n',
+        encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "index",
+                        extract={"claims": True, "max_gleanings": 0},
+                        llm={"base_url": fake_openai.base_url, "max_retries": 0})
+    build_index(ws)
+    svc = CanopyService(ws)
+    try:
+        claims = load_graph(svc.store).claims.values()
+        secret = [c for c in claims if "CANARY-d41e" in c.quote]
+        assert secret and secret[0].start_date == "2025-01-14"
+        secret_ids = {c.id for c in secret}
+
+        async def outputs(principal: str) -> str:
+            calls = [("local_search", {"query": "What did Helio Cells Ltd do in January 2025?"}),
+                     ("local_search", {"query": "Helio Cells Ltd and Maria Okafor"}),
+                     ("search", {"query": "What did Helio Cells Ltd do to Maria Okafor?"}),
+                     ("drill_down", {"entity": "Helio Cells Ltd", "limit": 100}),
+                     ("drill_down", {"entity": "Maria Okafor", "limit": 100})]
+            seen: list[str] = []
+            async with Client(build_server(svc, principal_name=principal)) as client:
+                for name, args in calls:
+                    result = await client.call_tool(name, args)
+                    assert not result.is_error, (principal, name, text_of(result))
+                    seen += [text_of(result), json.dumps(result.structured_content)]
+            return "\n".join(seen)
+
+        admin = asyncio.run(outputs("admin"))
+        assert "CANARY-d41e" in admin and "2025-01-14" in admin
+        assert secret_ids <= set(re.findall(r"cl-[0-9a-f]+", admin))
+        staff = asyncio.run(outputs("staff"))
+        for token in ("canary-d41e", "docket", " sued", "2025-01-14", *secret_ids):
+            assert token not in staff.lower(), (token, _context(staff.lower(), token))
+        assert "Maria Okafor" in staff  # the entities themselves are served
+    finally:
+        svc.close()

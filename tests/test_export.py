@@ -42,7 +42,8 @@ GRAPHRAG = {
                    "relationship_ids", "covariate_ids"],
     "documents": ["id", "human_readable_id", "title", "text", "text_unit_ids", "metadata"],
     "covariates": ["id", "human_readable_id", "covariate_type", "type", "description",
-                   "subject_id", "object_id", "status", "text_unit_id"],
+                   "subject_id", "object_id", "status", "start_date", "end_date", "source_text",
+                   "text_unit_id"],
 }
 # status field -> export table
 COUNTED = {"documents": "documents", "text_units": "text_units", "entities": "entities",

@@ -74,6 +74,11 @@ class ClaimOut(BaseModel):
     type: str
     status: str = Field(description="TRUE, FALSE or SUSPECTED")
     description: str
+    start_date: str = Field("", description="ISO 8601 date (YYYY-MM-DD) the claimed activity "
+                            "began, or \"\" if the text gives none")
+    end_date: str = Field("", description="ISO 8601 date (YYYY-MM-DD) it ended, or \"\"")
+    quote: str = Field("", description="The sentence(s) of the text stating the claim, copied "
+                       "exactly")
 
 
 class ExtractionOut(BaseModel):

@@ -5,13 +5,16 @@ Extraction follows Edge et al. 2024 §2.1.2: one extraction pass, then up to `ma
 gleaning passes that ask for what the earlier passes missed. Gleaning is adaptive: it stops as
 soon as a pass adds no new entity (by normalized name) and no new relationship. Output is checked
 against the request: relationships and claims must refer to extracted entities, and entity types
-must be among the allowed ones.
+must be among the allowed ones; a claim's dates are normalised to ISO 8601 and its quote is kept
+only when it occurs in the unit (canopy.claims).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 
+from canopy.claims import period, verified_quote
 from canopy.ids import normalize_name
 from canopy.limiter import LimiterStats
 from canopy.llm import ChatClient
@@ -81,7 +84,7 @@ class LLMProvider:
         )
         messages = _user(prompt)
         out = await self.client.json("extract", messages, ExtractionOut)
-        acc = _Accumulator(entity_types, claims)
+        acc = _Accumulator(entity_types, claims, unit.text)
         acc.add(out)
         passes = 1
         for _ in range(max_gleanings):
@@ -190,9 +193,10 @@ def _in_range(ids: list[int], n: int) -> list[int]:
 class _Accumulator:
     """Items of all passes over one unit, deduplicated by normalized name."""
 
-    def __init__(self, entity_types: list[str], claims: bool) -> None:
+    def __init__(self, entity_types: list[str], claims: bool, text: str) -> None:
         self.types = {t.casefold(): t for t in entity_types}
         self.claims_on = claims
+        self.text = text  # what a claim's quote must occur in
         self.entities: dict[str, EntityInstance] = {}
         self.relationships: dict[tuple[str, str], RelationshipInstance] = {}
         self.claims: dict[tuple[str, str, str, str], ClaimInstance] = {}
@@ -223,12 +227,16 @@ class _Accumulator:
         if self.claims_on:
             for c in out.claims:
                 status = c.status.strip().upper()
+                start, end = period(c.start_date, c.end_date)
                 claim = ClaimInstance(
                     c.subject.strip(),
                     c.object.strip(),
                     c.type.strip().upper(),
                     status if status in _CLAIM_STATUSES else "SUSPECTED",
                     c.description.strip(),
+                    start,
+                    end,
+                    verified_quote(c.quote, self.text),
                 )
                 self.claims.setdefault(
                     (
@@ -252,11 +260,8 @@ class _Accumulator:
         claims = []
         for (subject, obj, _, _), c in self.claims.items():
             if subject in names and (not obj or obj in names):
-                claims.append(
-                    ClaimInstance(
-                        names[subject], names[obj] if obj else "", c.type, c.status, c.description
-                    )
-                )
+                claims.append(dataclasses.replace(
+                    c, subject=names[subject], object=names[obj] if obj else ""))
         return Extraction(
             unit_id, tuple(self.entities.values()), tuple(rels), tuple(claims), passes
         )

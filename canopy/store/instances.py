@@ -24,7 +24,9 @@ __all__ = ["InstanceRows", "extraction_rows", "payload_extraction"]
 class InstanceRows:
     entities: list[tuple[str, int, str, str, str, str]] = field(default_factory=list)
     relationships: list[tuple[str, int, str, str, str, str, float]] = field(default_factory=list)
-    claims: list[tuple[str, int, str, str, str, str, str]] = field(default_factory=list)
+    # unit_id, pos, subject key, object key, type, status, description, start, end, quote
+    claims: list[tuple[str, int, str, str, str, str, str, str, str, str]] = field(
+        default_factory=list)
 
 
 def extraction_rows(ex: Extraction) -> InstanceRows:
@@ -49,7 +51,8 @@ def extraction_rows(ex: Extraction) -> InstanceRows:
         if subject not in keys:
             continue
         obj = normalize_name(c.object) if c.object else ""
-        out.claims.append((ex.unit_id, pos, subject, obj, c.type, c.status, c.description))
+        out.claims.append((ex.unit_id, pos, subject, obj, c.type, c.status, c.description,
+                           c.start_date, c.end_date, c.quote))
     return out
 
 
@@ -60,6 +63,6 @@ def payload_extraction(unit_id: str, payload: str, passes: int) -> Extraction:
         unit_id,
         tuple(EntityInstance(*e) for e in d["entities"]),
         tuple(RelationshipInstance(*r) for r in d["relationships"]),
-        tuple(ClaimInstance(*c) for c in d["claims"]),
+        tuple(ClaimInstance(*c[:5]) for c in d["claims"]),
         passes,
     )

@@ -158,11 +158,12 @@ class ClaimRow:
     def values(self) -> tuple[Any, ...]:
         c = self.claim
         return (c.id, c.subject, c.object, c.type, c.status, c.description, c.text_unit_ids[0],
-                dump(sorted(self.gate.acl)), self.hash, int(self.gate.stale))
+                dump(sorted(self.gate.acl)), self.hash, int(self.gate.stale), c.start_date,
+                c.end_date, c.quote)
 
     @staticmethod
     def of(r: tuple[Any, ...]) -> ClaimRow:
-        claim = Claim(r[0], r[1], r[2], r[3], r[4], r[5], (r[6],))
+        claim = Claim(r[0], r[1], r[2], r[3], r[4], r[5], (r[6],), r[10], r[11], r[12])
         return ClaimRow(claim, Gate.of(r[7], "", r[9]), r[8])
 
 

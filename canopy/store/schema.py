@@ -66,7 +66,8 @@ CREATE INDEX {p}relationships_stale ON relationships(stale) WHERE stale = 1;
 CREATE TABLE {p}claims (
     id TEXT PRIMARY KEY, subject TEXT NOT NULL, object TEXT NOT NULL, type TEXT NOT NULL,
     status TEXT NOT NULL, description TEXT NOT NULL, unit_id TEXT NOT NULL, acl TEXT NOT NULL,
-    hash TEXT NOT NULL, stale INTEGER NOT NULL);
+    hash TEXT NOT NULL, stale INTEGER NOT NULL, start_date TEXT NOT NULL DEFAULT '',
+    end_date TEXT NOT NULL DEFAULT '', quote TEXT NOT NULL DEFAULT '');
 CREATE INDEX {p}claims_subject ON claims(subject);
 CREATE INDEX {p}claims_object ON claims(object);
 CREATE INDEX {p}claims_unit ON claims(unit_id);
@@ -228,7 +229,9 @@ def m004_store_backed_graph(db: sqlite3.Connection) -> None:
             db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
             db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
                            rows.relationships)
-            db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims)
+            # m004's claim_instances has the first seven columns (m007 adds the rest)
+            db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [c[:7] for c in rows.claims])
             db.execute("INSERT INTO extracted VALUES (?, ?)", (unit_id, passes))
 
 
@@ -258,3 +261,21 @@ def m006_element_tokens(db: sqlite3.Connection) -> None:
     report of a large community reads its elements' sizes instead of re-tokenizing them."""
     run_script(db, "CREATE TABLE element_tokens (key TEXT PRIMARY KEY, tokens INTEGER NOT NULL) "
                    "WITHOUT ROWID;")
+
+
+_CLAIM_FIELDS = ("start_date", "end_date", "quote")
+
+
+@migration
+def m007_claim_periods_and_quotes(db: sqlite3.Connection) -> None:
+    """Claims get the paper's period and source quote (Edge et al. 2024 §2.1.2; issue 12).
+
+    Columns are appended, so an existing index opens with its claims intact (their dates and
+    quotes empty until their units are extracted again, e.g. by `canopy index --full`). An index
+    created after this change already has them in `claims`, whose DDL is the current generation
+    DDL (m004 runs it): only missing columns are added, in the order that DDL lists them."""
+    for table in ("claims", "claim_instances"):
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        for name in _CLAIM_FIELDS:
+            if name not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")

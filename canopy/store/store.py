@@ -270,7 +270,7 @@ class Store:
                 db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
                                rows.relationships)
                 db.executemany(
-                    "INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)", rows.claims
+                    "INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.claims
                 )
                 db.execute(
                     "INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes)
@@ -299,11 +299,12 @@ class Store:
 
     def claim_instances(
         self, unit_ids: Iterable[str]
-    ) -> list[tuple[str, int, str, str, str, str, str]]:
+    ) -> list[tuple[str, int, str, str, str, str, str, str, str, str]]:
         ids = dump(sorted(set(unit_ids)))
         with self._lock:
             return self._db.execute(
-                "SELECT unit_id, pos, subject_key, object_key, type, status, description FROM "
+                "SELECT unit_id, pos, subject_key, object_key, type, status, description, "
+                "start_date, end_date, quote FROM "
                 "claim_instances WHERE unit_id IN (SELECT value FROM json_each(?)) "
                 "ORDER BY unit_id, pos", (ids,)).fetchall()
 

@@ -158,12 +158,16 @@ def _stage_claims(b: Build, changed_units: list[str], delta: GraphDelta) -> None
                 f"SELECT unit_id, key FROM entity_instances WHERE unit_id {_IN}", (dump(batch),)):
             keys_by_unit.setdefault(uid, set()).add(key)
         rows = []
-        for uid, _, subject, obj, kind, status, description in instances:
+        for uid, _, subject, obj, kind, status, description, start, end, quote in instances:
             cid = "cl-" + content_hash(uid, subject, obj, kind, description)
             obj_id = entity_id(obj) if obj and obj in keys_by_unit.get(uid, ()) else ""
-            claim = Claim(cid, entity_id(subject), obj_id, kind, status, description, (uid,))
+            claim = Claim(cid, entity_id(subject), obj_id, kind, status, description, (uid,),
+                          start, end, quote)
+            # Reports are regenerated when a member's claim hash changes; a claim without a
+            # period or quote hashes as before they existed, so migrated indexes stay current.
+            extra = (start, end, quote) if start or end or quote else ()
             rows.append(ClaimRow(claim, Gate(frozenset({live[uid]}), "", False),
-                                 content_hash(cid, status)).values())
+                                 content_hash(cid, status, *extra)).values())
             delta.claim_subjects.add(claim.subject)
         b.staging.put("claims", rows)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from acl.reader import CallerReader
-from canopy.model import Document, Entity, Relationship, Report, TextUnit
+from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock
 from server.results import (
     Citation,
+    ClaimCard,
     CommunityCard,
     EntityCard,
     FindingCard,
@@ -16,6 +17,10 @@ from server.results import (
 
 __all__ = [
     "block_citation",
+    "claim_block",
+    "claim_card",
+    "claim_period_text",
+    "claim_quote_text",
     "community_card",
     "entity_card",
     "finding_cards",
@@ -53,6 +58,48 @@ def relationship_card(rel: Relationship, names: dict[str, str]) -> RelationshipC
     return RelationshipCard(id=rel.id, source=names.get(rel.source, ""),
                             target=names.get(rel.target, ""), description=rel.description,
                             weight=rel.weight)
+
+
+QUOTE_CHARS = 400  # of a claim's quote as text (structured cards carry it whole)
+
+
+def claim_card(claim: Claim, names: dict[str, str]) -> ClaimCard:
+    """A served claim with its entities' names as the caller is shown them."""
+    return ClaimCard(id=claim.id, subject=names.get(claim.subject, ""),
+                     object=names.get(claim.object, "") if claim.object else "",
+                     type=claim.type, status=claim.status, start_date=claim.start_date,
+                     end_date=claim.end_date, description=claim.description, quote=claim.quote,
+                     text_unit_id=claim.text_unit_ids[0])
+
+
+def claim_period_text(start: str, end: str) -> str:
+    """"2024-05-14", "2024-05-01 to 2024-05-31", "from 2024-05", "until 2024-05", or ""."""
+    if start and end:
+        return start if start == end else f"{start} to {end}"
+    return f"from {start}" if start else (f"until {end}" if end else "")
+
+
+def claim_quote_text(quote: str, description: str) -> str:
+    """The quote as a line to show under the description: "" when there is none or it is the
+    description word for word (the builtin extractor's), cut at a word after QUOTE_CHARS."""
+    if not quote or quote == " ".join(description.split()):
+        return ""
+    if len(quote) > QUOTE_CHARS:
+        quote = quote[:QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
+    return f'Quote: "{quote}"'
+
+
+def claim_block(claim: Claim, names: dict[str, str]) -> ContextBlock:
+    """A claim as local search's context shows it: who, what, status and period in the title;
+    the description, then the verified quote (cut at QUOTE_CHARS; left out when it is the
+    description word for word, as with the builtin extractor)."""
+    card = claim_card(claim, names)
+    who = f"{card.subject} → {card.object}" if card.object else card.subject
+    when = claim_period_text(card.start_date, card.end_date)
+    title = f"{who}: {card.type} ({card.status}{', ' + when if when else ''})"
+    quote = claim_quote_text(card.quote, card.description)
+    text = f"{card.description}\n{quote}" if quote else card.description
+    return ContextBlock("claim", claim.id, title, text)
 
 
 def span_of(unit: TextUnit, doc: Document) -> SourceSpan:

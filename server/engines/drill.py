@@ -16,6 +16,7 @@ from canopy.ids import normalize_name
 from canopy.model import Entity, Relationship, Report
 from server.context import QueryContext
 from server.engines.cards import (
+    claim_card,
     community_card,
     entity_card,
     finding_cards,
@@ -23,7 +24,7 @@ from server.engines.cards import (
     span_of,
 )
 from server.engines.common import metered, tokenizer
-from server.results import CommunityCard, DrillResult, SourceSpan
+from server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
 
 __all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "report_markdown", "source_span"]
 
@@ -228,9 +229,11 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, pag
     else:
         unit_ids, about, args = [], "", here
     units = ctx.reader.units(unit_ids)
+    claims = await _claims_of(ctx, entity) if entity is not None else []
     return DrillResult(
         community=community_card(reader, report),
         entity=entity_card(entity) if entity is not None else None,
+        claims=cap(claims, "claims"),
         findings=cap(findings, "findings", f"community_id={cid!r}"),
         parents=parents,
         children=cap(children, "sub-communities"),
@@ -267,6 +270,7 @@ async def _entity(ctx: QueryContext, name: str, finding: int | None, page: _Page
     here = f"entity={entity.name!r}"
     return DrillResult(
         entity=entity_card(entity),
+        claims=page.cut(await _claims_of(ctx, entity), "claims", here),
         relationships=page.cut([relationship_card(r, names) for r in rels], "relationships", here,
                                total=total),
         sources=[span_of(*units[u]) for u in page.cut(
@@ -282,6 +286,17 @@ async def _relationships_of(ctx: QueryContext, entity: Entity,
     kept = sorted(weight, key=lambda r: (-weight[r], r))[:limit]
     served = await ctx.reader.relationships(kept)
     return [served[r] for r in kept if r in served], len(weight)
+
+
+async def _claims_of(ctx: QueryContext, entity: Entity) -> list[ClaimCard]:
+    """The servable claims with the entity as subject or object: dated ones by period, then the
+    undated, each with its entities' names as the caller is shown them."""
+    claims = ctx.reader.claims_of([entity.id])
+    ends = {e for c in claims for e in (c.subject, c.object) if e} - {entity.id}
+    names = {i: e.name for i, e in (await ctx.reader.entities(ends)).items()}
+    names[entity.id] = entity.name
+    claims.sort(key=lambda c: (not c.start_date, c.start_date, c.end_date, c.id))
+    return [claim_card(c, names) for c in claims]
 
 
 def _by_support(ctx: QueryContext, report: Report) -> list[str]:
@@ -316,8 +331,8 @@ def _fit(ctx: QueryContext, result: DrillResult, notes: list[str]) -> None:
                 s.text = tok.truncate(s.text, keep) + " …"
         notes.append(f"Source texts were shortened to fit the {limit}-token limit; read a whole "
                      f"passage as the resource canopy://units/{result.sources[0].text_unit_id}.")
-    lists: list[list[Any]] = [result.sources, result.relationships, result.entities,
-                              result.findings, result.children]
+    lists: list[list[Any]] = [result.sources, result.relationships, result.claims,
+                              result.entities, result.findings, result.children]
     cut = False
     while over() > 0 and any(lists):
         max(lists, key=len).pop()

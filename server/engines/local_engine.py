@@ -29,7 +29,7 @@ from canopy.model import Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock, render_blocks
 from canopy.store import Edge
 from server.context import QueryContext
-from server.engines.cards import block_citation
+from server.engines.cards import block_citation, claim_block
 from server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -268,13 +268,9 @@ async def _relation_blocks(ctx: QueryContext, entities: list[Entity],
     names.update({i: e.name for i, e in (await ctx.reader.entities(ends)).items()})
     chosen = {e.id for e in entities}
     claims = ctx.reader.claims_of(chosen)
-    subjects = {c.subject for c in claims} - set(names)
-    names.update({i: e.name for i, e in (await ctx.reader.entities(subjects)).items()})
-    blocks = []
-    for c in claims:
-        subject = names.get(c.subject, "")
-        blocks.append(ContextBlock("claim", c.id, f"{subject}: {c.type} ({c.status})",
-                                   c.description))
+    ends = {e for c in claims for e in (c.subject, c.object) if e} - set(names)
+    names.update({i: e.name for i, e in (await ctx.reader.entities(ends)).items()})
+    blocks = [claim_block(c, names) for c in claims]
     blocks += [ContextBlock("relationship", r.id, f"{names.get(r.source, '')} — "
                             f"{names.get(r.target, '')}", r.description) for r in relationships]
     return blocks

@@ -85,6 +85,7 @@ async def collect_tables(ctx: QueryContext) -> ExportTables:
         {"id": c.id, "human_readable_id": n, "covariate_type": "claim", "type": c.type,
          "description": c.description, "subject_id": entities[c.subject].name,
          "object_id": entities[c.object].name if c.object else "", "status": c.status,
+         "start_date": c.start_date, "end_date": c.end_date, "source_text": c.quote,
          "text_unit_id": c.text_unit_ids[0] if c.text_unit_ids else "",
          "subject_entity_id": c.subject, "object_entity_id": c.object,
          "document_ids": docs(c.text_unit_ids)}

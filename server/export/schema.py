@@ -67,7 +67,8 @@ TABLES: dict[str, pa.Schema] = {
         ("id", _S), ("human_readable_id", _I), ("covariate_type", _S), ("type", _S),
         ("description", _S),
         ("subject_id", _S), ("object_id", _S),  # entity titles, as in GraphRAG ("" for none)
-        ("status", _S), ("text_unit_id", _S),
+        ("status", _S), ("start_date", _S), ("end_date", _S), ("source_text", _S),
+        ("text_unit_id", _S),
         ("subject_entity_id", _S), ("object_entity_id", _S), ("document_ids", IDS),
     ]),
 }

@@ -143,6 +143,11 @@ _TYPE_HINTS = {
 _CLAIM_WORDS = re.compile(
     r"\b(alleged|accused|announced|reported|fined|sued|claimed|denied)\b", re.I
 )
+_MONTH_NAMES = ("january february march april may june july august september october november "
+                "december").split()
+# Dates as a model reads them from a sentence: ISO dates, "10 January 2025", "January 2025".
+_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b|\b(?:(\d{1,2}) )?(" + "|".join(_MONTH_NAMES)
+                   + r")(?: (\d{1,2}),)? (\d{4})\b", re.I)
 
 
 # ---- prompt reading ---------------------------------------------------------------------------
@@ -240,15 +245,23 @@ def extract(prompt: str) -> dict[str, Any]:
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
                 together.setdefault((a, b), []).append(sent)
-        if claims_on and names and _CLAIM_WORDS.search(sent):
+        cue = _CLAIM_WORDS.search(sent) if claims_on and names else None
+        if cue:
             status = "SUSPECTED" if re.search(r"alleged|accused|claimed", sent, re.I) else "TRUE"
+            start, end = _claim_dates(sent)
+            obj = names[1] if len(names) > 1 else ""
             claims.append(
                 {
                     "subject": names[0],
-                    "object": names[1] if len(names) > 1 else "",
+                    "object": obj,
                     "type": "REPORTED_EVENT",
                     "status": status,
-                    "description": sent,
+                    # a restatement, as a model writes it; the quote is the sentence itself
+                    "description": f"{names[0]} {cue.group(1).lower()}"
+                    + (f" (involving {obj})" if obj else "") + ", according to the text.",
+                    "start_date": start,
+                    "end_date": end,
+                    "quote": sent,
                 }
             )
     relationships = [
@@ -261,6 +274,20 @@ def extract(prompt: str) -> dict[str, Any]:
         for (a, b), sents in together.items()
     ]
     return {"entities": list(entities.values()), "relationships": relationships, "claims": claims}
+
+
+def _claim_dates(sentence: str) -> tuple[str, str]:
+    """The first and last dates of a sentence, as a model writes them in GraphRAG's format
+    ("2025-01-14T00:00:00"; month precision "2025-01"); "NONE" for a sentence without one."""
+    found = []
+    for m in _DATE.finditer(sentence):
+        if m.group(1):
+            found.append(f"{m.group(1)}-{m.group(2)}-{m.group(3)}T00:00:00")
+        else:
+            month = _MONTH_NAMES.index(m.group(5).lower()) + 1
+            day = m.group(4) or m.group(6)
+            found.append(f"{m.group(7)}-{month:02d}" + (f"-{int(day):02d}T00:00:00" if day else ""))
+    return (found[0], found[-1]) if found else ("NONE", "NONE")
 
 
 def glean(body: dict[str, Any]) -> dict[str, Any]:

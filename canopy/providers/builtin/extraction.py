@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from canopy.claims import claim_period, verified_quote
 from canopy.ids import normalize_name
 from canopy.model import ClaimInstance, EntityInstance, Extraction, RelationshipInstance, TextUnit
 from canopy.providers.builtin import lexicon as lx
@@ -168,8 +169,11 @@ def extract_unit(unit: TextUnit, *, entity_types: Sequence[str] = DEFAULT_ENTITY
             subject, obj = kept[ks[0]].name, kept[ks[1]].name if len(ks) > 1 else ""
             if (subject, obj, kind) not in done:
                 done.add((subject, obj, kind))
+                start, end = claim_period(sentences[si])  # only an unambiguous full date
                 found.append(ClaimInstance(subject=subject, object=obj, type=kind,
                                            status="SUSPECTED",
-                                           description=trim(sentences[si], DESCRIPTION_CHARS)))
+                                           description=trim(sentences[si], DESCRIPTION_CHARS),
+                                           start_date=start, end_date=end,
+                                           quote=verified_quote(sentences[si], unit.text)))
     return Extraction(unit_id=unit.id, entities=entities, relationships=relationships,
                       claims=tuple(found), passes=1)
