@@ -15,7 +15,7 @@ from canopy.model import EntityInstance, Extraction, RelationshipInstance
 from canopy.settings import Settings
 from indexer.forecast import ExtractionPlan, Forecast, Projection, checkpoint, summaries
 from server.cli import main
-from server.cli.build_plan import plan_line
+from server.cli.build_plan import plan_line, projection_line
 from tests.conftest import EXAMPLES
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -24,7 +24,8 @@ PLAN = re.compile(r"^plan: (\d+) text units to extract with fake-model: (\d+) ex
                   re.MULTILINE)
 PROJECTION = re.compile(r"^projection from the first (\d+) of (\d+) units: about (\d+) extraction "
                         r"\+ (\d+) gleaning \+ ([\d,]+) summary \+ ([\d,]+) report calls, about "
-                        r"([\d,]+) in all; at [\d.]+ calls/s so far, about \S+ left$", re.MULTILINE)
+                        r"([\d,]+) in all; at [\d.]+ calls/s so far, extraction has about \S+ left "
+                        r"\(the later stages print their own time left\)$", re.MULTILINE)
 
 
 def _number(text: str) -> int:
@@ -152,3 +153,13 @@ def test_the_plan_line_gives_exact_extraction_and_a_gleaning_range() -> None:
     assert "10 gleaning calls (1 pass per unit) = 20 requests" in plan_line(
         ExtractionPlan(10, 1, "m"))
     assert "10 to 30 gleaning calls (up to 3 passes" in plan_line(ExtractionPlan(10, 3, "m"))
+
+
+def test_the_time_left_is_the_extraction_stage_s_at_its_own_pace() -> None:
+    """Summary and report calls are not timed at extraction's pace (a short summary is not a
+    long extraction): the time left counts the extraction and gleaning calls still to go."""
+    p = Projection(sample_units=8, units=18, calls={"extract": 18, "glean": 18, "summarize": 900,
+                                                    "report": 50},
+                   calls_made=16, rate=8.0, elapsed_s=2.0, fresh=True)
+    assert p.eta_s == (36 - 16) / 8.0
+    assert "extraction has about 2s left" in projection_line(p)

@@ -78,7 +78,8 @@ def projection_line(p: Projection) -> str:
     parts = [f"{c.get('extract', 0):,} extraction", f"{c.get('glean', 0):,} gleaning",
              f"{c.get('summarize', 0):,} summary", f"{c.get('report', 0):,} report"]
     eta = p.eta_s
-    pace = (f"; at {p.rate:.1f} calls/s so far, about {duration(eta)} left" if eta is not None
+    pace = (f"; at {p.rate:.1f} calls/s so far, extraction has about {duration(eta)} left "
+            "(the later stages print their own time left)" if eta is not None
             else "; no request went out yet (answers from the cache), so no time left to say")
     rough = "" if p.fresh else (" (an update: summaries and reports also depend on the "
                                 "committed graph, so this is rougher)")
