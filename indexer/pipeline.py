@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from canopy.ids import content_hash
+from canopy.ids import KEYS_VERSION, content_hash
 from canopy.model import Skip, UnitFailure
 from canopy.providers.base import Embedder, Provider
 from canopy.providers.builtin.text import TERMS_VERSION
@@ -65,15 +65,18 @@ def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embed
     sections = [settings.chunking, settings.extract, settings.communities, settings.reports]
     version = getattr(provider, "extraction_version", None)
     return content_hash(provider.name, embedder.name, f"terms-{TERMS_VERSION}",
-                        *(s.model_dump_json() for s in sections), *([version] if version else []))
+                        f"keys-{KEYS_VERSION}", *(s.model_dump_json() for s in sections),
+                        *([version] if version else []))
 
 
 def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
     """What stored extractions depend on: a change extracts every unit again. A provider whose
-    extraction rules change between releases (the builtin one) names their version."""
+    extraction rules change between releases (the builtin one) names their version; the merge
+    keys of names (canopy.ids.normalize_name) have theirs."""
     version = getattr(provider, "extraction_version", None)
     return content_hash(provider.name, settings.chunking.model_dump_json(),
-                        settings.extract.model_dump_json(), *([version] if version else []))
+                        settings.extract.model_dump_json(), f"keys-{KEYS_VERSION}",
+                        *([version] if version else []))
 
 
 def _peak_mb() -> float:
