@@ -6,7 +6,12 @@ import hashlib
 import re
 import unicodedata
 
-__all__ = ["content_hash", "entity_id", "normalize_name", "relationship_id", "text_hash", "unit_id"]
+__all__ = ["KEYS_VERSION", "content_hash", "entity_id", "fold_accents", "normalize_name",
+           "relationship_id", "text_hash", "unit_id"]
+
+# Of `normalize_name`: entity ids and merge keys derive from it, so a change re-extracts and
+# rebuilds every index (indexer/pipeline.py fingerprints). 2: accents folded.
+KEYS_VERSION = 2
 
 
 def content_hash(*parts: str, length: int = 16) -> str:
@@ -27,13 +32,39 @@ def unit_id(document_id: str, text: str) -> str:
 
 
 _PUNCT = re.compile(r"[\W_]+", re.UNICODE)
+# Letters of Latin, Greek and Cyrillic (with their extensions) whose marks are accents; a mark
+# on a letter of another script is part of it (kana's voicing mark, Indic vowel signs).
+_ACCENTED_BASE = re.compile("[A-Za-z\u00c0-\u024f\u0370-\u052f\u1e00-\u1fff]")
+# Latin letters with no decomposition that writers (and keyboards) replace by plain ones.
+_PLAIN = str.maketrans({"ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "ð": "d",
+                        "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ı": "i", "þ": "th"})
+
+
+def fold_accents(text: str) -> str:
+    """`text` with the accents of Latin, Greek and Cyrillic letters removed ("Zürich" ->
+    "Zurich", "Purkyně" -> "Purkyne", "Ørsted" -> "Orsted"), other scripts unchanged, NFC.
+    People and sources write the same name with and without its accents."""
+    if text.isascii():
+        return text
+    out: list[str] = []
+    base = False
+    for ch in unicodedata.normalize("NFD", text.translate(_PLAIN)):
+        if unicodedata.combining(ch):
+            if not base:
+                out.append(ch)
+            continue
+        base = _ACCENTED_BASE.match(ch) is not None
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
 
 
 def normalize_name(name: str) -> str:
-    """Merge key for entity names: NFKC, casefold, punctuation and whitespace collapsed.
+    """Merge key for entity names: NFKC, casefold, accents folded, punctuation and whitespace
+    collapsed.
 
-    "Helio Cells, Ltd." and "HELIO CELLS LTD" merge; "李明" stays "李明"."""
-    s = unicodedata.normalize("NFKC", name).casefold()
+    "Helio Cells, Ltd." and "HELIO CELLS LTD" merge, so do "Zürich" and "Zurich"; "李明" stays
+    "李明"."""
+    s = fold_accents(unicodedata.normalize("NFKC", name).casefold())
     s = _PUNCT.sub(" ", s)
     return " ".join(s.split())
 

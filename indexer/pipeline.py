@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from canopy.ids import content_hash
+from canopy.ids import KEYS_VERSION, content_hash
 from canopy.lance import import_lancedb
 from canopy.model import Skip, UnitFailure
 from canopy.providers.base import INDEX_TASKS, Embedder, Provider, prompt_key
@@ -71,19 +71,20 @@ def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embed
     version = getattr(provider, "extraction_version", None)
     prompts = prompt_key(provider, *INDEX_TASKS)
     return content_hash(provider.name, embedder.name, f"terms-{TERMS_VERSION}",
-                        *(s.model_dump_json() for s in sections), *([version] if version else []),
-                        *([prompts] if prompts else []))
+                        f"keys-{KEYS_VERSION}", *(s.model_dump_json() for s in sections),
+                        *([version] if version else []), *([prompts] if prompts else []))
 
 
 def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
     """What stored extractions depend on: a change extracts every unit again. A provider whose
-    extraction rules change between releases (the builtin one) names their version; replaced
-    extraction or gleaning templates change it too."""
+    extraction rules change between releases (the builtin one) names their version; the merge
+    keys of names (canopy.ids.normalize_name) have theirs; replaced extraction or gleaning
+    templates change it too."""
     version = getattr(provider, "extraction_version", None)
     prompts = prompt_key(provider, "extract", "glean")
     return content_hash(provider.name, settings.chunking.model_dump_json(),
-                        settings.extract.model_dump_json(), *([version] if version else []),
-                        *([prompts] if prompts else []))
+                        settings.extract.model_dump_json(), f"keys-{KEYS_VERSION}",
+                        *([version] if version else []), *([prompts] if prompts else []))
 
 
 def _peak_mb() -> float:

@@ -200,6 +200,42 @@ class TestUnknownNames:
         assert not {n.lower() for n in types} & {"price watch", "price", "watch"}
 
 
+class TestHeadings:
+    """A level-one heading that is a name names the entity its section is about."""
+
+    def test_a_one_word_title_is_an_entity_related_to_the_section_names(self) -> None:
+        ex = extract("# Ostrevia\n\nOstrevia is a landlocked republic. Its capital, Dunmere, "
+                     "lies on the Pell river near Carvish Lake.")
+        assert "Ostrevia" in names(ex)
+        pairs = {frozenset((r.source, r.target)) for r in ex.relationships}
+        assert frozenset(("Ostrevia", "Carvish Lake")) in pairs
+        assert frozenset(("Ostrevia", "Dunmere")) in pairs
+
+    def test_a_qualifier_in_brackets_is_not_part_of_the_name(self) -> None:
+        ex = extract("# Tallow Street (novel)\n\nIt was written in 1961 by Brenna Colquist.")
+        assert "Tallow Street" in names(ex)
+        assert not any("novel" in n.lower() for n in names(ex))
+
+    def test_headlines_questions_and_topic_headings_are_not_names(self) -> None:
+        for heading in ("Why commuters quit the ferry", "Is Halden ready for winter?",
+                        "Quarterly Review: Grain Prices", "Introduction"):
+            ex = extract(f"# {heading}\n\nThe introduction of new ferries by Halden Marine "
+                         "changed the route.")
+            assert heading.lower().rstrip("?") not in {n.lower() for n in names(ex)}, heading
+
+    def test_a_section_heading_below_the_title_is_not_a_name(self) -> None:
+        ex = extract("## Vessmoor\n\nThe mill employed forty people.")
+        assert "Vessmoor" not in names(ex)
+
+    def test_a_second_title_ends_the_first_ones_section(self) -> None:
+        ex = extract("# Brisk Harbour\n\nFerries leave for Oddney Sound.\n\n# Lammerton\n\n"
+                     "Trains leave for Cresby.")
+        pairs = {frozenset((r.source, r.target)) for r in ex.relationships}
+        assert frozenset(("Brisk Harbour", "Oddney Sound")) in pairs
+        assert frozenset(("Lammerton", "Cresby")) in pairs
+        assert frozenset(("Brisk Harbour", "Cresby")) not in pairs
+
+
 # ---- summaries and reports ------------------------------------------------------------------
 
 

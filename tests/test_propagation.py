@@ -174,3 +174,46 @@ class TestPermissions:
         assert bob_evidence == public_evidence
         assert bob_docs == public_docs
         assert "society.md" not in bob_docs and "copy.md" not in bob_docs
+
+
+class TestEntityPages:
+    """A document titled by a name is that entity's page: when the walk from the question
+    reaches the entity, its page is evidence even if it shares few words with the question."""
+
+    QUESTION = "Who is the president of the country whose capital the Dunmere Tramway crosses?"
+    DOCS = {
+        "tramway.md": "# Dunmere Tramway\n\nThe Dunmere Tramway crosses Dunmere, the capital "
+                      "of Ostrevia, from the river to the hills. It opened in 1911.\n",
+        "ostrevia.md": "# Ostrevia\n\nOstrevia is a landlocked republic in the Pell valley. "
+                       "Halvard Munk has been its president since 2019. Ostrevia exports "
+                       "timber and glass.\n",
+        # Distractors: two of the question's words where the page has one, no entity of the
+        # tramway's unit.
+        "chess.md": "# Notes from the chess evening\n\nThe chess club of Brellin elects a "
+                    "president every year from the best players of the country.\n",
+        "rowing.md": "# Minutes of the rowing meeting\n\nThe rowing club of Saltby named a new "
+                     "president. Its crew is the best in the country.\n",
+        "choir.md": "# A season of singing\n\nThe choir of Wendel chose its president in March "
+                    "before the country tour.\n",
+    }
+
+    @pytest.fixture(scope="class")
+    def pages(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CanopyService]:
+        svc = _build(tmp_path_factory.mktemp("pages"), self.DOCS)
+        yield svc
+        svc.close()
+
+    def test_the_page_of_the_entity_the_walk_reaches_ranks_second(self, pages):
+        with pages.context(None) as ctx:
+            assert _documents(ctx, self.QUESTION)[:2] == ["tramway.md", "ostrevia.md"]
+
+    def test_without_page_credit_the_distractors_rank_before_it(self, pages, monkeypatch):
+        monkeypatch.setattr(evidence, "PAGE_WEIGHT", 0.0)
+        with pages.context(None) as ctx:
+            assert "ostrevia.md" not in _documents(ctx, self.QUESTION)[:2]
+
+    def test_only_a_title_that_is_a_name_makes_a_page(self):
+        assert evidence.page_key("Ostrevia") == "ostrevia"
+        assert evidence.page_key("Tallow Street (novel)") == "tallow street"
+        assert evidence.page_key("Notes from the chess evening") == ""
+        assert evidence.page_key("Why commuters quit the ferry?") == ""

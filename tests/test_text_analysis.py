@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from canopy.ids import KEYS_VERSION, entity_id, fold_accents, normalize_name
 from canopy.providers.builtin import BuiltinProvider, HashEmbedder, lexicon
 from canopy.providers.builtin.text import (
     TERMS_VERSION,
@@ -74,7 +75,17 @@ class TestWords:
 
     def test_words_of_any_script_are_terms(self) -> None:
         assert lexical_terms("Straßenbahn nach Łódź, Пристань") == [
-            "straßenbahn", "nach", "łódź", "пристань"]
+            "straßenbahn", "nach", "lodz", "пристань"]  # accents folded (TestAccents)
+
+
+class TestAccents:
+    def test_a_word_with_and_without_its_accents_is_one_term(self) -> None:
+        assert lexical_terms("Brünnwald Čelakov Ørsby Żelno") == lexical_terms(
+            "Brunnwald Celakov Orsby Zelno")
+        assert terms("Brünnwald") == terms("Brunnwald")
+
+    def test_marks_that_belong_to_letters_of_other_scripts_stay(self) -> None:
+        assert lexical_terms("ガス") != lexical_terms("カス")
 
 
 class TestApostrophes:
@@ -199,3 +210,26 @@ class TestTermsVersion:
         before = pipeline.settings_fingerprint(settings, provider, endpoint)
         monkeypatch.setattr(pipeline, "TERMS_VERSION", TERMS_VERSION + 1)
         assert pipeline.settings_fingerprint(settings, provider, endpoint) != before
+
+    def test_both_fingerprints_change_with_the_merge_keys_of_names(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Entity ids derive from canopy.ids.normalize_name: other keys re-extract and rebuild."""
+        settings, provider = Settings(), BuiltinProvider()
+        embedder = HashEmbedder(384)
+        before = (pipeline.settings_fingerprint(settings, provider, embedder),
+                  pipeline.extraction_fingerprint(settings, provider))
+        monkeypatch.setattr(pipeline, "KEYS_VERSION", KEYS_VERSION + 1)
+        after = (pipeline.settings_fingerprint(settings, provider, embedder),
+                 pipeline.extraction_fingerprint(settings, provider))
+        assert before[0] != after[0] and before[1] != after[1]
+
+
+class TestNameKeys:
+    def test_names_written_with_and_without_accents_share_a_key(self) -> None:
+        assert normalize_name("Brünnwald-Čelakov") == normalize_name("BRUNNWALD CELAKOV")
+        assert normalize_name("Ørsby Åkerlund") == normalize_name("Orsby Akerlund")
+        assert entity_id("Żelno") == entity_id("Zelno")
+
+    def test_accents_fold_in_latin_greek_and_cyrillic_only(self) -> None:
+        assert fold_accents("Vélez Ἀθῆναι Йорск") == "Velez Αθηναι Иорск"
+        assert fold_accents("ガス 가스") == "ガス 가스"  # kana's voicing mark, Hangul: letters

@@ -19,6 +19,10 @@ only when a large share of the score reaches it. Adjacency is read from the stor
 per round (canopy.store.reads: unit_mentions, mention_counts, mentioning_units), never the
 whole graph.
 
+The walk also scores the entities it passes through: the question's own and those its best
+units lead to (the bridge of a two-hop question). local_search uses them to find entity pages,
+units of documents titled by one of the best-scored entities (server/engines/evidence.py).
+
 Permissions: every read is of units the caller may read (live ones, of readable ACL classes),
 and every degree and idf counts those units only; seeds are units and entities the caller is
 served. A hidden unit is neither a node nor part of a count, so it moves no score.
@@ -28,11 +32,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from acl.reader import CallerReader
 
-__all__ = ["DAMPING", "EPSILON", "UnitGraph", "graph_evidence", "personalized_pagerank",
-           "specificity"]
+__all__ = ["DAMPING", "EPSILON", "Propagation", "UnitGraph", "graph_evidence",
+           "personalized_pagerank", "propagate", "specificity"]
 
 DAMPING = 0.5  # HippoRAG's: follow an edge with this probability, else restart at the seeds
 EPSILON = 2e-3  # push a node while its residual >= EPSILON * its degree
@@ -95,9 +100,15 @@ def personalized_pagerank(graph: UnitGraph, entity_seeds: dict[str, float],
                           unit_seeds: dict[str, float]) -> dict[str, float]:
     """PPR score of each unit reached from the seeds (entity keys and unit ids, weights >= 0,
     normalized together to sum 1)."""
+    return _walk(graph, entity_seeds, unit_seeds)[0]
+
+
+def _walk(graph: UnitGraph, entity_seeds: dict[str, float], unit_seeds: dict[str, float]
+          ) -> tuple[dict[str, float], dict[str, float]]:
+    """PPR scores of the units and of the entities reached from the seeds."""
     total = sum(entity_seeds.values()) + sum(unit_seeds.values())
     if total <= 0:
-        return {}
+        return {}, {}
     # Nodes: ("e", key) or ("u", unit id).
     residual: dict[tuple[str, str], float] = defaultdict(float)
     for k, w in entity_seeds.items():
@@ -124,17 +135,32 @@ def personalized_pagerank(graph: UnitGraph, entity_seeds: dict[str, float],
                 near = graph.mentioning[n]
                 for u in near:
                     residual[("u", u)] += DAMPING * r / len(near)
-    out = {n: s for (kind, n), s in score.items() if kind == "u"}
-    for (kind, n), r in residual.items():  # what was not pushed still ranks its unit
-        if kind == "u":
-            out[n] = out.get(n, 0.0) + (1 - DAMPING) * r
-    return out
+    units = {n: s for (kind, n), s in score.items() if kind == "u"}
+    entities = {n: s for (kind, n), s in score.items() if kind == "e"}
+    for (kind, n), r in residual.items():  # what was not pushed still ranks its node
+        into = units if kind == "u" else entities
+        into[n] = into.get(n, 0.0) + (1 - DAMPING) * r
+    return units, entities
+
+
+@dataclass
+class Propagation:
+    """What the walk from a question reached, each score 0..1 (the best 1)."""
+
+    units: dict[str, float] = field(default_factory=dict)  # graph evidence of each unit
+    entities: dict[str, float] = field(default_factory=dict)  # PPR score of each entity key
 
 
 def graph_evidence(reader: CallerReader, entities: list[str], unit_scores: dict[str, float]
                    ) -> dict[str, float]:
     """How strongly the graph leads from the question to each unit it reaches, 0..1 (the
-    best 1).
+    best 1): `propagate(...).units`."""
+    return propagate(reader, entities, unit_scores).units
+
+
+def propagate(reader: CallerReader, entities: list[str], unit_scores: dict[str, float]
+              ) -> Propagation:
+    """The walk from the question: each unit's graph evidence and each entity's PPR score.
 
     Seeds: the question's entities (keys), each weighted by its specificity, and the best units
     by their scores, the two halves of the seed weight (all of it on one when the other is
@@ -152,8 +178,11 @@ def graph_evidence(reader: CallerReader, entities: list[str], unit_scores: dict[
         unit_seeds = {u: w * UNIT_SEED_SHARE / u_total for u, w in unit_seeds.items()}
     total = sum(entity_seeds.values()) + sum(unit_seeds.values())
     if total <= 0:
-        return {}
-    ppr = personalized_pagerank(graph, entity_seeds, unit_seeds)
+        return Propagation()
+    ppr, reached = _walk(graph, entity_seeds, unit_seeds)
+    best_entity = max(reached.values(), default=0.0)
+    entity_scores = ({k: v / best_entity for k, v in reached.items()} if best_entity > 0
+                     else {})
     # Restart share plus the returns through its own entities, every two steps: a geometric
     # series in DAMPING**2 * the two-step return probability.
     own = {u: (1 - DAMPING) * w / total / (1 - DAMPING * DAMPING * graph.returning(u))
@@ -161,5 +190,6 @@ def graph_evidence(reader: CallerReader, entities: list[str], unit_scores: dict[
     evidence = {u: v - own.get(u, 0.0) for u, v in ppr.items()}
     top = max(evidence.values(), default=0.0)
     if top <= 1e-12:
-        return {}
-    return {u: g / top for u, g in evidence.items() if g > 1e-9 * top}
+        return Propagation({}, entity_scores)
+    return Propagation({u: g / top for u, g in evidence.items() if g > 1e-9 * top},
+                       entity_scores)

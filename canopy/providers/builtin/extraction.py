@@ -1,9 +1,11 @@
 """The builtin provider's extraction (Edge et al. 2024 §2.1.2, with heuristics for a model).
 
 Entities are name-like phrases, acronyms and (for Chinese) jieba's proper nouns
-(canopy.providers.builtin.mentions); relationships are co-occurrences within a sentence, with
-that sentence as evidence; claims are sentences with accusation/recall/violation cues. No model,
-deterministic: ties are broken by position.
+(canopy.providers.builtin.mentions), plus the name a level-one heading gives its section
+("# Marlowe Quarry"): the section is about that entity, so each of its sentences mentions it.
+Relationships are co-occurrences within a sentence, with that sentence as evidence; claims are
+sentences with accusation/recall/violation cues. No model, deterministic: ties are broken by
+position.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from canopy.claims import claim_period, verified_quote
 from canopy.ids import normalize_name
 from canopy.model import ClaimInstance, EntityInstance, Extraction, RelationshipInstance, TextUnit
 from canopy.providers.builtin import lexicon as lx
-from canopy.providers.builtin.mentions import TYPES, claim_type, find_mentions
+from canopy.providers.builtin.mentions import (
+    TYPES,
+    claim_type,
+    find_mentions,
+    heading_name,
+    headings,
+    type_scores,
+)
 from canopy.providers.builtin.text import split_sentences, trim
 
 __all__ = ["DEFAULT_ENTITY_TYPES", "choose_type", "extract_unit"]
@@ -56,6 +65,7 @@ class _Seen:
     noninitial: bool = False
     acronym: bool = True  # every mention was all capitals
     speaker: bool = True  # every mention was a transcript's speaker label
+    heading: bool = False  # a level-one heading names it: kept whatever its mentions look like
 
     @property
     def name(self) -> str:
@@ -64,6 +74,8 @@ class _Seen:
 
 def _keep(key: str, seen: _Seen, lower_words: set[str]) -> bool:
     """Drop words capitalized only by position and Title Case runs of ordinary words."""
+    if seen.heading:
+        return True
     toks = key.split()
     if not seen.noninitial and (seen.cue < 3 or key in lower_words):
         return False
@@ -100,15 +112,43 @@ def _propagate(kept: dict[str, _Seen]) -> None:
             seen.scores[best] += 2.5
 
 
+def _heading_name(heading: str, lower_words: set[str]) -> str | None:
+    """heading_name, unless every word of it is written in lower case in the text too: a
+    section's topic ("# Introduction", "# Water Quality"), not a name."""
+    name = heading_name(heading)
+    if name is None:
+        return None
+    words = [w.lower() for w in _LOWER_WORD.findall(name.lower())]
+    return None if all(w in lower_words or w in lx.STOPWORDS for w in words) else name
+
+
 def extract_unit(unit: TextUnit, *, entity_types: Sequence[str] = DEFAULT_ENTITY_TYPES,
                  claims: bool = False) -> Extraction:
     """Entities, co-occurrence relationships and (optionally) claims of one text unit."""
     sentences = split_sentences(unit.text)
     lower_words = set(_LOWER_WORD.findall(unit.text))
     seen: dict[str, _Seen] = {}
-    per_sentence: list[list[str]] = []
+    per_sentence: list[list[str]] = []  # keys mentioned in each sentence
+    under: list[str | None] = []  # key of the heading each sentence is under
+    named = {normalize_name(h): _heading_name(h, lower_words) for h in headings(unit.text)}
+    current: str | None = None
     for si, sentence in enumerate(sentences):
         keys: list[str] = []
+        norm = normalize_name(sentence)
+        if norm in named:  # a level-one heading: its name (if it is one) holds until the next
+            name = named[norm]
+            current = normalize_name(name) if name else None
+            if name and current:
+                s = seen.get(current)
+                if s is None:
+                    s = seen[current] = _Seen(scores=type_scores(name.split()))
+                s.heading = True
+                s.surfaces[name] += 1
+        if current is not None:
+            s = seen[current]
+            if not s.sentences or s.sentences[-1] != si:
+                s.sentences.append(si)
+        under.append(current)
         for m in find_mentions(sentence):
             key = normalize_name(m.name)
             if not key:
@@ -144,7 +184,8 @@ def extract_unit(unit: TextUnit, *, entity_types: Sequence[str] = DEFAULT_ENTITY
     )
     pairs: dict[tuple[str, str], list[int]] = {}
     for si, keys in enumerate(per_sentence):
-        ks = [k for k in keys if k in kept]
+        head = under[si]
+        ks = [k for k in ([head] if head else []) + [k for k in keys if k != head] if k in kept]
         for i, a in enumerate(ks):
             for b in ks[i + 1 : i + 1 + PAIR_WINDOW]:
                 pk = (b, a) if (b, a) in pairs else (a, b)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from canopy.providers.builtin import lexicon as lx
 from canopy.providers.builtin.text import has_cjk, load_jieba
 
-__all__ = ["TYPES", "Mention", "claim_type", "find_mentions", "type_scores"]
+__all__ = ["TYPES", "Mention", "claim_type", "find_mentions", "heading_name", "headings",
+           "type_scores"]
 
 TYPES = ("organization", "person", "geo", "event")  # tie-break order
 
@@ -279,6 +280,44 @@ def _cjk_mentions(sentence: str) -> list[Mention]:
         if kind:
             out.append(Mention(w, offsets[i], _votes(kind), 6.0))
     return out
+
+
+MAX_HEADING_WORDS = 6  # the longest name a heading is taken as (as for names in prose)
+_HEADING = re.compile(r"^#[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+_QUALIFIER = re.compile(r"\s*\([^()]*\)$")  # "Vessel (novel)": what kind of thing, not its name
+_HEADING_WORD = re.compile(r"[\"'“”‘’,]")
+
+
+def headings(text: str) -> list[str]:
+    """The level-one markdown headings ("# ...") of `text`, in order, as written."""
+    return [m.group(1) for m in _HEADING.finditer(text)]
+
+
+def heading_name(heading: str) -> str | None:
+    """The name a level-one heading gives its section, or None when it reads as a headline or
+    a sentence rather than a name.
+
+    A document titled by a name is about that entity ("# Marlowe Quarry", "# Ostrava"), even when
+    the text never repeats the name in a form the mention rules keep (a lone word opening a
+    sentence is dropped as possibly capitalized by position only). A name here is what a
+    title-cased phrase is: every word capitalized (or a digit, connector or stop word), at
+    most MAX_HEADING_WORDS words, no sentence or clause punctuation; a trailing
+    parenthesized qualifier ("Vessel (novel)") is not part of the name."""
+    name = _QUALIFIER.sub("", " ".join(heading.split())).strip()
+    if not name or re.search(r"[.!?:;…]$|[:;?!()\[\]]", name):
+        return None
+    words = [_HEADING_WORD.sub("", w) for w in name.split()]
+    words = [w for w in words if w]
+    real = [w for w in words if w.lower() not in lx.CONNECTORS and w.lower() not in lx.STOPWORDS]
+    if not real or len(real) > MAX_HEADING_WORDS:
+        return None
+    if not all(w[0].isupper() or w[0].isdigit() for w in real):
+        return None
+    if len(real) == 1 and real[0].lower().rstrip(".") in _NEVER_ALONE | lx.NOT_ALONE:
+        return None
+    if all(w.isdigit() for w in real) or not any(ch.isalpha() for ch in name):
+        return None
+    return name
 
 
 def find_mentions(sentence: str) -> list[Mention]:

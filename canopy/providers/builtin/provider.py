@@ -49,8 +49,9 @@ class BuiltinProvider:
     name = "builtin"
     # Part of the extraction fingerprint: raise it when the extraction rules or word lists change,
     # so that the next `canopy index` extracts every unit again (cheap here) instead of keeping
-    # what the old rules found. 2: word lists without corpus-fitted names, rules for unknown names.
-    extraction_version = "2"
+    # what the old rules found. 2: word lists without corpus-fitted names, rules for unknown names;
+    # 3: a level-one heading names the entity its section is about.
+    extraction_version = "3"
 
     def __init__(self, *, encoding: str = "o200k_base") -> None:
         self._tokenizer = get_tokenizer(encoding)

@@ -5,9 +5,10 @@ hashes them) and local_search's evidence ranking (server/engines/evidence.py). P
 deterministic, no network; jieba is loaded lazily and only for text that contains CJK characters.
 
 Words are runs of letters of any script (apostrophes inside a word keep it whole: "o'brien",
-"don't"), runs of digits, and CJK runs. A word is lower-cased, drops a possessive "'s", is
-dropped if it is a stop word (lexicon.STOPWORDS) or a single letter (a digit stays), and is
-stemmed by `stem`. CJK runs are segmented two ways:
+"don't"), runs of digits, and CJK runs. A word is lower-cased, loses its accents
+(canopy.ids.fold_accents), drops a possessive "'s", is dropped if it is a stop word
+(lexicon.STOPWORDS) or a single letter (a digit stays), and is stemmed by `stem`. CJK runs are
+segmented two ways:
 - `lexical_terms`: character bigrams. No dictionary: cheap at index time, and the statistics
   stored in the index do not depend on jieba's version;
 - `terms`: jieba's words without Chinese stop words, for query-time relevance over a few texts,
@@ -33,6 +34,7 @@ from functools import lru_cache
 from itertools import pairwise
 from types import ModuleType
 
+from canopy.ids import fold_accents
 from canopy.providers.builtin import lexicon as lx
 
 __all__ = [
@@ -47,7 +49,7 @@ __all__ = [
     "trim",
 ]
 
-TERMS_VERSION = 2  # of `lexical_terms`: 1 had its own stemmer and stop words
+TERMS_VERSION = 3  # of `lexical_terms`: 1 had its own stemmer and stop words; 2 kept accents
 
 _CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK = re.compile(f"[{_CJK_CLASS}]")
@@ -109,7 +111,7 @@ def stem(word: str) -> str:
 def _term(word: str) -> str | None:
     """The term of one lower-cased word without CJK, or None for a stop word or a single
     letter."""
-    word = word.replace("’", "'")
+    word = fold_accents(word.replace("’", "'"))  # "Zürich" is also written "Zurich"
     if word in lx.STOPWORDS:
         return None
     word = word.removesuffix("'s")
