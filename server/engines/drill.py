@@ -26,7 +26,8 @@ from server.engines.cards import (
 from server.engines.common import metered, tokenizer
 from server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
 
-__all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "report_markdown", "source_span"]
+__all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "no_community", "no_entity",
+           "report_markdown", "source_span"]
 
 MAX_LIMIT = 100
 MAX_OFFSET = 1_000_000
@@ -36,11 +37,13 @@ def _shown(value: str) -> str:
     return repr(value if len(value) <= 80 else value[:80] + "…")
 
 
-def _no_community(community_id: str) -> NotFound:
+def no_community(community_id: str) -> NotFound:
+    """What a caller reads for a community that is absent or hidden from them: the same."""
     return NotFound(f"No community {_shown(community_id)} in this index.")
 
 
-def _no_entity(name: str) -> NotFound:
+def no_entity(name: str) -> NotFound:
+    """What a caller reads for an entity that is absent or hidden from them: the same."""
     return NotFound(f"No entity {_shown(name)} in this index.")
 
 
@@ -79,7 +82,7 @@ async def drill_down(
         elif community_id is not None:
             report = (await ctx.reader.reports([community_id])).get(community_id)
             if report is None:
-                raise _no_community(community_id)
+                raise no_community(community_id)
             result = await _community(ctx, report, finding, page)
         else:
             assert entity is not None
@@ -105,7 +108,7 @@ async def report_markdown(ctx: QueryContext, community_id: str) -> str:
     reader = ctx.reader
     report = (await reader.reports([community_id])).get(community_id)
     if report is None:
-        raise _no_community(community_id)
+        raise no_community(community_id)
     row = reader.community_rows([community_id])[community_id]
     rating = (f"Community `{community_id}`, level {report.level}; "
               f"rating {report.rating:g}/10: {report.rating_explanation}")
@@ -253,7 +256,7 @@ async def _entity(ctx: QueryContext, name: str, finding: int | None, page: _Page
         eid = name  # an entity id from a citation
     entity = (await reader.entities([eid])).get(eid) if eid is not None else None
     if entity is None:
-        raise _no_entity(name)
+        raise no_entity(name)
     chain = reader.communities_of([entity.id]).get(entity.id, [])  # deepest first
     states = reader.community_states(chain)
     for cid in chain:

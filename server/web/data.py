@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from canopy.errors import NotFound
 from canopy.model import Document, Entity, TextUnit
 from server.context import QueryContext
 from server.engines.cards import community_card, entity_card, finding_cards, span_of
+from server.engines.drill import no_community, no_entity
 from server.results import CommunityCard
 from server.web.models import (
     CommunityNode,
@@ -27,24 +27,12 @@ from server.web.models import (
     Neighbour,
 )
 
-__all__ = ["GRAPH_LIMIT", "community_page", "entity_page", "hierarchy"]
+__all__ = ["GRAPH_LIMIT", "community_page", "entity_page", "hierarchy", "no_community", "no_entity"]
 
 GRAPH_LIMIT = 40  # members drawn in a community's graph: a force layout stays legible
 NEIGHBOURS = 12  # relationships listed for an entity
 SOURCES = 6  # excerpts shown for an entity
 BEFORE, AFTER = 220, 380  # characters of an excerpt around the first mention
-
-
-def _shown(value: str) -> str:
-    return repr(value if len(value) <= 80 else value[:80] + "…")
-
-
-def no_community(cid: str) -> NotFound:
-    return NotFound(f"No community {_shown(cid)} in this index.")
-
-
-def no_entity(eid: str) -> NotFound:
-    return NotFound(f"No entity {_shown(eid)} in this index.")
 
 
 async def hierarchy(ctx: QueryContext, index: str) -> Hierarchy:
