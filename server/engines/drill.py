@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from acl.reader import CallerReader
 from canopy.errors import InvalidArgument, NotFound
 from canopy.ids import normalize_name
 from canopy.model import Entity, Relationship, Report
@@ -27,7 +28,7 @@ from server.engines.common import metered, tokenizer
 from server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
 
 __all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "no_community", "no_entity",
-           "report_markdown", "source_span"]
+           "report_markdown", "served_ancestors", "source_span"]
 
 MAX_LIMIT = 100
 MAX_OFFSET = 1_000_000
@@ -49,6 +50,19 @@ def no_entity(name: str) -> NotFound:
 
 def _no_unit(unit_id: str) -> NotFound:
     return NotFound(f"No text unit {_shown(unit_id)} in this index.")
+
+
+async def served_ancestors(reader: CallerReader, cid: str) -> list[CommunityCard]:
+    """The ancestors of community `cid` that the caller is served, root first (a hidden one is
+    left out; the chain goes on above it)."""
+    chain: list[str] = []
+    parent = reader.community_rows([cid])[cid].parent
+    while parent is not None:
+        chain.insert(0, parent)
+        row = reader.community_rows([parent]).get(parent)
+        parent = row.parent if row is not None else None
+    served = await reader.reports(chain)
+    return [community_card(reader, served[p]) for p in chain if p in served]
 
 
 async def drill_down(
@@ -199,14 +213,7 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, pag
     def cap(items: list[Any], what: str, args: str = here, total: int | None = None) -> list[Any]:
         return page.cut(items, what, args, total=total)
 
-    chain: list[str] = []
-    parent = reader.community_rows([cid])[cid].parent
-    while parent is not None:
-        chain.insert(0, parent)
-        row = reader.community_rows([parent]).get(parent)
-        parent = row.parent if row is not None else None
-    served_parents = await reader.reports(chain)
-    parents = [community_card(reader, served_parents[p]) for p in chain if p in served_parents]
+    parents = await served_ancestors(reader, cid)
     all_children = reader.child_ids([cid]).get(cid, [])
     tops = reader.servable_tops(all_children)
     kids = await reader.reports(tops)

@@ -14,8 +14,7 @@ import re
 from canopy.model import Document, Entity, TextUnit
 from server.context import QueryContext
 from server.engines.cards import community_card, entity_card, finding_cards, span_of
-from server.engines.drill import no_community, no_entity
-from server.results import CommunityCard
+from server.engines.drill import no_community, no_entity, served_ancestors
 from server.web.models import (
     CommunityNode,
     CommunityPage,
@@ -64,19 +63,6 @@ async def hierarchy(ctx: QueryContext, index: str) -> Hierarchy:
                      entities=sum(n.size for n in roots), roots=roots)
 
 
-async def _chain(ctx: QueryContext, cid: str) -> list[CommunityCard]:
-    """The served ancestors of `cid`, root first."""
-    reader = ctx.reader
-    chain: list[str] = []
-    parent = reader.community_rows([cid])[cid].parent
-    while parent is not None:
-        chain.insert(0, parent)
-        row = reader.community_rows([parent]).get(parent)
-        parent = row.parent if row is not None else None
-    served = await reader.reports(chain)
-    return [community_card(reader, served[p]) for p in chain if p in served]
-
-
 async def community_page(ctx: QueryContext, cid: str, limit: int = GRAPH_LIMIT) -> CommunityPage:
     reader = ctx.reader
     report = (await reader.reports([cid])).get(cid)
@@ -94,7 +80,7 @@ async def community_page(ctx: QueryContext, cid: str, limit: int = GRAPH_LIMIT) 
     rels = await reader.relationships(sorted(weight, key=lambda r: (-weight[r], r)))
     return CommunityPage(
         community=community_card(reader, report),
-        parents=await _chain(ctx, cid),
+        parents=await served_ancestors(ctx.reader, cid),
         children=[community_card(reader, kids[k]) for k in tops if k in kids],
         rating_explanation=report.rating_explanation,
         findings=finding_cards(reader, report),
