@@ -43,6 +43,7 @@ import argparse
 import base64
 import json
 import struct
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -402,6 +403,13 @@ def _error(
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the default 5 drops bursts of connections (1 s SYN retry)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client process that exits drops its idle keep-alive connections: not an error of
+        # the server's, and the default handler prints a traceback for it.
+        if isinstance(sys.exc_info()[1], ConnectionResetError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
