@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -62,6 +63,26 @@ def test_a_spent_token_budget_refuses_until_the_window_ends(
     time.sleep(float(err.response.headers["retry-after"]) + 0.05)
     ask(client, "short")
     assert fake_openai.requests[-1].status == 200
+
+
+def test_requests_in_flight_do_not_overshoot_the_token_budget(
+    fake_openai: FakeOpenAI, client: openai.OpenAI
+) -> None:
+    # Charged at admission, prompt and completion: ten requests at once into a 600-token window
+    # take at most the budget plus the one request that crossed it.
+    fake_openai.latency, fake_openai.tpm, fake_openai.rate_window_s = 0.3, 600, 5.0
+
+    def one(i: int) -> None:
+        try:
+            ask(client, f"{i} " + "y" * 300)
+        except openai.RateLimitError:
+            pass
+
+    with ThreadPoolExecutor(10) as pool:
+        list(pool.map(one, range(10)))
+    answered = [r.tokens for r in fake_openai.requests if r.status == 200]
+    assert 0 < len(answered) < 10 and fake_openai.rate_limited == 10 - len(answered)
+    assert sum(answered) <= 600 + max(answered)
 
 
 def test_without_budgets_nothing_is_refused(fake_openai: FakeOpenAI, client: openai.OpenAI) -> None:

@@ -21,10 +21,11 @@ Fault injection (each consumes the next matching requests, in order):
 - `tpm = n` / `rpm = n` (with `rate_window_s`, default 60): a token and a request budget per
   fixed window, as OpenAI's rate limits: once the current window's budget is spent, a request
   is refused at once with 429 and a Retry-After of the time left in the window (`rate_limited`
-  counts them). A request's prompt tokens are charged when it arrives and its completion tokens
-  when it is answered, so the last requests admitted may overshoot the budget a little, as
-  OpenAI's do. OpenAI enforces per-minute limits over shorter periods too ("60,000 requests/minute
-  may be enforced as 1,000 requests/second"), so a short window with a budget scaled to it is a
+  counts them). An admitted request is charged its prompt and completion tokens on arrival
+  (under a token budget its reply is made then and sent after the latency), as OpenAI charges
+  max_tokens on admission: the last request admitted may overshoot the budget. OpenAI
+  enforces per-minute limits over shorter periods too ("60,000 requests/minute may be
+  enforced as 1,000 requests/second"), so a short window with a budget scaled to it is a
   faithful stand-in in a benchmark of seconds;
 - `serial = True`: requests are worked on one at a time, each for `latency` (a local server with
   one slot: latency grows with the queue, and nothing is ever refused);
@@ -223,6 +224,16 @@ class FakeOpenAI:
         self._window_tokens += prompt_tokens
         return None
 
+    def _charge_completion(self, record: FakeRequest, payload: dict[str, Any]) -> None:
+        """Record an answered request's tokens and charge its completion to the current
+        window (its prompt was charged on arrival)."""
+        usage = payload.get("usage") or {}
+        record.tokens = int(usage.get("total_tokens") or 0)
+        with self._lock:
+            if self._window_start is not None:
+                self._roll_window(time.monotonic())
+                self._window_tokens += record.tokens - int(usage.get("prompt_tokens") or 0)
+
     def _tick(self, now: float) -> None:
         if self._first is None:
             self._first = self._mark = now
@@ -263,24 +274,25 @@ class FakeOpenAI:
             status, extra, payload = self._answer(task, headers, body, refusal)
             record.status, record.finished = status, time.monotonic()
             return status, extra, payload
+        # Under a token budget the reply is made on arrival and its completion charged with its
+        # prompt, as OpenAI charges a request's max_tokens when it admits it: charged at reply
+        # time instead, the completions in flight overshot a window's budget by a quarter.
+        early = self._answer(task, headers, body, fault) if self.tpm is not None else None
+        if early is not None and early[0] == 200:
+            self._charge_completion(record, early[2])
         try:
             if self.serial:
                 with self._work:
                     time.sleep(self.latency + hang)
             elif self.latency or hang:
                 time.sleep(self.latency + hang)
-            status, extra, payload = self._answer(task, headers, body, fault)
+            status, extra, payload = early or self._answer(task, headers, body, fault)
         finally:
             with self._lock:
                 self._tick(time.monotonic())
                 self._in_flight -= 1
-        if status == 200:
-            usage = payload.get("usage") or {}
-            record.tokens = int(usage.get("total_tokens") or 0)
-            with self._lock:  # the completion is charged to the window it is answered in
-                if self._window_start is not None:
-                    self._roll_window(time.monotonic())
-                    self._window_tokens += record.tokens - int(usage.get("prompt_tokens") or 0)
+        if early is None and status == 200:
+            self._charge_completion(record, payload)
         record.status, record.finished = status, time.monotonic()
         return status, extra, payload
 
