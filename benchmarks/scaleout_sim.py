@@ -76,6 +76,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "start": start,
         "end": time.monotonic(),
         "failures": len(result.failures),
+        "failure_errors": sorted({f"{f.task}: {f.error[:200]}" for f in result.failures}),
         "calls": sum(u["calls"] for u in usage),
         "tokens": sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
         "units": result.stats["text_units"],
@@ -216,6 +217,7 @@ def one_row(args: argparse.Namespace, fake: FakeHost, docs: Path, work: Path, n:
         "client_peak_sum": sum(lim.get("peak_in_flight", 0) for lim in limiters),
         "final_windows": [lim.get("window") for lim in limiters],
         "failures": sum(r.get("failures", 0) for r in results),
+        "failure_errors": sorted({e for r in results for e in r.get("failure_errors", [])}),
         "errors": [r["error"] for r in results if "error" in r],
         "units": sum(r.get("units", 0) for r in results),
     }

@@ -6,13 +6,15 @@ once on 401/403/404, `EndpointUnavailable` with a message naming the endpoint an
 status. `note_failure` tells the adaptive limiter when a failure means the endpoint is
 overloaded.
 
-Throttled is not down: a client that passes `progress` (its count of successful requests) gets
-its retries back whenever an overloaded reply (429/503/529) comes after the endpoint answered
-one of its other requests: the endpoint is working and the call is competing for a shared rate
+Throttled is not down: an overload reply (429/503/529) gives the call its retries back when it
+names a Retry-After (a rate limiter telling the client when to come back), or when it comes
+after the endpoint answered another request of the same client (`progress`, the client's count
+of successful requests): the endpoint is working and the call is competing for a shared rate
 budget (several workers behind one API key), not facing an outage. Such a call still gives up
 after `THROTTLED_RETRY_FACTOR` x max_retries retries in all. Without it, N workers sharing one
-tokens-per-minute budget lost whole builds to a request unlucky six times in a row
-(benchmarks/scaleout_sim.py, 8 and 16 workers).
+tokens-per-minute budget lost whole builds to a request unlucky six times in a row, and with
+the progress rule alone a worker that got nothing through at the start of its build lost units
+(benchmarks/scaleout_sim.py, 16 workers).
 """
 
 from __future__ import annotations
@@ -126,10 +128,14 @@ class _RetryBudget:
 
     def allow(self, exc: BaseException | None) -> bool:
         """One more retry after `exc`? (Counts it when it is allowed.)"""
-        if self._progress is not None and _status(exc) in _OVERLOAD_STATUSES:
-            now = self._progress()
-            if now > self._seen:  # the endpoint answered this client since: throttled, not down
-                self._seen = now
+        if _status(exc) in _OVERLOAD_STATUSES:
+            throttled = retry_after(exc) is not None  # told when to come back
+            if self._progress is not None:
+                now = self._progress()
+                if now > self._seen:  # the endpoint answered this client since
+                    self._seen = now
+                    throttled = True
+            if throttled:
                 self.left = self.max_retries
         if self.left <= 0 or self.used >= self.max_retries * THROTTLED_RETRY_FACTOR:
             return False
