@@ -147,6 +147,7 @@ class AdaptiveLimiter:
         self._last = 0.0  # last admission or release
         self._mark = 0.0  # time up to which _area and _busy are integrated
         self._throttled = 0
+        self._successes = 0
         self._backoffs = 0
         self._paused = 0.0
 
@@ -184,6 +185,11 @@ class AdaptiveLimiter:
                 backoffs=self._backoffs,
                 paused_s=round(self._paused, 3),
             )
+
+    def successes(self) -> int:
+        """Requests that came back well so far (a retry policy reads it as "the endpoint is
+        answering": `canopy.llm.retries`)."""
+        return self._successes
 
     @property
     def in_flight(self) -> int:
@@ -320,8 +326,10 @@ class AdaptiveLimiter:
                     self._pause(now, min(permit.retry_after, self.max_pause))
                 if self.adaptive and permit.epoch == self._epoch:
                     self._cut(_OVERLOAD_FACTOR, self.floor)
-            elif permit.outcome == "ok" and self.adaptive:
-                self._on_success(permit, now - permit.start, saturated)
+            elif permit.outcome == "ok":
+                self._successes += 1
+                if self.adaptive:
+                    self._on_success(permit, now - permit.start, saturated)
         self._wake()
 
     def _pause(self, now: float, seconds: float) -> None:

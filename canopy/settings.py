@@ -76,7 +76,8 @@ class LLMSettings(BaseModel):
         description="Growth stops when requests take this many times the best seen (the "
         "endpoint is queueing, not working in parallel)")
     max_retries: int = Field(
-        5, ge=0, le=20, description="Retries on 429/5xx/timeouts, with backoff"
+        5, ge=0, le=20, description="Retries on 429/5xx/timeouts, with backoff; a 429 naming a "
+        "Retry-After, or one while other requests succeed, refills them (4 x at most)"
     )
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds")
     backoff_s: float = Field(

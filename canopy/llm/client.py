@@ -242,7 +242,7 @@ class ChatClient:
         try:
             content, usage = await call_with_retries(
                 once, what=self.what, model=self.model, policy=self._policy,
-                first_contact=not self._reached,
+                first_contact=not self._reached, progress=self._limiter.successes,
             )
         except StatusError as exc:
             message = exc.message

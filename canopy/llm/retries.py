@@ -1,9 +1,20 @@
 """The retry policy shared by the chat and embedding clients.
 
 Retries with exponential backoff and jitter on 429, 5xx, timeouts and connection errors,
-honouring `Retry-After` / `retry-after-ms`; when retries run out, or at once on 401/403/404,
-`EndpointUnavailable` with a message naming the endpoint and the last status. `note_failure`
-tells the adaptive limiter when a failure means the endpoint is overloaded.
+honouring `Retry-After` / `retry-after-ms` (plus a little jitter); when retries run out, or at
+once on 401/403/404, `EndpointUnavailable` with a message naming the endpoint and the last
+status. `note_failure` tells the adaptive limiter when a failure means the endpoint is
+overloaded.
+
+Throttled is not down: an overload reply (429/503/529) gives the call its retries back when it
+names a Retry-After (a rate limiter telling the client when to come back), or when it comes
+after the endpoint answered another request of the same client (`progress`, the client's count
+of successful requests): the endpoint is working and the call is competing for a shared rate
+budget (several workers behind one API key), not facing an outage. Such a call still gives up
+after `THROTTLED_RETRY_FACTOR` x max_retries retries in all. Without it, N workers sharing one
+tokens-per-minute budget lost whole builds to a request unlucky six times in a row, and with
+the progress rule alone a worker that got nothing through at the start of its build lost units
+(benchmarks/scaleout_sim.py, 16 workers).
 """
 
 from __future__ import annotations
@@ -16,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from canopy.endpoint import ConnectFailed, EndpointError, RequestTimeout, StatusError
 from canopy.errors import EndpointUnavailable
@@ -43,7 +54,7 @@ class RetryPolicy:
     backoff_max: float = 60.0  # cap of any single wait, Retry-After included
 
 
-def _status(exc: BaseException) -> int | None:
+def _status(exc: BaseException | None) -> int | None:
     return exc.status if isinstance(exc, StatusError) else None
 
 
@@ -97,6 +108,42 @@ def describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+# Retries a throttled call may make in all, as a multiple of max_retries (see the docstring).
+THROTTLED_RETRY_FACTOR = 4
+# A Retry-After is "not before": waiting up to a quarter more (at most 1 s) spreads the clients
+# told the same instant, which otherwise all come back at once into a budget that just reset.
+_RETRY_AFTER_JITTER = 0.25
+_RETRY_AFTER_JITTER_MAX_S = 1.0
+
+
+class _RetryBudget:
+    """The retries one call has left (see the module docstring)."""
+
+    def __init__(self, max_retries: int, progress: Callable[[], int] | None) -> None:
+        self.max_retries = max_retries
+        self.left = max_retries
+        self.used = 0
+        self._progress = progress
+        self._seen = progress() if progress is not None else 0
+
+    def allow(self, exc: BaseException | None) -> bool:
+        """One more retry after `exc`? (Counts it when it is allowed.)"""
+        if _status(exc) in _OVERLOAD_STATUSES:
+            throttled = retry_after(exc) is not None  # told when to come back
+            if self._progress is not None:
+                now = self._progress()
+                if now > self._seen:  # the endpoint answered this client since
+                    self._seen = now
+                    throttled = True
+            if throttled:
+                self.left = self.max_retries
+        if self.left <= 0 or self.used >= self.max_retries * THROTTLED_RETRY_FACTOR:
+            return False
+        self.left -= 1
+        self.used += 1
+        return True
+
+
 # An endpoint that has never answered and refuses connections is most likely not running, or
 # base_url is wrong: say so after one short retry instead of minutes of backoff.
 FIRST_CONTACT_WAIT_S = 0.5
@@ -104,7 +151,7 @@ FIRST_CONTACT_WAIT_S = 0.5
 
 async def call_with_retries(
     call: Callable[[], Awaitable[T]], *, what: str, model: str, policy: RetryPolicy,
-    first_contact: bool = False,
+    first_contact: bool = False, progress: Callable[[], int] | None = None,
 ) -> T:
     """Run `call` and retry transient failures; translate endpoint failures into Canopy errors.
 
@@ -113,12 +160,15 @@ async def call_with_retries(
     are re-raised unchanged for the caller to interpret (e.g. a rejected response_format).
     `first_contact`: the endpoint has not answered yet in this process; failing to connect then
     ends the call after one retry FIRST_CONTACT_WAIT_S later (an endpoint that answered before
-    gets the full policy: it may be restarting)."""
+    gets the full policy: it may be restarting). `progress`: the client's count of successful
+    requests, which makes the retry budget throttling-aware (module docstring)."""
+    budget = _RetryBudget(policy.max_retries, progress)
     try:
         return await call()
     except ConnectFailed as exc:
         if not first_contact:
-            return await _with_retries(call, what=what, model=model, policy=policy, failed=exc)
+            return await _with_retries(call, what=what, model=model, policy=policy, failed=exc,
+                                       budget=budget)
         await asyncio.sleep(FIRST_CONTACT_WAIT_S)
         try:
             return await call()
@@ -128,29 +178,31 @@ async def call_with_retries(
                 "running, and is base_url right?") from None
         except EndpointError as other:
             return await _with_retries(call, what=what, model=model, policy=policy,
-                                       failed=other)
+                                       failed=other, budget=budget)
     except EndpointError as exc:
-        return await _with_retries(call, what=what, model=model, policy=policy, failed=exc)
+        return await _with_retries(call, what=what, model=model, policy=policy, failed=exc,
+                                   budget=budget)
 
 
 async def _with_retries(
     call: Callable[[], Awaitable[T]], *, what: str, model: str, policy: RetryPolicy,
-    failed: EndpointError,
+    failed: EndpointError, budget: _RetryBudget,
 ) -> T:
     """The retries after a first attempt that failed with `failed`."""
 
     def wait(exc: BaseException | None, attempt: int) -> float:
         asked = retry_after(exc)
         if asked is not None:
-            return min(asked, policy.backoff_max)
+            asked = min(asked, policy.backoff_max)
+            spread = min(asked * _RETRY_AFTER_JITTER, _RETRY_AFTER_JITTER_MAX_S)
+            return asked + random.uniform(0, spread)
         base = min(policy.backoff_base * 2 ** (attempt - 1), policy.backoff_max)
         return base / 2 + random.uniform(0, base / 2)  # "equal jitter"
 
-    attempts = policy.max_retries + 1
     try:
         # The first attempt ran bare (call_with_retries): most calls succeed, and tenacity's
         # per-call set-up costs more than the rest of the retry policy together.
-        if attempts == 1 or not _is_transient(failed):
+        if not _is_transient(failed) or not budget.allow(failed):
             raise failed
         await asyncio.sleep(wait(failed, 1))
 
@@ -158,8 +210,11 @@ async def _with_retries(
             exc = state.outcome.exception() if state.outcome else None
             return wait(exc, state.attempt_number + 1)
 
+        def out_of_retries(state: RetryCallState) -> bool:
+            return not budget.allow(state.outcome.exception() if state.outcome else None)
+
         async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(attempts - 1),
+            stop=out_of_retries,
             wait=later_wait,
             retry=retry_if_exception(_is_transient),
             reraise=True,
@@ -174,6 +229,7 @@ async def _with_retries(
             reason = _FATAL_STATUSES[status].format(model=model)
             raise EndpointUnavailable(f"{what} {reason}.") from None
         if _is_transient(exc):
+            attempts = budget.used + 1
             n = "attempt" if attempts == 1 else "attempts"
             raise EndpointUnavailable(
                 f"{what} is unavailable: {attempts} {n} failed, the last with {describe(exc)}."

@@ -122,7 +122,7 @@ class OpenAIEmbedder:
         try:
             raw = await call_with_retries(
                 once, what=self.what, model=self.model, policy=self._policy,
-                first_contact=not self._reached,
+                first_contact=not self._reached, progress=self._limiter.successes,
             )
         except EndpointError as exc:
             status = getattr(exc, "status", None)

@@ -18,6 +18,15 @@ Fault injection (each consumes the next matching requests, in order):
   and `in_flight_stats()` the time-weighted mean);
 - `capacity = n` (with `capacity_retry_after`): a request arriving while n are being worked on is
   refused at once with 429, like an endpoint with a concurrency quota (`refused` counts them);
+- `tpm = n` / `rpm = n` (with `rate_window_s`, default 60): a token and a request budget per
+  fixed window, as OpenAI's rate limits: once the current window's budget is spent, a request
+  is refused at once with 429 and a Retry-After of the time left in the window (`rate_limited`
+  counts them). An admitted request is charged its prompt and completion tokens on arrival
+  (under a token budget its reply is made then and sent after the latency), as OpenAI charges
+  max_tokens on admission: the last request admitted may overshoot the budget. OpenAI
+  enforces per-minute limits over shorter periods too ("60,000 requests/minute may be
+  enforced as 1,000 requests/second"), so a short window with a budget scaled to it is a
+  faithful stand-in in a benchmark of seconds;
 - `serial = True`: requests are worked on one at a time, each for `latency` (a local server with
   one slot: latency grows with the queue, and nothing is ever refused);
 - `reject_json_schema = True`: 400 "response_format json_schema is not supported";
@@ -36,6 +45,7 @@ import argparse
 import base64
 import json
 import struct
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -57,6 +67,7 @@ class FakeRequest:
     time: float = field(default_factory=time.monotonic)  # arrival
     finished: float = 0.0  # when the reply was ready
     headers: dict[str, str] = field(default_factory=dict)  # names in lower case
+    tokens: int = 0  # usage of an answered request (prompt + completion), 0 if refused
 
 
 class FakeOpenAI:
@@ -75,6 +86,13 @@ class FakeOpenAI:
         self.capacity_retry_after: float | None = 0.05
         self.refused = 0
         self.serial = False
+        self.tpm: int | None = None  # tokens per rate window
+        self.rpm: int | None = None  # requests per rate window
+        self.rate_window_s = 60.0
+        self.rate_limited = 0  # requests refused because the window's budget was spent
+        self._window_start: float | None = None
+        self._window_tokens = 0
+        self._window_requests = 0
         self._in_flight = 0
         self._area = 0.0  # integral of requests in flight over time
         self._first: float | None = None
@@ -162,6 +180,8 @@ class FakeOpenAI:
             self._canned.clear()
             self.max_in_flight = 0
             self.refused = 0
+            self.rate_limited = 0
+            self._window_start, self._window_tokens, self._window_requests = None, 0, 0
             self._area, self._first, self._mark, self._last = 0.0, None, 0.0, 0.0
 
     def in_flight_stats(self) -> dict[str, float]:
@@ -174,6 +194,47 @@ class FakeOpenAI:
                 "peak": float(self.max_in_flight),
                 "span_s": span,
             }
+
+    def tokens_served(self) -> int:
+        """Tokens of the requests answered so far (prompt + completion, as their usage says)."""
+        with self._lock:
+            return sum(r.tokens for r in self.requests)
+
+    def _roll_window(self, now: float) -> None:
+        """Start a new rate window if the current one is over (lock held). Windows are fixed,
+        aligned on the first request."""
+        if self._window_start is None:
+            self._window_start = now
+        elif now - self._window_start >= self.rate_window_s:
+            elapsed = (now - self._window_start) // self.rate_window_s
+            self._window_start += elapsed * self.rate_window_s
+            self._window_tokens = self._window_requests = 0
+
+    def _over_budget(self, now: float, prompt_tokens: int) -> float | None:
+        """Seconds until the window ends if its budget is spent, else None after charging the
+        request and its prompt to it (lock held)."""
+        if self.tpm is None and self.rpm is None:
+            return None
+        self._roll_window(now)
+        assert self._window_start is not None
+        spent = (self.tpm is not None and self._window_tokens >= self.tpm) or (
+            self.rpm is not None and self._window_requests >= self.rpm
+        )
+        if spent:
+            return max(0.001, self._window_start + self.rate_window_s - now)
+        self._window_requests += 1
+        self._window_tokens += prompt_tokens
+        return None
+
+    def _charge_completion(self, record: FakeRequest, payload: dict[str, Any]) -> None:
+        """Record an answered request's tokens and charge its completion to the current
+        window (its prompt was charged on arrival)."""
+        usage = payload.get("usage") or {}
+        record.tokens = int(usage.get("total_tokens") or 0)
+        with self._lock:
+            if self._window_start is not None:
+                self._roll_window(time.monotonic())
+                self._window_tokens += record.tokens - int(usage.get("prompt_tokens") or 0)
 
     def _tick(self, now: float) -> None:
         if self._first is None:
@@ -194,35 +255,47 @@ class FakeOpenAI:
             return 404, {}, _error(f"Unknown path {path}", "not_found")
         record = FakeRequest(path, task, body,
                              headers={k.lower(): v for k, v in dict(headers).items()})
+        prompt_tokens = _prompt_tokens(task, body)
         with self._lock:
             self.requests.append(record)
             self.calls[task] += 1
-            refuse = self.capacity is not None and self._in_flight >= self.capacity
-            if refuse:
+            now = time.monotonic()
+            refusal: tuple[int, float | None] | None = None
+            if self.capacity is not None and self._in_flight >= self.capacity:
                 self.refused += 1
+                refusal = (429, self.capacity_retry_after)
+            elif (wait := self._over_budget(now, prompt_tokens)) is not None:
+                self.rate_limited += 1
+                refusal = (429, round(wait, 3))
             else:
                 self._tick(time.monotonic())
                 self._in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self._in_flight)
                 fault = self._faults.popleft() if self._faults else None
                 hang = self._hangs.popleft() if self._hangs else 0.0
-        if refuse:
-            status, extra, payload = self._answer(
-                task, headers, body, (429, self.capacity_retry_after)
-            )
+        if refusal is not None:
+            status, extra, payload = self._answer(task, headers, body, refusal)
             record.status, record.finished = status, time.monotonic()
             return status, extra, payload
+        # Under a token budget the reply is made on arrival and its completion charged with its
+        # prompt, as OpenAI charges a request's max_tokens when it admits it: charged at reply
+        # time instead, the completions in flight overshot a window's budget by a quarter.
+        early = self._answer(task, headers, body, fault) if self.tpm is not None else None
+        if early is not None and early[0] == 200:
+            self._charge_completion(record, early[2])
         try:
             if self.serial:
                 with self._work:
                     time.sleep(self.latency + hang)
             elif self.latency or hang:
                 time.sleep(self.latency + hang)
-            status, extra, payload = self._answer(task, headers, body, fault)
+            status, extra, payload = early or self._answer(task, headers, body, fault)
         finally:
             with self._lock:
                 self._tick(time.monotonic())
                 self._in_flight -= 1
+        if early is None and status == 200:
+            self._charge_completion(record, payload)
         record.status, record.finished = status, time.monotonic()
         return status, extra, payload
 
@@ -282,8 +355,10 @@ class FakeOpenAI:
             content = scripted
         else:
             content = responses.chat_content(task, body)
-        prompt_chars = sum(len(json.dumps(m.get("content", ""))) for m in body.get("messages", []))
-        usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(content) // 4 + 1}
+        usage = {
+            "prompt_tokens": _prompt_tokens(task, body),
+            "completion_tokens": len(content) // 4 + 1,
+        }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return (
             200,
@@ -316,13 +391,22 @@ class FakeOpenAI:
             else:
                 value = vec
             data.append({"object": "embedding", "index": i, "embedding": value})
-        tokens = sum(len(t) for t in texts) // 4
+        tokens = _prompt_tokens("embeddings", body)
         return {
             "object": "list",
             "data": data,
             "model": body.get("model", ""),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
+
+
+def _prompt_tokens(task: str, body: dict[str, Any]) -> int:
+    """The prompt tokens a request's usage reports (about four characters a token)."""
+    if task == "embeddings":
+        inputs = body.get("input", [])
+        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs]
+        return sum(len(t) for t in texts) // 4
+    return sum(len(json.dumps(m.get("content", ""))) for m in body.get("messages", [])) // 4
 
 
 def _error(
@@ -334,6 +418,13 @@ def _error(
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the default 5 drops bursts of connections (1 s SYN retry)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client process that exits drops its idle keep-alive connections: not an error of
+        # the server's, and the default handler prints a traceback for it.
+        if isinstance(sys.exc_info()[1], ConnectionResetError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -380,8 +471,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 = an ephemeral port")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds of delay per request")
     parser.add_argument("--dims", type=int, default=64, help="embedding dimensions")
+    parser.add_argument("--tpm", type=int, help="tokens per rate window (429 beyond)")
+    parser.add_argument("--rpm", type=int, help="requests per rate window (429 beyond)")
+    parser.add_argument("--window", type=float, default=60.0, help="rate window in seconds")
     args = parser.parse_args(argv)
-    server = FakeOpenAI(args.host, args.port, latency=args.latency, dims=args.dims).start()
+    server = FakeOpenAI(args.host, args.port, latency=args.latency, dims=args.dims)
+    server.tpm, server.rpm, server.rate_window_s = args.tpm, args.rpm, args.window
+    server.start()
     print(f"http://{args.host}:{server.port}/v1", flush=True)
     try:
         while True:
