@@ -385,3 +385,15 @@ def test_embeddings_use_the_same_retry_policy(fake_openai):
     )
     with pytest.raises(EndpointUnavailable, match="Embedding endpoint"):
         asyncio.run(dead.embed(["a"]))
+
+
+def test_a_used_up_quota_fails_at_once_instead_of_retrying_as_a_rate_limit(fake_openai):
+    """OpenAI answers 429 `insufficient_quota` when the account has no credit: no wait cures
+    it, so it is not retried like a rate limit (which would take minutes of backoff)."""
+    fake_openai.fail_next(1, status=429, retry_after=0.01, code="insufficient_quota")
+    client = make_client(fake_openai, max_retries=5)
+    with pytest.raises(EndpointUnavailable, match=r"no quota left \(HTTP 429 insufficient_quota\)"):
+        asyncio.run(client.text("hyde", [{"role": "user", "content": "Task: hyde"}]))
+    assert fake_openai.count("hyde") == 1
+    fake_openai.fail_next(1, status=429, retry_after=0.01)  # a rate limit is still retried
+    assert asyncio.run(client.text("hyde", [{"role": "user", "content": "Task: hyde\nagain"}]))

@@ -4,7 +4,8 @@ Retries with exponential backoff and jitter on 429, 5xx, timeouts and connection
 honouring `Retry-After` / `retry-after-ms` (plus a little jitter); when retries run out, or at
 once on 401/403/404, `EndpointUnavailable` with a message naming the endpoint and the last
 status. `note_failure` tells the adaptive limiter when a failure means the endpoint is
-overloaded.
+overloaded. A 429 whose error code says the account's quota is used up (`insufficient_quota`)
+is not a rate limit: it fails at once, like a rejected key.
 
 Throttled is not down: an overload reply (429/503/529) gives the call its retries back when it
 names a Retry-After (a rate limiter telling the client when to come back), or when it comes
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -58,11 +60,37 @@ def _status(exc: BaseException | None) -> int | None:
     return exc.status if isinstance(exc, StatusError) else None
 
 
+# A 429 that is not a rate limit: the account has no quota left (OpenAI's error code), which no
+# wait cures. Said at once instead of retried up to THROTTLED_RETRY_FACTOR x max_retries times.
+_QUOTA_CODES = frozenset({"insufficient_quota"})
+
+
+def _error_code(exc: BaseException | None) -> str | None:
+    """The `error.code` (else `error.type`) of an OpenAI-style error body, if any."""
+    if not isinstance(exc, StatusError):
+        return None
+    try:
+        data = json.loads(exc.body)
+    except ValueError:
+        return None
+    err = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(err, dict):
+        return None
+    code = err.get("code") or err.get("type")
+    return code if isinstance(code, str) else None
+
+
+def _out_of_quota(exc: BaseException | None) -> bool:
+    return _status(exc) == 429 and _error_code(exc) in _QUOTA_CODES
+
+
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectFailed, RequestTimeout)):
         return True
     status = _status(exc)
-    return status is not None and (status in _RETRY_STATUSES or status >= 500)
+    if status is None or _out_of_quota(exc):
+        return False
+    return status in _RETRY_STATUSES or status >= 500
 
 
 def retry_after(exc: BaseException | None) -> float | None:
@@ -225,6 +253,10 @@ async def _with_retries(
         return result
     except EndpointError as exc:
         status = _status(exc)
+        if _out_of_quota(exc):
+            raise EndpointUnavailable(
+                f"{what} says the account has no quota left (HTTP 429 insufficient_quota): "
+                "add credit or raise the limit, then run again; what is indexed is kept.") from None
         if status in _FATAL_STATUSES:
             reason = _FATAL_STATUSES[status].format(model=model)
             raise EndpointUnavailable(f"{what} {reason}.") from None

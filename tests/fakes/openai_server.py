@@ -100,7 +100,7 @@ class FakeOpenAI:
         self._last = 0.0
         self._lock = threading.Lock()
         self._work = threading.Lock()  # the one slot of `serial` mode
-        self._faults: deque[tuple[int, float | None]] = deque()
+        self._faults: deque[tuple[int, float | None, str | None]] = deque()
         self._malformed: deque[str] = deque()
         self._hangs: deque[float] = deque()
         self._canned: dict[str, deque[str]] = {}
@@ -142,9 +142,12 @@ class FakeOpenAI:
 
     # ---- fault injection and inspection -------------------------------------------------------
 
-    def fail_next(self, n: int = 1, status: int = 429, retry_after: float | None = 0.01) -> None:
+    def fail_next(self, n: int = 1, status: int = 429, retry_after: float | None = 0.01,
+                  code: str | None = None) -> None:
+        """The next `n` requests fail with `status`; `code` is the error's type and code
+        (OpenAI's `insufficient_quota`, say), else rate_limit_exceeded / server_error."""
         with self._lock:
-            self._faults.extend([(status, retry_after)] * n)
+            self._faults.extend([(status, retry_after, code)] * n)
 
     def malformed_next(self, n: int = 1, kind: str = "syntax") -> None:
         if kind not in ("syntax", "schema"):
@@ -311,14 +314,14 @@ class FakeOpenAI:
                 ),
             )
         if fault is not None:
-            status, wait = fault
+            status, wait, code = fault
             extra = (
                 {}
                 if wait is None
                 else {"retry-after-ms": str(int(wait * 1000)), "retry-after": f"{wait:g}"}
             )
-            kind = "rate_limit_exceeded" if status == 429 else "server_error"
-            return status, extra, _error(f"Injected failure {status}.", kind)
+            kind = code or ("rate_limit_exceeded" if status == 429 else "server_error")
+            return status, extra, _error(f"Injected failure {status}.", kind, code=code)
         model = str(body.get("model", ""))
         if self.models is not None and model not in self.models:
             return (
