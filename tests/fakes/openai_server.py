@@ -263,13 +263,13 @@ class FakeOpenAI:
             self.requests.append(record)
             self.calls[task] += 1
             now = time.monotonic()
-            refusal: tuple[int, float | None] | None = None
+            refusal: tuple[int, float | None, str | None] | None = None
             if self.capacity is not None and self._in_flight >= self.capacity:
                 self.refused += 1
-                refusal = (429, self.capacity_retry_after)
+                refusal = (429, self.capacity_retry_after, None)
             elif (wait := self._over_budget(now, prompt_tokens)) is not None:
                 self.rate_limited += 1
-                refusal = (429, round(wait, 3))
+                refusal = (429, round(wait, 3), None)
             else:
                 self._tick(time.monotonic())
                 self._in_flight += 1
@@ -303,7 +303,8 @@ class FakeOpenAI:
         return status, extra, payload
 
     def _answer(
-        self, task: str, headers: Any, body: dict[str, Any], fault: tuple[int, float | None] | None
+        self, task: str, headers: Any, body: dict[str, Any],
+        fault: tuple[int, float | None, str | None] | None,
     ) -> tuple[int, dict[str, str], dict[str, Any]]:
         if self.api_key is not None and headers.get("Authorization") != f"Bearer {self.api_key}":
             return (
