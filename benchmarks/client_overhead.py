@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from index_bench import REPO, RESULTS, FakeHost, machine
+from index_bench import REPO, RESULTS, machine, zero_latency_fake
 
 PROMPT = [{"role": "system", "content": "Task: summarize\n" + "word " * 800},
           {"role": "user", "content": "entity description " * 60}]
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    host = FakeHost()
+    host = zero_latency_fake()
     try:
         rounds = []
         for r in range(args.rounds):

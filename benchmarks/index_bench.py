@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing
 import os
 import platform
 import re
@@ -42,6 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_host import FakeHost
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL_DATA = Path(__file__).resolve().parents[2] / "shared" / "eval-data"
@@ -140,6 +142,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 # ---- the fake endpoint, in its own process -------------------------------------------------------
 
 
+def zero_latency_fake() -> FakeHost:
+    """The fake endpoint at zero latency in its own process (reset, stats, stop)."""
+    return FakeHost(_fake_host)
+
+
 def _fake_host(conn: Any) -> None:
     """Serve FakeOpenAI and answer the driver's commands over a pipe: reset, stats, stop."""
     sys.path.insert(0, str(REPO))
@@ -149,7 +156,7 @@ def _fake_host(conn: Any) -> None:
     conn.send(fake.base_url)
     cpu0 = time.process_time()
     while True:
-        cmd = conn.recv()
+        cmd, _ = conn.recv()
         if cmd == "reset":
             fake.reset()
             cpu0 = time.process_time()
@@ -167,25 +174,6 @@ def _fake_host(conn: Any) -> None:
             fake.stop()
             conn.send(None)
             return
-
-
-class FakeHost:
-    def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_fake_host, args=(theirs,), daemon=True, name="fake-openai")
-        self._proc.start()
-        self.base_url: str = self._conn.recv()
-
-    def call(self, cmd: str) -> Any:
-        self._conn.send(cmd)
-        return self._conn.recv()
-
-    def stop(self) -> None:
-        try:
-            self.call("stop")
-        finally:
-            self._proc.join(timeout=10)
 
 
 # ---- driver ------------------------------------------------------------------------------------
@@ -296,7 +284,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             docs[corpus], names[corpus] = work / "multihop-docs", f"MultiHop-RAG ({n} articles)"
             sizes[corpus] = str(n)
 
-    fake = FakeHost() if "fake" in modes else None
+    fake = zero_latency_fake() if "fake" in modes else None
     runs: list[dict[str, Any]] = []
     graphrag_runs: list[dict[str, Any]] = []
     try:

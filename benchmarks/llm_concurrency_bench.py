@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_host import FakeHost
 from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
 
 SETUPS: dict[str, dict[str, Any]] = {
@@ -96,25 +96,6 @@ def _fake_host(conn: Any, latency: float) -> None:
             return
 
 
-class FakeHost:
-    def __init__(self, latency: float) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_fake_host, args=(theirs, latency), daemon=True)
-        self._proc.start()
-        self.base_url: str = self._conn.recv()
-
-    def call(self, cmd: str, arg: Any = None) -> Any:
-        self._conn.send((cmd, arg))
-        return self._conn.recv()
-
-    def stop(self) -> None:
-        try:
-            self.call("stop")
-        finally:
-            self._proc.join(timeout=10)
-
-
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as fh:
         out = Path(fh.name)
@@ -137,7 +118,7 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="canopy-llm-bench-"))
     n = materialize_multihop(work / "docs", args.articles)
-    fake = FakeHost(args.latency)
+    fake = FakeHost(_fake_host, args.latency)
     runs = []
     try:
         for name in args.setups.split(","):

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import shutil
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_host import FakeHost
 from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
 
 # Retries as the defaults (5), quick first backoff: a 429 here always carries a Retry-After.
@@ -112,25 +112,6 @@ def _fake_host(conn: Any) -> None:
             fake.stop()
             conn.send(None)
             return
-
-
-class FakeHost:
-    def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_fake_host, args=(theirs,), daemon=True)
-        self._proc.start()
-        self.base_url: str = self._conn.recv()
-
-    def call(self, cmd: str, arg: Any = None) -> Any:
-        self._conn.send((cmd, arg))
-        return self._conn.recv()
-
-    def stop(self) -> None:
-        try:
-            self.call("stop")
-        finally:
-            self._proc.join(timeout=10)
 
 
 # ---- driver ----------------------------------------------------------------------------------
@@ -226,7 +207,7 @@ def one_row(args: argparse.Namespace, fake: FakeHost, docs: Path, work: Path, n:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="canopy-scaleout-"))
     n_articles = materialize_multihop(work / "docs", args.articles)
-    fake = FakeHost()
+    fake = FakeHost(_fake_host)
     rows = []
     try:
         for n in [int(w) for w in args.workers.split(",")]:
