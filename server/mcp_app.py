@@ -79,6 +79,14 @@ class ToolFailure(ToolError):
         self.kind: FailureKind = kind
 
 
+class ResourceFailure(ResourceError):
+    """A resource read's refusal with its kind, as `ToolFailure` (the REST API's status)."""
+
+    def __init__(self, message: str, kind: FailureKind) -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+
+
 def _kind(exc: Exception) -> FailureKind:
     if isinstance(exc, InvalidArgument):
         return "invalid_argument"
@@ -205,14 +213,15 @@ class _Gateway:
             return await self.service.run(self.caller(), fn)
         except IndexDamaged as exc:
             log.error("reading %s: %s", uri, exc)
-            raise ResourceError(damaged_message(exc)) from None
+            raise ResourceFailure(damaged_message(exc), "unavailable") from None
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from None
         except _FORWARDED as exc:
-            raise ResourceError(str(exc)) from None
+            raise ResourceFailure(str(exc), _kind(exc)) from None
         except Exception:
             log.exception("reading %s failed", uri)
-            raise ResourceError(f"Internal error reading {uri}; see server log") from None
+            raise ResourceFailure(f"Internal error reading {uri}; see server log",
+                                  "internal") from None
 
 
 def build_server(

@@ -31,7 +31,13 @@ from typing import Any, Literal, cast
 from mcp.server import MCPServer
 from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
 from mcp.server.auth.routes import build_resource_metadata_url
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import (
+    ResourceError,
+    ResourceNotFoundError,
+    ToolError,
+    UnexpectedResourceError,
+    UnexpectedToolError,
+)
 from mcp.server.transport_security import (
     DEFAULT_MAX_REQUEST_BODY_SIZE,
     RequestBodyLimitMiddleware,
@@ -44,7 +50,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.mcp_app import FailureKind, ToolFailure
+from server.mcp_app import FailureKind, ResourceFailure, ToolFailure
 
 __all__ = ["API_PREFIX", "ApiError", "mount_rest", "openapi_document"]
 
@@ -52,6 +58,7 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1"
 STATUS_TOOL = "index_status"  # GET /api/v1/status answers as this tool
+RESOURCE_ROUTE = "resource"  # GET /api/v1/resource?uri=canopy://... reads an MCP resource
 
 ErrorCode = Literal["invalid_request", "invalid_argument", "not_found", "unavailable",
                     "llm_failed", "internal"]
@@ -117,6 +124,26 @@ class _Api:
             return _error(500, "internal", f"Internal error in {name}; see server log")
         return JSONResponse(result.structured_content)
 
+    async def read(self, uri: str) -> Response:
+        """A `canopy://` resource, as an MCP client reads it (its text, its MIME type)."""
+        try:
+            result = await self.server.read_resource(uri)
+        except ResourceNotFoundError as exc:  # hidden reads like absent (the engines' NotFound)
+            return _error(404, "not_found", str(exc))
+        except ResourceFailure as exc:
+            return _error(_STATUS[exc.kind], exc.kind, str(exc))
+        except ResourceError as exc:  # a template's own refusal (a malformed page number)
+            return _error(400, "invalid_argument", str(exc))
+        except UnexpectedResourceError:
+            log.exception("REST resource %r raised an unexpected exception", uri)
+            return _error(500, "internal", "Internal error reading the resource; see server log")
+        contents = list(result) if not isinstance(result, BaseModel) else []
+        if len(contents) != 1:
+            log.error("REST resource %r: %d contents", uri, len(contents))
+            return _error(500, "internal", "Internal error reading the resource; see server log")
+        body = contents[0].content
+        return Response(body, media_type=contents[0].mime_type or "text/plain")
+
 
 def _error(status: int, code: ErrorCode, message: str) -> JSONResponse:
     return JSONResponse(ApiError(error=code, message=message).model_dump(), status_code=status)
@@ -152,6 +179,11 @@ class _Endpoint:
                     list(tools.values()), version=self.api.server.version,
                     bearer=self.api.server.settings.auth is not None)
             return JSONResponse(self.api.openapi)
+        if self.tool == RESOURCE_ROUTE:
+            uri = request.query_params.get("uri", "")
+            if not uri:
+                return _error(400, "invalid_request", "give the resource as ?uri=canopy://...")
+            return await self.api.read(uri)
         name = self.tool or str(request.path_params.get("tool", ""))
         if request.method in ("GET", "HEAD"):
             return await self.api.call(name, {})
@@ -171,7 +203,7 @@ class _Endpoint:
         return await self.api.call(name, arguments)
 
 
-_GET_ONLY = ("status", "openapi.json")
+_GET_ONLY = ("status", "openapi.json", "resource")
 
 
 def mount_rest(server: MCPServer, host: str) -> None:
@@ -197,6 +229,7 @@ def mount_rest(server: MCPServer, host: str) -> None:
     # Fixed paths first: a POST to them falls through to {tool} (and meets "Unknown tool").
     route(f"{API_PREFIX}/status", ["GET"], guarded(_Endpoint(api, STATUS_TOOL)))
     route(f"{API_PREFIX}/openapi.json", ["GET"], guarded(_Endpoint(api, "")))
+    route(f"{API_PREFIX}/{RESOURCE_ROUTE}", ["GET"], guarded(_Endpoint(api, RESOURCE_ROUTE)))
     route(API_PREFIX + "/{tool}", ["POST"], guarded(_Endpoint(api, None)))
 
 
@@ -265,6 +298,19 @@ def openapi_document(tools: list[Tool], *, version: str, bearer: bool) -> dict[s
                 "operationId": "status", "summary": tool.title or tool.name,
                 "description": f"The same as POST {API_PREFIX}/{STATUS_TOOL} with no arguments.",
                 "tags": ["tools"], "responses": responses(result, [500, 503])}}
+    paths[f"{API_PREFIX}/{RESOURCE_ROUTE}"] = {"get": {
+        "operationId": "read_resource", "summary": "Read a canopy:// resource",
+        "description": ("The resource an MCP client reads at `uri`: canopy://reports (the report "
+                        "cards you may read, paged), canopy://reports/<id> (a report as "
+                        "markdown), canopy://units/<id> (a cited text unit's source text)."),
+        "tags": ["resources"],
+        "parameters": [{"name": "uri", "in": "query", "required": True,
+                        "schema": {"type": "string"},
+                        "description": "A canopy:// URI, as tools cite them"}],
+        "responses": responses(None, [400, 404, 500, 503]) | {"200": {
+            "description": "The resource's text, with its MIME type",
+            "content": {mime: {"schema": {"type": "string"}} for mime in
+                        ("text/markdown", "text/plain", "application/json")}}}}}
     paths[f"{API_PREFIX}/openapi.json"] = {"get": {
         "operationId": "openapi", "summary": "This document", "tags": ["meta"],
         "responses": responses(None, []) | {"200": {

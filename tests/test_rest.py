@@ -162,7 +162,8 @@ async def test_identity_comes_from_the_token_not_from_headers_or_arguments(serve
 @pytest.mark.parametrize("call", [("local_search", {"query": FINANCE_QUESTION}),
                                   ("drill_down", {"entity": CANARY}),
                                   ("nonexistent_tool", {}),
-                                  ("status", None), ("openapi.json", None)],
+                                  ("status", None), ("openapi.json", None),
+                                  ("resource?uri=canopy://reports", None)],
                          ids=lambda c: c[0])
 async def test_without_a_valid_bearer_token_every_route_is_401_and_says_nothing_more(
     served: str, headers: dict[str, str], call: tuple[str, dict[str, Any] | None]
@@ -273,7 +274,7 @@ def test_schemathesis_finds_no_failure_against_the_openapi_document(
          "--no-color"],
         capture_output=True, text=True, timeout=240, cwd=tmp_path)  # its cache dir goes there
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert "Tested: 8" in done.stdout  # every operation of the document
+    assert "Tested: 9" in done.stdout  # every operation of the document
 
 
 # ---- other ways of serving -------------------------------------------------------------------
@@ -343,3 +344,59 @@ async def test_a_server_still_building_its_first_index_answers_503_with_the_mcp_
     assert r.status_code == 503 and r.json()["error"] == "unavailable"
     assert "building the first index of team-docs" in r.json()["message"]
     assert m.is_error and r.json()["message"] == text_of(m)
+
+
+# ---- resources ---------------------------------------------------------------------------------
+
+
+async def read(base: str, uri: str, who: str) -> httpx2.Response:
+    async with httpx2.AsyncClient(timeout=60) as http:
+        return await http.get(f"{base}{API_PREFIX}/resource", params={"uri": uri},
+                              headers=bearer(who))
+
+
+async def test_a_resource_reads_over_rest_as_over_mcp_with_its_mime_type(served: str) -> None:
+    """The report listing, a report and a cited text unit, for alice and bob: the text an MCP
+    client reads, with the resource's MIME type; what bob may not read is a 404 like a unit that
+    does not exist (the same text as over MCP)."""
+    finance_units: list[str] = []
+    for who in ("alice", "bob"):
+        cited = (await rest(served, "basic_search", {"query": FINANCE_QUESTION, "k": 20},
+                            who)).json()["citations"]
+        unit = next(c["id"] for c in cited if c["kind"] == "text_unit")
+        if who == "alice":
+            finance_units = [c["id"] for c in cited if c["kind"] == "text_unit"
+                             and c["document"].startswith("restricted/")]
+        listing = await read(served, "canopy://reports", who)
+        assert listing.status_code == 200, listing.text
+        report = listing.json()["reports"][0]["id"]
+        async with http_client(f"{served}/mcp", DEMO[who]) as client:
+            for uri, mime in ((f"canopy://units/{unit}", "text/plain"),
+                              (f"canopy://reports/{report}", "text/markdown"),
+                              ("canopy://reports", "application/json")):
+                over_mcp = (await client.read_resource(uri)).contents[0]
+                r = await read(served, uri, who)
+                assert r.status_code == 200, (uri, r.text)
+                assert r.headers["content-type"].startswith(mime)
+                assert r.text == over_mcp.text  # type: ignore[union-attr]
+    assert finance_units  # alice was cited finance text: bob must not read it
+    hidden = await read(served, f"canopy://units/{finance_units[0]}", "bob")
+    missing = await read(served, "canopy://units/tu-0000000000000000", "bob")
+    assert hidden.status_code == missing.status_code == 404
+    assert (hidden.json()["message"].replace(finance_units[0], "<x>")
+            == missing.json()["message"].replace("tu-0000000000000000", "<x>"))
+    assert not any(fact in hidden.text for fact in FINANCE_FACTS)
+
+
+async def test_a_resource_request_without_a_uri_or_with_a_bad_page_is_400(served: str) -> None:
+    async with httpx2.AsyncClient(timeout=30, headers=bearer("bob")) as http:
+        no_uri = await http.get(f"{served}{API_PREFIX}/resource")
+        posted = await http.post(f"{served}{API_PREFIX}/resource", json={"uri": "x"})
+    bad_page = await read(served, "canopy://reports/page/x", "bob")
+    far_page = await read(served, "canopy://reports/page/99", "bob")
+    unknown = await read(served, "canopy://nothing/here", "bob")
+    assert no_uri.status_code == 400 and no_uri.json()["error"] == "invalid_request"
+    assert posted.status_code == 405
+    assert bad_page.status_code == 400 and "positive integer" in bad_page.json()["message"]
+    assert far_page.status_code == 400 and "page must be from 1 to" in far_page.json()["message"]
+    assert unknown.status_code == 404
