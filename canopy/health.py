@@ -39,6 +39,7 @@ __all__ = [
     "check_database",
     "check_search_files",
     "check_search_tables",
+    "index_committed",
     "is_corruption",
     "quarantine",
     "raise_if_damaged",
@@ -170,6 +171,17 @@ def check_search_files(index_dir: Path, versions: dict[str, int]) -> str | None:
         if not all(_intact(path) for path in _files(table)):
             return "a search table's files are truncated"
     return None
+
+
+def index_committed(index_dir: Path) -> bool:
+    """Whether `index_dir` holds a committed generation: the one test of "is there an index
+    yet" (a first build killed before its first commit leaves a database at generation 0, which
+    must be built, not served or waited for). A damaged database counts: opening it reports
+    the damage."""
+    if not (index_dir / DB_NAME).exists():
+        return False
+    facts = check_database(index_dir)
+    return isinstance(facts, str) or facts.generation > 0
 
 
 def check_search_tables(index_dir: Path, facts: DatabaseFacts) -> str | None:

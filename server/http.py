@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from canopy.health import index_committed
+
 if TYPE_CHECKING:
     from mcp.server import MCPServer
     from starlette.applications import Starlette
@@ -46,17 +48,6 @@ class HttpSpec:
     port: int
     log_level: str = "warning"
     processes: int = 1  # worker processes sharing the cache budget ([query] cache_mb)
-
-
-def index_committed(index_dir: Path) -> bool:
-    """Whether `index_dir` holds a committed generation (a damaged database counts: opening
-    it reports the damage)."""
-    from canopy.health import check_database
-
-    if not (index_dir / "canopy.sqlite").exists():
-        return False
-    facts = check_database(index_dir)
-    return isinstance(facts, str) or facts.generation > 0
 
 
 @dataclass(frozen=True)

@@ -471,12 +471,17 @@ async def test_the_stdio_server_lists_and_answers_every_tool(example_index: Path
 
 
 @pytest.fixture
-def http_serve_fresh(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+def http_serve_fresh(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[int, Path]]:
     """`canopy serve --http` on part of the examples (6 documents), not indexed yet; yields
-    (port, log)."""
+    (port, log). With the parameter "interrupted", a first build died before committing: the
+    index folder holds a database at generation 0."""
     docs = tmp_path / "docs"
     for name in ("projects", "events"):
         shutil.copytree(EXAMPLES / name, docs / name)
+    if getattr(request, "param", None) == "interrupted":
+        from canopy.store import Store
+
+        Store(tmp_path / "index").close()
     port, log_path = free_port(), tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
     with log_path.open("wb") as log:
@@ -491,10 +496,12 @@ def http_serve_fresh(tmp_path: Path) -> Iterator[tuple[int, Path]]:
             proc.wait(10)
 
 
+@pytest.mark.parametrize("http_serve_fresh", ["missing", "interrupted"], indirect=True)
 async def test_the_http_server_builds_a_missing_index_then_answers_every_tool(
     http_serve_fresh: tuple[int, Path],
 ) -> None:
-    """It listens at once and builds behind; once the build commits, every tool answers."""
+    """It listens at once and builds behind; once the build commits, every tool answers. A
+    database no build ever committed is no index either (it used to be waited for forever)."""
     port, log_path = http_serve_fresh
     async with Client(f"http://127.0.0.1:{port}/mcp") as client:
         await check_listing(client)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from canopy.health import index_committed
 from server.cli.common import (
     CONFIG,
     INDEX_DIR,
@@ -127,7 +128,7 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
                         docs, host, principal or "the local user")
     if verifier is None:  # the caller is --principal (HTTP callers are named by their tokens)
         check_principal(ws.settings.acl, principal)
-    fresh = not (ws.index_dir / "canopy.sqlite").exists()
+    fresh = not index_committed(ws.index_dir)  # none yet, or a first build that never committed
     # A server answers at once, also on a folder with no index: the first build runs behind
     # it (server.first_build) and the watcher starts once that build has committed.
     watcher = _start_watcher(docs, index_dir, config) if watch and not fresh else None
