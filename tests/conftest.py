@@ -8,8 +8,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from server.runtime import Workspace
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -32,6 +36,23 @@ def offline_env() -> Iterator[None]:
                 mp.delenv(key)
         mp.setenv("CANOPY_STORAGE__TIDY", "inline")
         yield
+
+
+def indexed_examples(root: Path, policy: str, extra: dict[str, str] | None = None) -> Workspace:
+    """The examples copied to `root/docs` under `policy` (a canopy.toml), plus `extra` files
+    (relative path -> text), indexed offline into `root/index`: the workspace module fixtures
+    of the engine tests share."""
+    from server.runtime import build_index, open_workspace
+
+    shutil.copytree(EXAMPLES, root / "docs")
+    for rel, text in (extra or {}).items():
+        (root / "docs" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "docs" / rel).write_text(text, encoding="utf-8")
+    (root / "docs" / "canopy.toml").write_text(policy, encoding="utf-8")
+    with offline_env():
+        ws = open_workspace(root / "docs", root / "index")
+        build_index(ws)
+    return ws
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -38,7 +37,7 @@ from server.engines.global_engine import map_batches, reports_at_level
 from server.results import SearchResult
 from server.runtime import Workspace, build_index, open_workspace
 from server.service import CanopyService
-from tests.conftest import EXAMPLES, offline_env
+from tests.conftest import EXAMPLES, indexed_examples
 
 SUPPLY_RISKS = "What are the main risks across the supply chain?"
 CELLS = "Which supplier makes the battery cells?"
@@ -72,13 +71,7 @@ eve = ["heron"]
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     """The examples under a policy: admin reads everything, bob all but the Helio Cells supplier
     profile, eve the Heron project file only."""
-    root = tmp_path_factory.mktemp("engines")
-    shutil.copytree(EXAMPLES, root / "docs")
-    (root / "docs" / "canopy.toml").write_text(POLICY, encoding="utf-8")
-    with offline_env():
-        ws = open_workspace(root / "docs", root / "index")
-        build_index(ws)
-    return ws
+    return indexed_examples(tmp_path_factory.mktemp("engines"), POLICY)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ route must not depend on, or name, an entity they cannot read.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -28,9 +27,9 @@ from server.engines.router import (
     routed_search,
     rule_route,
 )
-from server.runtime import Workspace, build_index, open_workspace
+from server.runtime import Workspace
 from server.service import CanopyService
-from tests.conftest import EXAMPLES, offline_env
+from tests.conftest import indexed_examples
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.responses import section, user_texts
 
@@ -60,15 +59,8 @@ def run(coro):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     """The examples plus one restricted document that only admin may read."""
-    root = tmp_path_factory.mktemp("router")
-    shutil.copytree(EXAMPLES, root / "docs")
-    (root / "docs" / "restricted").mkdir()
-    (root / "docs" / "restricted" / "acquisition.md").write_text(SECRET, encoding="utf-8")
-    (root / "docs" / "canopy.toml").write_text(POLICY, encoding="utf-8")
-    with offline_env():
-        ws = open_workspace(root / "docs", root / "index")
-        build_index(ws)
-    return ws
+    return indexed_examples(tmp_path_factory.mktemp("router"), POLICY,
+                            {"restricted/acquisition.md": SECRET})
 
 
 @pytest.fixture(scope="module")
