@@ -1,8 +1,8 @@
 """Who is asking, and which ACL classes (label sets) of text units they may read (design §2, §5).
 
-A caller's identity comes from the transport (server.mcp_app); this module turns it into the set
-of ACL classes the policy lets them read. Every decision about what they are served is made
-against that set (acl.access), and retrieval prefilters on its complement.
+A caller's identity comes from the transport (canopy.server.mcp_app); this module turns it into the
+set of ACL classes the policy lets them read. Every decision about what they are served is made
+against that set (canopy.acl.access), and retrieval prefilters on its complement.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from acl.policy import Policy, Principal
+from canopy.acl.policy import Policy, Principal
 
 __all__ = ["Caller", "caller_for"]
 

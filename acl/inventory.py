@@ -1,8 +1,8 @@
 """`Inventory`: what status, warm-up, listings and exports count and enumerate for one caller.
 
 Counts are over rows that touch an ACL class the caller reads (canopy.store counts them in SQL);
-id lists are candidates whose serving state the reader still decides (acl.reader). It holds the
-request's snapshot privately, like the reader it belongs to: engines and commands reach the
+id lists are candidates whose serving state the reader still decides (canopy.acl.reader). It holds
+the request's snapshot privately, like the reader it belongs to: engines and commands reach the
 index only through the reader and this object.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from acl.caller import Caller
+from canopy.acl.caller import Caller
 from canopy.storage import GraphSnapshot
 
 __all__ = ["Inventory"]

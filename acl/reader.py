@@ -2,11 +2,11 @@
 query engines reach the index.
 
 It binds the caller's readable ACL classes once: search prefilters on them, every artifact it
-hands out has passed the serving rule (acl.access), and an artifact the caller may only partly
-read comes back as the caller's view (acl.views), built when first asked for and cached. Engines
-ask in bulk (`entities(ids)`, `reports(ids)`, ...): the reader reads the rows in one query,
-builds the missing views concurrently, and answers. A hidden id is answered exactly like a
-missing one: it is absent from the result.
+hands out has passed the serving rule (canopy.acl.access), and an artifact the caller may only
+partly read comes back as the caller's view (canopy.acl.views), built when first asked for and
+cached. Engines ask in bulk (`entities(ids)`, `reports(ids)`, ...): the reader reads the rows in
+one query, builds the missing views concurrently, and answers. A hidden id is answered exactly like
+a missing one: it is absent from the result.
 
 A reader lives for one request, on one thread, over one snapshot (canopy.storage.GraphSnapshot,
 SQLite's canopy.store.Snapshot): the request sees one generation from its first read to its last;
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from acl.access import State, community_state, state
-from acl.caller import Caller
-from acl.inventory import Inventory
-from acl.view_cache import BuiltView, ViewCache
-from acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
+from canopy.acl.access import State, community_state, state
+from canopy.acl.caller import Caller
+from canopy.acl.inventory import Inventory
+from canopy.acl.view_cache import BuiltView, ViewCache
+from canopy.acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
 from canopy.errors import ConfigError
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import Embedder, Provider, Usage, detached_usage

@@ -1,9 +1,9 @@
 """The view cache: built views by key, in memory within a byte budget over the index's SQLite
 table `acl_views`, with single-flight builds across threads and event loops.
 
-A view's key is a hash of everything it is derived from (acl.views), so an entry is never stale,
-only unused; `canopy warm --prune` drops entries of artifacts that no longer exist. Views that
-cost provider calls are stored in SQLite and survive restarts; a view written by the offline
+A view's key is a hash of everything it is derived from (canopy.acl.views), so an entry is never
+stale, only unused; `canopy warm --prune` drops entries of artifacts that no longer exist. Views
+that cost provider calls are stored in SQLite and survive restarts; a view written by the offline
 provider during an endpoint outage is kept in memory for PROVISIONAL_S only, then written again.
 """
 

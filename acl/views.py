@@ -8,7 +8,8 @@ units they can read:
   distinct description is used as is, several are summarized by the provider (memoized with the
   indexer's key, so a visible subset summarized once is never summarized again);
 - relationship: likewise, when both endpoints exist for the caller;
-- community report: written by the indexer's report writer (indexer.reports.write_report) from
+- community report: written by the indexer's report writer (canopy.indexer.reports.write_report)
+from
   the visible part of the community: its visible members (views where partial), visible
   relationships and claims, and the visible children's reports when the context must be cut.
 
@@ -29,17 +30,17 @@ from typing import TYPE_CHECKING
 
 from canopy.errors import EndpointUnavailable, InvalidOutput
 from canopy.ids import content_hash
+from canopy.indexer.graph import most_frequent, summary_input, summary_key
+from canopy.indexer.reports import CommunityContent, ElementSizes, write_report
 from canopy.model import Community, Entity, Relationship, Report
 from canopy.providers.base import Provider, prompt_key
 from canopy.settings import ExtractSettings, ReportSettings
 from canopy.store.rows import Gate
 from canopy.store.sources import cache_sources
 from canopy.tokens import get_tokenizer
-from indexer.graph import most_frequent, summary_input, summary_key
-from indexer.reports import CommunityContent, ElementSizes, write_report
 
 if TYPE_CHECKING:
-    from acl.reader import CallerReader
+    from canopy.acl.reader import CallerReader
 
 __all__ = ["ViewParams", "entity_view", "relationship_view", "report_view", "view_key"]
 

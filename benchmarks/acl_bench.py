@@ -11,7 +11,7 @@ file names (default `??[147]-*.md`: article numbers ending in 1, 4 or 7); princi
 `public` and `restricted`, principal `restricted` reads `public` only. `canopy index` is re-run
 on the copy to relabel (no re-extraction, no report regenerated). Then, in this one process:
 
-1. Latency per tool, builtin provider, called through the engines (server.engines, as the MCP
+1. Latency per tool, builtin provider, called through the engines (canopy.server.engines, as the MCP
    tools call them): global_search at level 1 and dynamic, local_search, drift_search,
    basic_search, drill_down (the question's first cited entity; the first cited report),
    index_status (recomputed per call, as the tool does). For `restricted` the first call of each
@@ -54,17 +54,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from acl.access import State
+from canopy.acl.access import State
 from canopy.llm import ChatClient
 from canopy.providers.llm import LLMProvider
+from canopy.server import engines
+from canopy.server.context import QueryContext
+from canopy.server.engines.warm import warm_views
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
+from canopy.server.status import index_status, status_for_caller
 from canopy.settings import LLMSettings
 from canopy.store.export import load_graph
-from server import engines
-from server.context import QueryContext
-from server.engines.warm import warm_views
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
-from server.status import index_status, status_for_caller
 from tests.fakes.openai_server import FakeOpenAI
 
 QUESTIONS = REPO.parent / "shared" / "eval-data" / "multihop-rag" / "MultiHopRAG.json"

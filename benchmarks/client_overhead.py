@@ -89,8 +89,8 @@ def layers(base_url: str, n: int) -> dict[str, float]:
 
 def import_cpu_s() -> dict[str, float]:
     """CPU of `import openai` in a fresh interpreter that has already imported what an index
-    run imports before it (pydantic, numpy, the HTTP library, server.runtime)."""
-    code = ("import time, pydantic, numpy, httpx2, anyio, server.runtime\n"
+    run imports before it (pydantic, numpy, the HTTP library, canopy.server.runtime)."""
+    code = ("import time, pydantic, numpy, httpx2, anyio, canopy.server.runtime\n"
             "c = time.process_time(); import openai\n"
             "print(time.process_time() - c)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,

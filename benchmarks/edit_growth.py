@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from server.runtime import build_index, open_workspace
+from canopy.server.runtime import build_index, open_workspace
 from tests.fakes.openai_server import FakeOpenAI
 
 EXAMPLES = REPO / "examples" / "docs"

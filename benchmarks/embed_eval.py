@@ -11,11 +11,11 @@ Corpora (written once under --work, default /tmp/canopy-embed-eval):
   --limit (200) DEV questions of MultiHopRAG.json;
 - musique: the 1,890 paragraphs of ../shared/eval-data/multihop-qa/musique, one
   "# {title}\\n\\n{text}" .md each; its DEV questions (82).
-Only DEV questions are ever loaded (server.evaluation.split_of).
+Only DEV questions are ever loaded (canopy.server.evaluation.split_of).
 
 Per dataset and embedder: a full build with the builtin provider in a fresh process (wall time,
 the vectors stage's time, the process's peak RSS), then, in another fresh process, the tools
-scored by server.evaluation.evaluate (what `canopy eval` runs) plus `vector`: the vector
+scored by canopy.server.evaluation.evaluate (what `canopy eval` runs) plus `vector`: the vector
 ranking alone (the search table's vector search, no full-text), with R@2/5/10, All@10 and each
 tool's per-question latency (p50, p90; the query's embedding included) and the process's peak
 RSS. `--flip` also scores local and basic with WordLlama's `lexical` flag flipped: its ranking
@@ -97,7 +97,7 @@ def _cpu_s() -> float:
 
 
 def child_build(docs: Path, index_dir: Path) -> dict[str, Any]:
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     t0, c0 = time.perf_counter(), _cpu_s()
     result = build_index(open_workspace(docs, index_dir=index_dir), full=True)
@@ -112,9 +112,9 @@ def child_eval(docs: Path, index_dir: Path, questions_path: Path, fmt: str, limi
                flip: bool) -> dict[str, Any]:
     import asyncio
 
-    import server.evaluation as ev
-    from server.runtime import open_workspace
-    from server.service import CanopyService
+    import canopy.server.evaluation as ev
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
 
     asked = [q for q in ev.load_questions(questions_path, fmt)
              if ev.split_of(q.text) == "dev"][:limit]

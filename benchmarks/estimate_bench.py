@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.index_bench import CAROL_DIR, RESULTS, materialize_multihop  # noqa: E402
-from server.estimate import estimate_build  # noqa: E402
-from server.runtime import build_index, open_workspace  # noqa: E402
+from canopy.server.estimate import estimate_build  # noqa: E402
+from canopy.server.runtime import build_index, open_workspace  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 
 FAKE_LLM = {"max_retries": 2, "backoff_s": 0.01}

@@ -61,7 +61,7 @@ def root_of(ctx: Any, community_id: str) -> str:
 
 
 async def ask(ctx: Any, question: str, level: int | None) -> dict[str, Any]:
-    from server.engines import global_search
+    from canopy.server.engines import global_search
 
     t0 = time.perf_counter()
     r = await global_search(ctx, question, community_level=level)
@@ -92,8 +92,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def part_fake(args: argparse.Namespace) -> dict[str, Any]:
-    from server.runtime import build_index, open_workspace
-    from server.service import CanopyService
+    from canopy.server.runtime import build_index, open_workspace
+    from canopy.server.service import CanopyService
     from tests.fakes.openai_server import FakeOpenAI
 
     out: dict[str, Any] = {"articles": args.articles}

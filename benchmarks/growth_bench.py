@@ -19,7 +19,8 @@ Per size, every step runs in a fresh Python subprocess, so its peak memory is it
              n // 2), delete one article (n // 3), a no-op rerun
   fake       (--fake, at --fake-size only) the full build against the test suite's fake OpenAI
              server at zero latency, hosted in a process of its own, into a separate index
-  serve      `python -m server.cli serve DOCS --index-dir IDX --http` from --repo, driven by the
+  serve      `python -m canopy.server.cli serve DOCS --index-dir IDX --http` from --repo, driven by
+  the
              MCP SDK's Streamable HTTP client in a subprocess (benchmarks/growth_serve.py): start
              to handshake, first local_search, server RSS, p50/p95 of local/basic/global search
   concurrency  16 concurrent HTTP clients mixing local_search, basic_search and drill_down vs
@@ -156,7 +157,7 @@ def index_child(spec: dict[str, Any]) -> dict[str, Any]:
     """One build_index() of the checkout at spec['repo'] (its code, not this script's)."""
     t_start = time.perf_counter()
     sys.path.insert(0, spec["repo"])
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     floor = mem_mb()
     overrides: dict[str, Any] = {}
@@ -174,7 +175,7 @@ def index_child(spec: dict[str, Any]) -> dict[str, Any]:
     mem = mem_mb()
     tidy: dict[str, Any] = {}
     if background:  # what the background `canopy tidy` then does, timed on its own
-        from server.runtime import maintain_index
+        from canopy.server.runtime import maintain_index
 
         before = _meta(ws.index_dir, "lance_tidied_at")
         t1 = time.perf_counter()

@@ -2,8 +2,8 @@
 
     python benchmarks/growth_serve.py SPEC_JSON OUT_JSON     # run by growth_bench.py, not by hand
 
-Starts `python -m server.cli serve DOCS --index-dir IDX --http --port P [serve_args]` from the
-checkout spec["repo"] (loopback: no token), then measures with the MCP SDK's Streamable HTTP
+Starts `python -m canopy.server.cli serve DOCS --index-dir IDX --http --port P [serve_args]` from
+the checkout spec["repo"] (loopback: no token), then measures with the MCP SDK's Streamable HTTP
 client: time from process start to the completed handshake, the first local_search after it,
 the server's RSS, p50/p95 of local, basic and global search over DEV questions, and throughput of
 `clients` concurrent sessions mixing local_search, basic_search and drill_down against one session.
@@ -253,7 +253,7 @@ def main() -> None:
     spec, out = json.loads(sys.argv[1]), Path(sys.argv[2])
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    argv = [sys.executable, "-m", "server.cli", "serve", spec["docs"], "--index-dir",
+    argv = [sys.executable, "-m", "canopy.server.cli", "serve", spec["docs"], "--index-dir",
             spec["index_dir"], "--http", "--port", str(port), *spec["serve_args"]]
     saved: dict[str, Any] = {"server_argv": argv[1:]}
 

@@ -1,5 +1,5 @@
 """The top of the community hierarchy: how many top-level communities a corpus gets with the
-bound (indexer.grouping) and without it, side by side in one run, and what updates cost.
+bound (canopy.indexer.grouping) and without it, side by side in one run, and what updates cost.
 
     python benchmarks/hierarchy_bench.py                           # 609 articles, both modes
     python benchmarks/hierarchy_bench.py --mode builtin --articles 200
@@ -81,7 +81,7 @@ def updates(docs: Path, last: Path) -> Iterator[str]:
 
 def run(mode: str, setting: str, corpus: Path, last: Path, work: Path, base_url: str | None,
         fake: Any, with_updates: bool) -> dict[str, Any]:
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     docs, index = work / f"{mode}-{setting}-docs", work / f"{mode}-{setting}-index"
     shutil.copytree(corpus, docs)

@@ -23,7 +23,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from server.runtime import build_index, open_workspace
+from canopy.server.runtime import build_index, open_workspace
 from tests.fakes.openai_server import FakeOpenAI
 
 CORPUS = REPO.parent / "shared" / "eval-data" / "multihop-rag" / "corpus.json"

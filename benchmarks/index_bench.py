@@ -65,7 +65,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     t_start = time.perf_counter()
     sys.path.insert(0, str(REPO))
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     def rss_mb() -> float:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

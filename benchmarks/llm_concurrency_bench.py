@@ -53,7 +53,7 @@ BASE_LLM = {"max_retries": 8, "backoff_s": 0.05}
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
     from canopy.errors import CanopyError
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     llm = {"base_url": spec["base_url"], **spec["llm"]}
     ws = open_workspace(Path(spec["docs"]), index_dir=Path(spec["index_dir"]), llm=llm)

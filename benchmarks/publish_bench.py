@@ -94,8 +94,8 @@ def main() -> None:
     from canopy.publish.location import open_location
     from canopy.publish.reader import materialize
     from canopy.publish.writer import newest_manifest
-    from server.publishing import publish_index
-    from server.runtime import build_index, open_workspace
+    from canopy.server.publishing import publish_index
+    from canopy.server.runtime import build_index, open_workspace
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = free_port()

@@ -60,14 +60,14 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def tool_call(name: str) -> Callable[[Any, str], Awaitable[Any]]:
-    from server.engines import (
+    from canopy.server.engines import (
         basic_search,
         drift_search,
         drill_down,
         global_search,
         local_search,
     )
-    from server.engines.local_engine import named_entities
+    from canopy.server.engines.local_engine import named_entities
 
     async def drill(ctx: Any, query: str) -> Any:
         ids = named_entities(ctx, query)
@@ -112,8 +112,8 @@ async def measure(ctx: Any, tool: str, queries: list[str]) -> dict[str, Any]:
 def fake_context(ctx: Any, base_url: str) -> Any:
     from canopy.llm import ChatClient
     from canopy.providers.llm import LLMProvider
+    from canopy.server.context import QueryContext
     from canopy.settings import LLMSettings
-    from server.context import QueryContext
 
     provider = LLMProvider(ChatClient(LLMSettings(base_url=base_url, max_retries=1), cache=None))
     return QueryContext(ctx.reader, provider, ctx.settings, caches=ctx.caches)

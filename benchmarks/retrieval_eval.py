@@ -86,7 +86,7 @@ REFERENCE = {"BM25 + MiniLM fused (issue)": 0.832, "BM25 over titled chunks (iss
 
 
 def is_dev(query: str) -> bool:
-    from server.evaluation import split_of
+    from canopy.server.evaluation import split_of
 
     return split_of(query) == "dev"
 
@@ -114,7 +114,7 @@ def multihop_index(
     is removed afterwards."""
     _clean_env()
     from benchmarks.incremental_bench import write_articles
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     tmp = None
     if index_dir is None:
@@ -154,8 +154,8 @@ def _docs_of(index_dir: Path) -> Path | None:
 
 def open_context(docs: Path, index_dir: Path):  # type: ignore[no-untyped-def]
     """A CanopyService over the index and an unrestricted QueryContext of the builtin provider."""
-    from server.runtime import open_workspace
-    from server.service import CanopyService
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
 
     service = CanopyService(open_workspace(docs, index_dir=index_dir))
     # One snapshot for the whole evaluation (the index does not change meanwhile).
@@ -193,8 +193,8 @@ def _table_ranking(ctx, query: str, mode: str) -> list[str]:  # type: ignore[no-
 
 def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[no-untyped-def]
     """query -> the system's text-unit ids in rank order."""
-    from server.engines.evidence import LEXICAL_VECTOR_WEIGHT, rank_units
-    from server.evaluation import unit_ranking
+    from canopy.server.engines.evidence import LEXICAL_VECTOR_WEIGHT, rank_units
+    from canopy.server.evaluation import unit_ranking
 
     if name in ("bm25", "vector"):
         return lambda q: _table_ranking(ctx, q, name)

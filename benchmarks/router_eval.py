@@ -64,7 +64,7 @@ ZIPS = {"podcast": "kevin_scott_podcast_transcripts.zip",
 
 def dev_questions(name: str) -> list[str]:
     """The DEV questions of one data set (the held-out part is filtered out as it is read)."""
-    from server.evaluation import split_of
+    from canopy.server.evaluation import split_of
 
     _, file, _ = SETS[name]
     if name == "multihop-rag":
@@ -79,7 +79,7 @@ def dev_questions(name: str) -> list[str]:
 def corpus_index(corpus: str, work: Path) -> tuple[Path, Path]:
     """(docs, index) of a corpus under `work`, written and indexed with the builtin provider
     when missing."""
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     docs, index = work / f"{corpus}-docs", work / f"{corpus}-idx"
     if not docs.is_dir():
@@ -103,7 +103,7 @@ def corpus_index(corpus: str, work: Path) -> tuple[Path, Path]:
 
 def route_all(ctx: Any, questions: list[str]) -> tuple[list[str], float]:
     """The engine chosen for each question, and ms per question."""
-    from server.engines.router import choose_route
+    from canopy.server.engines.router import choose_route
 
     async def all_routes() -> list[str]:
         return [(await choose_route(ctx, q)).engine for q in questions]
@@ -127,10 +127,10 @@ def main() -> None:
     _clean_env()
     from canopy.llm import ChatClient
     from canopy.providers.llm import LLMProvider
+    from canopy.server.context import QueryContext
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
     from canopy.settings import LLMSettings
-    from server.context import QueryContext
-    from server.runtime import open_workspace
-    from server.service import CanopyService
     from tests.fakes.openai_server import FakeOpenAI
 
     modes = [m for m in args.modes.split(",") if m]

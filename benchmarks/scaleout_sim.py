@@ -60,7 +60,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import lancedb  # noqa: F401  (imported before the start signal, as the rest of Canopy)
 
     from canopy.errors import CanopyError
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     llm = {"base_url": spec["base_url"], **spec["llm"]}
     ws = open_workspace(Path(spec["docs"]), index_dir=Path(spec["index_dir"]), llm=llm)

@@ -7,9 +7,9 @@ for minutes on end; the server's memory must level off.
 
 Corpus: the first --articles MultiHop-RAG articles, written as growth_bench.py writes them (one
 `.md` per article, `# {title}\\n\\n{body}`), indexed with the builtin provider by
-`python -m server.cli index DOCS --index-dir IDX` from --repo. Then
-`python -m server.cli serve DOCS --index-dir IDX --http --port P --watch [serve args]` runs as a
-subprocess of its own (loopback, no token) for --minutes while
+`python -m canopy.server.cli index DOCS --index-dir IDX` from --repo. Then
+`python -m canopy.server.cli serve DOCS --index-dir IDX --http --port P --watch [serve args]` runs
+as a subprocess of its own (loopback, no token) for --minutes while
   - --clients MCP sessions (the SDK's Streamable HTTP client, as in growth_serve.py) each loop
     over local_search, basic_search (when the server lists it), drill_down (the top-level list,
     then one community of it) and global_search, with DEV questions only
@@ -588,7 +588,7 @@ def main(argv: list[str] | None = None) -> None:
     env = child_env(args.repo)
     log(f"indexing {args.articles} articles (builtin provider) in {work}")
     t = time.perf_counter()
-    built = subprocess.run([sys.executable, "-m", "server.cli", "index", str(docs),
+    built = subprocess.run([sys.executable, "-m", "canopy.server.cli", "index", str(docs),
                             "--index-dir", str(index_dir)], cwd=args.repo, env=env,
                            capture_output=True, text=True, check=False)
     report["index_s"] = round(time.perf_counter() - t, 1)
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> None:
     log(f"indexed in {report['index_s']} s")
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    argv_ = [sys.executable, "-m", "server.cli", "serve", str(docs), "--index-dir",
+    argv_ = [sys.executable, "-m", "canopy.server.cli", "serve", str(docs), "--index-dir",
              str(index_dir), "--http", "--port", str(port), "--watch",
              *shlex.split(args.serve_args)]
     report["server_argv"] = argv_[1:]

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from canopy.errors import ConfigError
-from prompts import (
+from canopy.prompts import (
     MEANINGS,
     TASKS,
     PromptSet,
@@ -23,7 +23,7 @@ from prompts import (
     placeholders,
     required,
 )
-from prompts.placeholders import bad_dollar_line, identifiers
+from canopy.prompts.placeholders import bad_dollar_line, identifiers
 
 __all__ = ["check_template", "export_prompts", "load_prompt_dir", "placeholder_guide", "task_of",
            "warn_if_indexed"]

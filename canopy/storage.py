@@ -5,7 +5,7 @@
 - `SearchWriter`: the indexer's side of the search rows: diffs, maintenance, versions that a
   committed generation records. LanceDB implements it (canopy.vectors.VectorStore).
 - `GraphSnapshot`: batched, indexed reads of one committed generation of the graph, what a
-  caller-scoped reader (acl.reader) reads. SQLite implements it (canopy.store.Snapshot).
+  caller-scoped reader (canopy.acl.reader) reads. SQLite implements it (canopy.store.Snapshot).
 
 Serving code depends on these protocols only, so another engine (or a test double) can stand in.
 """

@@ -1,4 +1,4 @@
-"""Canopy's Python API (server.api.Index) on the bundled example corpus, offline: the builtin
+"""Canopy's Python API (canopy.server.api.Index) on the bundled example corpus, offline: the builtin
 provider needs no LLM, key or network. Run it from a checkout or an install:
 
     python examples/python_api.py            # index in a temporary folder
@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from server.api import Index
+from canopy.server.api import Index
 
 DOCS = Path(__file__).resolve().parent / "docs"
 

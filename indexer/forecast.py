@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from canopy.ids import entity_id, normalize_name, relationship_id
+from canopy.indexer.communities import ClusterParams, EdgeArrays, Isolated, build_hierarchy
 from canopy.model import Extraction
 from canopy.providers.base import Usage
 from canopy.settings import Settings
-from indexer.communities import ClusterParams, EdgeArrays, Isolated, build_hierarchy
 
 __all__ = ["ExtractionPlan", "Forecast", "PlanEvent", "PlanSink", "Projection", "checkpoint",
            "extrapolate"]
@@ -164,8 +164,8 @@ class Forecast:
 
     def _reports(self, sample: Sequence[Extraction]) -> int:
         c = self.settings.communities
-        # No top-level grouping (indexer.grouping): it adds a few groups at most, and needs the
-        # documents behind each entity, which the sample does not have at hand.
+        # No top-level grouping (canopy.indexer.grouping): it adds a few groups at most, and needs
+        # the documents behind each entity, which the sample does not have at hand.
         return communities(sample, ClusterParams(c.max_cluster_size, c.seed, c.max_levels, 0))
 
 

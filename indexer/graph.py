@@ -66,7 +66,7 @@ def summary_input(descs: list[str], tok: Tokenizer) -> list[str]:
 
 def summary_key(provider_name: str, max_tokens: int, name: str, kept: list[str],
                 prompt: str = "") -> str:
-    """Memo key of one summary; shared with per-caller views (acl.views), so a visible subset
+    """Memo key of one summary; shared with per-caller views (canopy.acl.views), so a visible subset
     summarized once is never summarized again. `prompt`: a replaced summarize template
     (canopy.providers.base.prompt_key), which summarizes afresh."""
     return "summary:" + content_hash(provider_name, str(max_tokens), name, *kept,
@@ -75,7 +75,7 @@ def summary_key(provider_name: str, max_tokens: int, name: str, kept: list[str],
 
 def acl_signature(unit_acl: Iterable[tuple[str, int]]) -> str:
     """Hash of an artifact's (unit, ACL class) pairs: it changes when a source unit is relabelled,
-    which keys per-caller views (acl.views) without touching content fingerprints."""
+    which keys per-caller views (canopy.acl.views) without touching content fingerprints."""
     return content_hash(*(f"{u}:{a}" for u, a in sorted(set(unit_acl))))
 
 

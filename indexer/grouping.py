@@ -19,7 +19,7 @@ the standing community it shares the most sources with:
   nearest document in path order, since folders group related documents (and, through path-glob
   rules, documents with the same ACL labels).
 - Permissions: a grafted parent's provenance is the union of its members' units, so a caller who
-  may not read all of them is served a view of it (acl.views) and never the canonical report;
+  may not read all of them is served a view of it (canopy.acl.views) and never the canonical report;
   the grafted child stays visible to whoever may read it. Grafting by shared sources rarely
   widens a parent's labels: the unit or document the child shares is already among the
   parent's sources. So grouping is done on the whole graph, like clustering itself (design

@@ -6,7 +6,7 @@ most strongly connected to, level by level; removed entities leave; oversized ch
 are split again. New top-level candidates stand at the top while it has room
 (`ClusterParams.max_top`); the others are grafted, as in a fresh build, under the top-level
 community whose entities share the most text units (else documents) with theirs
-(indexer.grouping). The pipeline's modularity guard (indexer.communities.modularity)
+(canopy.indexer.grouping). The pipeline's modularity guard (canopy.indexer.communities.modularity)
 re-clusters from scratch when local decisions drift too far.
 """
 
@@ -19,8 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from canopy.store.rows import CommunityRow
-from indexer.communities import (
+from canopy.indexer.communities import (
     ClusterParams,
     EdgeArrays,
     Hierarchy,
@@ -29,7 +28,8 @@ from indexer.communities import (
     Placement,
     community_id,
 )
-from indexer.grouping import Candidate, plan_top
+from canopy.indexer.grouping import Candidate, plan_top
+from canopy.store.rows import CommunityRow
 
 __all__ = ["GraphChange", "HierarchyReads", "update_hierarchy"]
 
@@ -279,7 +279,7 @@ class _Local:
             placed.members = sorted([*placed.members, e])
         return placed.parent
 
-    # -- the top (indexer.grouping) --
+    # -- the top (canopy.indexer.grouping) --
 
     def place_top(self, groups: list[list[str]]) -> None:
         """New top-level candidates (newcomers no old community holds): largest first, each

@@ -1,7 +1,7 @@
 """Load documents from a folder: text, markdown, HTML, CSV/JSONL rows, PDF and DOCX.
 
-Two steps: `list_files` (in `indexer.listing`: which files are documents, under which path; links
-are never followed) and `load_entry` (one file's text); `scan_folder` is the two together.
+Two steps: `list_files` (in `canopy.indexer.listing`: which files are documents, under which path;
+links are never followed) and `load_entry` (one file's text); `scan_folder` is the two together.
 
 Encoding policy: UTF-8 (a BOM is honoured, as is a UTF-16 BOM); otherwise Windows-1252 when it
 decodes cleanly and the detector is not confident in another code page; otherwise
@@ -26,11 +26,11 @@ from typing import Any
 
 import yaml
 
+from canopy.indexer.listing import FileEntry, FileRefused, list_files, read_beneath
+from canopy.indexer.office import LimitExceeded, Limits, MissingDependency
+from canopy.indexer.parse_worker import ParseFailed, parse_office
 from canopy.model import Skip
 from canopy.settings import InputSettings
-from indexer.listing import FileEntry, FileRefused, list_files, read_beneath
-from indexer.office import LimitExceeded, Limits, MissingDependency
-from indexer.parse_worker import ParseFailed, parse_office
 
 __all__ = ["FileEntry", "LoadedDocument", "front_matter", "list_files", "load_entry", "load_file",
            "metadata_pairs", "scan_folder"]
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LoadedDocument:
-    path: str  # relative POSIX display path (`indexer.listing.display_name`)
+    path: str  # relative POSIX display path (`canopy.indexer.listing.display_name`)
     title: str
     text: str  # for Markdown with front matter: the body after it
     metadata: tuple[tuple[str, str], ...] = ()  # rendered front-matter fields (metadata_pairs)

@@ -1,4 +1,4 @@
-"""Text of PDF and DOCX bytes within resource limits (run inside `indexer.parse_worker`).
+"""Text of PDF and DOCX bytes within resource limits (run inside `canopy.indexer.parse_worker`).
 
 Compressed formats are where a small file becomes a large one: a 1 MB DOCX can hold 300 MB of
 XML, a PDF thousands of pages. Each limit is checked before the expensive step it guards: the

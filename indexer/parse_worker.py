@@ -18,7 +18,7 @@ import threading
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from indexer.office import LimitExceeded, Limits, MissingDependency, docx_text, pdf_text
+from canopy.indexer.office import LimitExceeded, Limits, MissingDependency, docx_text, pdf_text
 
 __all__ = ["ParseFailed", "parse_office"]
 

@@ -22,6 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from canopy.ids import KEYS_VERSION, content_hash
+from canopy.indexer.communities import GivenCommunities
+from canopy.indexer.forecast import PlanSink
+from canopy.indexer.listing import list_files
+from canopy.indexer.loaders import LoadedDocument, load_entry
+from canopy.indexer.stages import Build, Progress
+from canopy.indexer.stages.communities import stage_communities
+from canopy.indexer.stages.context import no_progress
+from canopy.indexer.stages.documents import plan_documents, stage_documents
+from canopy.indexer.stages.extraction import extract_units
+from canopy.indexer.stages.graph import stage_graph
+from canopy.indexer.stages.reports import stage_reports
+from canopy.indexer.stages.revocation import revoke
+from canopy.indexer.stages.vectors import stage_vectors, tidy_search_tables
 from canopy.lance import import_lancedb
 from canopy.model import Skip, UnitFailure
 from canopy.providers.base import INDEX_TASKS, Embedder, Provider, prompt_key
@@ -30,19 +43,6 @@ from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
 from canopy.tokens import get_tokenizer
 from canopy.vectors import merge_scrub
-from indexer.communities import GivenCommunities
-from indexer.forecast import PlanSink
-from indexer.listing import list_files
-from indexer.loaders import LoadedDocument, load_entry
-from indexer.stages import Build, Progress
-from indexer.stages.communities import stage_communities
-from indexer.stages.context import no_progress
-from indexer.stages.documents import plan_documents, stage_documents
-from indexer.stages.extraction import extract_units
-from indexer.stages.graph import stage_graph
-from indexer.stages.reports import stage_reports
-from indexer.stages.revocation import revoke
-from indexer.stages.vectors import stage_vectors, tidy_search_tables
 
 __all__ = ["IndexResult", "Progress", "run_index", "settings_fingerprint"]
 
@@ -59,7 +59,8 @@ class IndexResult:
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     skips: list[Skip] = field(default_factory=list)
     failures: list[UnitFailure] = field(default_factory=list)
-    recovered: str | None = None  # what a full build did about a damaged index (server.runtime)
+    # what a full build did about a damaged index (canopy.server.runtime)
+    recovered: str | None = None
 
 
 def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embedder) -> str:
@@ -120,13 +121,14 @@ async def run_index(
     on_plan: PlanSink | None = None,
 ) -> IndexResult:
     """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
-    after the commit (False leaves it to `server.runtime.maintain_index`, off the update's
+    after the commit (False leaves it to `canopy.server.runtime.maintain_index`, off the update's
     path: its periodic part rewrites whole fragments, which at 10k articles takes a minute).
-    `given`: communities a fresh clustering starts from (indexer.graphrag, an import).
+    `given`: communities a fresh clustering starts from (canopy.indexer.graphrag, an import).
     `on_revoked()` runs right after deletions and relabels commit, before any regeneration
     (a writer that publishes generations publishes that one at once).
     `on_plan` is told what extraction will request and, from its first units, what the rest of
-    the build is projected to (indexer.forecast); only when the provider calls an endpoint."""
+    the build is projected to (canopy.indexer.forecast); only when the provider calls an
+    endpoint."""
     t0 = time.perf_counter()
     progress = progress or no_progress
     fingerprint = settings_fingerprint(settings, provider, embedder)
@@ -278,7 +280,7 @@ async def run_index(
         store.batch_cache_writes(1)
     # Readers now use the new generation: compact the search tables and, once due, rewrite
     # what still stores erased rows and drop old versions (or leave that to a background
-    # tidy: `server.runtime.maintain_index`); then drop the WAL's old pages.
+    # tidy: `canopy.server.runtime.maintain_index`); then drop the WAL's old pages.
     if tidy:
         tidy_search_tables(store, settings.storage)
     if (units.removed or revoked or full) and not store.truncate_wal():

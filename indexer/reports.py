@@ -15,7 +15,7 @@ Context rules (`build_report_context`):
   large hierarchy costs what its children's reports cost, not what the whole community holds.
 
 `write_report` is the one report writer: the indexer calls it for canonical reports and the
-per-caller views (acl.views) for a community's visible part.
+per-caller views (canopy.acl.views) for a community's visible part.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ placeholders each must keep. `render` here always uses the packaged templates.
 
 from __future__ import annotations
 
-from prompts.packaged import TASKS, file_name, load_prompt
-from prompts.placeholders import MEANINGS, OPTIONAL, optional, placeholders, required
-from prompts.prompt_set import PromptSet
+from canopy.prompts.packaged import TASKS, file_name, load_prompt
+from canopy.prompts.placeholders import MEANINGS, OPTIONAL, optional, placeholders, required
+from canopy.prompts.prompt_set import PromptSet
 
 __all__ = ["DEFAULT_PROMPTS", "MEANINGS", "OPTIONAL", "TASKS", "PromptSet", "file_name",
            "load_prompt", "optional", "placeholders", "render", "required"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 from string import Template
 
-from prompts.packaged import load_prompt
+from canopy.prompts.packaged import load_prompt
 
 __all__ = ["MEANINGS", "OPTIONAL", "bad_dollar_line", "identifiers", "optional", "placeholders",
            "required"]

@@ -10,7 +10,7 @@ from functools import lru_cache
 from string import Template
 from types import MappingProxyType
 
-from prompts.packaged import TASKS, load_prompt
+from canopy.prompts.packaged import TASKS, load_prompt
 
 __all__ = ["PromptSet"]
 

@@ -39,8 +39,8 @@ from pydantic import BaseModel, Field
 
 from canopy.errors import CanopyError, ConfigError
 from canopy.llm import ChatClient
+from canopy.server.context import QueryContext
 from canopy.tokens import get_tokenizer
-from server.context import QueryContext
 
 __all__ = [
     "CRITERIA",
@@ -235,7 +235,7 @@ async def answer_all(ctx: QueryContext, questions: list[EvalQuestion], method: s
                      progress: Progress = lambda _: None) -> list[str]:
     """Each question's answer by `method` (one of METHODS), in order; ANSWERS_AT_ONCE questions
     are answered concurrently (the engines' own calls run concurrently within each)."""
-    from server import engines
+    from canopy.server import engines
 
     name, _, level = method.partition(":")
     gate = asyncio.Semaphore(ANSWERS_AT_ONCE)

@@ -1,6 +1,6 @@
 """Canopy as a Python library: `Index`, one documents folder and its index.
 
-    from server.api import Index
+    from canopy.server.api import Index
 
     with Index.open("examples/docs") as index:
         index.update()  # build, or bring up to date with the folder
@@ -8,10 +8,10 @@
         print(result.answer)
 
 It is the CLI's and the MCP server's machinery called in-process, with no second
-implementation: `update`/`build` are `canopy index` (server.runtime.build_index), the searches,
-`drill_down` and `status` are the MCP tools' engines run through the same service
-(server.service.CanopyService), and `export` is `canopy export`. They return the tools' result
-models (server.results.SearchResult, DrillResult, server.status.IndexStatus).
+implementation: `update`/`build` are `canopy index` (canopy.server.runtime.build_index), the
+searches, `drill_down` and `status` are the MCP tools' engines run through the same service
+(canopy.server.service.CanopyService), and `export` is `canopy export`. They return the tools'
+result models (canopy.server.results.SearchResult, DrillResult, canopy.server.status.IndexStatus).
 
 Permissions: under an [acl] policy every call names its caller with `principal=` (one of the
 policy's principals; a missing or unknown name raises ConfigError, as `canopy query` does) and
@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from indexer.pipeline import IndexResult
-    from server.context import QueryContext
-    from server.export import ExportResult
-    from server.results import DrillResult, SearchResult
-    from server.runtime import Workspace
-    from server.service import CanopyService
-    from server.status import IndexStatus
+    from canopy.indexer.pipeline import IndexResult
+    from canopy.server.context import QueryContext
+    from canopy.server.export import ExportResult
+    from canopy.server.results import DrillResult, SearchResult
+    from canopy.server.runtime import Workspace
+    from canopy.server.service import CanopyService
+    from canopy.server.status import IndexStatus
 
 __all__ = ["Index"]
 
@@ -56,7 +56,7 @@ class Index:
 
     def __init__(self, docs: str | Path, index_dir: str | Path | None = None,
                  config: str | Path | None = None) -> None:
-        from server.runtime import open_workspace
+        from canopy.server.runtime import open_workspace
 
         self._args = (Path(docs), Path(index_dir) if index_dir else None,
                       Path(config) if config else None)
@@ -93,7 +93,7 @@ class Index:
         return self._index(full=True)
 
     def _index(self, *, full: bool) -> IndexResult:
-        from server.runtime import build_index, open_workspace
+        from canopy.server.runtime import build_index, open_workspace
 
         return build_index(open_workspace(*self._args), full=full)
 
@@ -104,7 +104,7 @@ class Index:
                       response_type: str = RESPONSE) -> SearchResult:
         """The `global_search` tool: an answer about the corpus as a whole, from community
         reports (`community_level` None: dynamic selection from the top down)."""
-        from server import engines
+        from canopy.server import engines
 
         return self._call(principal, lambda q: engines.global_search(
             q, query, community_level=community_level, response_type=response_type))
@@ -113,7 +113,7 @@ class Index:
                      response_type: str = RESPONSE) -> SearchResult:
         """The `local_search` tool: an answer about specific entities, from their neighbourhood
         in the graph and their sources."""
-        from server import engines
+        from canopy.server import engines
 
         return self._call(principal, lambda q: engines.local_search(
             q, query, response_type=response_type))
@@ -121,7 +121,7 @@ class Index:
     def drift_search(self, query: str, *, principal: str | None = None,
                      response_type: str = RESPONSE) -> SearchResult:
         """The `drift_search` tool: a global primer refined by local follow-up questions."""
-        from server import engines
+        from canopy.server import engines
 
         return self._call(principal, lambda q: engines.drift_search(
             q, query, response_type=response_type))
@@ -129,7 +129,7 @@ class Index:
     def basic_search(self, query: str, *, principal: str | None = None, k: int = 10,
                      response_type: str = RESPONSE) -> SearchResult:
         """The `basic_search` tool: an answer from the `k` (1-100) most similar passages."""
-        from server import engines
+        from canopy.server import engines
 
         return self._call(principal, lambda q: engines.basic_search(
             q, query, k=k, response_type=response_type))
@@ -138,7 +138,7 @@ class Index:
                response_type: str = RESPONSE) -> SearchResult:
         """The `search` tool: the question routed to basic, local or global search; `route`
         says which and why."""
-        from server import engines
+        from canopy.server import engines
 
         return self._call(principal, lambda q: engines.routed_search(
             q, query, response_type=response_type))
@@ -149,7 +149,7 @@ class Index:
         """The `drill_down` tool: with no arguments the top-level communities; with
         `community_id` or `entity` one community (report, parents, children, members,
         relationships); with `finding` the sources behind one of its findings."""
-        from server import engines
+        from canopy.server import engines
 
         return self._call(principal, lambda q: engines.drill_down(
             q, community_id=community_id, entity=entity, finding=finding, limit=limit,
@@ -158,7 +158,7 @@ class Index:
     def status(self, *, principal: str | None = None) -> IndexStatus:
         """The `index_status` tool: what the index holds, counted over what `principal` may
         read (everything without a policy)."""
-        from server.status import index_status, status_for_caller
+        from canopy.server.status import index_status, status_for_caller
 
         service = self._opened()
         policy = service.ws.policy
@@ -176,7 +176,7 @@ class Index:
         parquet or CSV tables, or as GraphML (`format`). `out_dir` must be new or empty, or
         hold an earlier export with `overwrite=True`."""
         from canopy.errors import InvalidArgument
-        from server.export import FORMATS, export_tables, prepare_out_dir
+        from canopy.server.export import FORMATS, export_tables, prepare_out_dir
 
         if format not in FORMATS:
             raise InvalidArgument(f"unknown format {format!r} (one of {', '.join(FORMATS)})")
@@ -189,13 +189,13 @@ class Index:
 
     def _opened(self) -> CanopyService:
         if self._service is None:
-            from server.service import CanopyService
+            from canopy.server.service import CanopyService
 
             self._service = CanopyService(self.workspace, config=self._args[2])
         return self._service
 
     def _check(self, principal: str | None) -> None:
-        from server.cli.common import check_principal
+        from canopy.server.cli.common import check_principal
 
         check_principal(self._opened().ws.policy.settings, principal)
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from acl.caller import Caller
-from acl.reader import CallerReader
+from canopy.acl.caller import Caller
+from canopy.acl.reader import CallerReader
 from canopy.providers.base import Provider
 from canopy.settings import QuerySettings
 

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from canopy.indexer.forecast import extrapolate
+from canopy.indexer.pipeline import run_index
 from canopy.model import TextUnit
 from canopy.providers import make_embedder, make_provider
+from canopy.server.runtime import Workspace
+from canopy.server.sampling import corpus_units, spread_sample
 from canopy.store import Store
-from indexer.forecast import extrapolate
-from indexer.pipeline import run_index
-from server.runtime import Workspace
-from server.sampling import corpus_units, spread_sample
 
 __all__ = ["BuildEstimate", "TaskEstimate", "estimate_build"]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from canopy.errors import ConfigError
-from server.context import QueryContext
+from canopy.server.context import QueryContext
 
 __all__ = ["FORMATS", "TOOLS", "EvalQuestion", "ToolScore", "evaluate", "load_questions",
            "split_of", "unit_ranking"]
@@ -110,8 +110,8 @@ class _DocumentMatcher:
 
 def unit_ranking(ctx: QueryContext, tool: str) -> Callable[[str], list[str]]:
     """question -> the tool's text-unit ids in rank order."""
-    from server.engines.basic_engine import basic_context
-    from server.engines.local_engine import build_local_context
+    from canopy.server.engines.basic_engine import basic_context
+    from canopy.server.engines.local_engine import build_local_context
 
     if tool == "local":
         budget = ctx.settings.local_context_tokens

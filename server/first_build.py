@@ -20,8 +20,8 @@ from pathlib import Path
 
 from canopy.errors import CanopyError, IndexMissing
 from canopy.health import check_database
-from server.runtime import Workspace, build_index
-from server.service import CanopyService
+from canopy.server.runtime import Workspace, build_index
+from canopy.server.service import CanopyService
 
 __all__ = ["ServiceSlot"]
 

@@ -5,7 +5,7 @@ uvicorn's process manager starts that many worker processes on one listening soc
 spreads connections among them), each opening the index itself from the `HttpSpec` passed in the
 environment; sessions are then stateless (any worker answers any request), which lets CPU-bound
 retrieval of concurrent callers run on every core. Engine calls also run on worker threads
-inside each process (server.service), so a slow global search never stalls a drill_down.
+inside each process (canopy.server.service), so a slow global search never stalls a drill_down.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from mcp.server import MCPServer
     from starlette.applications import Starlette
 
-    from server.first_build import ServiceSlot
-    from server.runtime import Workspace
+    from canopy.server.first_build import ServiceSlot
+    from canopy.server.runtime import Workspace
 
 __all__ = ["SPEC_ENV", "HttpSpec", "create_app", "run_http", "serve_in_process"]
 
@@ -61,7 +61,7 @@ class FirstBuild:
     def start_detached(self) -> None:
         """Build on a daemon thread of this process (the supervisor of several workers)."""
         def run() -> None:
-            from server.runtime import build_index
+            from canopy.server.runtime import build_index
 
             try:
                 result = build_index(self.ws)
@@ -79,13 +79,13 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
     """The MCP server of `spec` and the slot of the service it serves (to close on shutdown).
     With no committed index yet, `first` is built in this process behind the server; without
     it the build runs elsewhere (the supervisor) and the slot opens once it commits."""
-    from server.cli.serve import http_auth
-    from server.first_build import ServiceSlot
-    from server.mcp_app import build_server
-    from server.rest import mount_rest
-    from server.runtime import open_workspace
-    from server.service import CanopyService
-    from server.web import mount_web
+    from canopy.server.cli.serve import http_auth
+    from canopy.server.first_build import ServiceSlot
+    from canopy.server.mcp_app import build_server
+    from canopy.server.rest import mount_rest
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
+    from canopy.server.web import mount_web
 
     docs, config = Path(spec.docs), Path(spec.config) if spec.config else None
     ws = open_workspace(docs, Path(spec.index_dir) if spec.index_dir else None, config)
@@ -110,7 +110,7 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
         slot = ServiceSlot.once_built(open_service, ws.index_dir, spec.docs)
     server = build_server(slot, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
-    mount_rest(server, spec.host)  # /api/v1: the same tools as JSON endpoints (server.rest)
+    mount_rest(server, spec.host)  # /api/v1: the same tools as JSON endpoints (canopy.server.rest)
     mount_web(server, slot, docs=spec.docs, principal=spec.principal,
               auth_required=verifier is not None, host=spec.host)  # the web view at /ui/
     return server, slot
@@ -146,5 +146,5 @@ def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None) -
     if first is not None and not index_committed(first.ws.index_dir):
         first.start_detached()
     os.environ[SPEC_ENV] = json.dumps(asdict(replace(spec, processes=workers)))
-    uvicorn.run("server.http:create_app", factory=True, host=spec.host, port=spec.port,
+    uvicorn.run("canopy.server.http:create_app", factory=True, host=spec.host, port=spec.port,
                 workers=workers, log_level=spec.log_level)

@@ -7,8 +7,8 @@ argument or a header. Each call builds its own `QueryContext` for that principal
 sees only what the caller may see.
 
 What comes back: each tool returns a `CallToolResult` whose `structuredContent` is one of the
-models in `server.results` (declared as the tool's output schema) and whose text content is a
-readable rendering of it (`server.tool_text`).
+models in `canopy.server.results` (declared as the tool's output schema) and whose text content is a
+readable rendering of it (`canopy.server.tool_text`).
 
 Errors: `InvalidArgument`, `NotFound`, `IndexMissing`, `ConfigError` and an unavailable endpoint
 become `ToolError`s carrying their message, which is written for the agent (a hidden id reads
@@ -43,13 +43,13 @@ from canopy.errors import (
     NotFound,
     ProviderError,
 )
-from server import engines
-from server.context import QueryContext
-from server.first_build import ServiceSlot
-from server.results import CommunityCard, DrillResult, SearchResult
-from server.service import CanopyService
-from server.status import IndexStatus, index_status, status_for_caller
-from server.tool_text import drill_text, search_text, span_text, status_text
+from canopy.server import engines
+from canopy.server.context import QueryContext
+from canopy.server.first_build import ServiceSlot
+from canopy.server.results import CommunityCard, DrillResult, SearchResult
+from canopy.server.service import CanopyService
+from canopy.server.status import IndexStatus, index_status, status_for_caller
+from canopy.server.tool_text import drill_text, search_text, span_text, status_text
 
 __all__ = ["READ_ONLY", "FailureKind", "ToolFailure", "build_server", "damaged_message",
            "run_stdio"]
@@ -72,7 +72,7 @@ FailureKind = Literal["invalid_argument", "not_found", "unavailable", "llm_faile
 
 class ToolFailure(ToolError):
     """A tool's refusal, carrying what kind of failure it is: MCP clients read the message only;
-    the REST API (server.rest) answers with the status code the kind implies."""
+    the REST API (canopy.server.rest) answers with the status code the kind implies."""
 
     def __init__(self, message: str, kind: FailureKind) -> None:
         super().__init__(message)
@@ -234,7 +234,7 @@ def build_server(
     port: int = 8765,
 ) -> MCPServer:
     """The Canopy MCP server over one opened index (or a slot that opens it after a first build,
-    `server.first_build`).
+    `canopy.server.first_build`).
 
     `principal_name` is the caller over stdio (and over HTTP when `auth` is None). `auth` verifies
     HTTP bearer tokens; its `AccessToken.subject` (or `client_id`) names the caller's principal.
@@ -504,9 +504,9 @@ class _CardList(BaseModel):
 
 
 def run_stdio(server: MCPServer) -> None:
-    """MCP over stdio; every malformed request gets a JSON-RPC error (`server.stdio`)."""
+    """MCP over stdio; every malformed request gets a JSON-RPC error (`canopy.server.stdio`)."""
     import anyio
 
-    from server.stdio import serve_stdio
+    from canopy.server.stdio import serve_stdio
 
     anyio.run(serve_stdio, server)

@@ -1,7 +1,7 @@
 """`canopy prompts tune`: extraction and report templates adapted to one corpus, by its LLM.
 
 In the spirit of GraphRAG's prompt tuning (auto-templating from the corpus's own text):
-1. sample text units deterministically (`server.sampling`, as the build estimate does);
+1. sample text units deterministically (`canopy.server.sampling`, as the build estimate does);
 2. ask the model, with the `tune` template, what the collection holds, who would read it, and
    which entity types matter in it;
 3. run Canopy's own extraction template, with those types, on short excerpts of a few sampled
@@ -29,12 +29,12 @@ from canopy.errors import ConfigError
 from canopy.llm import ChatClient
 from canopy.model import TextUnit
 from canopy.prompt_dir import check_template, load_prompt_dir
+from canopy.prompts import DEFAULT_PROMPTS, file_name, load_prompt
 from canopy.providers.base import ExtractionOut, Usage
 from canopy.providers.llm import CLAIMS_OFF, CLAIMS_ON
+from canopy.server.runtime import Workspace
+from canopy.server.sampling import corpus_units, spread_sample
 from canopy.tokens import get_tokenizer
-from prompts import DEFAULT_PROMPTS, file_name, load_prompt
-from server.runtime import Workspace
-from server.sampling import corpus_units, spread_sample
 
 __all__ = ["TunedPrompts", "tune_prompts", "write_tuned"]
 

@@ -24,7 +24,7 @@ from canopy.health import DB_NAME, check_database
 from canopy.publish.location import open_location
 from canopy.publish.snapshot import stage_snapshot
 from canopy.publish.writer import PublishResult, publish_staged
-from server.runtime import Workspace, writer_lock
+from canopy.server.runtime import Workspace, writer_lock
 
 __all__ = ["describe_publish", "publish_index", "revocation_publisher"]
 

@@ -37,16 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acl.policy import Policy
+from canopy.acl.policy import Policy
 from canopy.errors import IndexMissing, IndexStale
 from canopy.publish.location import Location, open_location
 from canopy.publish.manifest import Manifest
 from canopy.publish.reader import materialize, prune_blobs, remove_generation
 from canopy.publish.writer import newest_manifest, published_seqs
+from canopy.server.first_build import ServiceSlot
+from canopy.server.runtime import Workspace
+from canopy.server.service import CanopyService
 from canopy.settings import Settings
-from server.first_build import ServiceSlot
-from server.runtime import Workspace
-from server.service import CanopyService
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
@@ -269,9 +269,9 @@ def serve_replica(uri: str, *, use_http: bool, host: str, port: int, principal: 
     """Serve the index published at `uri` until interrupted (module doc)."""
     import click
 
+    from canopy.server.cli.serve import _is_loopback, http_auth
+    from canopy.server.mcp_app import build_server, run_stdio
     from canopy.settings import load_settings
-    from server.cli.serve import _is_loopback, http_auth
-    from server.mcp_app import build_server, run_stdio
 
     local = load_settings(None, config)
     cache_dir = Path(local.publish.cache_dir or default_cache_dir(uri, port if use_http else 0))

@@ -50,7 +50,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.mcp_app import FailureKind, ResourceFailure, ToolFailure
+from canopy.server.mcp_app import FailureKind, ResourceFailure, ToolFailure
 
 __all__ = ["API_PREFIX", "ApiError", "mount_rest", "openapi_document"]
 

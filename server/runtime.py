@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from acl.policy import Policy
+import canopy
+from canopy.acl.policy import Policy
 from canopy.allocator import limit_arenas
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import (
@@ -42,15 +43,15 @@ from canopy.health import (
     quarantine,
     raise_if_damaged,
 )
+from canopy.indexer.forecast import PlanSink
+from canopy.indexer.pipeline import IndexResult, Progress, run_index
 from canopy.providers import make_embedder, make_provider
 from canopy.settings import INDEX_DIRNAME, Settings, load_settings
 from canopy.store import Store
-from indexer.forecast import PlanSink
-from indexer.pipeline import IndexResult, Progress, run_index
 
 if TYPE_CHECKING:
-    from indexer.graphrag import ImportResult
-    from indexer.watcher import Watcher
+    from canopy.indexer.graphrag import ImportResult
+    from canopy.indexer.watcher import Watcher
 
 __all__ = ["Workspace", "build_index", "import_graphrag_index", "maintain_index",
            "open_workspace", "start_background_tidy", "tidy_needed", "workspace_watcher",
@@ -142,7 +143,7 @@ def build_index(
     `tidy=False` leaves tidying the search tables to `maintain_index` (module doc).
     `on_revoked()` runs once deletions and relabels have committed, before regeneration, with
     the writer lock held (`run_index`). `on_plan`: told the extraction plan and the projection of
-    the rest (indexer.forecast)."""
+    the rest (canopy.indexer.forecast)."""
     limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
     with writer_lock(ws.index_dir):
         if not full:
@@ -219,9 +220,9 @@ def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
 def import_graphrag_index(ws: Workspace, output_dir: Path, *,
                           progress: Progress | None = None) -> ImportResult:
     """A new index of the workspace's documents from a Microsoft GraphRAG output folder
-    (indexer.graphrag). The folder is checked before anything is written; an existing index is
-    never overwritten."""
-    from indexer.graphrag import import_graphrag, read_output
+    (canopy.indexer.graphrag). The folder is checked before anything is written; an existing index
+    is never overwritten."""
+    from canopy.indexer.graphrag import import_graphrag, read_output
 
     out = read_output(output_dir)
     limit_arenas()
@@ -242,11 +243,11 @@ def import_graphrag_index(ws: Workspace, output_dir: Path, *,
 
 def maintain_index(ws: Workspace, *, wait: bool = False,
                    should_stop: Callable[[], bool] | None = None) -> bool | None:
-    """Tidy the search tables (`indexer.stages.vectors.tidy_search_tables`) under the writer
+    """Tidy the search tables (`canopy.indexer.stages.vectors.tidy_search_tables`) under the writer
     lock, giving way to any writer that starts waiting (and to `should_stop()`). None: another
     writer holds the lock and `wait` is False (its own run or tidy will do the work); False:
     it gave way before the end (what it finished is kept); True: done, or nothing to do."""
-    from indexer.stages.vectors import tidy_search_tables
+    from canopy.indexer.stages.vectors import tidy_search_tables
 
     if not (ws.index_dir / DB_NAME).exists():
         return True
@@ -276,7 +277,7 @@ def maintain_index(ws: Workspace, *, wait: bool = False,
 
 def tidy_needed(ws: Workspace) -> bool:
     """Whether `maintain_index` has work it may do (milliseconds: the index's meta only)."""
-    from indexer.stages.vectors import search_tables_need_tidy
+    from canopy.indexer.stages.vectors import search_tables_need_tidy
 
     if not (ws.index_dir / DB_NAME).exists():
         return False
@@ -293,7 +294,7 @@ def start_background_tidy(ws: Workspace, config: Path | None) -> int | None:
     Its output goes to `index_dir/tidy.log`. Returns its pid, or None when nothing is due."""
     if not tidy_needed(ws):
         return None
-    argv = [sys.executable, "-m", "server.cli", "tidy", str(ws.docs_dir), "--index-dir",
+    argv = [sys.executable, "-m", "canopy.server.cli", "tidy", str(ws.docs_dir), "--index-dir",
             str(ws.index_dir), "--if-idle"]
     if config is not None:
         argv += ["--config", str(config)]
@@ -303,7 +304,7 @@ def start_background_tidy(ws: Workspace, config: Path | None) -> int | None:
                   | getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
     with open(ws.index_dir / "tidy.log", "wb") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                cwd=str(Path(__file__).resolve().parent.parent), **detach)
+                                cwd=str(Path(canopy.__file__).resolve().parents[1]), **detach)
     return proc.pid
 
 
@@ -315,8 +316,8 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
     re-reading the settings (and so the policy) each time, and with `[storage] tidy =
     "background"` tidies the search tables in its idle time instead of inside the update.
     With `publish` (or `[publish] uri`) each batch's generation is then published there
-    (server.publishing); a policy edit that changes no document is published too."""
-    from indexer.watcher import Watcher
+    (canopy.server.publishing); a policy edit that changes no document is published too."""
+    from canopy.indexer.watcher import Watcher
 
     first = open_workspace(docs, index_dir, config)
     background = first.settings.storage.tidy == "background"
@@ -325,12 +326,12 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
         ws = open_workspace(docs, index_dir, config)
         on_revoked = None
         if publish or ws.settings.publish.uri:
-            from server.publishing import revocation_publisher
+            from canopy.server.publishing import revocation_publisher
 
             on_revoked = revocation_publisher(ws, publish)
         result = build_index(ws, tidy=not background, on_revoked=on_revoked)
         if publish or ws.settings.publish.uri:
-            from server.publishing import publish_index
+            from canopy.server.publishing import publish_index
 
             try:
                 publish_index(ws, publish)
@@ -345,7 +346,7 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
         if publish or ws.settings.publish.uri:
             # A tidy rewrote the files that held deleted text: publish them (nothing is sent
             # when it changed nothing), so the published copies can be collected too.
-            from server.publishing import publish_index
+            from canopy.server.publishing import publish_index
 
             publish_index(ws, publish)
         return done

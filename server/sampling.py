@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 
+from canopy.indexer.chunking import chunk_document
+from canopy.indexer.loaders import LoadedDocument, scan_folder
 from canopy.model import TextUnit
+from canopy.server.runtime import Workspace
 from canopy.tokens import get_tokenizer
-from indexer.chunking import chunk_document
-from indexer.loaders import LoadedDocument, scan_folder
-from server.runtime import Workspace
 
 __all__ = ["corpus_units", "spread_sample"]
 

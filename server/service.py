@@ -1,7 +1,7 @@
 """`CanopyService`: one opened index, shared by the MCP server and the CLI query command.
 
 It owns the store, the search tables, the provider and embedder, the view cache and the policy,
-and opens a `QueryContext` per call: a caller-scoped reader (acl.reader) over one snapshot of
+and opens a `QueryContext` per call: a caller-scoped reader (canopy.acl.reader) over one snapshot of
 the committed generation, for the principal the transport identified. Nothing is loaded up front:
 the first answer reads what it needs and no more.
 
@@ -34,24 +34,25 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from acl.caller import caller_for
-from acl.policy import Policy, Principal
-from acl.reader import CallerReader, ViewSupport
-from acl.view_cache import ViewCache
-from acl.views import ViewParams
+from canopy.acl.caller import caller_for
+from canopy.acl.policy import Policy, Principal
+from canopy.acl.reader import CallerReader, ViewSupport
+from canopy.acl.view_cache import ViewCache
+from canopy.acl.views import ViewParams
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import check_search_files
 from canopy.providers import make_embedder, make_provider
 from canopy.providers.base import Provider
 from canopy.providers.builtin.text import load_jieba
+from canopy.server.context import EngineCaches, ProgressCallback, QueryContext
+from canopy.server.runtime import Workspace
 from canopy.settings import AclSettings, find_config, load_settings
 from canopy.store.store import damage_as_index_damaged
 from canopy.tokens import preload
 from canopy.vectors import VectorStore
-from server.context import EngineCaches, ProgressCallback, QueryContext
-from server.runtime import Workspace
 
-__all__ = ["CanopyService", "ProgressCallback", "QueryContext"]  # the last two: server.context
+# the last two: canopy.server.context
+__all__ = ["CanopyService", "ProgressCallback", "QueryContext"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from canopy.store import Store
 
 if TYPE_CHECKING:
-    from server.context import QueryContext
+    from canopy.server.context import QueryContext
 
 __all__ = [
     "ConcurrencyInfo", "IndexStatus", "concurrency_line", "index_status", "status_for_caller",

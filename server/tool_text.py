@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from canopy.model import metadata_line
-from server.engines.cards import claim_period_text, claim_quote_text
-from server.results import (
+from canopy.server.engines.cards import claim_period_text, claim_quote_text
+from canopy.server.results import (
     Citation,
     ClaimCard,
     CommunityCard,
@@ -21,7 +21,7 @@ from server.results import (
     SourceSpan,
     UsageInfo,
 )
-from server.status import IndexStatus, concurrency_line
+from canopy.server.status import IndexStatus, concurrency_line
 
 __all__ = ["drill_text", "search_text", "span_text", "status_text"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from server.runtime import Workspace
+    from canopy.server.runtime import Workspace
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -42,7 +42,7 @@ def indexed_examples(root: Path, policy: str, extra: dict[str, str] | None = Non
     """The examples copied to `root/docs` under `policy` (a canopy.toml), plus `extra` files
     (relative path -> text), indexed offline into `root/index`: the workspace module fixtures
     of the engine tests share."""
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     shutil.copytree(EXAMPLES, root / "docs")
     for rel, text in (extra or {}).items():

@@ -12,7 +12,7 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acl.policy import Policy
+from canopy.acl.policy import Policy
 from canopy.settings import AclSettings
 
 # One path component: any character Linux allows in a name (everything but "/" and NUL),
@@ -56,7 +56,7 @@ def test_a_file_outside_finance_never_gets_the_finance_rule(top: str, rest: list
 @given(st.lists(COMPONENT, min_size=1, max_size=4), COMPONENT)
 def test_double_star_spans_any_number_of_folders_and_star_stays_in_one(folders: list[str],
                                                                        name: str) -> None:
-    from acl.policy import compile_glob
+    from canopy.acl.policy import compile_glob
 
     deep = "/".join(["a", *folders, name])
     assert compile_glob("a/**")(deep)
@@ -80,7 +80,7 @@ def test_first_matching_rule_wins_and_unmatched_paths_get_the_default() -> None:
 
 
 def test_glob_metacharacters_in_names_are_data_not_patterns() -> None:
-    from acl.policy import compile_glob
+    from canopy.acl.policy import compile_glob
 
     matches = compile_glob("finance/**")
     assert matches("finance/[a]/{b,c}/!x/*.txt")

@@ -3,7 +3,7 @@
 A corpus of public documents (the bundled examples) plus restricted documents that plant canary
 strings ("CANARY-7f3a") and canary entity names ("Zebulon Quartzfield") found nowhere else, each
 co-mentioned with public entities, so public entities, relationships and communities are shared
-with restricted text and are served to restricted callers as views (acl.views).
+with restricted text and are served to restricted callers as views (canopy.acl.views).
 
 For seeded random policies and principals, every tool (global_search at every level and dynamic,
 local, drift, basic, drill_down on every root, child, finding and member entity reachable,
@@ -37,15 +37,15 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError
 
-from acl.access import State
+from canopy.acl.access import State
 from canopy.errors import EndpointUnavailable
+from canopy.indexer.pipeline import run_index
 from canopy.providers import make_embedder
 from canopy.providers.builtin import BuiltinProvider
+from canopy.server.mcp_app import build_server
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.store.export import Graph, load_graph
-from indexer.pipeline import run_index
-from server.mcp_app import build_server
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
 from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.anyio

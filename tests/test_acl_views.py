@@ -1,4 +1,4 @@
-"""Per-caller views (design §2, "fallback views"; acl.views, acl.reader).
+"""Per-caller views (design §2, "fallback views"; canopy.acl.views, canopy.acl.reader).
 
 The example corpus under a policy: suppliers/ is readable with label `supply` only. `staff`
 reads everything else, `buyer` reads suppliers/ only, `admin` reads everything. Artifacts that
@@ -19,22 +19,22 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client
 
-import acl.view_cache
-from acl.access import State
+import canopy.acl.view_cache
+from canopy.acl.access import State
 from canopy.errors import EndpointUnavailable, InvalidArgument, NotFound
 from canopy.ids import normalize_name
 from canopy.llm import ChatClient
 from canopy.providers.builtin import BuiltinProvider
 from canopy.providers.llm import LLMProvider
+from canopy.server import engines
+from canopy.server.cli import main
+from canopy.server.context import QueryContext
+from canopy.server.engines.warm import warm_views
+from canopy.server.mcp_app import build_server
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.settings import LLMSettings
 from canopy.store.export import Graph, load_graph
-from server import engines
-from server.cli import main
-from server.context import QueryContext
-from server.engines.warm import warm_views
-from server.mcp_app import build_server
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
 from tests.conftest import EXAMPLES
 
 POLICY = """
@@ -431,7 +431,8 @@ def test_during_an_endpoint_outage_views_are_written_offline_and_not_kept(servic
     assert service.store.view_counts().get("report", 0) == 0
     again = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
     assert again.community.title == offline.community.title
-    monkeypatch.setattr(acl.view_cache, "PROVISIONAL_S", 0.0)  # what was written offline expires
+    # what was written offline expires
+    monkeypatch.setattr(canopy.acl.view_cache, "PROVISIONAL_S", 0.0)
     up = Counting()
     service.use_provider(up)
     back = ask(service, "staff", lambda c: engines.drill_down(c, community_id=cid))
@@ -461,7 +462,7 @@ def test_views_held_in_memory_stay_within_their_byte_budget(service, graph):
 
 
 def test_engine_caches_hold_at_most_their_byte_budget() -> None:
-    from server.context import BoundedCache
+    from canopy.server.context import BoundedCache
 
     cache = BoundedCache(1000)
     for i in range(50):

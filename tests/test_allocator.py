@@ -77,12 +77,13 @@ def test_the_cli_and_build_index_cap_the_arenas(example_docs: Path,
     """Both ways into a build ask for the cap before their work starts."""
     from click.testing import CliRunner
 
-    import server.cli
-    import server.runtime
+    import canopy.server.cli
+    import canopy.server.runtime
 
     calls: list[str] = []
-    monkeypatch.setattr(server.runtime, "limit_arenas", lambda: calls.append("build") or True)
-    monkeypatch.setattr(server.cli, "limit_arenas", lambda: calls.append("cli") or True)
-    result = CliRunner().invoke(server.cli.main, ["index", str(example_docs)])
+    monkeypatch.setattr(canopy.server.runtime, "limit_arenas",
+                        lambda: calls.append("build") or True)
+    monkeypatch.setattr(canopy.server.cli, "limit_arenas", lambda: calls.append("cli") or True)
+    result = CliRunner().invoke(canopy.server.cli.main, ["index", str(example_docs)])
     assert result.exit_code == 0, result.output
     assert calls[:2] == ["cli", "build"]

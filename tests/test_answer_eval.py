@@ -18,8 +18,7 @@ from click.testing import CliRunner
 
 from canopy.errors import ConfigError
 from canopy.llm import ChatClient
-from canopy.settings import LLMSettings
-from server.answer_eval import (
+from canopy.server.answer_eval import (
     CRITERIA,
     EvalQuestion,
     Judgment,
@@ -29,9 +28,10 @@ from server.answer_eval import (
     read_questions,
     score,
 )
-from server.cli import main
-from server.cli.evaluate import NO_LLM
-from server.runtime import build_index, open_workspace
+from canopy.server.cli import main
+from canopy.server.cli.evaluate import NO_LLM
+from canopy.server.runtime import build_index, open_workspace
+from canopy.settings import LLMSettings
 from tests.conftest import EXAMPLES, offline_env
 from tests.fakes.openai_server import FakeOpenAI
 

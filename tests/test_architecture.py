@@ -1,5 +1,6 @@
 """The import direction is one way: server -> (indexer, acl) -> canopy (kernel) -> prompts; within
-the CLI package, the command modules never import the package that assembles them."""
+the CLI package, the command modules never import the package that assembles them. Every layer
+installs under the one namespace `canopy` (`canopy.server`, `canopy.indexer`, ...)."""
 
 from __future__ import annotations
 
@@ -19,29 +20,72 @@ ALLOWED = {
     "acl": {"canopy", "prompts", "indexer"},
     "server": {"canopy", "prompts", "indexer", "acl"},
 }
+LAYERS = tuple(layer for layer in ALLOWED if layer != "canopy")
 CLI = REPO / "server" / "cli"
 
 
+def _layer(module: str) -> str | None:
+    """The layer an absolute module name belongs to: `canopy.server.x` -> server, `canopy.x` ->
+    canopy (the kernel); None for modules outside the project. A top-level `server` or `indexer`
+    would be another distribution's package (the namespace is there to avoid them)."""
+    parts = module.split(".")
+    if parts[0] != "canopy":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "canopy"
+
+
 def _imports(path: Path) -> set[str]:
+    """Layers imported by `path` (absolute imports; relative ones stay within a layer)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    out: set[str] = set()
+    out: set[str | None] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
+            out |= {_layer(a.name) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module.split(".")[0])
-    return out
+            if node.module == "canopy":  # `from canopy import server` names a layer
+                out |= {_layer(f"canopy.{a.name}") for a in node.names}
+            else:
+                out.add(_layer(node.module))
+    return {layer for layer in out if layer is not None}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_packages_import_only_downwards(package: str) -> None:
     for path in (REPO / package).rglob("*.py"):
-        bad = (_imports(path) & set(ALLOWED)) - ALLOWED[package] - {package}
+        bad = _imports(path) - ALLOWED[package] - {package}
         assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}"
 
 
+def test_everything_imports_through_the_one_namespace() -> None:
+    """No module of the project, its tests or benchmarks imports `server`, `indexer`, `acl` or
+    `prompts` as top-level packages: installed, those names belong to other distributions."""
+    roots = [*ALLOWED, "tests", "benchmarks", "examples"]
+    for root in roots:
+        for path in (REPO / root).rglob("*.py"):
+            bad = _top_level_imports(path) & set(LAYERS)
+            assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)} at top level"
+
+
+def test_layer_of_a_module_name() -> None:
+    assert _layer("canopy.server.cli.common") == "server"
+    assert _layer("canopy.store") == "canopy"
+    assert _layer("canopy") == "canopy"
+    assert _layer("server.cli") is None
+    assert _layer("numpy") is None
+
+
 def test_engines_reach_the_index_only_through_the_callers_reader() -> None:
-    """The ACL prefilter is bound once, in acl.reader: code outside acl/ never touches the
+    """The ACL prefilter is bound once, in canopy.acl.reader: code outside acl/ never touches the
     reader's snapshot or search tables, nor imports the store's or LanceDB's read side."""
     private = {"_snap", "_vectors"}
     for path in (REPO / "server").rglob("*.py"):
@@ -70,8 +114,8 @@ def test_library_code_never_prints() -> None:
 
 
 def test_importing_the_server_writes_nothing_to_stdout() -> None:
-    code = ("import server.mcp_app, server.engines, server.http, indexer.pipeline, acl.reader, "
-            "canopy.providers.builtin")
+    code = ("import canopy.server.mcp_app, canopy.server.engines, canopy.server.http, "
+            "canopy.indexer.pipeline, canopy.acl.reader, canopy.providers.builtin")
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
@@ -80,18 +124,18 @@ def test_importing_the_server_writes_nothing_to_stdout() -> None:
 
 
 def _imports_of_the_cli_package(path: Path) -> list[int]:
-    """Lines of `path` that import the package `server.cli` itself (its `__init__`), in any
-    spelling; imports of a submodule by its full name (`from server.cli.common import X`) are
+    """Lines of `path` that import the package `canopy.server.cli` itself (its `__init__`), in any
+    spelling; imports of a submodule by its full name (`from canopy.server.cli.common import X`) are
     fine."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            if any(a.name == "server.cli" for a in node.names):
+            if any(a.name == "canopy.server.cli" for a in node.names):
                 lines.append(node.lineno)
         elif isinstance(node, ast.ImportFrom):
             absolute = node.level == 0 and (
-                node.module == "server.cli"
-                or (node.module == "server" and any(a.name == "cli" for a in node.names)))
+                node.module == "canopy.server.cli"
+                or (node.module == "canopy.server" and any(a.name == "cli" for a in node.names)))
             relative = node.level == 1 and node.module is None  # `from . import x`
             if absolute or relative:
                 lines.append(node.lineno)
@@ -107,20 +151,21 @@ def test_cli_command_modules_never_import_the_package() -> None:
                                          "watch", "demo"}
     for path in modules:
         lines = _imports_of_the_cli_package(path)
-        assert not lines, (f"{path.relative_to(REPO)}:{lines} imports the package server.cli: "
-                           "import from server.cli.common (or the command module) instead")
+        assert not lines, (f"{path.relative_to(REPO)}:{lines} imports the package "
+                           "canopy.server.cli: import from canopy.server.cli.common (or the "
+                           "command module) instead")
 
 
 def test_every_cli_module_imports_first_in_a_fresh_interpreter() -> None:
-    """Whichever module of the package is imported first (a test, `python -m server.cli`, an
+    """Whichever module of the package is imported first (a test, `python -m canopy.server.cli`, an
     entry point), the package and every command import completely: a cycle would fail here."""
-    names = sorted(f"server.cli.{p.stem}" for p in CLI.glob("*.py") if p.stem != "__init__")
+    names = sorted(f"canopy.server.cli.{p.stem}" for p in CLI.glob("*.py") if p.stem != "__init__")
     code = ("import importlib, sys\n"
-            f"for name in {['server.cli', *names]!r}:\n"
-            "    for loaded in [m for m in sys.modules if m.startswith('server.cli')]:\n"
+            f"for name in {['canopy.server.cli', *names]!r}:\n"
+            "    for loaded in [m for m in sys.modules if m.startswith('canopy.server.cli')]:\n"
             "        del sys.modules[loaded]\n"
             "    importlib.import_module(name)\n"
-            "    assert sys.modules['server.cli'].main.commands, name\n")
+            "    assert sys.modules['canopy.server.cli'].main.commands, name\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -130,9 +175,10 @@ def test_every_cli_module_imports_first_in_a_fresh_interpreter() -> None:
 def test_importing_the_cli_loads_no_engine_store_or_mcp_code() -> None:
     """The commands import what they need when they run, so `canopy --help` is quick and
     `canopy serve` starts its stdio server sooner."""
-    heavy = ["acl", "indexer", "lancedb", "mcp", "openai", "canopy.settings", "canopy.store",
-             "server.engines", "server.mcp_app", "server.runtime", "server.service", "tqdm"]
-    code = ("import sys, server.cli\n"
+    heavy = ["canopy.acl", "canopy.indexer", "lancedb", "mcp", "openai", "canopy.settings",
+             "canopy.store", "canopy.server.engines", "canopy.server.mcp_app",
+             "canopy.server.runtime", "canopy.server.service", "tqdm"]
+    code = ("import sys, canopy.server.cli\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=120)

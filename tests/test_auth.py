@@ -32,15 +32,15 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from acl.auth import JwtVerifier, verifier_from_settings
-from acl.policy import Principal
-from acl.tokens import TokenFile, add_token, hash_token, read_tokens, revoke_tokens
+from canopy.acl.auth import JwtVerifier, verifier_from_settings
+from canopy.acl.policy import Principal
+from canopy.acl.tokens import TokenFile, add_token, hash_token, read_tokens, revoke_tokens
 from canopy.errors import ConfigError
+from canopy.server.cli import main
+from canopy.server.mcp_app import build_server
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.settings import AuthSettings
-from server.cli import main
-from server.mcp_app import build_server
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
 from tests.conftest import offline_env
 from tests.net import free_port, wait_for_port
 
@@ -87,7 +87,7 @@ def multi_tenant_copy(root: Path) -> Path:
 def canopy_serve_http(docs: Path, index_dir: Path, log_path: Path, *extra: str) -> Iterator[str]:
     """`canopy serve DOCS --http` in a subprocess on a free loopback port; yields its /mcp URL."""
     port = free_port()
-    args = [sys.executable, "-m", "server.cli", "-v", "serve", str(docs),
+    args = [sys.executable, "-m", "canopy.server.cli", "-v", "serve", str(docs),
             "--index-dir", str(index_dir), "--http", "--port", str(port), *extra]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -592,7 +592,7 @@ def test_http_on_a_non_loopback_host_without_auth_is_refused(tmp_path: Path) -> 
 def test_serve_wires_the_token_file_and_the_insecure_flag_as_asked(
     multi_tenant: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server import http
+    from canopy.server import http
 
     docs, index_dir = multi_tenant
     plain = tmp_path / "plain"
@@ -628,7 +628,7 @@ async def test_the_stdio_caller_is_the_principal_named_at_start_up(
     docs, index_dir = multi_tenant
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "server.cli", "serve", str(docs), "--index-dir", str(index_dir)],
+        args=["-m", "canopy.server.cli", "serve", str(docs), "--index-dir", str(index_dir)],
         env={**clean_env(), "CANOPY_PRINCIPAL": "carol"},
         cwd=str(REPO),
     )

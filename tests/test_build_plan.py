@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from canopy.indexer.forecast import ExtractionPlan, Forecast, Projection, checkpoint, summaries
 from canopy.model import EntityInstance, Extraction, RelationshipInstance
+from canopy.server.cli import main
+from canopy.server.cli.build_plan import plan_line, projection_line
 from canopy.settings import Settings
-from indexer.forecast import ExtractionPlan, Forecast, Projection, checkpoint, summaries
-from server.cli import main
-from server.cli.build_plan import plan_line, projection_line
 from tests.conftest import EXAMPLES
 from tests.fakes.openai_server import FakeOpenAI
 

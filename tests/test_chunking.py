@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from canopy.indexer.chunking import chunk_document
 from canopy.tokens import get_tokenizer
-from indexer.chunking import chunk_document
 from tests.conftest import carol_text
 
 TOK = get_tokenizer()

@@ -20,13 +20,13 @@ from canopy.claims import claim_period, iso_date, period, verified_quote
 from canopy.llm.structured import json_schema_for
 from canopy.model import TextUnit
 from canopy.providers.base import ExtractionOut
+from canopy.server.engines import drill_down
+from canopy.server.engines.local_engine import build_local_context
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
+from canopy.server.tool_text import drill_text
 from canopy.store import Store
 from canopy.store.export import load_graph
-from server.engines import drill_down
-from server.engines.local_engine import build_local_context
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
-from server.tool_text import drill_text
 from tests.fakes.openai_server import FakeOpenAI
 from tests.test_llm_provider import TYPES, provider_for
 

@@ -1,9 +1,9 @@
-"""The `canopy` group itself (its commands, `--version`, `python -m server.cli`) and the index
-and status commands in process.
+"""The `canopy` group itself (its commands, `--version`, `python -m canopy.server.cli`) and the
+index and status commands in process.
 
 The other commands are tested where their subject is: query in test_engines, serve and demo in
 test_mcp_server and test_auth, token in test_auth, warm in test_acl_views, and `python -m
-server.cli index` in a subprocess in test_incremental."""
+canopy.server.cli index` in a subprocess in test_incremental."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from canopy.errors import ConfigError
-from server.cli import main
-from server.cli.common import DISTRIBUTION, canopy_version
+from canopy.server.cli import main
+from canopy.server.cli.common import DISTRIBUTION, canopy_version
 from tests.conftest import EXAMPLES, REPO
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -62,12 +62,12 @@ def test_version_falls_back_to_pyproject_when_not_installed(
 
 
 def test_python_dash_m_runs_the_cli() -> None:
-    """Tests and `canopy demo` spawn the server as `python -m server.cli`."""
-    out = subprocess.run([sys.executable, "-m", "server.cli", "--version"], cwd=REPO,
+    """Tests and `canopy demo` spawn the server as `python -m canopy.server.cli`."""
+    out = subprocess.run([sys.executable, "-m", "canopy.server.cli", "--version"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("canopy, version ")
-    usage = subprocess.run([sys.executable, "-m", "server.cli", "token", "--help"], cwd=REPO,
+    usage = subprocess.run([sys.executable, "-m", "canopy.server.cli", "token", "--help"], cwd=REPO,
                            capture_output=True, text=True, timeout=120)
     assert usage.returncode == 0, usage.stderr
     assert "Manage the bearer tokens of HTTP callers" in usage.stdout
@@ -129,15 +129,15 @@ def test_an_unknown_or_missing_principal_is_an_error_at_start_not_an_empty_answe
 
 def test_an_http_caller_the_policy_does_not_know_is_logged_once_and_sees_nothing(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from server.runtime import build_index, open_workspace
-    from server.service import CanopyService
+    from canopy.server.runtime import build_index, open_workspace
+    from canopy.server.service import CanopyService
 
     docs = _policy_docs(tmp_path)
     ws = open_workspace(docs)
     build_index(ws)
     service = CanopyService(ws)
     try:
-        with caplog.at_level("WARNING", logger="server.service"):
+        with caplog.at_level("WARNING", logger="canopy.server.service"):
             for _ in range(2):
                 with service.context("mallory") as ctx:
                     assert ctx.reader.caller.readable == frozenset()
@@ -175,9 +175,9 @@ def test_a_restricted_caller_is_not_told_what_types_the_folder_holds(tmp_path: P
 
     from mcp import Client
 
-    from server.mcp_app import build_server
-    from server.runtime import build_index, open_workspace
-    from server.service import CanopyService
+    from canopy.server.mcp_app import build_server
+    from canopy.server.runtime import build_index, open_workspace
+    from canopy.server.service import CanopyService
 
     docs = _policy_docs(tmp_path)
     (docs / "hr" / "salaries.xlsx").write_bytes(b"x")
@@ -199,25 +199,25 @@ def test_a_restricted_caller_is_not_told_what_types_the_folder_holds(tmp_path: P
 
 def test_ctrl_c_says_what_was_kept_and_how_to_resume(
         example_docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import server.runtime
+    import canopy.server.runtime
 
     runner = CliRunner()
     index_dir = tmp_path / "idx"
-    real = server.runtime.build_index
+    real = canopy.server.runtime.build_index
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(server.runtime, "build_index", interrupted)
+    monkeypatch.setattr(canopy.server.runtime, "build_index", interrupted)
     first = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir)])
     assert first.exit_code == 1
     assert first.output.strip() == (
         "Error: interrupted: no index has been committed yet. Extractions and LLM responses "
         f"finished so far are saved; `canopy index {example_docs}` resumes without redoing them.")
-    monkeypatch.setattr(server.runtime, "build_index", real)
+    monkeypatch.setattr(canopy.server.runtime, "build_index", real)
     assert runner.invoke(main, ["index", str(example_docs), "--index-dir",
                                 str(index_dir)]).exit_code == 0
-    monkeypatch.setattr(server.runtime, "build_index", interrupted)
+    monkeypatch.setattr(canopy.server.runtime, "build_index", interrupted)
     again = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir)])
     assert "the index still answers from generation 1, its last commit" in again.output
 
@@ -247,7 +247,7 @@ def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
     import threading
     import time
 
-    from server.runtime import writer_lock
+    from canopy.server.runtime import writer_lock
 
     held, release = threading.Event(), threading.Event()
 
@@ -261,7 +261,7 @@ def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
     assert held.wait(10)
     threading.Timer(0.3, release.set).start()
     began = time.monotonic()
-    with caplog.at_level("WARNING", logger="server.runtime"), writer_lock(tmp_path):
+    with caplog.at_level("WARNING", logger="canopy.server.runtime"), writer_lock(tmp_path):
         waited = time.monotonic() - began
     thread.join()
     messages = [r.getMessage() for r in caplog.records]
@@ -269,14 +269,14 @@ def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
     assert any("is updating" in m and "waiting for it to finish" in m for m in messages)
     assert any(m.startswith("the other writer finished after") for m in messages)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="server.runtime"), writer_lock(tmp_path):
+    with caplog.at_level("WARNING", logger="canopy.server.runtime"), writer_lock(tmp_path):
         pass
     assert not caplog.records  # a free lock is taken in silence
 
 
 def test_progress_without_a_terminal_is_plain_lines_with_rate_and_time_left(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import server.cli.common as common
+    import canopy.server.cli.common as common
 
     clock = iter([0.0, 1.0, 20.0, 21.0, 40.0])
     monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
@@ -293,7 +293,7 @@ def test_progress_without_a_terminal_is_plain_lines_with_rate_and_time_left(
 
 def test_status_of_an_interrupted_first_build_says_how_to_resume(example_docs: Path,
                                                                  tmp_path: Path) -> None:
-    from server.runtime import open_workspace
+    from canopy.server.runtime import open_workspace
 
     index_dir = tmp_path / "idx"
     store = open_workspace(example_docs, index_dir).store()  # created, nothing committed
@@ -308,7 +308,7 @@ def test_status_of_an_interrupted_first_build_says_how_to_resume(example_docs: P
 
 def test_eval_scores_each_tool_on_questions_with_gold_documents(
         example_docs: Path, tmp_path: Path) -> None:
-    from server.evaluation import split_of
+    from canopy.server.evaluation import split_of
 
     index_dir = tmp_path / "idx"
     runner = CliRunner()
@@ -344,7 +344,7 @@ def test_eval_scores_each_tool_on_questions_with_gold_documents(
 
 
 def test_eval_loads_multihop_rag_and_musique_gold_titles(tmp_path: Path) -> None:
-    from server.evaluation import load_questions
+    from canopy.server.evaluation import load_questions
 
     mh = tmp_path / "mh.json"
     mh.write_text(json.dumps([

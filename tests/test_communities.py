@@ -12,8 +12,7 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canopy.store import CommunityRow, Gate
-from indexer.communities import (
+from canopy.indexer.communities import (
     ClusterParams,
     EdgeArrays,
     Hierarchy,
@@ -23,7 +22,8 @@ from indexer.communities import (
     is_partition,
     modularity,
 )
-from indexer.hierarchy_update import GraphChange, update_hierarchy
+from canopy.indexer.hierarchy_update import GraphChange, update_hierarchy
+from canopy.store import CommunityRow, Gate
 
 PARAMS = ClusterParams(max_cluster_size=10, seed=1, max_levels=4)
 NO_ISOLATED = Isolated({}, {})
@@ -290,7 +290,7 @@ def _with_top(n: int, **kw: int) -> ClusterParams:
 
 class TestBoundedTop:
     """More top-level candidates than `max_top`: the largest stand, the rest are grafted under
-    the one they share documents with (indexer.grouping), and every invariant still holds."""
+    the one they share documents with (canopy.indexer.grouping), and every invariant still holds."""
 
     def test_small_components_graft_under_the_community_of_their_documents(self) -> None:
         edges, docs = _topics()

@@ -16,18 +16,23 @@ from typing import cast
 import numpy as np
 import pytest
 
-import server.engines.global_engine as ge
-from acl.reader import CallerReader
+import canopy.server.engines.global_engine as ge
+from canopy.acl.reader import CallerReader
 from canopy.errors import InvalidOutput
 from canopy.ids import normalize_name
 from canopy.model import Report
 from canopy.providers.base import MapPoint, Provider
+from canopy.server.context import QueryContext
+from canopy.server.engines.common import tokenizer
+from canopy.server.engines.drift_engine import _next_questions, _open_questions, _Step
+from canopy.server.engines.global_engine import (
+    _best_points,
+    _map_tokens,
+    map_batches,
+    select_reports,
+)
 from canopy.settings import QuerySettings
 from canopy.vectors import Hit
-from server.context import QueryContext
-from server.engines.common import tokenizer
-from server.engines.drift_engine import _next_questions, _open_questions, _Step
-from server.engines.global_engine import _best_points, _map_tokens, map_batches, select_reports
 
 
 def report(cid: str, n_words: int = 3) -> Report:

@@ -18,11 +18,9 @@ from canopy.errors import InvalidArgument, NotFound
 from canopy.llm import ChatClient
 from canopy.providers.base import render_blocks
 from canopy.providers.llm import LLMProvider
-from canopy.settings import LLMSettings
-from canopy.store.export import Graph, load_graph
-from server.cli import main
-from server.context import QueryContext
-from server.engines import (
+from canopy.server.cli import main
+from canopy.server.context import QueryContext
+from canopy.server.engines import (
     basic_search,
     drift_search,
     drill_down,
@@ -32,11 +30,13 @@ from server.engines import (
     report_markdown,
     source_span,
 )
-from server.engines.common import NOTHING_FOUND, tokenizer
-from server.engines.global_engine import map_batches, reports_at_level
-from server.results import SearchResult
-from server.runtime import Workspace, build_index, open_workspace
-from server.service import CanopyService
+from canopy.server.engines.common import NOTHING_FOUND, tokenizer
+from canopy.server.engines.global_engine import map_batches, reports_at_level
+from canopy.server.results import SearchResult
+from canopy.server.runtime import Workspace, build_index, open_workspace
+from canopy.server.service import CanopyService
+from canopy.settings import LLMSettings
+from canopy.store.export import Graph, load_graph
 from tests.conftest import EXAMPLES, indexed_examples
 
 SUPPLY_RISKS = "What are the main risks across the supply chain?"
@@ -515,7 +515,7 @@ class TestLocalRanking:
     MultiHop-RAG with benchmarks/retrieval_eval.py)."""
 
     def test_a_name_inside_a_longer_name_in_the_question_is_not_an_entity_of_its_own(self, ctx):
-        from server.engines.local_engine import named_entities
+        from canopy.server.engines.local_engine import named_entities
 
         def names(query: str) -> list[str]:
             return [ctx.reader.entity_rows([e])[e].entity.name for e in named_entities(ctx, query)]
@@ -525,7 +525,7 @@ class TestLocalRanking:
         assert found[:2] == ["Helio Cells Ltd", "Project Tern"] and "Tern" in found  # 2nd mention
 
     def test_a_multi_part_question_gets_units_of_many_documents_each_once_first(self, ctx, g):
-        from server.engines.local_engine import DIVERSE_DOCS, build_local_context
+        from canopy.server.engines.local_engine import DIVERSE_DOCS, build_local_context
 
         local = run(build_local_context(ctx, MULTI_PART, budget=8000))
         docs = [g.units[b.id].document_id for b in local.blocks if b.kind == "text_unit"]
@@ -536,7 +536,7 @@ class TestLocalRanking:
         assert tokenizer().count(render_blocks(local.blocks)) <= 8000 * 1.05
 
     def test_units_longer_than_their_share_are_cut_to_the_sentences_that_match(self, ctx, g):
-        from server.engines.evidence import excerpt
+        from canopy.server.engines.evidence import excerpt
 
         unit = next(u for u in g.units.values()
                     if "key account manager" in u.text and tokenizer().count(u.text) > 300)
@@ -548,7 +548,7 @@ class TestLocalRanking:
 
     def test_idf_weights_count_only_units_the_caller_may_read(self, ctx, restricted, g):
         from canopy.providers.builtin.text import lexical_terms
-        from server.engines.evidence import term_weights
+        from canopy.server.engines.evidence import term_weights
 
         hidden = hidden_units(g)
         hidden_text = " ".join(g.units[u].text for u in hidden)
@@ -560,7 +560,7 @@ class TestLocalRanking:
         assert bob[only_hidden] > everyone[only_hidden]  # df 0 for bob
 
     def test_each_clause_gets_a_unit_before_a_covered_clause_gets_a_second(self):
-        from server.engines.evidence import COVER, cover_clauses
+        from canopy.server.engines.evidence import COVER, cover_clauses
 
         # a1, b1 state clause 0 (the better matches); c1 states clause 1; a2 is a1's document.
         ranked = ["a1", "a2", "b1", "c1"]
@@ -577,7 +577,7 @@ class TestLocalRanking:
         """"According to the Nordwind Gazette, ... cranes": the source is in the front matter,
         the fact in the third paragraph; the window scoring that clause sees both."""
         from canopy.providers.builtin.text import lexical_terms
-        from server.engines.evidence import unit_evidence
+        from canopy.server.engines.evidence import unit_evidence
 
         docs = tmp_path / "docs"
         docs.mkdir()
@@ -602,8 +602,8 @@ class TestLocalRanking:
             svc.close()
 
     def test_the_builtin_embedders_vectors_weigh_a_tenth_in_hybrid_search(self, ctx):
+        from canopy.server.engines.evidence import LEXICAL_VECTOR_WEIGHT, vector_weight
         from canopy.vectors import rrf
-        from server.engines.evidence import LEXICAL_VECTOR_WEIGHT, vector_weight
 
         assert vector_weight(ctx) == LEXICAL_VECTOR_WEIGHT < 1
         text = [f"t{i}" for i in range(10)] + ["both"]

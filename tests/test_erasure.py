@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from server import engines
-from server.runtime import Workspace, build_index, open_workspace
-from server.service import CanopyService
+from canopy.server import engines
+from canopy.server.runtime import Workspace, build_index, open_workspace
+from canopy.server.service import CanopyService
 from tests.conftest import EXAMPLES
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from server.cli import main
-from server.estimate import estimate_build
-from server.runtime import build_index, open_workspace
+from canopy.server.cli import main
+from canopy.server.estimate import estimate_build
+from canopy.server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -1,5 +1,5 @@
-"""`canopy export` (server.export): GraphRAG-shaped tables and a GraphML graph, with provenance,
-and for a restricted caller nothing derived from a document they cannot read.
+"""`canopy export` (canopy.server.export): GraphRAG-shaped tables and a GraphML graph, with
+provenance, and for a restricted caller nothing derived from a document they cannot read.
 
 The formats are checked on the bundled examples (no policy: the export is the whole index, row
 for row what `canopy status` counts); permissions on a copy of examples/multi-tenant with an
@@ -19,10 +19,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from canopy.errors import ConfigError
-from server.api import Index
-from server.cli import main
-from server.export.schema import TABLES
-from server.runtime import build_index, open_workspace
+from canopy.server.api import Index
+from canopy.server.cli import main
+from canopy.server.export.schema import TABLES
+from canopy.server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES, REPO, offline_env
 
 MULTI = REPO / "examples" / "multi-tenant"

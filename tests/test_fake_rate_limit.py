@@ -93,7 +93,7 @@ def test_without_budgets_nothing_is_refused(fake_openai: FakeOpenAI, client: ope
 
 
 def test_a_build_against_a_token_budget_backs_off_and_completes(tmp_path, fake_openai) -> None:
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
     from tests.conftest import EXAMPLES
 
     docs = tmp_path / "docs"

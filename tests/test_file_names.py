@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from acl.policy import Policy
+from canopy.acl.policy import Policy
+from canopy.indexer.loaders import LoadedDocument, scan_folder
 from canopy.model import Skip
 from canopy.settings import AclSettings, InputSettings
-from indexer.loaders import LoadedDocument, scan_folder
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux allows any name bytes")
 
@@ -56,7 +56,7 @@ def test_any_byte_name_under_finance_is_indexed_once_under_the_finance_rule(name
 
 @given(st.lists(RAW_NAME, min_size=2, max_size=8, unique=True))
 def test_the_display_form_is_injective_utf8_and_identity_on_plain_names(names: list[bytes]) -> None:
-    from indexer.listing import display_name
+    from canopy.indexer.listing import display_name
 
     shown = [display_name(n) for n in names]
     assert len(set(shown)) == len(names)
@@ -72,10 +72,10 @@ def test_the_display_form_is_injective_utf8_and_identity_on_plain_names(names: l
 
 
 def test_a_latin1_name_does_not_stop_indexing_or_later_updates(tmp_path: Path) -> None:
+    from canopy.server.runtime import build_index, open_workspace
+    from canopy.server.status import index_status
     from canopy.store import Store
     from canopy.store.export import load_graph
-    from server.runtime import build_index, open_workspace
-    from server.status import index_status
 
     docs = tmp_path / "docs"
     docs.mkdir()

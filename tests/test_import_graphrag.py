@@ -1,5 +1,6 @@
-"""`canopy import-graphrag` (indexer.graphrag): a Microsoft GraphRAG output folder becomes a Canopy
-index that answers from GraphRAG's entities and reports and that `canopy index` keeps current.
+"""`canopy import-graphrag` (canopy.indexer.graphrag): a Microsoft GraphRAG output folder becomes a
+Canopy index that answers from GraphRAG's entities and reports and that `canopy index` keeps
+current.
 
 The fixture (tests/fixtures/graphrag, README there) is real GraphRAG 3.3.0 output for two
 documents, made against the fake endpoint with 300-token units, so GraphRAG's units differ from
@@ -18,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from server.api import Index
-from server.cli import main
+from canopy.server.api import Index
+from canopy.server.cli import main
 from tests.conftest import REPO, offline_env
 from tests.fakes import graphrag_responses, responses
 

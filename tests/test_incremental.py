@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from canopy.indexer.communities import is_partition
+from canopy.server.runtime import build_index, open_workspace
 from canopy.store import Store
 from canopy.store.export import Graph, load_graph
-from indexer.communities import is_partition
-from server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES, REPO, carol_text, news_articles
 
 
@@ -278,7 +278,7 @@ def test_a_policy_edit_relabels_units_without_reextraction(tmp_path: Path) -> No
 def _spawn_index(docs: Path, index_dir: Path, base_url: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CANOPY_LLM_BASE_URL": base_url, "CANOPY_LLM__CONCURRENCY": "2",
            "CANOPY_LLM__BACKOFF_S": "0.01", "CANOPY_EXTRACT__MAX_GLEANINGS": "0"}
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "index", str(docs),
+    return subprocess.Popen([sys.executable, "-m", "canopy.server.cli", "index", str(docs),
                              "--index-dir", str(index_dir)],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -319,9 +319,9 @@ def test_an_update_interrupted_after_revocation_is_completed_by_the_next_run(
     import asyncio
 
     from canopy.errors import EndpointUnavailable
+    from canopy.indexer.pipeline import run_index
     from canopy.providers import make_embedder
     from canopy.providers.builtin import BuiltinProvider
-    from indexer.pipeline import run_index
 
     class ReportsDown(BuiltinProvider):
         async def report(self, context, *, max_tokens):  # type: ignore[no-untyped-def]
@@ -379,7 +379,7 @@ def test_reports_written_in_small_member_chunks_equal_one_chunk(
 ) -> None:
     """Top levels are read a bounded number of members at a time: cutting every level into
     tiny chunks changes nothing in the communities or reports."""
-    import indexer.stages.reports as stage
+    import canopy.indexer.stages.reports as stage
 
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES, docs)
@@ -409,7 +409,7 @@ def test_an_update_counts_the_token_sizes_of_changed_elements_only(
     """Report contexts rank elements by token size; sizes counted by one run are stored by
     element hash, so an update tokenizes only the elements it changed, however large the
     communities whose reports it rewrites."""
-    from indexer.reports import ElementSizes
+    from canopy.indexer.reports import ElementSizes
 
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES, docs)
@@ -446,10 +446,10 @@ def test_an_update_counts_the_token_sizes_of_changed_elements_only(
 
 def _written_from_reports_alone(g: Graph, budget: int) -> set[str]:
     """Ids of the communities whose reports the rule writes from their children's reports
-    alone (indexer.reports), each checked: fingerprint, ACL classes and report follow from
+    alone (canopy.indexer.reports), each checked: fingerprint, ACL classes and report follow from
     its children."""
+    from canopy.indexer.reports import ElementSizes, reports_only, reports_only_fingerprint
     from canopy.tokens import get_tokenizer
-    from indexer.reports import ElementSizes, reports_only, reports_only_fingerprint
 
     tok = get_tokenizer()
     sizes = ElementSizes(tok)

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from canopy.indexer.loaders import LoadedDocument, scan_folder
 from canopy.model import Skip
 from canopy.settings import InputSettings
-from indexer.loaders import LoadedDocument, scan_folder
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "O_NOFOLLOW"), reason="POSIX only")
 
@@ -27,7 +27,7 @@ LINK = "symbolic link, not followed"
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs both ways of walking the folder: openat with O_NOFOLLOW (POSIX), and
     the lstat-checked paths an OS without it (Windows) takes."""
-    from indexer import listing
+    from canopy.indexer import listing
 
     monkeypatch.setattr(listing, "BY_DESCRIPTOR", request.param == "descriptors")
     return str(request.param)
@@ -73,7 +73,7 @@ def test_links_to_files_and_folders_outside_the_folder_are_never_read(tmp_path: 
 
 
 def test_a_folder_swapped_for_a_link_after_listing_is_not_read(tmp_path: Path) -> None:
-    from indexer.loaders import list_files, load_entry
+    from canopy.indexer.loaders import list_files, load_entry
 
     root, outside = tmp_path / "docs", tmp_path / "outside"
     (root / "public").mkdir(parents=True)
@@ -111,7 +111,7 @@ def test_special_files_are_skipped_and_hard_links_are_separate_names(tmp_path: P
 
 
 def test_canopy_status_shows_link_skips(tmp_path: Path) -> None:
-    from server.cli import main
+    from canopy.server.cli import main
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -204,8 +204,8 @@ def test_checked_paths_refuse_a_file_swapped_between_the_check_and_the_open(
     """Without openat, the file opened must be the one checked: a swap in between (here, the
     checked file renamed away and another put in its place) is refused. (The descriptor walk
     opens what it checks; this runs the path walk under both parameters.)"""
-    from indexer import listing
-    from indexer.loaders import list_files, load_entry
+    from canopy.indexer import listing
+    from canopy.indexer.loaders import list_files, load_entry
 
     monkeypatch.setattr(listing, "BY_DESCRIPTOR", False)
     (tmp_path / "a.txt").write_text("checked text")

@@ -13,10 +13,10 @@ from pydantic import BaseModel
 
 from canopy.errors import EndpointUnavailable, InvalidOutput, ProviderError
 from canopy.llm import ChatClient, json_schema_for
+from canopy.prompts import render
 from canopy.providers.base import ExtractionOut, MapOut
 from canopy.providers.embed import OpenAIEmbedder
 from canopy.settings import EmbedSettings, LLMSettings
-from prompts import render
 from tests.fakes.openai_server import FakeOpenAI
 
 EXTRACT = [

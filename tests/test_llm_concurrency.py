@@ -250,11 +250,11 @@ def test_stats_report_mean_and_peak_in_flight():
 def test_an_index_run_stores_its_concurrency_and_status_shows_it(tmp_path, fake_openai):
     from click.testing import CliRunner
 
+    from canopy.server.cli import main
+    from canopy.server.runtime import build_index, open_workspace
+    from canopy.server.status import index_status
+    from canopy.server.tool_text import status_text
     from canopy.store import Store
-    from server.cli import main
-    from server.runtime import build_index, open_workspace
-    from server.status import index_status
-    from server.tool_text import status_text
     from tests.conftest import EXAMPLES
 
     docs = tmp_path / "docs"

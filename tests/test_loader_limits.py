@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from canopy.indexer.loaders import LoadedDocument, scan_folder
 from canopy.model import Skip
 from canopy.settings import InputSettings
-from indexer.loaders import LoadedDocument, scan_folder
 
 docx = pytest.importorskip("docx")
 pypdf = pytest.importorskip("pypdf")

@@ -30,12 +30,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server import MCPServer
 from mcp.server.auth.provider import AccessToken
 
+from canopy.server import engines
+from canopy.server.cli import main
+from canopy.server.mcp_app import build_server
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.store.export import load_graph
-from server import engines
-from server.cli import main
-from server.mcp_app import build_server
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
 from tests.conftest import offline_env
 from tests.net import free_port, wait_for_port
 
@@ -252,7 +252,7 @@ async def test_the_reports_resource_lists_every_servable_report(
 async def test_the_reports_resource_pages_and_each_page_names_the_next(
     mcp_server: MCPServer, service: CanopyService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import server.mcp_app as mcp_app
+    import canopy.server.mcp_app as mcp_app
 
     monkeypatch.setattr(mcp_app, "REPORTS_PAGE", 10)
     every = set(load_graph(service.store).reports)
@@ -309,7 +309,7 @@ async def test_an_unexpected_exception_reaches_the_agent_as_a_generic_message(
     assert result.is_error
     assert "Internal error in local_search; see server log" in text_of(result)
     assert "secret" not in text_of(result)
-    logged = [r for r in caplog.records if r.name == "server.mcp_app" and r.exc_info]
+    logged = [r for r in caplog.records if r.name == "canopy.server.mcp_app" and r.exc_info]
     assert logged and "secret path" in str(logged[0].exc_info[1])
 
 
@@ -457,7 +457,7 @@ async def test_http_callers_are_identified_by_their_bearer_token(
 
 
 def serve_args(docs: Path, index_dir: Path, *extra: str) -> list[str]:
-    return ["-m", "server.cli", "serve", str(docs), "--index-dir", str(index_dir), *extra]
+    return ["-m", "canopy.server.cli", "serve", str(docs), "--index-dir", str(index_dir), *extra]
 
 
 async def test_the_stdio_server_lists_and_answers_every_tool(example_index: Path) -> None:
@@ -570,7 +570,7 @@ async def test_several_worker_processes_answer_every_tool_from_concurrent_client
 
 
 def test_worker_processes_share_the_cache_budget(example_index: Path) -> None:
-    from server.service import CanopyService
+    from canopy.server.service import CanopyService
 
     ws = open_workspace(EXAMPLES, index_dir=example_index)
     budgets = []

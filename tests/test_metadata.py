@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from canopy.indexer.loaders import front_matter, load_file, metadata_pairs, scan_folder
+from canopy.server.engines import basic_search, local_search, source_span
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.settings import InputSettings
 from canopy.store import Store
 from canopy.store.export import load_graph
-from indexer.loaders import front_matter, load_file, metadata_pairs, scan_folder
-from server.engines import basic_search, local_search, source_span
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
 
 ARTICLE = """---
 title: "Harbour cranes return to Tallinn"

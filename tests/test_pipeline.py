@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from canopy.errors import EndpointUnavailable
+from canopy.indexer.communities import is_partition
+from canopy.server.runtime import Workspace, build_index, open_workspace
+from canopy.server.status import index_status
 from canopy.store import Store
 from canopy.store.export import load_graph
 from canopy.vectors import VectorStore
-from indexer.communities import is_partition
-from server.runtime import Workspace, build_index, open_workspace
-from server.status import index_status
 from tests.conftest import EXAMPLES, SHARED, require_shared
 
 
@@ -241,7 +241,7 @@ def test_a_christmas_carol_indexes_offline_with_two_levels_and_a_report_per_comm
 
 def test_docx_files_are_loaded_paragraph_by_paragraph(tmp_path: Path) -> None:
     docx = pytest.importorskip("docx")
-    from indexer.loaders import load_file
+    from canopy.indexer.loaders import load_file
 
     doc = docx.Document()
     doc.add_paragraph("Quarterly review")

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from server.context import QueryContext
-from server.engines import evidence
-from server.engines.local_engine import build_local_context
-from server.engines.propagation import UnitGraph, graph_evidence, personalized_pagerank
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
+from canopy.server.context import QueryContext
+from canopy.server.engines import evidence
+from canopy.server.engines.local_engine import build_local_context
+from canopy.server.engines.propagation import UnitGraph, graph_evidence, personalized_pagerank
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from tests.conftest import offline_env
 
 QUESTION = "Who was the first president of the guild that prints the Harbor Almanac?"

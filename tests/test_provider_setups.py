@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from server.runtime import build_index, open_workspace
+from canopy.server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -1,5 +1,6 @@
-"""The Python API (server.api.Index): each method is the CLI's or a tool's machinery, returning
-the tools' result models; importing it is light and silent; examples/python_api.py runs."""
+"""The Python API (canopy.server.api.Index): each method is the CLI's or a tool's machinery,
+returning the tools' result models; importing it is light and silent; examples/python_api.py
+runs."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from canopy.errors import ConfigError, IndexMissing, NotFound
-from server.api import Index
-from server.results import DrillResult, SearchResult
-from server.status import IndexStatus
+from canopy.server.api import Index
+from canopy.server.results import DrillResult, SearchResult
+from canopy.server.status import IndexStatus
 from tests.conftest import EXAMPLES, REPO, offline_env
 
 
@@ -112,9 +113,9 @@ def test_a_missing_folder_or_a_bad_config_fails_at_open(tmp_path: Path) -> None:
 
 
 def test_importing_the_api_loads_no_engine_store_or_mcp_code_and_prints_nothing() -> None:
-    heavy = ["lancedb", "mcp", "openai", "pyarrow", "canopy.store", "server.engines",
-             "server.runtime", "server.service", "indexer"]
-    code = ("import sys, server.api\n"
+    heavy = ["lancedb", "mcp", "openai", "pyarrow", "canopy.store", "canopy.server.engines",
+             "canopy.server.runtime", "canopy.server.service", "canopy.indexer"]
+    code = ("import sys, canopy.server.api\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=120)

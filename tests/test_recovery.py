@@ -24,10 +24,10 @@ import pytest
 from click.testing import CliRunner, Result
 from mcp import Client
 
-from server.cli import main
-from server.mcp_app import build_server
-from server.runtime import open_workspace
-from server.service import CanopyService
+from canopy.server.cli import main
+from canopy.server.mcp_app import build_server
+from canopy.server.runtime import open_workspace
+from canopy.server.service import CanopyService
 from tests.conftest import EXAMPLES
 
 QUESTION = "Which supplier makes the battery cells?"
@@ -64,7 +64,7 @@ async def acanopy(root: Path, *args: str) -> Result:
     return await anyio.to_thread.run_sync(lambda: canopy(root, *args))
 
 
-_PROGRESS = re.compile(r"^\w+: (\d+ to do|\d+/\d+ \()")  # server.cli.common's plain progress
+_PROGRESS = re.compile(r"^\w+: (\d+ to do|\d+/\d+ \()")  # canopy.server.cli.common's plain progress
 
 
 def notes(done: Result) -> list[str]:

@@ -27,12 +27,12 @@ from canopy.publish.manifest import MANIFESTS, Manifest, blob_path, manifest_pat
 from canopy.publish.reader import materialize
 from canopy.publish.snapshot import stage_snapshot
 from canopy.publish.writer import collect_garbage, newest_manifest, publish_staged
+from canopy.server.cli import main
+from canopy.server.mcp_app import build_server
+from canopy.server.publishing import publish_index
+from canopy.server.replica import ReplicaSlot, build_replica
+from canopy.server.runtime import build_index, open_workspace
 from canopy.settings import load_settings
-from server.cli import main
-from server.mcp_app import build_server
-from server.publishing import publish_index
-from server.replica import ReplicaSlot, build_replica
-from server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES, REPO, wait_until
 from tests.net import free_port, wait_for_port
 
@@ -119,7 +119,7 @@ def start_replica(uri: str, s3: str, cache: Path, log: Path) -> tuple[subprocess
                CANOPY_PUBLISH__CACHE_DIR=str(cache))
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--http", "--port", str(port),
+            [sys.executable, "-m", "canopy.server.cli", "serve", "--http", "--port", str(port),
              "--index-uri", uri], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     return proc, port
 
@@ -413,7 +413,7 @@ def test_a_deletion_is_published_before_the_rest_of_its_update(tmp_path: Path) -
 
 def test_a_superseded_generation_is_closed_and_deleted_after_its_drain(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import server.replica
+    import canopy.server.replica
 
     docs, uri, cache = small_corpus(tmp_path), str(tmp_path / "published"), tmp_path / "cache"
     ws = open_workspace(docs, tmp_path / "index")
@@ -429,7 +429,7 @@ def test_a_superseded_generation_is_closed_and_deleted_after_its_drain(
         assert folders == ["000000000001", "000000000002"]  # the old one drains first
         slot._close_drained()
         assert len(list((cache / "generations").iterdir())) == 2
-        monkeypatch.setattr(server.replica, "_DRAIN_S", 0.0)
+        monkeypatch.setattr(canopy.server.replica, "_DRAIN_S", 0.0)
         slot._close_drained()
         assert [p.name for p in (cache / "generations").iterdir()] == ["000000000002"]
         newest = newest_manifest(open_location(uri))

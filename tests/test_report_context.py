@@ -1,5 +1,5 @@
-"""The rules a community report is written by (indexer.reports; Edge et al. 2024 §2.1.5, design
-§3 step 6), pinned on tiny hand-built communities.
+"""The rules a community report is written by (canopy.indexer.reports; Edge et al. 2024 §2.1.5,
+design §3 step 6), pinned on tiny hand-built communities.
 
 Token counts come from `WordTokenizer` (one token per whitespace-separated word), so every cost
 can be checked by hand: an entity or relationship whose description has n >= 1 words costs
@@ -16,10 +16,7 @@ from typing import cast
 import pytest
 
 from canopy.errors import InvalidOutput
-from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
-from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
-from canopy.tokens import Tokenizer
-from indexer.reports import (
+from canopy.indexer.reports import (
     CommunityContent,
     ElementSizes,
     build_report_context,
@@ -29,6 +26,9 @@ from indexer.reports import (
     to_report,
     write_report,
 )
+from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
+from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
+from canopy.tokens import Tokenizer
 
 
 class WordTokenizer(Tokenizer):

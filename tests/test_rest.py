@@ -1,6 +1,6 @@
-"""The REST API beside MCP (server.rest), over real HTTP: `canopy serve --http` in a subprocess
-over a copy of examples/multi-tenant (alice reads public + finance, bob public only) with one
-planted finance-only document, so a hidden entity exists for bob.
+"""The REST API beside MCP (canopy.server.rest), over real HTTP: `canopy serve --http` in a
+subprocess over a copy of examples/multi-tenant (alice reads public + finance, bob public only)
+with one planted finance-only document, so a hidden entity exists for bob.
 
 Every tool answers over REST exactly as over MCP for the same caller; the same bearer tokens
 gate it; a hidden item answers like a missing one; a bad argument gets the MCP tool's message;
@@ -27,11 +27,11 @@ from mcp import Client
 from mcp.server import MCPServer
 from openapi_spec_validator import validate
 
-from server.first_build import ServiceSlot
-from server.mcp_app import build_server
-from server.rest import API_PREFIX, mount_rest
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
+from canopy.server.first_build import ServiceSlot
+from canopy.server.mcp_app import build_server
+from canopy.server.rest import API_PREFIX, mount_rest
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from tests.conftest import offline_env
 from tests.net import free_port, wait_for_port
 from tests.test_auth import (

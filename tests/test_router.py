@@ -16,10 +16,9 @@ from click.testing import CliRunner
 
 from canopy.llm import ChatClient
 from canopy.providers.llm import LLMProvider
-from canopy.settings import LLMSettings
-from server.cli import main
-from server.context import QueryContext
-from server.engines.router import (
+from canopy.server.cli import main
+from canopy.server.context import QueryContext
+from canopy.server.engines.router import (
     PERVASIVE_SHARE,
     Linked,
     choose_route,
@@ -27,8 +26,9 @@ from server.engines.router import (
     routed_search,
     rule_route,
 )
-from server.runtime import Workspace
-from server.service import CanopyService
+from canopy.server.runtime import Workspace
+from canopy.server.service import CanopyService
+from canopy.settings import LLMSettings
 from tests.conftest import indexed_examples
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.responses import section, user_texts

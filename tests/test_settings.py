@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from canopy.errors import ConfigError
+from canopy.server.cli import main
 from canopy.settings import load_settings
-from server.cli import main
 from tests.conftest import EXAMPLES
 
 

@@ -16,13 +16,13 @@ import canopy.providers.builtin.static as static
 from canopy.errors import ConfigError
 from canopy.providers import make_embedder
 from canopy.providers.builtin import HashEmbedder
+from canopy.server.cli import main
+from canopy.server.engines.basic_engine import basic_search
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.settings import Settings, load_settings
 from canopy.store import Store
 from canopy.vectors import VectorStore
-from server.cli import main
-from server.engines.basic_engine import basic_search
-from server.runtime import build_index, open_workspace
-from server.service import CanopyService
 from tests.conftest import EXAMPLES
 
 try:

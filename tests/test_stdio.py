@@ -66,7 +66,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawClient]:
     (docs / "a.txt").write_text("Maria Okafor leads Project Kestrel.", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", str(docs)],
+    proc = subprocess.Popen([sys.executable, "-m", "canopy.server.cli", "serve", str(docs)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd=REPO)
     raw = RawClient(proc)

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
+from canopy.indexer.pipeline import run_index
+from canopy.indexer.watcher import Watcher
 from canopy.providers import make_embedder
 from canopy.providers.builtin import BuiltinProvider
+from canopy.server.engines import basic_search
+from canopy.server.results import SearchResult
+from canopy.server.runtime import Workspace, build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.store import Store
-from indexer.pipeline import run_index
-from indexer.watcher import Watcher
-from server.engines import basic_search
-from server.results import SearchResult
-from server.runtime import Workspace, build_index, open_workspace
-from server.service import CanopyService
 from tests.conftest import EXAMPLES
 
 NOTES = "notes.md"

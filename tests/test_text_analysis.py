@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from canopy.ids import KEYS_VERSION, entity_id, fold_accents, normalize_name
+from canopy.indexer import pipeline
 from canopy.providers.builtin import BuiltinProvider, HashEmbedder, lexicon
 from canopy.providers.builtin.text import (
     TERMS_VERSION,
@@ -23,7 +24,6 @@ from canopy.providers.builtin.text import (
     terms,
 )
 from canopy.settings import Settings
-from indexer import pipeline
 
 
 class TestStem:

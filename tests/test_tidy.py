@@ -18,9 +18,8 @@ from pathlib import Path
 import lancedb
 import pytest
 
-from canopy.store import Store
-from indexer.watcher import Watcher
-from server.runtime import (
+from canopy.indexer.watcher import Watcher
+from canopy.server.runtime import (
     build_index,
     maintain_index,
     open_workspace,
@@ -28,6 +27,7 @@ from server.runtime import (
     writer_lock,
     writer_waiting,
 )
+from canopy.store import Store
 from tests.conftest import EXAMPLES, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ def test_canopy_index_returns_before_the_tidy_which_then_erases_the_deletion(
     index_dir = tmp_path / "idx"
 
     def index() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "server.cli", "index", str(docs),
+        return subprocess.run([sys.executable, "-m", "canopy.server.cli", "index", str(docs),
                                "--index-dir", str(index_dir)], capture_output=True, text=True,
                               timeout=300, cwd=REPO)
 
@@ -142,7 +142,7 @@ def test_a_background_tidy_gives_way_to_a_writer_and_keeps_what_it_finished(
         docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer that starts waiting stops the tidy at its next step: the tidied tables are
     recorded, the rest wait for the next tidy, and the writer's update is correct."""
-    import server.runtime as runtime
+    import canopy.server.runtime as runtime
 
     ws = open_workspace(docs, index_dir=tmp_path / "idx", storage={"keep_versions_s": 0})
     build_index(ws)

@@ -1,4 +1,4 @@
-"""The top of the hierarchy at corpus scale (indexer.grouping): the 609 MultiHop-RAG news
+"""The top of the hierarchy at corpus scale (canopy.indexer.grouping): the 609 MultiHop-RAG news
 articles get a bounded overview, where clustering every component gave ~930 top-level
 communities, and a sensemaking question still reads across it.
 
@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 import pytest
 
+from canopy.indexer.communities import is_partition
+from canopy.server.engines import global_search
+from canopy.server.runtime import Workspace, build_index, open_workspace
+from canopy.server.service import CanopyService
 from canopy.store import Store
 from canopy.store.export import load_graph
-from indexer.communities import is_partition
-from server.engines import global_search
-from server.runtime import Workspace, build_index, open_workspace
-from server.service import CanopyService
 from tests.conftest import NEWS, require_shared
 
 TOP_AT_MOST = 64  # issue 15: the paper's news set has 55 at C0

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from canopy.errors import EndpointUnavailable
+from canopy.indexer.pipeline import run_index
 from canopy.providers import make_embedder
 from canopy.providers.builtin import BuiltinProvider
+from canopy.server.runtime import Workspace, build_index, open_workspace
+from canopy.server.status import index_status
 from canopy.store import Store
 from canopy.store.export import load_graph
-from indexer.pipeline import run_index
-from server.runtime import Workspace, build_index, open_workspace
-from server.status import index_status
 from tests.conftest import EXAMPLES, REPO
 from tests.test_incremental import assert_community_invariants, canonical
 
@@ -114,9 +114,9 @@ def _spawn_index(docs: Path, index_dir: Path, base_url: str) -> subprocess.Popen
     env = {**os.environ, "CANOPY_LLM_BASE_URL": base_url, "CANOPY_LLM__CONCURRENCY": "2",
            "CANOPY_LLM__BACKOFF_S": "0.01", "CANOPY_EXTRACT__MAX_GLEANINGS": "0",
            "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "index", str(docs), "--index-dir",
-                             str(index_dir)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-m", "canopy.server.cli", "index", str(docs),
+                             "--index-dir", str(index_dir)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("phase", ["extract", "report"])

@@ -6,10 +6,10 @@ import shutil
 import time
 from pathlib import Path
 
+from canopy.indexer.watcher import Watcher, is_ignored
+from canopy.server.runtime import build_index, open_workspace
 from canopy.store import Store
 from canopy.store.export import load_graph
-from indexer.watcher import Watcher, is_ignored
-from server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES, wait_until
 
 
@@ -93,8 +93,8 @@ def test_a_failing_update_is_logged_and_the_watcher_keeps_going(tmp_path: Path) 
 def test_the_watcher_applies_an_edit_while_the_server_keeps_answering(tmp_path: Path) -> None:
     import asyncio
 
-    from server.engines import basic_search
-    from server.service import CanopyService
+    from canopy.server.engines import basic_search
+    from canopy.server.service import CanopyService
 
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES / "suppliers", docs)

@@ -195,11 +195,11 @@ def test_the_wheel_carries_every_static_file() -> None:
     pyproject's patterns miss would be absent from an installed server."""
     from glob import glob
 
-    from server.web.routes import STATIC_FILES
+    from canopy.server.web.routes import STATIC_FILES
 
     package = REPO / "server" / "web"
     data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))[
-        "tool"]["setuptools"]["package-data"]["server.web"]
+        "tool"]["setuptools"]["package-data"]["canopy.server.web"]
     shipped = {Path(p).resolve() for pattern in data for p in glob(str(package / pattern))}
     static = {p.resolve() for p in (package / "static").iterdir()}
     assert {package / "static" / n for n in [*STATIC_FILES, "index.html", "d3-LICENSE.txt"]} \

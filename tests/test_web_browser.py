@@ -23,7 +23,7 @@ import httpx2
 import pytest
 from PIL import Image
 
-from server.runtime import build_index, open_workspace
+from canopy.server.runtime import build_index, open_workspace
 from tests.browser import Browser, require_chromium
 from tests.conftest import EXAMPLES, offline_env
 from tests.test_auth import DEMO, HR_FACT, canopy_serve_http, multi_tenant_copy

@@ -40,9 +40,9 @@ from canopy.llm.structured import (
     schema_json,
     with_schema_instruction,
 )
+from canopy.prompts import DEFAULT_PROMPTS, PromptSet
 from canopy.providers.base import Usage
 from canopy.settings import LLMSettings
-from prompts import DEFAULT_PROMPTS, PromptSet
 
 __all__ = ["ChatClient"]
 

@@ -7,5 +7,5 @@
 - `writer`: upload, manifest, garbage collection;
 - `reader`: a replica's local copy of a published generation.
 
-Locks and the CLI live in `server.publishing`; replicas in `server.replica`.
+Locks and the CLI live in `canopy.server.publishing`; replicas in `canopy.server.replica`.
 """

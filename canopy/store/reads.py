@@ -142,7 +142,7 @@ class GraphReads:
         return out
 
     # What clustering reads of where entities are mentioned: the top of the hierarchy groups
-    # communities by the text units and documents their entities share (indexer.grouping).
+    # communities by the text units and documents their entities share (canopy.indexer.grouping).
     # Lookups by id, no joins: over the indexer's overlay views a join materializes whole tables.
 
     def entity_sources(self, entity_ids: Iterable[str]) -> dict[str, tuple[set[str], set[str]]]:

@@ -379,7 +379,7 @@ class Store:
                                sorted(sizes.items()))
 
     def view_get(self, key: str) -> tuple[str, str] | None:
-        """(kind, payload) of a cached per-caller view (acl.view_cache), or None."""
+        """(kind, payload) of a cached per-caller view (canopy.acl.view_cache), or None."""
         with self._lock:
             row = self._db.execute("SELECT kind, payload FROM acl_views WHERE key=?",
                                    (key,)).fetchone()

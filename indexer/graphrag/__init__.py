@@ -1,10 +1,10 @@
 """`import_graphrag`: a Microsoft GraphRAG output folder turned into a Canopy index.
 
 The import is a full Canopy build of the documents folder in which GraphRAG's work is replayed
-instead of asked for again (indexer.graphrag.replay): Canopy chunks the documents itself, lays
-GraphRAG's units and extractions onto its own units (indexer.graphrag.align), merges them into
-entities and relationships, starts the hierarchy from GraphRAG's communities
-(indexer.communities.GivenCommunities) and takes GraphRAG's report for each community placed
+instead of asked for again (canopy.indexer.graphrag.replay): Canopy chunks the documents itself,
+lays GraphRAG's units and extractions onto its own units (canopy.indexer.graphrag.align), merges
+them into entities and relationships, starts the hierarchy from GraphRAG's communities
+(canopy.indexer.communities.GivenCommunities) and takes GraphRAG's report for each community placed
 with exactly GraphRAG's members. The result is an ordinary index: `canopy index` keeps it current
 (changed documents re-extracted by the configured provider, unchanged ones kept), and
 `canopy serve` / `query` answer from it. GraphRAG's vectors are not read: Canopy embeds with its
@@ -20,19 +20,19 @@ from typing import Any, cast
 
 from canopy.errors import CanopyError
 from canopy.ids import entity_id
+from canopy.indexer.communities import GivenCommunities
+from canopy.indexer.graphrag.align import Alignment, align
+from canopy.indexer.graphrag.replay import ReplayProvider, ReplayStats, community_key
+from canopy.indexer.graphrag.tables import GROutput, NotGraphRAGOutput, read_output
+from canopy.indexer.listing import list_files
+from canopy.indexer.loaders import LoadedDocument, load_entry
+from canopy.indexer.pipeline import IndexResult, Labeler, run_index
+from canopy.indexer.stages import Progress
 from canopy.model import Skip
 from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import Store
 from canopy.tokens import get_tokenizer
-from indexer.communities import GivenCommunities
-from indexer.graphrag.align import Alignment, align
-from indexer.graphrag.replay import ReplayProvider, ReplayStats, community_key
-from indexer.graphrag.tables import GROutput, NotGraphRAGOutput, read_output
-from indexer.listing import list_files
-from indexer.loaders import LoadedDocument, load_entry
-from indexer.pipeline import IndexResult, Labeler, run_index
-from indexer.stages import Progress
 
 __all__ = ["ImportResult", "NotGraphRAGOutput", "import_graphrag", "read_output"]
 

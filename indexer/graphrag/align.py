@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from canopy.ids import content_hash, text_hash
+from canopy.indexer.chunking import chunk_document
+from canopy.indexer.graphrag.tables import GRDocument, GROutput, GRUnit
+from canopy.indexer.loaders import LoadedDocument
 from canopy.model import EntityInstance, Extraction, RelationshipInstance, TextUnit
 from canopy.tokens import Tokenizer
-from indexer.chunking import chunk_document
-from indexer.graphrag.tables import GRDocument, GROutput, GRUnit
-from indexer.loaders import LoadedDocument
 
 __all__ = ["Alignment", "align", "canopy_document_id"]
 
@@ -52,7 +52,7 @@ class Alignment:
 
 
 def canopy_document_id(path: str) -> str:
-    """The id a new path gets in a new index (indexer.stages.documents.plan_documents)."""
+    """The id a new path gets in a new index (canopy.indexer.stages.documents.plan_documents)."""
     return "doc-" + content_hash(path)
 
 

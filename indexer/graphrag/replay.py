@@ -1,8 +1,8 @@
 """A provider that answers indexing tasks with what GraphRAG already produced (`ReplayProvider`).
 
-An import is an ordinary Canopy build (indexer.pipeline.run_index) whose model, for the work
+An import is an ordinary Canopy build (canopy.indexer.pipeline.run_index) whose model, for the work
 GraphRAG did, is GraphRAG's output: extraction of a replayed unit returns its aligned instances
-(indexer.graphrag.align), and the report of a community placed exactly as GraphRAG placed it
+(canopy.indexer.graphrag.align), and the report of a community placed exactly as GraphRAG placed it
 returns GraphRAG's report, its findings' `[Data: Entities (..); Relationships (..)]` citations
 mapped to the elements of Canopy's report context. Everything else (units GraphRAG did not
 cover, communities that gained members, summaries of several distinct descriptions) goes to the
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from canopy.ids import entity_id, normalize_name, relationship_id
+from canopy.indexer.communities import GivenCommunities
+from canopy.indexer.graphrag.tables import GROutput, GRReport, cited
 from canopy.model import Extraction, TextUnit
 from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
-from indexer.communities import GivenCommunities
-from indexer.graphrag.tables import GROutput, GRReport, cited
 
 __all__ = ["ReplayProvider", "ReplayStats", "community_key"]
 

@@ -1,8 +1,8 @@
 """The pipeline's stages, each a thin runner: read what it needs from the generation being built
 (`Build.reads`: staged rows over committed ones), call the operations in indexer/ (chunking,
-merging, clustering, report writing), stage the rows it produces. indexer.pipeline runs them in
-order; every stage touches what changed plus a bounded neighbourhood."""
+merging, clustering, report writing), stage the rows it produces. canopy.indexer.pipeline runs them
+in order; every stage touches what changed plus a bounded neighbourhood."""
 
-from indexer.stages.context import Build, Progress
+from canopy.indexer.stages.context import Build, Progress
 
 __all__ = ["Build", "Progress"]

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from canopy.indexer.communities import GivenCommunities
+from canopy.indexer.forecast import PlanSink
 from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
 from canopy.tokens import Tokenizer
-from indexer.communities import GivenCommunities
-from indexer.forecast import PlanSink
 
 __all__ = ["Build", "Progress"]
 

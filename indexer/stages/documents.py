@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from canopy.ids import content_hash, text_hash
+from canopy.indexer.chunking import chunk_document
+from canopy.indexer.loaders import LoadedDocument
+from canopy.indexer.stages.context import Build
 from canopy.model import Document, TextUnit
 from canopy.providers.builtin.text import has_cjk, lexical_terms
 from canopy.store import DocumentRow, UnitRow
-from indexer.chunking import chunk_document
-from indexer.loaders import LoadedDocument
-from indexer.stages.context import Build
 
 __all__ = ["DocumentPlan", "UnitChange", "plan_documents", "stage_documents", "unit_terms"]
 

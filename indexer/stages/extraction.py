@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from canopy.errors import EndpointUnavailable, ProviderError
+from canopy.indexer.forecast import Forecast
+from canopy.indexer.stages.context import Build
 from canopy.model import Extraction, TextUnit, UnitFailure
 from canopy.store.sources import cache_sources
-from indexer.forecast import Forecast
-from indexer.stages.context import Build
 
 __all__ = ["ExtractOutcome", "extract_units"]
 

@@ -14,10 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from canopy.ids import content_hash, entity_id
-from canopy.model import Claim
-from canopy.store import ClaimRow, Gate
-from canopy.store.rows import dump
-from indexer.graph import (
+from canopy.indexer.graph import (
     Pending,
     describe,
     entity_row,
@@ -25,7 +22,10 @@ from indexer.graph import (
     merge_relationships,
     relationship_row,
 )
-from indexer.stages.context import Build
+from canopy.indexer.stages.context import Build
+from canopy.model import Claim
+from canopy.store import ClaimRow, Gate
+from canopy.store.rows import dump
 
 __all__ = ["GraphDelta", "stage_graph"]
 

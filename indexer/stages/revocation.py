@@ -17,11 +17,11 @@ import time
 from collections import Counter
 
 from canopy.ids import entity_id
+from canopy.indexer.stages.documents import DocumentPlan, unit_terms
 from canopy.store import GraphReads, Store
 from canopy.store.rows import dump
 from canopy.store.sources import purge
 from canopy.vectors import TABLES, VectorStore, merge_scrub, superseded
-from indexer.stages.documents import DocumentPlan, unit_terms
 
 __all__ = ["revoke"]
 

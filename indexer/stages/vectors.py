@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from canopy.ids import content_hash
+from canopy.indexer.stages.context import Build
 from canopy.settings import StorageSettings
 from canopy.store import Store
 from canopy.vectors import (
@@ -29,7 +30,6 @@ from canopy.vectors import (
     merge_scrub,
     superseded,
 )
-from indexer.stages.context import Build
 
 __all__ = ["VectorOutcome", "search_tables_need_tidy", "stage_vectors", "tidy_search_tables"]
 

@@ -16,7 +16,7 @@ import sys
 import click
 
 from canopy.allocator import limit_arenas
-from server.cli import (
+from canopy.server.cli import (
     demo,
     evaluate,
     export,
@@ -32,7 +32,7 @@ from server.cli import (
     warm,
     watch,
 )
-from server.cli.common import CanopyGroup, canopy_version
+from canopy.server.cli.common import CanopyGroup, canopy_version
 
 __all__ = ["main"]
 

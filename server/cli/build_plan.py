@@ -12,10 +12,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from server.cli.common import duration
+from canopy.server.cli.common import duration
 
-if TYPE_CHECKING:  # indexer.forecast imports the clustering code: only the build needs it
-    from indexer.forecast import ExtractionPlan, PlanEvent, Projection
+if TYPE_CHECKING:  # canopy.indexer.forecast imports the clustering code: only the build needs it
+    from canopy.indexer.forecast import ExtractionPlan, PlanEvent, Projection
 
 __all__ = ["PlanLines", "calls_line"]
 
@@ -25,7 +25,7 @@ _ORDER = ("extract", "glean", "summarize", "report")
 
 @dataclass
 class PlanLines:
-    """A `PlanSink` (indexer.forecast) that prints each event as one line on stderr and keeps
+    """A `PlanSink` (canopy.indexer.forecast) that prints each event as one line on stderr and keeps
     them for the run summary."""
 
     plan: ExtractionPlan | None = None
@@ -33,7 +33,7 @@ class PlanLines:
     lines: list[str] = field(default_factory=list)
 
     def __call__(self, event: PlanEvent) -> None:
-        from indexer.forecast import ExtractionPlan
+        from canopy.indexer.forecast import ExtractionPlan
 
         if isinstance(event, ExtractionPlan):
             self.plan = event

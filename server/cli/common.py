@@ -1,7 +1,7 @@
 """What the `canopy` commands share: the DOCS / --index-dir / --config parameters, the progress
 bar factory, the group class that turns Canopy errors into one line, and the version.
 
-Every command module imports this module only, never the package `server.cli`: the package
+Every command module imports this module only, never the package `canopy.server.cli`: the package
 imports the command modules to assemble the group, so an import back would be a cycle
 (tests/test_architecture.py checks it). Keep it light: `canopy serve` imports it before the MCP
 server starts, so heavy imports belong inside the commands that need them.

@@ -18,15 +18,15 @@ from typing import Any
 
 import click
 
-import server
-from server.cli.common import INDEX_DIR, STARTED, tqdm_progress
+import canopy
+from canopy.server.cli.common import INDEX_DIR, STARTED, tqdm_progress
 
 __all__ = ["EXAMPLE_DOCS", "demo"]
 
 def _example_docs() -> Path:
     """The bundled corpus: the checkout's examples/docs, or, in an install without a checkout
     (`pip install .`, pipx), the copy the wheel puts under the environment's data path."""
-    checkout = Path(server.__file__).resolve().parents[1] / "examples" / "docs"
+    checkout = Path(canopy.__file__).resolve().parents[1] / "examples" / "docs"
     if checkout.is_dir():
         return checkout
     return Path(sysconfig.get_path("data")) / "share" / "canopy-graphrag" / "examples" / "docs"
@@ -64,10 +64,10 @@ def _server_params(docs: Path, index_dir: Path) -> Any:
     from mcp import StdioServerParameters
 
     env = {k: v for k, v in os.environ.items() if k.startswith(("CANOPY_", "OPENAI_"))}
-    root = str(Path(server.__file__).resolve().parents[1])
+    root = str(Path(canopy.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     return StdioServerParameters(command=sys.executable, env=env,
-                                 args=["-m", "server.cli", "serve", str(docs),
+                                 args=["-m", "canopy.server.cli", "serve", str(docs),
                                        "--index-dir", str(index_dir)])
 
 
@@ -141,7 +141,7 @@ def demo(docs: Path, index_dir: Path | None, full: bool) -> None:
       CANOPY_LLM_BASE_URL=http://localhost:11434/v1 CANOPY_LLM_MODEL=qwen2.5 canopy demo
     """
     began = STARTED  # the run's start as the user saw it, imports included
-    from server.runtime import build_index, open_workspace
+    from canopy.server.runtime import build_index, open_workspace
 
     with tempfile.TemporaryDirectory(prefix="canopy-demo-") as tmp:
         ws = open_workspace(docs, index_dir or Path(tmp) / "index")

@@ -1,6 +1,6 @@
 """`canopy eval`: retrieval quality of the tools on questions whose supporting documents are
-known (server.evaluation), or, with --answers, the GraphRAG paper's head-to-head answer
-evaluation of two methods by an LLM judge (server.answer_eval)."""
+known (canopy.server.evaluation), or, with --answers, the GraphRAG paper's head-to-head answer
+evaluation of two methods by an LLM judge (canopy.server.answer_eval)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 if TYPE_CHECKING:
-    from server.answer_eval import CriterionScore, EvalQuestion, Judgment
-    from server.runtime import Workspace
+    from canopy.server.answer_eval import CriterionScore, EvalQuestion, Judgment
+    from canopy.server.runtime import Workspace
 
 __all__ = ["eval_command"]
 
@@ -96,15 +96,15 @@ def eval_command(docs: Path, questions: Path | None, index_dir: Path | None,
       canopy eval ~/docs --answers --methods global,local --personas 3 --tasks 2 --questions 2
       canopy eval ~/docs --answers --methods global:1,basic --repeats 3 --json
     """
-    from server.cli.common import check_principal
-    from server.evaluation import evaluate, load_questions, split_of
-    from server.runtime import open_workspace
-    from server.service import CanopyService
+    from canopy.server.cli.common import check_principal
+    from canopy.server.evaluation import evaluate, load_questions, split_of
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
 
     ws = open_workspace(docs, index_dir, config)
     check_principal(ws.settings.acl, principal)
     if answers:
-        from server.answer_eval import read_questions
+        from canopy.server.answer_eval import read_questions
 
         asked_file = None
         if questions is not None:
@@ -152,7 +152,7 @@ def _answer_eval(ws: Workspace, principal: str | None, methods: list[str],
                  as_json: bool) -> None:
     """`canopy eval --answers`: generate (or take) questions, answer, judge, print."""
     from canopy.providers.llm import LLMProvider
-    from server.answer_eval import (
+    from canopy.server.answer_eval import (
         EvalQuestion,
         answer_all,
         check_methods,
@@ -161,7 +161,7 @@ def _answer_eval(ws: Workspace, principal: str | None, methods: list[str],
         judge_all,
         score,
     )
-    from server.service import CanopyService
+    from canopy.server.service import CanopyService
 
     if not ws.settings.llm.enabled:
         raise click.ClickException(NO_LLM)

@@ -1,5 +1,5 @@
 """`canopy export`: write the index of a folder out as tables or a graph, as one caller sees it
-(server.export)."""
+(canopy.server.export)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR, check_principal
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR, check_principal
 
 __all__ = ["export"]
 
-FORMATS = ("parquet", "csv", "graphml")  # server.export.FORMATS, without importing pyarrow here
+# canopy.server.export.FORMATS, without importing pyarrow here
+FORMATS = ("parquet", "csv", "graphml")
 
 
 @click.command()
@@ -45,9 +46,9 @@ def export(docs: Path, out_dir: Path, fmt: str, principal: str | None, overwrite
       canopy export examples/docs /tmp/canopy-graph -f graphml
       canopy export examples/multi-tenant/docs /tmp/bob --principal bob
     """
-    from server.export import export_tables, prepare_out_dir
-    from server.runtime import open_workspace
-    from server.service import CanopyService
+    from canopy.server.export import export_tables, prepare_out_dir
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
 
     ws = open_workspace(docs, index_dir, config)
     check_principal(ws.settings.acl, principal)

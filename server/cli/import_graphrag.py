@@ -1,5 +1,5 @@
 """`canopy import-graphrag`: a new index of a folder from a Microsoft GraphRAG output folder
-(indexer.graphrag)."""
+(canopy.indexer.graphrag)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR, duration, tqdm_progress
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR, duration, tqdm_progress
 
 __all__ = ["import_graphrag"]
 
@@ -35,7 +35,7 @@ def import_graphrag(output_dir: Path, docs: Path, index_dir: Path | None, config
       canopy import-graphrag ~/ragtest/output ~/ragtest/input
       canopy import-graphrag ~/ragtest ~/docs --index-dir /tmp/docs-index
     """
-    from server.runtime import import_graphrag_index, open_workspace
+    from canopy.server.runtime import import_graphrag_index, open_workspace
 
     ws = open_workspace(docs, index_dir, config)
     result = import_graphrag_index(ws, output_dir, progress=tqdm_progress)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from server.cli.build_plan import PlanLines, calls_line
-from server.cli.common import CONFIG, DOCS, INDEX_DIR, duration, tqdm_progress
+from canopy.server.cli.build_plan import PlanLines, calls_line
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR, duration, tqdm_progress
 
 if TYPE_CHECKING:
-    from server.runtime import Workspace
+    from canopy.server.runtime import Workspace
 
 __all__ = ["index", "status"]
 
@@ -46,7 +46,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
       canopy index ~/papers --index-dir /tmp/papers-index
       CANOPY_LLM_BASE_URL=http://localhost:11434/v1 CANOPY_LLM_MODEL=qwen2.5 canopy index docs/
     """
-    from server.runtime import build_index, open_workspace, start_background_tidy
+    from canopy.server.runtime import build_index, open_workspace, start_background_tidy
 
     ws = open_workspace(docs, index_dir, config)
     if estimate:
@@ -56,7 +56,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     publish_uri = publish_uri or ws.settings.publish.uri
     on_revoked = None
     if publish_uri:
-        from server.publishing import revocation_publisher
+        from canopy.server.publishing import revocation_publisher
 
         on_revoked = revocation_publisher(
             ws, publish_uri, lambda line: click.echo(f"canopy: {line}", err=True))
@@ -69,7 +69,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     if result.recovered:
         click.echo(f"canopy: {result.recovered}", err=True)
     if publish_uri:  # before the tidy starts: the snapshot needs the writer lock a moment
-        from server.publishing import describe_publish, publish_index
+        from canopy.server.publishing import describe_publish, publish_index
 
         published = publish_index(ws, publish_uri)
         click.echo(f"canopy: {describe_publish(published, publish_uri)}", err=True)
@@ -103,7 +103,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     if stages:  # tidy: the periodic search-table maintenance after the commit
         click.echo("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
     if isinstance(s.get("llm_concurrency"), dict):
-        from server.status import ConcurrencyInfo, concurrency_line
+        from canopy.server.status import ConcurrencyInfo, concurrency_line
 
         click.echo(f"  {concurrency_line(ConcurrencyInfo.model_validate(s['llm_concurrency']))}")
     for skip in result.skips:
@@ -115,7 +115,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
 
 
 def _print_estimate(ws: Workspace, docs: Path, sample: int, as_json: bool) -> None:
-    from server.estimate import estimate_build
+    from canopy.server.estimate import estimate_build
 
     llm = ws.settings.llm
     est = estimate_build(ws, sample=sample, price_in=llm.price_input_per_mtok,
@@ -181,8 +181,8 @@ def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: boo
     A damaged index is reported in one line, with the command that rebuilds it, and exit
     code 1. Without --check this takes milliseconds at any size: the database is opened and
     counted, the search tables' files are looked at but not opened."""
-    from server.runtime import open_workspace
-    from server.status import concurrency_line, index_status
+    from canopy.server.runtime import open_workspace
+    from canopy.server.status import concurrency_line, index_status
 
     ws = open_workspace(docs, index_dir, config)
     _check_health(ws.index_dir, ws.docs_dir, thorough=check)

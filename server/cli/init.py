@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import DOCS
+from canopy.server.cli.common import DOCS
 
 __all__ = ["init"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 __all__ = ["prompts"]
 
@@ -68,8 +68,8 @@ def tune_command(docs: Path, index_dir: Path | None, config: Path | None, out: P
       CANOPY_LLM_BASE_URL=http://localhost:11434/v1 canopy prompts tune ~/docs
       canopy prompts tune ~/docs --out ~/docs-prompts --sample 20 --examples 3
     """
-    from server.prompt_tune import tune_prompts, write_tuned
-    from server.runtime import open_workspace
+    from canopy.server.prompt_tune import tune_prompts, write_tuned
+    from canopy.server.runtime import open_workspace
 
     ws = open_workspace(docs, index_dir, config)
     folder = out if out is not None else docs / ".prompts"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 __all__ = ["publish"]
 
@@ -29,8 +29,8 @@ def publish(docs: Path, index_dir: Path | None, config: Path | None, uri: str | 
       canopy publish team-docs --to /srv/canopy/team-docs
       AWS_ENDPOINT_URL=http://minio:9000 canopy publish team-docs --to s3://canopy/team-docs
     """
-    from server.publishing import describe_publish, publish_index
-    from server.runtime import open_workspace
+    from canopy.server.publishing import describe_publish, publish_index
+    from canopy.server.runtime import open_workspace
 
     ws = open_workspace(docs, index_dir, config)
     target = uri or ws.settings.publish.uri

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR, check_principal
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR, check_principal
 
 if TYPE_CHECKING:
-    from server.context import QueryContext
-    from server.results import SearchResult
+    from canopy.server.context import QueryContext
+    from canopy.server.results import SearchResult
 
 __all__ = ["query"]
 
@@ -53,8 +53,8 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
       canopy query examples/docs -m auto "How many battery packs were recalled?"
       CANOPY_PRINCIPAL=alice canopy query docs/ -m drift "How did the recall change the budget?"
     """
-    from server.runtime import open_workspace
-    from server.service import CanopyService
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
 
     if level is not None and method != "global":
         raise click.UsageError("--level applies to --method global only.")
@@ -88,7 +88,7 @@ def query(docs: Path, question: str, method: str, level: int | None, as_json: bo
 
 
 async def _search(ctx: QueryContext, method: str, question: str, level: int | None) -> SearchResult:
-    from server import engines
+    from canopy.server import engines
 
     if method == "auto":
         return await engines.routed_search(ctx, question)

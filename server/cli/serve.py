@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import click
 
 from canopy.health import index_committed
-from server.cli.common import (
+from canopy.server.cli.common import (
     CONFIG,
     INDEX_DIR,
     check_principal,
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
     from mcp.server.auth.settings import AuthSettings as McpAuthSettings
 
-    from indexer.watcher import Watcher
-    from server.runtime import Workspace
+    from canopy.indexer.watcher import Watcher
+    from canopy.server.runtime import Workspace
 
 __all__ = ["serve"]
 
@@ -96,8 +96,8 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
       canopy serve --http --index-uri s3://bucket/team-docs   # a replica of a published index
     """
     # The HTTP supervisor of several workers serves nothing itself: it imports no engines.
-    from server.http import HttpSpec, run_http
-    from server.runtime import open_workspace
+    from canopy.server.http import HttpSpec, run_http
+    from canopy.server.runtime import open_workspace
 
     if tokens_file is not None and not use_http:
         raise click.UsageError("--tokens applies to --http only; "
@@ -106,7 +106,7 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
         if docs is not None or index_dir is not None or watch or workers > 1:
             raise click.UsageError("--index-uri serves a published index: it takes no DOCS, "
                                    "--index-dir, --watch or --workers (run more replicas)")
-        from server.replica import serve_replica
+        from canopy.server.replica import serve_replica
 
         serve_replica(index_uri, use_http=use_http, host=host, port=port, principal=principal,
                       tokens_file=tokens_file, config=config, insecure_no_auth=insecure_no_auth)
@@ -130,7 +130,7 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
         check_principal(ws.settings.acl, principal)
     fresh = not index_committed(ws.index_dir)  # none yet, or a first build that never committed
     # A server answers at once, also on a folder with no index: the first build runs behind
-    # it (server.first_build) and the watcher starts once that build has committed.
+    # it (canopy.server.first_build) and the watcher starts once that build has committed.
     watcher = _start_watcher(docs, index_dir, config) if watch and not fresh else None
     holder: list[Watcher] = []  # the watcher, once the first build has committed
 
@@ -143,7 +143,7 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
                    "(tools answer with its progress until it commits).", err=True)
     try:
         if use_http:
-            from server.http import FirstBuild
+            from canopy.server.http import FirstBuild
 
             how = "bearer tokens required" if verifier is not None else "no authentication"
             procs = f", {workers} processes" if workers > 1 else ""
@@ -164,9 +164,9 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
                 for w in holder:
                     w.stop()
             return
-        from server.first_build import ServiceSlot
-        from server.mcp_app import build_server, run_stdio
-        from server.service import CanopyService
+        from canopy.server.first_build import ServiceSlot
+        from canopy.server.mcp_app import build_server, run_stdio
+        from canopy.server.service import CanopyService
 
         def open_service() -> CanopyService:
             return CanopyService(ws, config=config, warm=True)
@@ -196,7 +196,7 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
 def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> Watcher:
     """A watcher thread in the serving process: it commits new generations, which the service
     picks up on the next call (readers never wait for it)."""
-    from server.runtime import workspace_watcher
+    from canopy.server.runtime import workspace_watcher
 
     log.setLevel(logging.INFO)  # one line per applied batch, on stderr
     return workspace_watcher(docs, index_dir, config,
@@ -210,7 +210,7 @@ def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host
     advertise this server as an OAuth protected resource."""
     from mcp.server.auth.settings import AuthSettings as McpAuthSettings
 
-    from acl.auth import resolve_path, verifier_from_settings
+    from canopy.acl.auth import resolve_path, verifier_from_settings
     from canopy.errors import ConfigError
     from canopy.settings import find_config
 
@@ -244,7 +244,7 @@ def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host
 def _check_token_file(ws: Workspace, path: Path) -> None:
     """Warnings for a token file that would be indexed, or that names principals the policy
     lacks."""
-    from acl.tokens import read_tokens
+    from canopy.acl.tokens import read_tokens
 
     docs = ws.docs_dir.resolve()
     if path.resolve().is_relative_to(docs) and not path.name.startswith(".") \

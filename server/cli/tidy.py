@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 __all__ = ["tidy"]
 
@@ -27,7 +27,7 @@ def tidy(docs: Path, index_dir: Path | None, config: Path | None, if_idle: bool)
     Example:
       canopy tidy ~/docs
     """
-    from server.runtime import maintain_index, open_workspace
+    from canopy.server.runtime import maintain_index, open_workspace
 
     ws = open_workspace(docs, index_dir, config)
     done = maintain_index(ws, wait=not if_idle)

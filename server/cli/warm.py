@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR
 
 __all__ = ["warm"]
 
@@ -45,9 +45,9 @@ def warm(docs: Path, index_dir: Path | None, config: Path | None, principals: tu
       canopy warm team-docs --all-principals
       canopy warm team-docs --principal alice --principal bob --reports-only
     """
-    from server.engines.warm import warm_views
-    from server.runtime import open_workspace
-    from server.service import CanopyService
+    from canopy.server.engines.warm import warm_views
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
 
     ws = open_workspace(docs, index_dir, config)
     policy = ws.policy

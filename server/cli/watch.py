@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from server.cli.common import CONFIG, DOCS, INDEX_DIR, describe_batch
+from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR, describe_batch
 
 __all__ = ["watch"]
 
@@ -30,7 +30,7 @@ def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: flo
     Example:
       canopy watch ~/team-docs --index-dir ~/.cache/canopy/team-docs
     """
-    from server.runtime import workspace_watcher
+    from canopy.server.runtime import workspace_watcher
 
     logging.getLogger("canopy").setLevel(logging.INFO)
     # Settings (and so the ACL policy) are re-read each batch: canopy.toml edits apply too.

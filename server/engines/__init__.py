@@ -1,9 +1,9 @@
 """The query engines behind the MCP tools and `canopy query` (design §6).
 
-Each engine takes a `QueryContext` (server.context): a caller-scoped reader of one committed
-generation (acl.reader), the provider and the query settings; it returns a result model from
-`server.results`. Engines read the index only through the reader, which applies the serving rule
-and builds per-caller views as needed, so no engine can serve what its caller may not read.
+Each engine takes a `QueryContext` (canopy.server.context): a caller-scoped reader of one committed
+generation (canopy.acl.reader), the provider and the query settings; it returns a result model from
+`canopy.server.results`. Engines read the index only through the reader, which applies the serving
+rule and builds per-caller views as needed, so no engine can serve what its caller may not read.
 
 - `global_search`: map-reduce over community reports, for questions about the whole corpus;
 - `local_search`: an entity's neighbourhood, for questions about particular things;
@@ -16,12 +16,17 @@ and builds per-caller views as needed, so no engine can serve what its caller ma
 
 from __future__ import annotations
 
-from server.engines.basic_engine import basic_search
-from server.engines.drift_engine import drift_search
-from server.engines.drill import drill_down, list_servable_reports, report_markdown, source_span
-from server.engines.global_engine import global_search
-from server.engines.local_engine import local_search
-from server.engines.router import routed_search
+from canopy.server.engines.basic_engine import basic_search
+from canopy.server.engines.drift_engine import drift_search
+from canopy.server.engines.drill import (
+    drill_down,
+    list_servable_reports,
+    report_markdown,
+    source_span,
+)
+from canopy.server.engines.global_engine import global_search
+from canopy.server.engines.local_engine import local_search
+from canopy.server.engines.router import routed_search
 
 __all__ = [
     "basic_search",

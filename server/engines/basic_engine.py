@@ -2,15 +2,15 @@
 the paper compares against and the quickest way to a specific fact stated in one passage.
 
 Hybrid search fuses full-text (BM25) and vector rankings; with the builtin embedder, which is
-lexical, the vector ranking gets a small weight (server.engines.evidence.vector_weight)."""
+lexical, the vector ranking gets a small weight (canopy.server.engines.evidence.vector_weight)."""
 
 from __future__ import annotations
 
 from canopy.errors import InvalidArgument
 from canopy.providers.base import ContextBlock, render_blocks
-from server.context import QueryContext
-from server.engines.cards import block_citation
-from server.engines.common import (
+from canopy.server.context import QueryContext
+from canopy.server.engines.cards import block_citation
+from canopy.server.engines.common import (
     NOTHING_FOUND,
     check_query,
     check_response_type,
@@ -18,9 +18,9 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
-from server.engines.evidence import vector_weight
-from server.engines.local_engine import unit_block
-from server.results import SearchResult
+from canopy.server.engines.evidence import vector_weight
+from canopy.server.engines.local_engine import unit_block
+from canopy.server.results import SearchResult
 
 __all__ = ["MAX_K", "basic_context", "basic_search"]
 

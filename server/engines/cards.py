@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from acl.reader import CallerReader
+from canopy.acl.reader import CallerReader
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock
-from server.results import (
+from canopy.server.results import (
     Citation,
     ClaimCard,
     CommunityCard,

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 
 from canopy.errors import InvalidArgument
 from canopy.providers.base import ContextBlock, Usage, usage_scope
+from canopy.server.context import QueryContext
+from canopy.server.results import SearchResult, UsageInfo
 from canopy.tokens import Tokenizer, get_tokenizer
-from server.context import QueryContext
-from server.results import SearchResult, UsageInfo
 
 __all__ = [
     "NOTHING_FOUND",

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from canopy.ids import normalize_name
 from canopy.providers.base import ContextBlock, DriftOut, MapPoint, render_blocks
-from server.context import QueryContext
-from server.engines.cards import block_citation
-from server.engines.common import (
+from canopy.server.context import QueryContext
+from canopy.server.engines.cards import block_citation
+from canopy.server.engines.common import (
     NOTHING_FOUND,
     check_query,
     check_response_type,
@@ -27,9 +27,9 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
-from server.engines.evidence import vector_weight
-from server.engines.local_engine import build_local_context, report_block
-from server.results import SearchResult
+from canopy.server.engines.evidence import vector_weight
+from canopy.server.engines.local_engine import build_local_context, report_block
+from canopy.server.results import SearchResult
 
 __all__ = ["PRIMER_REPORTS", "drift_search"]
 

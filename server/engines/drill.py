@@ -11,12 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from acl.reader import CallerReader
+from canopy.acl.reader import CallerReader
 from canopy.errors import InvalidArgument, NotFound
 from canopy.ids import normalize_name
 from canopy.model import Entity, Relationship, Report
-from server.context import QueryContext
-from server.engines.cards import (
+from canopy.server.context import QueryContext
+from canopy.server.engines.cards import (
     claim_card,
     community_card,
     entity_card,
@@ -24,8 +24,8 @@ from server.engines.cards import (
     relationship_card,
     span_of,
 )
-from server.engines.common import metered, tokenizer
-from server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
+from canopy.server.engines.common import metered, tokenizer
+from canopy.server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
 
 __all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "no_community", "no_entity",
            "report_markdown", "served_ancestors", "source_span"]

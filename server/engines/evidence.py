@@ -63,9 +63,9 @@ from canopy.ids import content_hash, normalize_name
 from canopy.model import Document, TextUnit
 from canopy.providers.builtin.mentions import heading_name
 from canopy.providers.builtin.text import lexical_terms, split_at_stops
+from canopy.server.context import QueryContext
+from canopy.server.engines.propagation import propagate
 from canopy.vectors import rrf
-from server.context import QueryContext
-from server.engines.propagation import propagate
 
 __all__ = [
     "LEXICAL_VECTOR_WEIGHT",
@@ -300,7 +300,7 @@ def excerpt(ctx: QueryContext, unit: TextUnit, doc: Document, query: str, max_to
     """The unit's text, or when longer than `max_tokens`, the sentences that best match the
     question (each with the sentence before it, for context) in document order, gaps marked
     with "…"."""
-    from server.engines.common import tokenizer
+    from canopy.server.engines.common import tokenizer
 
     text = unit.text
     tok = tokenizer()

@@ -23,8 +23,8 @@ from typing import TypeVar
 from canopy.errors import InvalidArgument, InvalidOutput
 from canopy.model import Report
 from canopy.providers.base import MapOut, MapPoint
-from server.context import QueryContext
-from server.engines.common import (
+from canopy.server.context import QueryContext
+from canopy.server.engines.common import (
     NOTHING_FOUND,
     check_query,
     check_response_type,
@@ -32,8 +32,8 @@ from server.engines.common import (
     metered,
     tokenizer,
 )
-from server.engines.evidence import vector_weight
-from server.results import Citation, Coverage, LevelCoverage, SearchResult
+from canopy.server.engines.evidence import vector_weight
+from canopy.server.results import Citation, Coverage, LevelCoverage, SearchResult
 
 __all__ = [
     "RELEVANCE_THRESHOLD",

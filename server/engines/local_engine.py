@@ -27,10 +27,9 @@ import numpy as np
 from canopy.ids import normalize_name
 from canopy.model import Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock, render_blocks
-from canopy.store import Edge
-from server.context import QueryContext
-from server.engines.cards import block_citation, claim_block
-from server.engines.common import (
+from canopy.server.context import QueryContext
+from canopy.server.engines.cards import block_citation, claim_block
+from canopy.server.engines.common import (
     NOTHING_FOUND,
     check_query,
     check_response_type,
@@ -38,8 +37,9 @@ from server.engines.common import (
     metered,
     pack_blocks,
 )
-from server.engines.evidence import excerpt, rank_units
-from server.results import SearchResult
+from canopy.server.engines.evidence import excerpt, rank_units
+from canopy.server.results import SearchResult
+from canopy.store import Edge
 
 __all__ = ["LocalContext", "build_local_context", "local_search", "named_entities", "report_block",
            "unit_block"]

@@ -34,7 +34,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from acl.reader import CallerReader
+from canopy.acl.reader import CallerReader
 
 __all__ = ["DAMPING", "EPSILON", "Propagation", "UnitGraph", "graph_evidence",
            "personalized_pagerank", "propagate", "specificity"]

@@ -38,13 +38,13 @@ from canopy.errors import InvalidOutput
 from canopy.providers.builtin import lexicon as lx
 from canopy.providers.builtin.relevance import is_generic
 from canopy.providers.builtin.text import stem
-from server.context import QueryContext
-from server.engines.basic_engine import basic_search
-from server.engines.common import check_query, check_response_type, metered
-from server.engines.evidence import split_clauses
-from server.engines.global_engine import global_search
-from server.engines.local_engine import local_search, named_entities
-from server.results import RouteInfo, SearchResult
+from canopy.server.context import QueryContext
+from canopy.server.engines.basic_engine import basic_search
+from canopy.server.engines.common import check_query, check_response_type, metered
+from canopy.server.engines.evidence import split_clauses
+from canopy.server.engines.global_engine import global_search
+from canopy.server.engines.local_engine import local_search, named_entities
+from canopy.server.results import RouteInfo, SearchResult
 
 __all__ = [
     "ENGINES",

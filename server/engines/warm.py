@@ -7,8 +7,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from acl.access import State
-from server.context import QueryContext
+from canopy.acl.access import State
+from canopy.server.context import QueryContext
 
 __all__ = ["KINDS", "warm_views"]
 

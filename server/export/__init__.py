@@ -17,10 +17,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from server.context import QueryContext
-from server.export.collect import ExportTables, collect_tables
-from server.export.schema import TABLES
-from server.export.write import FORMATS, MANIFEST, prepare_out_dir, write_tables
+from canopy.server.context import QueryContext
+from canopy.server.export.collect import ExportTables, collect_tables
+from canopy.server.export.schema import TABLES
+from canopy.server.export.write import FORMATS, MANIFEST, prepare_out_dir, write_tables
 
 __all__ = ["FORMATS", "ExportResult", "ExportTables", "collect_tables", "export_tables",
            "prepare_out_dir"]

@@ -1,8 +1,8 @@
 """The rows of an export, as one caller is served them (`collect_tables`).
 
-Everything is read through the caller's reader (acl.reader), as the query engines read: each
+Everything is read through the caller's reader (canopy.acl.reader), as the query engines read: each
 artifact is the canonical one when the caller may read all of its sources, else their view of
-it (acl.views), else absent. Counts and numbers are computed over the exported rows only, so
+it (canopy.acl.views), else absent. Counts and numbers are computed over the exported rows only, so
 none reveals what the caller cannot read: `degree` counts exported relationships, `frequency`
 and `size` count exported units and members, and `human_readable_id` / `community` number the
 exported rows.
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canopy.model import Document, Entity, Relationship, Report, TextUnit
-from server.context import QueryContext
-from server.engines.cards import finding_cards
+from canopy.server.context import QueryContext
+from canopy.server.engines.cards import finding_cards
 
 __all__ = ["ExportTables", "collect_tables"]
 
@@ -29,7 +29,7 @@ _BATCH = 500  # artifacts per reader call (views of a batch are built concurrent
 
 @dataclass
 class ExportTables:
-    """Rows per table (server.export.schema.TABLES names their columns)."""
+    """Rows per table (canopy.server.export.schema.TABLES names their columns)."""
 
     rows: dict[str, list[Row]] = field(default_factory=dict)
 

@@ -1,6 +1,6 @@
 """Writing collected tables as parquet, CSV or GraphML, and the folder they go to.
 
-- parquet: one file per table, with the types of server.export.schema (lists stay lists);
+- parquet: one file per table, with the types of canopy.server.export.schema (lists stay lists);
 - csv: one file per table, UTF-8 with a header; list and struct columns as JSON text, and
   fields that hold newlines quoted (pandas reads them as they are; pyarrow needs
   `ParseOptions(newlines_in_values=True)`);
@@ -28,8 +28,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from canopy.errors import InvalidArgument
-from server.export.collect import ExportTables
-from server.export.schema import TABLES
+from canopy.server.export.collect import ExportTables
+from canopy.server.export.schema import TABLES
 
 __all__ = ["FORMATS", "GRAPHML", "MANIFEST", "prepare_out_dir", "write_tables"]
 

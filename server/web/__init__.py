@@ -3,7 +3,7 @@ sunburst, a community's report and entity graph, an entity's description and sou
 
 `mount_web` adds its routes to the MCP server's HTTP app, next to /mcp and behind the same
 bearer-token authentication; the data comes through the same service and caller-scoped reader
-as the MCP tools (server.web.data). The page is static HTML, CSS and JavaScript with d3
+as the MCP tools (canopy.server.web.data). The page is static HTML, CSS and JavaScript with d3
 (vendored, ISC licence) from server/web/static: no build step, nothing fetched from elsewhere.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mcp.server import MCPServer
 
-    from server.first_build import ServiceSlot
+    from canopy.server.first_build import ServiceSlot
 
 __all__ = ["mount_web"]
 
@@ -24,7 +24,7 @@ def mount_web(server: MCPServer, slot: ServiceSlot, *, docs: str, principal: str
               auth_required: bool, host: str) -> None:
     """Serve the web view from `server`'s Streamable HTTP app: the page at /ui/, its data at
     /ui/api/ for the caller the transport identifies (`principal` when no verifier runs)."""
-    from server.web.routes import WebApi, web_routes
+    from canopy.server.web.routes import WebApi, web_routes
 
     api = WebApi(slot, Path(docs).resolve().name, principal, auth_required)
     for route in web_routes(api, host):

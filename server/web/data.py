@@ -1,6 +1,6 @@
 """The web view's data, read for one caller: the engines' way, through the caller's reader.
 
-Like the drill_down engine (server.engines.drill), these functions take a `QueryContext` and
+Like the drill_down engine (canopy.server.engines.drill), these functions take a `QueryContext` and
 read only through its `CallerReader`, so the serving rule and per-caller views apply: a hidden
 community or entity is absent exactly like a missing one (the same NotFound message), a
 partly visible one is served as the caller's view, and every size and degree counts only what
@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 
 from canopy.model import Document, Entity, TextUnit
-from server.context import QueryContext
-from server.engines.cards import community_card, entity_card, finding_cards, span_of
-from server.engines.drill import no_community, no_entity, served_ancestors
-from server.web.models import (
+from canopy.server.context import QueryContext
+from canopy.server.engines.cards import community_card, entity_card, finding_cards, span_of
+from canopy.server.engines.drill import no_community, no_entity, served_ancestors
+from canopy.server.web.models import (
     CommunityNode,
     CommunityPage,
     EntityPage,

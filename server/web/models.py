@@ -1,7 +1,7 @@
 """What the web view's JSON endpoints return (`/ui/api/...`): the caller's community hierarchy,
 one community with its entity graph, one entity with its source excerpts.
 
-Every count here is a count of what exists for the caller (served through acl.reader): sizes
+Every count here is a count of what exists for the caller (served through canopy.acl.reader): sizes
 are visible member entities, degrees visible relationships, never a total with hidden items.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from server.results import CommunityCard, EntityCard, FindingCard
+from canopy.server.results import CommunityCard, EntityCard, FindingCard
 
 __all__ = [
     "CommunityNode",

@@ -1,11 +1,11 @@
 """HTTP routes of the web view: the page and its files under /ui/, its data under /ui/api/.
 
-Who is asking is settled as for the MCP endpoint (server.mcp_app): with a token verifier, the
+Who is asking is settled as for the MCP endpoint (canopy.server.mcp_app): with a token verifier, the
 bearer token the SDK's authentication middleware verified (the page keeps it in sessionStorage
 and sends it as an Authorization header; never in a URL, where logs and history would keep
 it); a request without a valid one gets 401. Without a verifier (loopback, or
 --insecure-no-auth) the caller is the principal the server was started as. The data then comes
-from the same service and caller-scoped reader as the tools (server.web.data).
+from the same service and caller-scoped reader as the tools (canopy.server.web.data).
 
 The page and its scripts are static and carry no data, so they are served without a token.
 On loopback hosts, Host and Origin headers are checked as the SDK checks them for /mcp, so a
@@ -28,9 +28,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing, InvalidArgument, NotFound
-from server.context import QueryContext
-from server.first_build import ServiceSlot
-from server.web.data import community_page, entity_page, hierarchy, no_community, no_entity
+from canopy.server.context import QueryContext
+from canopy.server.first_build import ServiceSlot
+from canopy.server.web.data import community_page, entity_page, hierarchy, no_community, no_entity
 
 __all__ = ["STATIC_FILES", "WebApi", "web_routes"]
 
@@ -60,7 +60,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _static(name: str) -> bytes:
-    return resources.files("server.web").joinpath("static", name).read_bytes()
+    return resources.files("canopy.server.web").joinpath("static", name).read_bytes()
 
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:

@@ -1,0 +1,71 @@
+"""One install namespace: pyproject installs the kernel `canopy` with the project's top-level
+folders server/, indexer/, acl/ and prompts/ as `canopy.server`, ... (package-dir), and a source
+checkout imports them from its own folders (canopy/__init__.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.conftest import REPO
+
+SUBPACKAGES = ("server", "indexer", "acl", "prompts")
+
+
+def _setuptools() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"]
+
+
+def _packages_on_disk() -> set[str]:
+    names = set()
+    for root in ("canopy", *SUBPACKAGES):
+        for init in (REPO / root).rglob("__init__.py"):
+            parts = init.parent.relative_to(REPO).parts
+            names.add(".".join(parts) if root == "canopy" else ".".join(("canopy", *parts)))
+    return names
+
+
+def test_every_package_is_listed_and_mapped() -> None:
+    """A package missing from the explicit list would be absent from the wheel (and the
+    wheel-check in CI would only see it if the demo happened to import it)."""
+    tool = _setuptools()
+    assert set(tool["packages"]) == _packages_on_disk()
+    assert tool["package-dir"] == {f"canopy.{name}": name for name in SUBPACKAGES}
+
+
+def test_a_checkout_imports_its_own_folders(tmp_path: Path) -> None:
+    """Run from anywhere with the checkout on the path, `canopy.server` is the checkout's
+    server/ (not an editable install's target elsewhere), and the folders are not importable
+    under any other name through canopy."""
+    code = ("import importlib.util, sys, canopy, canopy.server, canopy.indexer.pipeline, "
+            "canopy.acl, canopy.prompts\n"
+            "print(canopy.server.__file__)\n"
+            "print(canopy.indexer.pipeline.__file__)\n"
+            "print(importlib.util.find_spec('canopy.tests'))\n"
+            "print(importlib.util.find_spec('canopy.benchmarks'))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert out.returncode == 0, out.stderr
+    server, pipeline, tests, benchmarks = out.stdout.splitlines()
+    assert Path(server) == REPO / "server" / "__init__.py"
+    assert Path(pipeline) == REPO / "indexer" / "pipeline.py"
+    assert tests == benchmarks == "None"
+
+
+def test_the_checkout_finder_is_inert_in_an_installed_layout(tmp_path: Path) -> None:
+    """In a wheel's layout (subpackages inside canopy/) the finder is not installed: the
+    packages import from where they lie."""
+    site = tmp_path / "site"
+    (site / "canopy" / "server").mkdir(parents=True)
+    (site / "canopy" / "__init__.py").write_text((REPO / "canopy" / "__init__.py").read_text())
+    (site / "canopy" / "server" / "__init__.py").write_text("WHERE = 'installed'\n")
+    code = ("import sys, canopy, canopy.server\n"
+            "print(canopy.server.WHERE, any(type(f).__name__ == '_CheckoutFinder' "
+            "for f in sys.meta_path))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(site), "PATH": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["installed", "False"]
