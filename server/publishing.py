@@ -11,6 +11,7 @@ index update. A publish whose snapshot is older than the newest manifest is drop
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -52,8 +53,10 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
             with writer_lock(ws.index_dir):
                 staged = stage_snapshot(ws.index_dir, staging)
         with FileLock(ws.index_dir / "publish.lock"):
+            tag = hashlib.sha256(location.uri.encode()).hexdigest()[:12]
             result = publish_staged(location, staged, ws.settings, grace_s=settings.grace_s,
-                                    hash_cache=ws.index_dir / "publish-hashes.json")
+                                    hash_cache=ws.index_dir / "publish-hashes.json",
+                                    page_base=ws.index_dir / f"publish-base-{tag}.pages")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log.info("%s", describe_publish(result, target))

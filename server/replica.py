@@ -209,7 +209,8 @@ class ReplicaSlot(ServiceSlot):
         for r in done:
             remove_generation(self.cache_dir, r.manifest.seq)
         if done:
-            prune_blobs(self.cache_dir, {f.sha256 for m in still for f in m.files.values()})
+            prune_blobs(self.cache_dir, {b for m in still for f in m.files.values()
+                                         for b in f.blobs()})
 
     def _sweep(self) -> None:
         """Delete what a previous run of this replica left in the cache."""
@@ -219,7 +220,7 @@ class ReplicaSlot(ServiceSlot):
             if serving is None or folder.name != f"{serving.seq:012d}":
                 shutil.rmtree(folder, ignore_errors=True)
         prune_blobs(self.cache_dir, set() if serving is None
-                    else {f.sha256 for f in serving.files.values()})
+                    else {b for f in serving.files.values() for b in f.blobs()})
 
     def start(self) -> ReplicaSlot:
         """Check now and then every poll_s, on a daemon thread: the server listens meanwhile,

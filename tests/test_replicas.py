@@ -306,9 +306,9 @@ def test_garbage_collection_keeps_the_newest_generation_and_every_file_it_names(
     first = Manifest.model_validate_json(location.get(manifest_path(1)))
     newest = newest_manifest(location)
     assert newest is not None and newest.seq == 2
-    only_first = {f.sha256 for f in first.files.values()} - {
-        f.sha256 for f in newest.files.values()}
-    assert only_first  # the database at least
+    only_first = {b for f in first.files.values() for b in f.blobs()} - {
+        b for f in newest.files.values() for b in f.blobs()}
+    assert only_first  # a Lance file at least
     deleted = collect_garbage(location, grace_s=0, now=time.time() + 1)
     assert deleted == (1, len(only_first))
     assert [o.path for o in location.list(MANIFESTS)] == [manifest_path(2)]
@@ -435,7 +435,7 @@ def test_a_superseded_generation_is_closed_and_deleted_after_its_drain(
         newest = newest_manifest(open_location(uri))
         assert newest is not None
         assert {p.name for p in (cache / "blobs").iterdir()} == {
-            f.sha256 for f in newest.files.values()}
+            b for f in newest.files.values() for b in f.blobs()}  # a patch's base stays
         assert slot.service.store.generation == newest.generation
     finally:
         slot.close()
@@ -448,3 +448,44 @@ def test_serve_needs_docs_or_an_index_uri_but_not_both(tmp_path: Path) -> None:
         missing.output)
     both = runner.invoke(main, ["serve", str(tmp_path), "--http", "--index-uri", "s3://b/p"])
     assert both.exit_code == 2 and "--index-uri serves a published index" in both.output
+
+
+def test_the_database_is_published_as_a_page_patch_and_rebuilt_exactly(tmp_path: Path) -> None:
+    """After the first publish, a one-document update sends the database as a patch against
+    the first blob (a fraction of it); a replica rebuilds the file byte for byte and, holding
+    the base already, downloads only what changed. Garbage collection keeps the base."""
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    publish_index(ws, uri)
+    location = open_location(uri)
+    first = newest_manifest(location)
+    assert first is not None and first.format == 1
+    base = first.files["canopy.sqlite"]
+    assert base.patch is None
+    cache = tmp_path / "cache"
+    materialize(location, first, cache)
+    (docs / "suppliers" / "later.md").write_text(LATER_DOC, encoding="utf-8")
+    build_index(ws)
+    staged = publish_index(ws, uri)
+    assert staged.outcome == "published"
+    second = newest_manifest(location)
+    assert second is not None and second.format == 2
+    db = second.files["canopy.sqlite"]
+    assert db.base == base.sha256 and db.patch and db.patch_size
+    assert db.patch_size < db.size / 2
+    assert db.sha256 not in {o.path.rsplit("/", 1)[-1] for o in location.list("blobs")}
+    folder, fetched = materialize(location, second, cache)
+    rebuilt = folder / "canopy.sqlite"
+    assert rebuilt.stat().st_size == db.size  # and its sha256 was checked by materialize
+    had = {g.sha256 for g in first.files.values()}
+    others = sum({f.sha256: f.size for rel, f in second.files.items()
+                  if rel != "canopy.sqlite" and f.sha256 not in had}.values())
+    assert fetched == db.patch_size + others
+    assert collect_garbage(location, grace_s=0, now=time.time() + 1)[0] == 1
+    assert base.sha256 in {o.path.rsplit("/", 1)[-1] for o in location.list("blobs")}
+    again, _ = materialize(location, second, tmp_path / "fresh-cache")  # base + patch from zero
+    assert again.joinpath("canopy.sqlite").read_bytes() == rebuilt.read_bytes()
+    (Path(uri) / blob_path(db.patch)).write_bytes(b"tampered")
+    with pytest.raises(ValueError, match="does not match its content"):
+        materialize(location, second, tmp_path / "third-cache")

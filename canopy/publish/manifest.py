@@ -5,6 +5,8 @@
     URI/manifests/<seq:012d>.json      one published generation: which blob is which file of an
                                        index folder (canopy.sqlite, lance/...), written last
 
+The database is usually a page patch against an earlier blob of it (`canopy.publish.pages`).
+
 A manifest is written only after every blob it names is in place, with a create-only put, so
 a reader that finds a manifest finds a complete generation, and two publishers can never both
 write one number. The newest manifest (highest `seq`) is the published index.
@@ -31,14 +33,27 @@ MANIFESTS = "manifests"
 
 
 class FileRef(BaseModel):
+    """One file of a published index folder. The database may be published as a page patch
+    against an earlier whole-file blob (canopy.publish.pages): then `base` and `patch` are the
+    blobs to fetch, and `sha256` is still the content of the file they make."""
+
     sha256: str
     size: int
+    base: str | None = None
+    patch: str | None = None
+    patch_size: int | None = None
+
+    def blobs(self) -> set[str]:
+        """The blobs a reader needs for this file."""
+        return {self.base, self.patch} if self.base and self.patch else {self.sha256}
 
 
 class Manifest(BaseModel):
     """One published generation of an index."""
 
-    format: Literal[1] = 1
+    format: Literal[1, 2] = Field(
+        default=1, description="2 when a file is published as a page patch (readers of format "
+        "1 would not know how to rebuild it)")
     seq: int = Field(description="Publication number at the URI: the newest is the highest")
     generation: int = Field(description="The index generation it holds (the writer's)")
     snapshot_ns: int = Field(

@@ -1,11 +1,12 @@
 """A replica's local copy of a published generation: an ordinary index folder, built from blobs.
 
 `materialize` downloads the blobs a manifest names that the cache lacks (checking each one's
-sha256), then lays out `generations/<seq>/` (canopy.sqlite, lance/...) with hard links to them,
-so a generation that changed a few files downloads a few files, and the server opens the
-folder like any local index: the query path is the same code on one machine and on N replicas.
-The database is copied rather than linked (the server writes its views into it); blobs are
-read-only and Lance only reads them.
+sha256), rebuilds a database published as a page patch from its base blob (canopy.publish.pages;
+the base stays cached, so the next generation downloads only its patch), then lays out
+`generations/<seq>/` (canopy.sqlite, lance/...) with hard links to them, so a generation that
+changed a few files downloads a few files, and the server opens the folder like any local index:
+the query path is the same code on one machine and on N replicas. The database is copied rather
+than linked (the server writes its views into it); blobs are read-only and Lance only reads them.
 
 Reading the Lance tables in place from the object store was measured and not chosen
 (benchmarks/publish_bench.py): every search becomes several dependent range requests, which
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from canopy.health import DB_NAME
 from canopy.publish.location import Location
-from canopy.publish.manifest import Manifest, blob_path, sha256_file
+from canopy.publish.manifest import FileRef, Manifest, blob_path, sha256_file
+from canopy.publish.pages import apply_patch
 
 __all__ = ["generation_folder", "materialize", "prune_blobs", "remove_generation"]
 
@@ -41,22 +43,24 @@ def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tupl
     blobs = cache_dir / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
     fetched = 0
-    for ref in {f.sha256: f for f in manifest.files.values()}.values():
-        blob = blobs / ref.sha256
+    for sha in sorted({b for f in manifest.files.values() for b in f.blobs()}):
+        blob = blobs / sha
         if blob.exists():
             continue
-        location.download(blob_path(ref.sha256), blob)
-        if sha256_file(blob) != ref.sha256:
+        location.download(blob_path(sha), blob)
+        if sha256_file(blob) != sha:
             blob.unlink()
-            raise ValueError(f"published file {ref.sha256[:12]} does not match its content")
+            raise ValueError(f"published file {sha[:12]} does not match its content")
         blob.chmod(0o444)
-        fetched += ref.size
+        fetched += blob.stat().st_size
     building = folder.with_name(folder.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     for rel, ref in manifest.files.items():
         target = building / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel == DB_NAME:
+        if ref.patch:
+            _rebuild(blobs, ref, target)
+        elif rel == DB_NAME:
             shutil.copyfile(blobs / ref.sha256, target)  # written to: a copy of its own
             target.chmod(0o644)
         else:
@@ -68,6 +72,17 @@ def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tupl
     shutil.rmtree(folder, ignore_errors=True)
     building.replace(folder)
     return folder, fetched
+
+
+def _rebuild(blobs: Path, ref: FileRef, target: Path) -> None:
+    """The file a page patch makes of its base (a copy of its own: the server writes to the
+    database), checked against the manifest's sha256."""
+    assert ref.base and ref.patch
+    apply_patch(blobs / ref.base, blobs / ref.patch, target)
+    target.chmod(0o644)
+    if sha256_file(target) != ref.sha256:
+        raise ValueError(f"the database rebuilt from {ref.base[:12]} and {ref.patch[:12]} does "
+                         "not match its published content")
 
 
 def remove_generation(cache_dir: Path, seq: int) -> None:

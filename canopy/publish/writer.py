@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canopy.health import DB_NAME
 from canopy.publish.location import Location
 from canopy.publish.manifest import (
     BLOBS,
@@ -30,6 +31,7 @@ from canopy.publish.manifest import (
     seq_of,
     sha256_file,
 )
+from canopy.publish.pages import PageDigests, page_digests, write_patch
 from canopy.publish.snapshot import StagedSnapshot
 
 __all__ = ["PublishResult", "collect_garbage", "newest_manifest", "publish_staged",
@@ -106,11 +108,16 @@ class _HashCache:
 
 
 def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
-                   grace_s: float, hash_cache: Path | None = None) -> PublishResult:
+                   grace_s: float, hash_cache: Path | None = None,
+                   page_base: Path | None = None) -> PublishResult:
     """Publish `staged` at `location` as the next manifest, unless the newest one already
     serves the same content ("unchanged") or was taken from a newer snapshot ("superseded").
     Then collect garbage. Callers on one machine serialize publishes (a lock file); the
-    create-only manifest put keeps two machines from writing one number."""
+    create-only manifest put keeps two machines from writing one number.
+
+    `page_base`: where the writer keeps the page digests of the database blob it last
+    published whole at this location; with it, the database goes as a page patch against that
+    blob while the patch stays small (canopy.publish.pages), else whole, as the new base."""
     began = time.perf_counter()
     data, digest = published_settings(settings)
     newest = newest_manifest(location)
@@ -127,7 +134,10 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
     cache = _HashCache(hash_cache) if hash_cache is not None else None
     files: dict[str, FileRef] = {}
     local: dict[str, Path] = {}
+    database = staged.folder / DB_NAME
     for path in staged.files():
+        if path == database and page_base is not None:
+            continue  # below, once the stored blobs are known
         sha = cache.sha256(path) if cache is not None else sha256_file(path)
         files[path.relative_to(staged.folder).as_posix()] = FileRef(sha256=sha,
                                                                    size=path.stat().st_size)
@@ -135,14 +145,20 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
     if cache is not None:
         cache.save()
     stored = {o.path.rsplit("/", 1)[-1] for o in location.list(BLOBS)}
+    new_base: PageDigests | None = None
+    if page_base is not None and database.is_file():
+        ref, upload, new_base = _database_ref(database, page_base, stored)
+        files[DB_NAME] = ref
+        local.setdefault(ref.patch or ref.sha256, upload)
     missing = {sha: p for sha, p in local.items() if sha not in stored}
     with concurrent.futures.ThreadPoolExecutor(_UPLOADS) as pool:
         for done in [pool.submit(location.put, blob_path(sha), p) for sha, p in missing.items()]:
             done.result()
     seq = (newest.seq if newest is not None else 0) + 1
     while True:
-        manifest = probe.model_copy(update={"seq": seq, "files": files,
-                                            "published_at": time.time()})
+        manifest = probe.model_copy(update={
+            "seq": seq, "files": files, "published_at": time.time(),
+            "format": 2 if any(f.patch for f in files.values()) else 1})
         try:
             location.put(manifest_path(seq), manifest.model_dump_json(indent=1).encode(),
                          create=True)
@@ -152,6 +168,8 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
             if other is not None and other.snapshot_ns >= staged.snapshot_ns:
                 return PublishResult("superseded", other.seq, staged.generation)
             seq = max(seq, other.seq if other is not None else 0) + 1
+    if new_base is not None and page_base is not None:
+        new_base.save(page_base)  # its blob is stored and named by a manifest: patch against it
     deleted = collect_garbage(location, grace_s=grace_s)
     return PublishResult("published", seq, staged.generation, files=len(files),
                          uploaded_files=len(missing),
@@ -180,8 +198,8 @@ def collect_garbage(location: Location, *, grace_s: float,
                if now - manifests[after].published_at > grace_s]
     # Oldest first, so what remains is always a run of consecutive publications.
     location.delete(manifest_path(seq) for seq in expired)
-    kept = {f.sha256 for seq in ordered if seq not in expired
-            for f in manifests[seq].files.values()}
+    kept = {blob for seq in ordered if seq not in expired
+            for f in manifests[seq].files.values() for blob in f.blobs()}
     old = [o.path for o in location.list(BLOBS)
            if o.path.rsplit("/", 1)[-1] not in kept and now - o.modified.timestamp() > grace_s]
     location.delete(old)
@@ -189,3 +207,22 @@ def collect_garbage(location: Location, *, grace_s: float,
         log.info("published index %s: removed %d superseded generations and %d files",
                  location.uri, len(expired), len(old))
     return len(expired), len(old)
+
+
+def _database_ref(database: Path, page_base: Path,
+                  stored: set[str]) -> tuple[FileRef, Path, PageDigests | None]:
+    """How to publish the staged database: (its file entry, the file to upload, the page
+    digests to keep as the next base once it is published, or None to keep the current one).
+    A page patch against the last base when that blob is still stored and the patch is small;
+    the whole file otherwise."""
+    now = page_digests(database)
+    size = database.stat().st_size
+    base = PageDigests.load(page_base)
+    if base is not None and base.sha256 in stored and base.sha256 != now.sha256:
+        patch = database.with_name(database.name + ".patch")
+        if write_patch(base, database, patch) is not None:
+            ref = FileRef(sha256=now.sha256, size=size, base=base.sha256,
+                          patch=sha256_file(patch), patch_size=patch.stat().st_size)
+            return ref, patch, None
+        patch.unlink(missing_ok=True)
+    return FileRef(sha256=now.sha256, size=size), database, now
