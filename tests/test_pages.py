@@ -44,8 +44,9 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def _roundtrip(tmp_path: Path, base: Path, new: Path) -> int:
     patch, out = tmp_path / "p", tmp_path / "out.sqlite"
-    carried = write_patch(page_digests(base), new, patch)
+    carried, digests = write_patch(page_digests(base), new, patch)
     assert carried is not None
+    assert digests == page_digests(new)  # taken in the same read
     apply_patch(base, patch, out)
     assert out.read_bytes() == new.read_bytes()
     return carried
@@ -83,7 +84,7 @@ def test_growth_and_shrinking_rebuild_exactly(tmp_path: Path) -> None:
     shrunk = _copy(live, tmp_path / "shrunk.sqlite")
     assert shrunk.stat().st_size < base.stat().st_size
     patch = tmp_path / "shrink.patch"
-    if write_patch(page_digests(grown), shrunk, patch) is not None:  # VACUUM moved most pages
+    if write_patch(page_digests(grown), shrunk, patch)[0] is not None:  # VACUUM moved most pages
         apply_patch(grown, patch, tmp_path / "s.sqlite")
         assert (tmp_path / "s.sqlite").read_bytes() == shrunk.read_bytes()
 
@@ -92,7 +93,10 @@ def test_a_patch_that_would_carry_most_of_the_file_is_not_written(tmp_path: Path
     a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
     _database(a, 2_000, seed=2)
     _database(b, 2_000, seed=3)  # other keys: nearly every page differs
-    assert write_patch(page_digests(a), b, tmp_path / "p") is None
+    carried, digests = write_patch(page_digests(a), b, tmp_path / "p")
+    assert carried is None and not (tmp_path / "p").exists()
+    assert digests == page_digests(b)  # b becomes the next base
+    assert write_patch(None, b, tmp_path / "p")[0] is None  # no base: nothing to patch
     assert REBASE_SHARE < 1
 
 
@@ -102,7 +106,7 @@ def test_page_size_of_the_header_including_64_kib(tmp_path: Path) -> None:
     assert page_size(big) == 65536  # stored as 1 in the header
     other = tmp_path / "other.sqlite"
     _database(other, 200, page=1024)
-    assert write_patch(page_digests(big), other, tmp_path / "p") is None  # page sizes differ
+    assert write_patch(page_digests(big), other, tmp_path / "p")[0] is None  # page sizes differ
     (tmp_path / "text").write_text("not a database" * 20)
     with pytest.raises(ValueError, match="not an SQLite database"):
         page_size(tmp_path / "text")
@@ -118,7 +122,7 @@ def test_a_damaged_patch_is_refused(tmp_path: Path) -> None:
     con.close()
     new = _copy(live, tmp_path / "new.sqlite")
     patch = tmp_path / "p"
-    assert write_patch(page_digests(base), new, patch) is not None
+    assert write_patch(page_digests(base), new, patch)[0] is not None
     raw = patch.read_bytes()
     (tmp_path / "cut").write_bytes(raw[:-40])
     with pytest.raises(ValueError):

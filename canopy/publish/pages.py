@@ -97,30 +97,41 @@ def page_digests(db: Path) -> PageDigests:
     return PageDigests(size, b"".join(parts), whole.hexdigest())
 
 
-def write_patch(base: PageDigests, db: Path, out: Path) -> int | None:
-    """Write the patch that turns the base file into `db`, and return the size of the pages it
-    carries; None when no patch applies (another page size) or it would carry more than
-    REBASE_SHARE of `db`."""
+def write_patch(base: PageDigests | None, db: Path,
+                out: Path) -> tuple[int | None, PageDigests]:
+    """Write the patch that turns the base file into `db`, in one read of `db` that also takes
+    its digests. Returns (the size of the pages the patch carries, the digests of `db`); the
+    size is None, and `out` absent, when no patch applies: no base, another page size, or more
+    than REBASE_SHARE of `db` changed."""
     size = page_size(db)
-    if size != base.page_size:
-        return None
     total = db.stat().st_size
     pages = -(-total // size)
     limit = REBASE_SHARE * total
+    patching = base is not None and base.page_size == size
     carried = 0
+    whole = hashlib.sha256()
+    parts = []
     squeeze = zlib.compressobj(level=1)
     with open(out, "wb") as fh:
         fh.write(MAGIC + _HEADER.pack(size, pages))
         for number, page in enumerate(_pages(db, size)):
-            if number < base.pages and (hashlib.blake2b(page, digest_size=_DIGEST).digest()
-                                        == base.digest(number)):
+            whole.update(page)
+            digest = hashlib.blake2b(page, digest_size=_DIGEST).digest()
+            parts.append(digest)
+            if not patching or (base is not None and number < base.pages
+                                and digest == base.digest(number)):
                 continue
             carried += len(page)
             if carried > limit:
-                return None
+                patching = False  # read on for the digests: this file becomes the base
+                continue
             fh.write(squeeze.compress(_RECORD.pack(number) + page))
         fh.write(squeeze.flush())
-    return carried
+    digests = PageDigests(size, b"".join(parts), whole.hexdigest())
+    if not patching:
+        out.unlink()
+        return None, digests
+    return carried, digests
 
 
 def apply_patch(base: Path, patch: Path, out: Path) -> None:

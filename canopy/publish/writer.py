@@ -31,7 +31,7 @@ from canopy.publish.manifest import (
     seq_of,
     sha256_file,
 )
-from canopy.publish.pages import PageDigests, page_digests, write_patch
+from canopy.publish.pages import PageDigests, write_patch
 from canopy.publish.snapshot import StagedSnapshot
 
 __all__ = ["PublishResult", "collect_garbage", "newest_manifest", "publish_staged",
@@ -215,14 +215,15 @@ def _database_ref(database: Path, page_base: Path,
     digests to keep as the next base once it is published, or None to keep the current one).
     A page patch against the last base when that blob is still stored and the patch is small;
     the whole file otherwise."""
-    now = page_digests(database)
     size = database.stat().st_size
     base = PageDigests.load(page_base)
-    if base is not None and base.sha256 in stored and base.sha256 != now.sha256:
-        patch = database.with_name(database.name + ".patch")
-        if write_patch(base, database, patch) is not None:
-            ref = FileRef(sha256=now.sha256, size=size, base=base.sha256,
-                          patch=sha256_file(patch), patch_size=patch.stat().st_size)
-            return ref, patch, None
-        patch.unlink(missing_ok=True)
+    if base is not None and base.sha256 not in stored:
+        base = None  # collected, or another URI's: publish whole
+    patch = database.with_name(database.name + ".patch")
+    carried, now = write_patch(base, database, patch)
+    if base is not None and carried is not None and base.sha256 != now.sha256:
+        ref = FileRef(sha256=now.sha256, size=size, base=base.sha256,
+                      patch=sha256_file(patch), patch_size=patch.stat().st_size)
+        return ref, patch, None
+    patch.unlink(missing_ok=True)
     return FileRef(sha256=now.sha256, size=size), database, now
