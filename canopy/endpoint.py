@@ -23,6 +23,7 @@ than 2xx, with headers and body), `RequestTimeout`, and `ConnectFailed`.
 from __future__ import annotations
 
 import json
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +97,14 @@ _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 
 def transport_name(prefer_aiohttp: bool = True) -> str:
     """The HTTP library under the SDK's client: "aiohttp" when the extra is installed (and
-    preferred), else "httpx2" (the SDK's default)."""
-    return "aiohttp" if prefer_aiohttp and aiohttp is not None else "httpx2"
+    preferred), else "httpx2" (the SDK's default). aiohttp speaks to HTTP proxies only, so a
+    SOCKS proxy in the environment (ALL_PROXY=socks5://..., read as httpx reads it) keeps the
+    SDK's default client, as before."""
+    if not prefer_aiohttp or aiohttp is None:
+        return "httpx2"
+    if any(str(url).lower().startswith("socks") for url in urllib.request.getproxies().values()):
+        return "httpx2"
+    return "aiohttp"
 
 
 def _http_client(transport: str, connections: int, timeout_s: float) -> Any:

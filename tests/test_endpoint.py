@@ -91,7 +91,10 @@ def post(endpoint_args: dict[str, Any], path: str = "/chat/completions",
     return asyncio.run(run())
 
 
-def test_the_default_transport_is_aiohttp_when_the_sdks_extra_is_installed() -> None:
+def test_the_default_transport_is_aiohttp_when_the_sdks_extra_is_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
     try:
         import aiohttp  # noqa: F401
     except ImportError:
@@ -99,6 +102,9 @@ def test_the_default_transport_is_aiohttp_when_the_sdks_extra_is_installed() -> 
     else:
         assert transport_name() == "aiohttp"
     assert transport_name(prefer_aiohttp=False) == "httpx2"
+    # aiohttp has no SOCKS support: such a proxy keeps the SDK's default client
+    monkeypatch.setenv("ALL_PROXY", "socks5://127.0.0.1:1080")
+    assert transport_name() == "httpx2"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
