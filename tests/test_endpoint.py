@@ -4,6 +4,7 @@ the SDK's own `post` sends, and its failures keep their kind (timeout, connectio
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 import threading
@@ -55,6 +56,9 @@ class Recorder:
                 reply = b'{"ok":true}'
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
+                if self.path.endswith("/gzip"):  # as hosted APIs compress their replies
+                    reply = gzip.compress(reply)
+                    self.send_header("Content-Encoding", "gzip")
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
                 self.wfile.write(reply)
@@ -129,6 +133,13 @@ def test_what_goes_on_the_wire_is_what_the_sdks_own_post_sends(
     assert body == sdk_body == BODY
     assert headers == sdk_headers  # key, user agent, platform headers, content type and length
     assert headers["authorization"] == "Bearer k"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_compressed_reply_comes_back_decoded(transport: str, recorder: Recorder) -> None:
+    base = f"http://127.0.0.1:{recorder.port}/v1"
+    assert post({"base_url": base, "transport": transport}, path="/gzip") == b'{"ok":true}'
+    assert "gzip" in recorder.seen[0][1]["accept-encoding"]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
