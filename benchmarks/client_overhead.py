@@ -66,7 +66,7 @@ def layers(base_url: str, n: int) -> dict[str, float]:
     import httpx2
     import openai
 
-    from canopy.endpoint import JsonEndpoint, transport_name
+    from canopy.endpoint import JsonEndpoint, Transport, transport_name
     from canopy.llm import ChatClient
     from canopy.settings import LLMSettings
 
@@ -105,7 +105,7 @@ def layers(base_url: str, n: int) -> dict[str, float]:
             await client.close()
         return run
 
-    def endpoint(transport: str) -> Callable[[], Awaitable[None]]:
+    def endpoint(transport: Transport) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
             e = JsonEndpoint(base_url, "x", timeout_s=60, connections=IN_FLIGHT,
                              transport=transport)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import openai
 from openai._models import FinalRequestOptions
@@ -41,8 +41,12 @@ __all__ = [
     "JsonEndpoint",
     "RequestTimeout",
     "StatusError",
+    "Transport",
     "transport_name",
 ]
+
+# The HTTP library under the SDK's client.
+Transport = Literal["aiohttp", "httpx2"]
 
 
 class EndpointError(Exception):
@@ -95,19 +99,19 @@ _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     httpx.TransportError, OSError, TimeoutError, *_AIOHTTP_ERRORS)
 
 
-def transport_name(prefer_aiohttp: bool = True) -> str:
+def transport_name(prefer_aiohttp: bool = True) -> Transport:
     """The HTTP library under the SDK's client: "aiohttp" when the extra is installed (and
     preferred), else "httpx2" (the SDK's default). aiohttp speaks to HTTP proxies only, so a
     SOCKS proxy in the environment (ALL_PROXY=socks5://..., read as httpx reads it) keeps the
     SDK's default client, as before."""
-    if not prefer_aiohttp or aiohttp is None:
-        return "httpx2"
+    if not prefer_aiohttp or aiohttp is None or not hasattr(openai, "DefaultAioHttpClient"):
+        return "httpx2"  # the extra is missing, or the SDK predates its aiohttp client
     if any(str(url).lower().startswith("socks") for url in urllib.request.getproxies().values()):
         return "httpx2"
     return "aiohttp"
 
 
-def _http_client(transport: str, connections: int, timeout_s: float) -> Any:
+def _http_client(transport: Transport, connections: int, timeout_s: float) -> Any:
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     if transport == "aiohttp":
         return openai.DefaultAioHttpClient(limits=limits, timeout=timeout_s)
@@ -140,8 +144,8 @@ class JsonEndpoint:
     is installed)."""
 
     def __init__(self, base_url: str, api_key: str, *, timeout_s: float, connections: int,
-                 transport: str | None = None) -> None:
-        self.transport = transport or transport_name()
+                 transport: Transport | None = None) -> None:
+        self.transport: Transport = transport or transport_name()
         self._http = _http_client(self.transport, connections, timeout_s)
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0,
                                           timeout=timeout_s, http_client=self._http)
