@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import subprocess
 import sys
@@ -173,10 +174,13 @@ def main(argv: list[str] | None = None) -> None:
                   + ", ".join(f"{k} {v:.2f} ms" for k, v in rounds[-1].items()), file=sys.stderr)
     finally:
         host.stop()
-    imports: dict[str, list[float]] = {"with aiohttp": [], "aiohttp hidden": []}
+    installed = importlib.util.find_spec("aiohttp") is not None
+    shown = "with aiohttp" if installed else "aiohttp not installed"
+    imports: dict[str, list[float]] = {shown: []} | ({"aiohttp hidden": []} if installed else {})
     for _ in range(args.rounds):  # interleaved, so both see the same load
-        imports["with aiohttp"].append(import_cpu_s(hide_aiohttp=False))
-        imports["aiohttp hidden"].append(import_cpu_s(hide_aiohttp=True))
+        imports[shown].append(import_cpu_s(hide_aiohttp=False))
+        if installed:
+            imports["aiohttp hidden"].append(import_cpu_s(hide_aiohttp=True))
     load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "-"
     med = {k: sorted(r[k] for r in rounds)[len(rounds) // 2] for k in rounds[0]}
     print(f"## Client CPU per request ({args.requests} requests x {args.rounds} rounds, "
