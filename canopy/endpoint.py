@@ -3,10 +3,18 @@
 Canopy's clients (`canopy.llm.ChatClient`, `canopy.providers.embed.OpenAIEmbedder`) do their own
 retries, Retry-After handling, adaptive concurrency and reply parsing, so all they need is "POST
 this JSON, give me the body or the failure". The `openai` SDK stays the transport (design §7:
-base URLs, keys, proxies and Azure-style endpoints are its job), but requests go through its raw
-`post` with pre-encoded bytes and come back as raw responses: its parameter transform and typed
-response models cost more CPU per request than the rest of a request's handling together, which
-is the indexing time against a fast endpoint.
+base URLs, keys, default and auth headers, timeouts, proxies and Azure-style endpoints are its
+job), and against a fast endpoint the client's CPU per request is the indexing time, so:
+
+- the SDK's HTTP client runs on aiohttp (`openai.DefaultAioHttpClient`, the SDK's `aiohttp`
+  extra) when that is installed: its C parser and connection pool cost about a fifth of the
+  CPU of httpcore's pure-Python HTTP/1.1 (`benchmarks/client_overhead.py`);
+- the SDK builds each path's request once (URL with its query, every header, the timeout), and
+  every post sends that request with its new body through the SDK's HTTP client: the SDK's
+  per-request option models, header merging and URL parsing would otherwise cost more CPU than
+  the HTTP exchange itself. For a client with a fixed API key (the only kind Canopy makes) the
+  SDK builds the same request every time; `tests/test_endpoint.py` checks that what goes on the
+  wire is what the SDK's own `post` sends.
 
 Failures are three exception types the retry policy classifies: `StatusError` (any status other
 than 2xx, with headers and body), `RequestTimeout`, and `ConnectFailed`.
@@ -15,15 +23,30 @@ than 2xx, with headers and body), `RequestTimeout`, and `ConnectFailed`.
 from __future__ import annotations
 
 import json
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import openai
+from openai._models import FinalRequestOptions
 
 try:  # the HTTP library the installed openai SDK is built on
     import httpx2 as httpx
 except ImportError:  # pragma: no cover - openai releases before 3
     import httpx  # type: ignore[no-redef]
 
-__all__ = ["ConnectFailed", "EndpointError", "JsonEndpoint", "RequestTimeout", "StatusError"]
+__all__ = [
+    "ConnectFailed",
+    "EndpointError",
+    "JsonEndpoint",
+    "RequestTimeout",
+    "StatusError",
+    "Transport",
+    "transport_name",
+]
+
+# The HTTP library under the SDK's client.
+Transport = Literal["aiohttp", "httpx2"]
 
 
 class EndpointError(Exception):
@@ -60,32 +83,99 @@ class ConnectFailed(EndpointError):
 
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
+# Set from each request's own body, never from the template's.
+_PER_BODY = {"content-length", "transfer-encoding"}
+
+try:  # the SDK's aiohttp extra (`pip install openai[aiohttp]`)
+    import aiohttp
+
+    _AIOHTTP_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError,)
+except ImportError:  # pragma: no cover - exercised where the extra is not installed
+    aiohttp = None  # type: ignore[assignment]
+    _AIOHTTP_ERRORS = ()
+# What a send raises when no reply came: httpx's errors (also the SDK's aiohttp adapter's),
+# and what escapes that adapter's mapping.
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    httpx.TransportError, OSError, TimeoutError, *_AIOHTTP_ERRORS)
+
+
+def transport_name(prefer_aiohttp: bool = True) -> Transport:
+    """The HTTP library under the SDK's client: "aiohttp" when the extra is installed (and
+    preferred), else "httpx2" (the SDK's default). aiohttp speaks to HTTP proxies only, so a
+    SOCKS proxy in the environment (ALL_PROXY=socks5://..., read as httpx reads it) keeps the
+    SDK's default client, as before."""
+    if not prefer_aiohttp or aiohttp is None or not hasattr(openai, "DefaultAioHttpClient"):
+        return "httpx2"  # the extra is missing, or the SDK predates its aiohttp client
+    if any(str(url).lower().startswith("socks") for url in urllib.request.getproxies().values()):
+        return "httpx2"
+    return "aiohttp"
+
+
+def _http_client(transport: Transport, connections: int, timeout_s: float) -> Any:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    if transport == "aiohttp":
+        return openai.DefaultAioHttpClient(limits=limits, timeout=timeout_s)
+    return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s)
+
+
+@dataclass(frozen=True)
+class _Template:
+    """What the SDK puts in every JSON POST to one path: URL (with its query), headers but
+    those that depend on the body, and extensions (the timeout)."""
+
+    url: httpx.URL
+    headers: httpx.Headers
+    extensions: dict[str, Any]
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a transport failure is a timeout. The SDK's aiohttp adapter reports every
+    connection failure (refused, reset, DNS) as httpx's ConnectTimeout, so its cause decides."""
+    cause = exc.__cause__
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(cause, _AIOHTTP_ERRORS):
+        return True
+    return isinstance(cause, TimeoutError) or isinstance(exc, TimeoutError)
 
 
 class JsonEndpoint:
-    """POSTs JSON to `base_url` + path with the key. Made and used inside one event loop."""
+    """POSTs JSON to `base_url` + path with the key. Made and used inside one event loop.
 
-    def __init__(self, base_url: str, api_key: str, *, timeout_s: float, connections: int) -> None:
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s,
-            http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s))
+    `transport`: "aiohttp" or "httpx2" (`transport_name()`, the default, picks aiohttp when it
+    is installed)."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout_s: float, connections: int,
+                 transport: Transport | None = None) -> None:
+        self.transport: Transport = transport or transport_name()
+        self._http = _http_client(self.transport, connections, timeout_s)
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0,
+                                          timeout=timeout_s, http_client=self._http)
+        self._templates: dict[str, _Template] = {}
+
+    def _template(self, path: str) -> _Template:
+        """The request the SDK makes for a JSON POST to `path` (its body aside)."""
+        built = self._client._build_request(
+            FinalRequestOptions.construct(method="post", url=path, headers=_JSON, content=b""))
+        headers = httpx.Headers(
+            [(k, v) for k, v in built.headers.multi_items() if k.lower() not in _PER_BODY])
+        template = self._templates[path] = _Template(built.url, headers, built.extensions)
+        return template
 
     async def post(self, path: str, data: bytes) -> bytes:
         """POST a JSON body (already encoded): the body of a 2xx reply, or `StatusError`,
         `RequestTimeout` or `ConnectFailed`."""
+        t = self._templates.get(path) or self._template(path)
+        request = httpx.Request("POST", t.url, headers=t.headers, content=data,
+                                extensions=t.extensions)
         try:
-            response = await self._client.post(path, cast_to=httpx.Response, content=data,
-                                               options={"headers": _JSON})
-        except openai.APITimeoutError as exc:
-            raise RequestTimeout("request timed out") from exc
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__ or exc.__context__
-            detail = f"{type(cause).__name__}: {cause}" if cause else "connection error"
-            raise ConnectFailed(detail[:300]) from exc
-        except openai.APIStatusError as exc:
-            headers = {k.lower(): v for k, v in exc.response.headers.items()}
-            raise StatusError(exc.status_code, headers, exc.response.content) from None
+            response = await self._http.send(request)
+        except _TRANSPORT_ERRORS as exc:
+            if _timed_out(exc):
+                raise RequestTimeout("request timed out") from exc
+            cause = exc.__cause__ or exc
+            raise ConnectFailed(f"{type(cause).__name__}: {cause}"[:300]) from exc
+        if not 200 <= response.status_code < 300:
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            raise StatusError(response.status_code, headers, response.content)
         return response.content
 
     async def close(self) -> None:

@@ -21,6 +21,8 @@ import threading
 import types
 from typing import Any
 
+from canopy.collector import freeze_imports
+
 __all__ = ["import_lancedb"]
 
 _CLIENT = "lance_namespace_urllib3_client"
@@ -70,4 +72,5 @@ def import_lancedb() -> types.ModuleType:
             _defer_rest_client()
     import lancedb
 
+    freeze_imports()  # its objects out of the GC's way (canopy.collector); once per process
     return lancedb

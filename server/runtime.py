@@ -34,6 +34,7 @@ from filelock import FileLock, Timeout
 import canopy
 from canopy.acl.policy import Policy
 from canopy.allocator import limit_arenas
+from canopy.collector import freeze_imports
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import (
     DB_NAME,
@@ -209,6 +210,7 @@ def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
     try:
         provider = make_provider(ws.settings, store)
         embedder = make_embedder(ws.settings)
+        freeze_imports()  # the SDK they may have imported, out of the GC's way (canopy.collector)
         return asyncio.run(run_index(ws.docs_dir, store, ws.settings, provider, embedder,
                                      labeler=ws.policy.labels_for, full=full, progress=progress,
                                      tidy=tidy, on_revoked=on_revoked,
