@@ -33,13 +33,13 @@ import stat
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from canopy.model import Skip
 from canopy.settings import CONFIG_FILENAME, INDEX_DIRNAME, InputSettings
 
-__all__ = ["BY_DESCRIPTOR", "FileEntry", "FileRefused", "LinkRefused", "display_name", "list_files",
-           "read_beneath"]
+__all__ = ["BY_DESCRIPTOR", "FileEntry", "FileRefused", "LinkRefused", "display_name",
+           "file_suffix", "list_files", "read_beneath"]
 
 # openat(2) with O_NOFOLLOW: POSIX. Elsewhere each path is checked with lstat (module doc).
 BY_DESCRIPTOR = (os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
@@ -50,6 +50,12 @@ LINK_REASON = ("symbolic link, not followed (links are never indexed; the target
                "under its own path)")
 FOLDER_LINK_REASON = "symbolic link to a folder, not followed (links are never indexed)"
 PATH_LINK_REASON = "a folder on its path became a symbolic link; not followed"
+
+
+def file_suffix(path: str) -> str:
+    """The file type of a path, lower case, as pathlib reads it: `....txt` is a text file
+    (os.path.splitext skips leading dots and would see no extension), `.txt` alone has none."""
+    return PurePosixPath(path).suffix.lower()
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ def list_files(root: Path, settings: InputSettings, index_dir: Path | None = Non
             except OSError as exc:  # unreadable: its files would silently be missing
                 yield Skip(rel, f"folder could not be listed ({type(exc).__name__})")
             continue
-        suffix = os.path.splitext(rel)[1].lower()
+        suffix = file_suffix(rel)
         if _excluded(rel, settings):
             continue
         if stat.S_ISLNK(st.st_mode):

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from canopy.indexer.listing import FileEntry, FileRefused, list_files, read_beneath
+from canopy.indexer.listing import FileEntry, FileRefused, file_suffix, list_files, read_beneath
 from canopy.indexer.office import LimitExceeded, Limits, MissingDependency
 from canopy.indexer.parse_worker import ParseFailed, parse_office
 from canopy.model import Skip
@@ -61,7 +61,7 @@ def load_entry(entry: FileEntry, settings: InputSettings) -> LoadedDocument | Sk
     """One listed file as a document, or a `Skip` saying why not (one bad file never stops the
     rest). The file is opened beneath the folder without following links (`read_beneath`)."""
     rel = entry.path
-    suffix = PurePosixPath(rel).suffix.lower()
+    suffix = file_suffix(rel)
     try:
         text = extract_text(read_beneath(entry, settings.max_file_bytes), suffix, settings)
         fields: dict[str, Any] = {}

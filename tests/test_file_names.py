@@ -94,3 +94,16 @@ def test_a_latin1_name_does_not_stop_indexing_or_later_updates(tmp_path: Path) -
     finally:
         store.close()
     assert paths == ["kestrel.txt", "r\\xe9sum\\xe9.txt", "tern.txt"]
+
+
+def test_a_name_of_leading_dots_keeps_its_file_type(tmp_path: Path) -> None:
+    """`....txt` is a text file (hypothesis found it skipped: os.path.splitext ignores leading
+    dots), and listing and loading agree on a file's type."""
+    from canopy.indexer.listing import file_suffix
+
+    (tmp_path / "....txt").write_text("dots first")
+    (tmp_path / "..notes.md").write_text("# Notes\n\ntwo dots")
+    found = list(scan_folder(tmp_path, InputSettings(exclude=[])))
+    assert sorted(d.path for d in found if isinstance(d, LoadedDocument)) == ["....txt",
+                                                                             "..notes.md"]
+    assert (file_suffix("a/....TXT"), file_suffix(".txt"), file_suffix("a.")) == (".txt", "", "")
