@@ -65,3 +65,26 @@ def test_every_setting_says_what_it_does(section: str) -> None:
     model = SECTIONS[section]
     blank = [name for name, field in model.model_fields.items() if not field.description]
     assert not blank, f"[{section}] keys without a description: {blank}"
+
+
+# A path of this repository as the docs cite it: `tests/test_links.py`, server/runtime.py. Under
+# docs/ only the pages and images (elsewhere "docs" is the user's folder: docs/canopy.toml).
+_CITED = re.compile(r"(?<![\w/.~-])((?:tests|benchmarks|server|canopy|indexer|acl|prompts|"
+                    r"examples|\.ci)/[\w./-]*\w|docs/[\w-]+\.(?:md|png))")
+
+
+def test_every_file_the_docs_cite_exists() -> None:
+    """What README.md and docs/*.md point to as evidence (a test, a benchmark, a module) is
+    there: a renamed or deleted file would leave a claim without its proof."""
+    cited = set(_CITED.findall(_documentation()))
+    assert len(cited) > 50  # the pattern still finds the citations
+    assert sorted(p for p in cited if not (REPO / p).exists()) == []
+
+
+def test_the_platform_note_names_the_modes_the_link_tests_run() -> None:
+    """README's "Platforms" table says tests/test_links.py runs every test in a "descriptors"
+    and a "checked paths" mode (the walk Windows takes); that is what its fixture runs."""
+    readme = README.read_text(encoding="utf-8")
+    source = (REPO / "tests" / "test_links.py").read_text(encoding="utf-8")
+    assert '("descriptors" mode)' in readme and '("checked paths" mode' in readme
+    assert 'params=["descriptors", "checked paths"]' in source
