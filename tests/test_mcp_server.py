@@ -25,17 +25,19 @@ import anyio
 import httpx2
 import pytest
 import uvicorn
+from click.testing import CliRunner
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import MCPServer
 from mcp.server.auth.provider import AccessToken
 
 from canopy.server import engines
+from canopy.server.cli import main
 from canopy.server.mcp_app import build_server
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
 from canopy.store.export import load_graph
-from tests.conftest import offline_env
+from tests.conftest import offline_env, wait_until
 from tests.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -683,6 +685,77 @@ async def test_a_first_start_answers_the_handshake_at_once_and_tools_report_the_
                                             {"query": "Who makes the cells?"})
             assert not done.is_error, text_of(done)
             assert done.structured_content["usage"]["provider"].startswith("openai:")
+
+
+def _count(database: Path, table: str) -> int:
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_host_that_goes_away_during_the_first_build_leaves_no_process_or_lock_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent host starts `canopy serve` (stdio) on a folder with no index, completes the
+    handshake, and goes away (closes stdin) while the first build waits on a slow LLM. The
+    server must exit at once and free the writer lock (an orphaned build once held it three
+    minutes longer), saying what is kept; the next `canopy index` resumes: the units whose
+    extraction was saved are not extracted again."""
+    from filelock import FileLock
+
+    from canopy.store import DB_NAME
+    from tests.fakes.openai_server import FakeOpenAI
+
+    docs, index_dir = tmp_path / "docs", tmp_path / "idx"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "host", "version": "0"}}}
+    with FakeOpenAI(latency=0.5) as fake, (tmp_path / "stderr").open("wb") as err:
+        # One request at a time, 0.5 s each: a unit (extraction + gleaning) takes a second.
+        env.update(PYTHONPATH=str(REPO), CANOPY_LLM_BASE_URL=fake.base_url,
+                   CANOPY_LLM_API_KEY="test", CANOPY_LLM__CONCURRENCY="1")
+        proc = subprocess.Popen([sys.executable, *serve_args(docs, index_dir)], cwd=REPO,
+                                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(hello).encode() + b"\n")
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["id"] == 1  # answered at once
+            proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+            proc.stdin.flush()
+            # The second unit's gleaning: the first unit's extraction is saved by now.
+            assert wait_until(lambda: fake.count("glean") >= 2, 90), fake.tasks()
+            closed = time.monotonic()
+            proc.stdin.close()
+            proc.wait(10)  # TimeoutExpired: the build kept the process alive
+            gone = time.monotonic() - closed
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0
+        lock = FileLock(index_dir / "write.lock")
+        lock.acquire(timeout=0)  # Timeout if any process still held it
+        lock.release()
+        said = (tmp_path / "stderr").read_text()
+        assert "went away during the first build" in said and "resumes" in said, said
+        saved = _count(index_dir / DB_NAME, "extracted")
+        fake.reset()
+        fake.latency = 0.0
+        monkeypatch.setenv("CANOPY_LLM_BASE_URL", fake.base_url)
+        monkeypatch.setenv("CANOPY_LLM_API_KEY", "test")
+        done = CliRunner().invoke(main, ["index", str(docs), "--index-dir", str(index_dir)])
+        assert done.exit_code == 0, done.output
+        units = _count(index_dir / DB_NAME, "text_units")
+    assert gone < 10
+    assert 1 <= saved < units  # the build was cut between its first and last unit
+    assert fake.count("extract") <= units - saved  # the saved ones were not extracted again
 
 
 async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path) -> None:
