@@ -277,9 +277,10 @@ class QuerySettings(BaseModel):
     drift_breadth: int = Field(3, ge=1, le=10, description="Follow-up questions DRIFT search "
                                "answers per round")
     result_token_limit: int = Field(
-        8000, ge=1000, description="Cap of one tool result's structured content, in tokens (the "
-        "text rendering is shorter); agent hosts warn above ~10k. Truncated results say so and "
-        "name the call for the rest")
+        8000, ge=2000, description="Cap of one tool result, in tokens: its text and its "
+        "structured content together, as an MCP client receives them (agent hosts warn above "
+        "~10k); also of a page of canopy://reports. Truncated results say so and name the call "
+        "for the rest. At least 2000: one item of each drill_down list, with its notes")
     cache_mb: int = Field(256, ge=16, description=(
         "Memory the server gives its caches, in MB: search-index pages, callers' views, "
         "per-passage text analysis (`serve --workers N` processes share it, N-th each)"))

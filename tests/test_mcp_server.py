@@ -82,11 +82,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def example_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    index_dir = tmp_path_factory.mktemp("examples-index")
-    with offline_env():
-        build_index(open_workspace(EXAMPLES, index_dir=index_dir))
-    return index_dir
+def example_index(examples_index: Path) -> Path:
+    return examples_index  # shared by the run (conftest): read only
 
 
 @pytest.fixture(scope="module")
