@@ -5,10 +5,14 @@ here (issue 11: `canopy warm` and `[reports]` had none)."""
 from __future__ import annotations
 
 import re
+import shlex
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 from pydantic import BaseModel
 
 from canopy.server.cli import main
@@ -88,3 +92,90 @@ def test_the_platform_note_names_the_modes_the_link_tests_run() -> None:
     source = (REPO / "tests" / "test_links.py").read_text(encoding="utf-8")
     assert '("descriptors" mode)' in readme and '("checked paths" mode' in readme
     assert 'params=["descriptors", "checked paths"]' in source
+
+
+# ---- documented outputs are what the program prints ------------------------------------------
+
+DOCUMENTED_INDEX = "/tmp/canopy-idx"  # the index folder docs/agents.md's commands name
+_USAGE_LINE = re.compile(r"^\[\w+ search, provider .* ms\]$")  # a timing: differs run to run
+
+
+def _fenced_blocks(text: str) -> list[str]:
+    """The fenced blocks of a markdown page, dedented (blocks inside list items are indented)."""
+    return [textwrap.dedent(m.group(2)) for m in
+            re.finditer(r"^( *)```[a-z]*\n(.*?)^\1```", text, re.MULTILINE | re.DOTALL)]
+
+
+def _documented_queries() -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown) for each `canopy query` on the examples in
+    docs/agents.md; lines left out are marked "…" and are not compared."""
+    out: list[tuple[str, list[str]]] = []
+    for block in _fenced_blocks((REPO / "docs" / "agents.md").read_text(encoding="utf-8")):
+        for chunk in re.split(r"^(?=\$ )", block, flags=re.MULTILINE):
+            command, _, shown = chunk.partition("\n")
+            if command.startswith(f"$ canopy query examples/docs --index-dir {DOCUMENTED_INDEX}"):
+                out.append((command[2:], [line for line in shown.splitlines()
+                                          if line.strip() and line != "…"]))
+    return out
+
+
+def test_the_documented_queries_are_found() -> None:
+    assert len(_documented_queries()) >= 7
+
+
+@pytest.mark.parametrize(("command", "shown"), _documented_queries(),
+                         ids=lambda v: v[:60] if isinstance(v, str) else None)
+def test_each_documented_query_prints_what_docs_agents_md_shows(
+        command: str, shown: list[str], examples_index: Path) -> None:
+    """docs/agents.md's example answers (builtin provider) are what `canopy query` prints on
+    the examples: every line shown is a line of its output, timings aside."""
+    args = shlex.split(command.split(" | ")[0])[1:]  # `| grep ...` only selects lines
+    args[args.index(DOCUMENTED_INDEX)] = str(examples_index)
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    printed = set(done.stdout.splitlines())
+    missing = [line for line in shown if not _USAGE_LINE.match(line) and line not in printed]
+    assert not missing, (missing, done.stdout[-3000:])
+
+
+def test_the_documented_settings_error_is_what_canopy_index_prints(tmp_path: Path) -> None:
+    """README's one-line error for a `[chunkin]` typo, printed by `canopy index`."""
+    shown = next(line for line in README.read_text(encoding="utf-8").splitlines()
+                 if line.startswith("Error: docs/canopy.toml: unknown key [chunkin]"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "canopy.toml").write_text("[chunkin]\nchunk_tokens = 600\n", encoding="utf-8")
+    done = CliRunner().invoke(main, ["index", str(docs)])
+    assert done.exit_code != 0
+    assert done.output.strip() == shown.replace("docs/canopy.toml", str(docs / "canopy.toml"))
+
+
+def _blocks_with_place(text: str) -> Iterator[tuple[int, str, str]]:
+    """(offset, language, body) of each fenced block (a fence inside a block is its text)."""
+    offset, opened = 0, None
+    body: list[str] = []
+    for line in text.splitlines(keepends=True):
+        fence = re.match(r"^( *)```(\S*)\s*$", line)
+        if fence and opened is None:
+            opened, body = (offset, fence.group(1), fence.group(2)), []
+        elif fence and opened is not None and fence.group(1) == opened[1] and not fence.group(2):
+            yield opened[0], opened[2], textwrap.dedent("".join(body))
+            opened = None
+        elif opened is not None:
+            body.append(line)
+        offset += len(line)
+
+
+_LABEL = re.compile(r"builtin|offline|\bfake\b|no provider involved", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_every_printed_output_says_which_provider_printed_it(page: Path) -> None:
+    """A block without a language is a program's output (diagrams say `text`, code its
+    language): the paragraph before it names the provider that printed it, the builtin one
+    (offline) or the suite's fake endpoint (not a language model), or says none was involved,
+    so no reader takes an offline or fake answer for a model's."""
+    text = page.read_text(encoding="utf-8")
+    unlabelled = [text[:start].count("\n") + 1 for start, language, _ in _blocks_with_place(text)
+                  if not language and not _LABEL.search(text[max(0, start - 800):start])]
+    assert not unlabelled, f"{page.name}: output blocks without a provider at lines {unlabelled}"
