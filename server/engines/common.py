@@ -143,10 +143,11 @@ def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchR
     if delivered_tokens(result) <= limit:
         return result
     n_citations, context_tokens = len(result.citations), tok.count(result.context)
-    # The note is written (with the largest numbers it can hold) before measuring, so the
-    # measured size includes it; _SLACK covers the final usage numbers and note digits.
+    # The note is written before measuring, in its longest form (context and citations both
+    # cut), so the measured size includes it; _SLACK covers the final usage numbers and digits.
     result.truncated = True
-    result.note = _note(limit, context_tokens, context_tokens, n_citations, n_citations, more)
+    result.note = _note(limit, context_tokens, max(context_tokens - 1, 0), n_citations,
+                        max(n_citations - 1, 0), more)
 
     def room() -> int:  # what context and citations may take
         bare = result.model_copy(update={"context": "", "citations": []})

@@ -375,10 +375,10 @@ def _fit(ctx: QueryContext, result: DrillResult, page: _Page) -> None:
             if n > keep:
                 s.text = tok.truncate(s.text, keep) + " …"
         excess = settle()
+    if excess <= 0:
+        return
     lists = {name: list(getattr(result, name)) for name in _LISTS}
     longest = max(len(items) for items in lists.values())
-    if excess <= 0 or longest <= 1:
-        return
 
     def cut_to(m: int) -> int:
         nonlocal most
@@ -387,16 +387,16 @@ def _fit(ctx: QueryContext, result: DrillResult, page: _Page) -> None:
             setattr(result, name, items[:m])
         return settle()
 
-    low, high = 1, longest - 1  # the most items per list that fit (1 at least)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if cut_to(mid) <= 0:
-            low = mid
-        else:
-            high = mid - 1
-    excess = cut_to(low)
-    if excess <= 0:
-        return
+    if longest > 1:
+        low, high = 1, longest - 1  # the most items per list that fit (1 at least)
+        while low < high:
+            mid = (low + high + 1) // 2
+            if cut_to(mid) <= 0:
+                low = mid
+            else:
+                high = mid - 1
+        if cut_to(low) <= 0:
+            return
     # One item per list is still too much (a limit near its floor, long descriptions): the
     # texts are shortened evenly, each counted twice (text and structured content).
     extra.append(f"Descriptions were shortened to fit the {limit}-token limit.")
