@@ -86,7 +86,9 @@ class LLMSettings(BaseModel):
     json_schema: bool = Field(
         True, description="Use response_format json_schema; false = JSON mode + validation"
     )
-    temperature: float = Field(0.0, ge=0, le=2)
+    temperature: float = Field(
+        0.0, ge=0, le=2, description="Sampling temperature of every chat request (0: the most "
+        "repeatable replies; `canopy eval --answers --repeats` needs more for its repeats to vary)")
     price_input_per_mtok: float | None = Field(
         None, ge=0, description="Price per million prompt tokens, for `canopy index "
         "--estimate` (unset: tokens only)")
@@ -105,13 +107,14 @@ class EmbedSettings(BaseModel):
     model: str = Field(
         "text-embedding-3-small", description="Embedding model name sent to the endpoint"
     )
-    api_key: SecretStr | None = None
+    api_key: SecretStr | None = Field(
+        None, description="API key of the embeddings endpoint (not taken from [llm])")
     builtin: Literal["hash", "wordllama"] = Field(
         "hash", description="The builtin embedder used when base_url is unset: hash (feature "
         "hashing of words, no dependency) or wordllama (static semantic word vectors, offline; "
         "pip install 'canopy-graphrag[static]')")
     dims: int = Field(384, ge=32, le=4096, description="Dimensions of the builtin hashing embedder")
-    batch_size: int = Field(64, ge=1, le=2048)
+    batch_size: int = Field(64, ge=1, le=2048, description="Texts per embeddings request")
     concurrency: int = Field(
         16, ge=1, le=256, description="Most embedding requests in flight (adaptive window ceiling)")
     initial_concurrency: int = Field(
@@ -167,7 +170,9 @@ class ChunkSettings(BaseModel):
 
 
 class ExtractSettings(BaseModel):
-    entity_types: list[str] = Field(["organization", "person", "geo", "event"])
+    entity_types: list[str] = Field(
+        ["organization", "person", "geo", "event"],
+        description="Entity types extraction asks for (Edge et al. 2024 §2.1.2)")
     max_gleanings: int = Field(
         1, ge=0, le=5, description="Extra passes; stops early when a pass adds nothing"
     )
@@ -178,9 +183,12 @@ class ExtractSettings(BaseModel):
 
 
 class CommunitySettings(BaseModel):
-    max_cluster_size: int = Field(10, ge=2)
-    seed: int = Field(0xDEADBEEF)
-    max_levels: int = Field(4, ge=1, le=10)
+    max_cluster_size: int = Field(
+        10, ge=2, description="Hierarchical Leiden splits a community with more members into "
+        "sub-communities")
+    seed: int = Field(0xDEADBEEF, description="Seed of the clustering (same graph, same "
+                      "communities)")
+    max_levels: int = Field(4, ge=1, le=10, description="Deepest levels of the hierarchy")
     max_top_level: int = Field(
         0, ge=0, description="Most top-level communities: the largest stand, the others are "
         "grouped under them by the text units (else documents) they share. 0 = the larger of "
@@ -193,7 +201,9 @@ class CommunitySettings(BaseModel):
 
 class ReportSettings(BaseModel):
     max_context_tokens: int = Field(8000, ge=500, description="Context budget for one report")
-    max_report_tokens: int = Field(1500, ge=100)
+    max_report_tokens: int = Field(
+        1500, ge=100, description="Most tokens a report (or a view of one) may take: the "
+        "completion limit of each report call")
 
 
 class StorageSettings(BaseModel):
@@ -242,10 +252,14 @@ class PublishSettings(BaseModel):
 
 
 class QuerySettings(BaseModel):
-    seed: int = 42
+    seed: int = Field(42, description="Seed of global search's report shuffling into map "
+                      "batches (paper §2.2)")
     map_batch_tokens: int = Field(8000, ge=500, description="Report tokens per global map call")
-    reduce_tokens: int = Field(8000, ge=500)
-    local_context_tokens: int = Field(8000, ge=500)
+    reduce_tokens: int = Field(
+        8000, ge=500, description="Map points, best first, that global search's reduce call reads")
+    local_context_tokens: int = Field(
+        8000, ge=500, description="Context of local search (entities, relationships, reports, "
+        "claims, text units) and of each DRIFT step")
     community_level: int | None = Field(
         None, description="Fixed level for global search; None = dynamic"
     )
@@ -258,12 +272,15 @@ class QuerySettings(BaseModel):
     router_llm: bool = Field(
         True, description="With an LLM configured, the `search` tool and `canopy query -m auto` "
         "ask it to classify the question (one short call); false = the offline rules only")
-    drift_depth: int = Field(2, ge=1, le=5)
-    drift_breadth: int = Field(3, ge=1, le=10)
+    drift_depth: int = Field(2, ge=1, le=5, description="Rounds of follow-up questions DRIFT "
+                             "search answers")
+    drift_breadth: int = Field(3, ge=1, le=10, description="Follow-up questions DRIFT search "
+                               "answers per round")
     result_token_limit: int = Field(
-        8000, ge=1000, description="Cap of one tool result's structured content, in tokens (the "
-        "text rendering is shorter); agent hosts warn above ~10k. Truncated results say so and "
-        "name the call for the rest")
+        8000, ge=2000, description="Cap of one tool result, in tokens: its text and its "
+        "structured content together, as an MCP client receives them (agent hosts warn above "
+        "~10k); also of a page of canopy://reports. Truncated results say so and name the call "
+        "for the rest. At least 2000: one item of each drill_down list, with its notes")
     cache_mb: int = Field(256, ge=16, description=(
         "Memory the server gives its caches, in MB: search-index pages, callers' views, "
         "per-passage text analysis (`serve --workers N` processes share it, N-th each)"))

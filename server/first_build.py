@@ -39,6 +39,7 @@ class ServiceSlot:
         self._stage, self._done, self._total = "starting", 0, 0
         self._started = time.monotonic()
         self._error: str | None = None
+        self._thread: threading.Thread | None = None
 
     @classmethod
     def once_built(cls, open_service: Callable[[], CanopyService], index_dir: Path,
@@ -67,23 +68,38 @@ class ServiceSlot:
 
     def describe(self) -> str:
         with self._lock:
-            took = time.monotonic() - self._started
             if self._error is not None:
                 return (f"The first index build of {self._docs} failed: {self._error}. The "
                         "server log has the details; fix the cause and restart the server, "
                         "which resumes the build.")
+        return (f"Canopy is building the first index of {self._docs} ({self.progress()}). "
+                "Nothing can be answered before it commits; call again in a minute.")
+
+    def progress(self) -> str:
+        """Where the build is: "extract 12/40, 35 s so far"."""
+        with self._lock:
+            took = time.monotonic() - self._started
             where = (f"{self._stage} {self._done}/{self._total}" if self._total
                      else self._stage)
-            return (f"Canopy is building the first index of {self._docs} ({where}, "
-                    f"{took:.0f} s so far). Nothing can be answered before it commits; call "
-                    "again in a minute.")
+        return f"{where}, {took:.0f} s so far"
+
+    @property
+    def building(self) -> bool:
+        """A first build is running in this process (started here, neither committed nor
+        failed yet)."""
+        return (self._thread is not None and self._thread.is_alive() and self._service is None
+                and self._error is None)
 
     def build(self, open_service: Callable[[], CanopyService], ws: Workspace) -> None:
         """Build `ws`'s first index on a daemon thread, then open the service with
-        `open_service`. Daemon: if the host goes away, the process exits and a later start
-        resumes from what was saved."""
-        threading.Thread(target=self._build, args=(open_service, ws), daemon=True,
-                         name="canopy-first-build").start()
+        `open_service`. Daemon: when the host goes away (stdin closes) the server returns and
+        the process exits at once, the OS releasing the writer lock; the build is stopped
+        where it was, as by a crash, and a later `canopy index` or `canopy serve` resumes from
+        the extractions it saved. (A non-daemon thread would keep the process, and the lock,
+        until the build ended: minutes, for a large folder.)"""
+        self._thread = threading.Thread(target=self._build, args=(open_service, ws),
+                                        daemon=True, name="canopy-first-build")
+        self._thread.start()
 
     def _progress(self, stage: str, total: int) -> Callable[[int], None]:
         with self._lock:

@@ -21,6 +21,7 @@ message. Anything else is logged with its traceback on stderr and reaches the ag
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Literal, TypeVar, get_args
@@ -50,9 +51,10 @@ from canopy.server.results import CommunityCard, DrillResult, SearchResult
 from canopy.server.service import CanopyService
 from canopy.server.status import IndexStatus, index_status, status_for_caller
 from canopy.server.tool_text import drill_text, search_text, span_text, status_text
+from canopy.tokens import get_tokenizer
 
 __all__ = ["READ_ONLY", "FailureKind", "ToolFailure", "build_server", "damaged_message",
-           "run_stdio"]
+           "report_pages", "run_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -461,13 +463,12 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
     async def page_of_reports(page: int) -> str:
         async def listing(q: QueryContext) -> str:
             cards = await engines.list_servable_reports(q)
-            pages = max(1, -(-len(cards) // REPORTS_PAGE))
-            if not 1 <= page <= pages:
-                raise InvalidArgument(f"page must be from 1 to {pages}")
-            shown = cards[(page - 1) * REPORTS_PAGE:page * REPORTS_PAGE]
-            nxt = f"canopy://reports/page/{page + 1}" if page < pages else None
-            return _CardList(reports=shown, total=len(cards), page=page, pages=pages,
-                             next=nxt).model_dump_json(indent=1)
+            pages = report_pages(cards, q.settings.result_token_limit)
+            if not 1 <= page <= len(pages):
+                raise InvalidArgument(f"page must be from 1 to {len(pages)}")
+            nxt = f"canopy://reports/page/{page + 1}" if page < len(pages) else None
+            return _CardList(reports=pages[page - 1], total=len(cards), page=page,
+                             pages=len(pages), next=nxt).model_dump_json(indent=1)
         uri = "canopy://reports" if page == 1 else f"canopy://reports/page/{page}"
         return await gw.read(uri, listing)
 
@@ -476,8 +477,9 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
         name="reports",
         title="Community reports",
         mime_type="application/json",
-        description=f"The community reports you may read, broadest first, {REPORTS_PAGE} a page: "
-        "id, level, title, summary, rating, size; `next` is the next page's URI. Open one as "
+        description=f"The community reports you may read, broadest first, up to {REPORTS_PAGE} a "
+        "page (fewer when their summaries would pass the result token limit): id, level, title, "
+        "summary, rating, size; `next` is the next page's URI. Open one as "
         "canopy://reports/<id>",
     )
     async def reports() -> str:
@@ -492,7 +494,28 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
         return await page_of_reports(int(page))
 
 
-REPORTS_PAGE = 100  # community cards per page of canopy://reports (~5k tokens with summaries)
+REPORTS_PAGE = 100  # community cards per page of canopy://reports at most
+_PAGE_FRAME = 60  # tokens of a page's own fields (total, page, pages, next) and brackets
+
+
+def report_pages(cards: list[CommunityCard], limit: int) -> list[list[CommunityCard]]:
+    """`cards` in pages of at most REPORTS_PAGE cards and `limit` tokens as the resource writes
+    them, in order (page 1 is never empty, so an index without reports has one page). Pages
+    follow from the cards alone, so page N is the same whichever page is read first. A card is
+    counted alone, indented as in the page and followed by its comma; 2% covers the tokens that
+    its edges share with its neighbours'."""
+    tok = get_tokenizer()
+    room = limit * 98 // 100 - _PAGE_FRAME
+    pages: list[list[CommunityCard]] = [[]]
+    used = 0
+    for card in cards:
+        n = tok.count(textwrap.indent(card.model_dump_json(indent=1), "  ") + ",\n")
+        if pages[-1] and (used + n > room or len(pages[-1]) == REPORTS_PAGE):
+            pages.append([])
+            used = 0
+        pages[-1].append(card)
+        used += n
+    return pages
 
 
 class _CardList(BaseModel):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 from canopy.model import metadata_line
-from canopy.server.engines.cards import claim_period_text, claim_quote_text
 from canopy.server.results import (
     Citation,
     ClaimCard,
@@ -23,11 +22,13 @@ from canopy.server.results import (
 )
 from canopy.server.status import IndexStatus, concurrency_line
 
-__all__ = ["drill_text", "search_text", "span_text", "status_text"]
+__all__ = ["claim_period_text", "claim_quote_text", "drill_text", "search_text", "span_text",
+           "status_text"]
 
 MAX_CITATIONS = 25  # listed in the text; the structured result carries all of them
 CONTEXT_CHARS = 6000  # extractive answers come with this much of their context
 SPAN_CHARS = 1500  # per source span inside a drill_down text
+QUOTE_CHARS = 400  # of a claim's quote as text (structured cards carry it whole)
 
 
 def _trim(text: str, limit: int, where: str) -> str:
@@ -147,6 +148,23 @@ def drill_text(r: DrillResult) -> str:
     if r.truncated:
         out.append(f"\nTruncated: {r.note or 'raise limit to see more.'}")
     return "\n".join(out).strip()
+
+
+def claim_period_text(start: str, end: str) -> str:
+    """"2024-05-14", "2024-05-01 to 2024-05-31", "from 2024-05", "until 2024-05", or ""."""
+    if start and end:
+        return start if start == end else f"{start} to {end}"
+    return f"from {start}" if start else (f"until {end}" if end else "")
+
+
+def claim_quote_text(quote: str, description: str) -> str:
+    """The quote as a line to show under the description: "" when there is none or it is the
+    description word for word (the builtin extractor's), cut at a word after QUOTE_CHARS."""
+    if not quote or quote == " ".join(description.split()):
+        return ""
+    if len(quote) > QUOTE_CHARS:
+        quote = quote[:QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
+    return f'Quote: "{quote}"'
 
 
 def _claim(c: ClaimCard) -> str:

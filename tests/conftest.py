@@ -55,6 +55,18 @@ def indexed_examples(root: Path, policy: str, extra: dict[str, str] | None = Non
     return ws
 
 
+@pytest.fixture(scope="session")
+def examples_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled examples indexed offline once for the whole run, into a temporary folder.
+    Read only: a test that updates an index copies this one first."""
+    from canopy.server.runtime import build_index, open_workspace
+
+    index_dir = tmp_path_factory.mktemp("examples-index")
+    with offline_env():
+        build_index(open_workspace(EXAMPLES, index_dir=index_dir))
+    return index_dir
+
+
 @pytest.fixture(autouse=True)
 def _clean_env() -> Iterator[None]:
     with offline_env():

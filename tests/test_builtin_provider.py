@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,8 @@ from canopy.providers.base import ContextBlock, MapPoint, ReportContext, ReportO
 from canopy.providers.builtin import NO_INFORMATION, BuiltinProvider
 from canopy.providers.builtin.text import split_sentences
 from canopy.tokens import get_tokenizer
+from tests.conftest import carol_text
 
-CAROL = Path(__file__).resolve().parents[2] / "shared/eval-data/books/christmas_carol_pg24022.txt"
 TYPES = ["organization", "person", "geo", "event"]
 
 # Every name in the extraction tests is made up and in no word list of the provider.
@@ -142,9 +141,7 @@ class TestExtraction:
 
     def test_a_novel_slice_is_extracted_quickly(self) -> None:
         """Speed only: the word lists must not be judged on text they may have been fitted to."""
-        if not CAROL.exists():
-            pytest.skip(f"shared eval data not found at {CAROL}")
-        text = CAROL.read_text(encoding="utf-8")
+        text = carol_text()  # a skip naming the path, or a failure under REQUIRE_EVAL_DATA=1
         start = text.index("STAVE ONE")
         pieces = [text[start + i * 5000 : start + (i + 1) * 5000] for i in range(6)]
         began = time.perf_counter()

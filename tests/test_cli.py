@@ -396,3 +396,53 @@ def test_an_index_embedded_by_an_endpoint_is_served_only_with_that_embedder(
     assert runner.invoke(main, ["index", str(docs)]).exit_code == 0
     answered = runner.invoke(main, query)
     assert answered.exit_code == 0 and "Helio Cells" in answered.output
+
+
+def test_index_full_after_an_embedder_of_another_width_rebuilds_and_search_works(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first-hour failure: after changing the embedder to one of another width, `canopy
+    index --full` stopped with "cannot cast FixedSizeList(64) to FixedSizeList(384)". Here the
+    hashing embedder builds at 64 dimensions, then the settings say 384: an MCP tool call (as
+    an agent host makes it) answers with the one-line mismatch, not an internal error; `index
+    --full` rebuilds; then the CLI and the tool both search the 384-dimension vectors."""
+    import asyncio
+
+    from mcp import Client
+
+    from canopy.server.mcp_app import build_server
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    runner = CliRunner()
+    monkeypatch.setenv("CANOPY_EMBED__DIMS", "64")
+    built = runner.invoke(main, ["index", str(docs)])
+    assert built.exit_code == 0, built.output
+    monkeypatch.setenv("CANOPY_EMBED__DIMS", "384")
+    question = {"query": "Who makes the battery cells?"}
+
+    async def ask() -> tuple[bool, str]:
+        service = CanopyService(open_workspace(docs))
+        try:
+            async with Client(build_server(service)) as client:
+                result = await client.call_tool("local_search", question)
+        finally:
+            service.close()
+        return result.is_error, "\n".join(getattr(c, "text", "") for c in result.content)
+
+    refused, text = asyncio.run(ask())
+    assert refused and "Internal error" not in text, text
+    assert "builtin-hash-64" in text and "builtin-hash-384" in text and "canopy index" in text
+    rebuilt = runner.invoke(main, ["index", "--full", str(docs)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "FixedSizeList" not in rebuilt.output
+    answered = runner.invoke(main, ["query", str(docs), "-m", "local", question["query"]])
+    assert answered.exit_code == 0 and "Helio Cells" in answered.output, answered.output
+    refused, text = asyncio.run(ask())
+    assert not refused and "Helio Cells" in text, text
+    import lancedb
+
+    lance = lancedb.connect(str(docs / ".canopy" / "lance"))
+    for name in lance.list_tables().tables:  # every table holds the new width
+        assert lance.open_table(name).schema.field("vector").type.list_size == 384, name

@@ -30,12 +30,12 @@ from canopy.server.engines import (
     report_markdown,
     source_span,
 )
-from canopy.server.engines.common import NOTHING_FOUND, tokenizer
+from canopy.server.engines.common import NOTHING_FOUND, delivered_tokens, tokenizer
 from canopy.server.engines.global_engine import map_batches, reports_at_level
 from canopy.server.results import SearchResult
 from canopy.server.runtime import Workspace, build_index, open_workspace
 from canopy.server.service import CanopyService
-from canopy.settings import LLMSettings
+from canopy.settings import LLMSettings, QuerySettings
 from canopy.store.export import Graph, load_graph
 from tests.conftest import EXAMPLES, indexed_examples
 
@@ -265,7 +265,7 @@ class TestDrillDown:
             seen += [c.id for c in page.children]
             if offset + 3 < len(roots):
                 assert page.truncated and page.note and (
-                    f"Showing top-level communities {offset + 1}-{offset + 3} of {len(roots)}; "
+                    f"Showing top-level communities {offset + 1}-{offset + 3} of {len(roots)}: "
                     f"call drill_down(limit=3, offset={offset + 3}) for the next ones."
                     in page.note)
             else:
@@ -306,6 +306,8 @@ class TestDrillDown:
     def test_a_leaf_community_shows_the_source_spans_behind_it(self, ctx, g):
         leaf = next(c for c in sorted(g.communities.values(), key=lambda c: c.id)
                     if not c.children and c.level > 0)
+        # Room for whole spans: this is about where they come from, not about the size limit.
+        ctx.settings = ctx.settings.model_copy(update={"result_token_limit": 30_000})
         result = run(drill_down(ctx, community_id=leaf.id, limit=3))
         assert 0 < len(result.sources) <= 3
         for span in result.sources:
@@ -416,13 +418,18 @@ class TestArgumentsAndLimits:
         result = run(engine(ctx, SUPPLY_RISKS))
         assert result.truncated and result.note
         assert any(call in result.note for call in ("drill_down(", "local_search(", "basic_search"))
-        assert tokenizer().count(result.model_dump_json()) <= 600
+        assert delivered_tokens(result) <= 600  # its text and structured content together
 
-    def test_a_tiny_result_limit_shortens_drill_down_sources(self, ctx):
-        ctx.settings = ctx.settings.model_copy(update={"result_token_limit": 1500})
+    def test_the_smallest_result_limit_shortens_drill_down_sources_and_lists(self, ctx):
+        """At the floor of [query] result_token_limit: one item of each list, shortened
+        texts, and for each list still the exact call for its next page."""
+        floor = QuerySettings.model_fields["result_token_limit"].metadata[0].ge
+        ctx.settings = ctx.settings.model_copy(update={"result_token_limit": floor})
         result = run(drill_down(ctx, entity="Helio Cells Ltd", limit=5))
         assert result.truncated and "canopy://units/tu-" in result.note
-        assert tokenizer().count(result.model_dump_json()) <= 1500
+        assert delivered_tokens(result) <= floor
+        assert len(result.relationships) == 1
+        assert "drill_down(entity='Helio Cells Ltd', limit=1, offset=1)" in result.note
 
 
 class TestUsage:

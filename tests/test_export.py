@@ -54,12 +54,9 @@ SECRETS = ("11.07", "64.8 million", "212,400", "Juniper")  # finance and HR fact
 
 
 @pytest.fixture(scope="module")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The bundled examples (read only) indexed into a temporary folder: (docs, index)."""
-    index = tmp_path_factory.mktemp("export-examples") / "index"
-    with offline_env():
-        build_index(open_workspace(EXAMPLES, index))
-    return EXAMPLES, index
+def examples(examples_index: Path) -> tuple[Path, Path]:
+    """The bundled examples and their index (conftest's, shared: read only): (docs, index)."""
+    return EXAMPLES, examples_index
 
 
 @pytest.fixture(scope="module")

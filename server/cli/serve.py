@@ -185,6 +185,11 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
         try:
             run_stdio(build_server(slot, principal_name=principal))
         finally:
+            if slot.building:  # the host closed stdin (went away) before the build committed
+                click.echo(f"The client went away during the first build of {docs} "
+                           f"({slot.progress()}): stopping it. What it saved is kept: "
+                           f"`canopy index {docs}` (or the next `canopy serve`) resumes from "
+                           "there.", err=True)
             slot.close()
             for w in holder:
                 w.stop()

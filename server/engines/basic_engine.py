@@ -20,7 +20,7 @@ from canopy.server.engines.common import (
 )
 from canopy.server.engines.evidence import vector_weight
 from canopy.server.engines.local_engine import unit_block
-from canopy.server.results import SearchResult
+from canopy.server.results import RouteInfo, SearchResult
 
 __all__ = ["MAX_K", "basic_context", "basic_search"]
 
@@ -28,9 +28,12 @@ MAX_K = 100
 
 
 async def basic_search(
-    ctx: QueryContext, query: str, *, k: int = 10, response_type: str = "multiple paragraphs"
+    ctx: QueryContext, query: str, *, k: int = 10, response_type: str = "multiple paragraphs",
+    route: RouteInfo | None = None,
 ) -> SearchResult:
-    """Answer from the k text units most similar to the question (hybrid vector + BM25)."""
+    """Answer from the k text units most similar to the question (hybrid vector + BM25).
+    `route`: why the `search` tool chose this engine, carried by the result (and counted in
+    its size)."""
     query = check_query(query)
     response_type = check_response_type(response_type)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
@@ -46,7 +49,7 @@ async def basic_search(
         await ctx.report_progress(2, 2, "basic search: done")
         result = SearchResult(method="basic", query=query, answer=answer,
                               citations=[block_citation(b) for b in blocks],
-                              context=render_blocks(blocks))
+                              context=render_blocks(blocks), route=route)
         result = fit_result(ctx, result, more=(
             f"call basic_search with k={max(1, len(blocks) // 2)} or a narrower question, or "
             "local_search for the entities involved."))

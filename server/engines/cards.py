@@ -14,13 +14,12 @@ from canopy.server.results import (
     RelationshipCard,
     SourceSpan,
 )
+from canopy.server.tool_text import claim_period_text, claim_quote_text
 
 __all__ = [
     "block_citation",
     "claim_block",
     "claim_card",
-    "claim_period_text",
-    "claim_quote_text",
     "community_card",
     "entity_card",
     "finding_cards",
@@ -60,9 +59,6 @@ def relationship_card(rel: Relationship, names: dict[str, str]) -> RelationshipC
                             weight=rel.weight)
 
 
-QUOTE_CHARS = 400  # of a claim's quote as text (structured cards carry it whole)
-
-
 def claim_card(claim: Claim, names: dict[str, str]) -> ClaimCard:
     """A served claim with its entities' names as the caller is shown them."""
     return ClaimCard(id=claim.id, subject=names.get(claim.subject, ""),
@@ -72,27 +68,10 @@ def claim_card(claim: Claim, names: dict[str, str]) -> ClaimCard:
                      text_unit_id=claim.text_unit_ids[0])
 
 
-def claim_period_text(start: str, end: str) -> str:
-    """"2024-05-14", "2024-05-01 to 2024-05-31", "from 2024-05", "until 2024-05", or ""."""
-    if start and end:
-        return start if start == end else f"{start} to {end}"
-    return f"from {start}" if start else (f"until {end}" if end else "")
-
-
-def claim_quote_text(quote: str, description: str) -> str:
-    """The quote as a line to show under the description: "" when there is none or it is the
-    description word for word (the builtin extractor's), cut at a word after QUOTE_CHARS."""
-    if not quote or quote == " ".join(description.split()):
-        return ""
-    if len(quote) > QUOTE_CHARS:
-        quote = quote[:QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
-    return f'Quote: "{quote}"'
-
-
 def claim_block(claim: Claim, names: dict[str, str]) -> ContextBlock:
     """A claim as local search's context shows it: who, what, status and period in the title;
-    the description, then the verified quote (cut at QUOTE_CHARS; left out when it is the
-    description word for word, as with the builtin extractor)."""
+    the description, then the verified quote (cut at tool_text.QUOTE_CHARS; left out when it is
+    the description word for word, as with the builtin extractor)."""
     card = claim_card(claim, names)
     who = f"{card.subject} → {card.object}" if card.object else card.subject
     when = claim_period_text(card.start_date, card.end_date)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from canopy.errors import InvalidArgument
 from canopy.providers.base import ContextBlock, Usage, usage_scope
 from canopy.server.context import QueryContext
-from canopy.server.results import SearchResult, UsageInfo
+from canopy.server.results import DrillResult, SearchResult, UsageInfo
+from canopy.server.tool_text import drill_text, search_text
 from canopy.tokens import Tokenizer, get_tokenizer
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Meter",
     "check_query",
     "check_response_type",
+    "delivered_tokens",
     "fit_result",
     "metered",
     "pack_blocks",
@@ -116,49 +118,73 @@ def pack_blocks(blocks: list[ContextBlock], budget: int) -> tuple[list[ContextBl
 # ---- result cap -----------------------------------------------------------------------------
 
 
+def delivered_tokens(result: SearchResult | DrillResult) -> int:
+    """Tokens of a result as an MCP client receives it: its text rendering plus its
+    structured content (compact JSON, as on the wire). Agent hosts count both against their
+    limits, so `[query] result_token_limit` caps the sum."""
+    tok = tokenizer()
+    text = search_text(result) if isinstance(result, SearchResult) else drill_text(result)
+    return tok.count(text) + tok.count(result.model_dump_json())
+
+
 def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchResult:
-    """`result` within ctx.settings.result_token_limit tokens (of its JSON).
+    """`result` within ctx.settings.result_token_limit tokens, text and structured content
+    together (`delivered_tokens`).
 
     Citations the answer mentions come first. When over the limit the context is cut first, then
     citations (the answer last); `truncated` is set and `note` says what was cut and `more`: the
     exact call that gets the rest."""
     cited = [c for c in result.citations if c.id in result.answer]
     result.citations = cited + [c for c in result.citations if c.id not in result.answer]
+    # The text shows the context only for extractive answers: measure as it will be rendered.
+    result.usage = result.usage.model_copy(update={"provider": ctx.provider.name})
     limit = ctx.settings.result_token_limit
     tok = tokenizer()
-    if tok.count(result.model_dump_json()) <= limit:
+    if delivered_tokens(result) <= limit:
         return result
     n_citations, context_tokens = len(result.citations), tok.count(result.context)
-    # The note is written (with the largest numbers it can hold) before measuring, so the
-    # measured size includes it; _SLACK covers the final usage numbers and note digits.
+    # The note is written before measuring, in its longest form (context and citations both
+    # cut), so the measured size includes it; _SLACK covers the final usage numbers and digits.
     result.truncated = True
-    result.note = _note(limit, context_tokens, context_tokens, n_citations, n_citations, more)
-    bare = result.model_copy(update={"context": "", "citations": []})
-    room = limit - tok.count(bare.model_dump_json()) - _SLACK
-    if room < limit // 4:  # the answer itself is long: keep a quarter for citations and context
-        short = max(tok.count(result.answer) - (limit // 4 - room), 0)
+    result.note = _note(limit, context_tokens, max(context_tokens - 1, 0), n_citations,
+                        max(n_citations - 1, 0), more)
+
+    def room() -> int:  # what context and citations may take
+        bare = result.model_copy(update={"context": "", "citations": []})
+        return limit - delivered_tokens(bare) - _SLACK
+
+    if room() < limit // 4:  # the answer itself is long: keep a quarter for citations and context
+        # The answer is in the text and in the structured content: each token cut saves two.
+        short = max(tok.count(result.answer) - (limit // 4 - room() + 1) // 2 - 5, 0)
         result.answer = tok.truncate(result.answer, short) + " …"
-        room = limit - tok.count(result.model_copy(update={"context": "", "citations": []})
-                                 .model_dump_json()) - _SLACK
+    space = room()
     keep, spent = [], 0
     for c in result.citations:
-        n = tok.count(c.model_dump_json()) + 1
-        if spent + n > room // 2 and spent + n > room - context_tokens:
+        n = 2 * (tok.count(c.model_dump_json()) + 1)  # its JSON, and at most as much as a line
+        if spent + n > space // 2 and spent + n > space - context_tokens:
             break
         keep.append(c)
         spent += n
     result.citations = keep
-    budget = room - spent
+    budget = space - spent
     context = result.context
-    for _ in range(5):  # JSON escaping makes the count a little larger than the raw text's
+    for _ in range(8):  # the estimates above are rough: measure, and cut what is still over
+        if budget <= 0:
+            result.context = ""
+            break
         ellipsis = " …" if budget < context_tokens else ""
-        result.context = tok.truncate(context, max(budget, 0)) + ellipsis
-        over = tok.count(result.model_dump_json()) + _SLACK - limit
+        result.context = tok.truncate(context, budget) + ellipsis
+        over = delivered_tokens(result) + _SLACK - limit
         if over <= 0:
             break
         budget -= over + 10
-    result.note = _note(limit, context_tokens, tok.count(result.context), n_citations, len(keep),
-                        more)
+    while delivered_tokens(result) + _SLACK > limit and (result.citations or result.context):
+        if result.citations:  # the context could not absorb it all: the last citations go
+            result.citations.pop()
+        else:
+            result.context = ""
+    result.note = _note(limit, context_tokens, tok.count(result.context), n_citations,
+                        len(result.citations), more)
     return result
 
 

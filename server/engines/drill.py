@@ -8,8 +8,10 @@ not see raises exactly the NotFound message of an id that does not exist.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel
 
 from canopy.acl.reader import CallerReader
 from canopy.errors import InvalidArgument, NotFound
@@ -24,7 +26,7 @@ from canopy.server.engines.cards import (
     relationship_card,
     span_of,
 )
-from canopy.server.engines.common import metered, tokenizer
+from canopy.server.engines.common import delivered_tokens, metered, tokenizer
 from canopy.server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
 
 __all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "no_community", "no_entity",
@@ -89,8 +91,7 @@ async def drill_down(
                                 or finding < 0):
         raise InvalidArgument("finding must be a finding's index (0 for the first).")
     with metered(ctx) as meter:
-        notes: list[str] = []
-        page = _Page(limit, offset, notes)
+        page = _Page(limit, offset)
         if community_id is None and entity is None:
             result = await _roots(ctx, page)
         elif community_id is not None:
@@ -101,10 +102,7 @@ async def drill_down(
         else:
             assert entity is not None
             result = await _entity(ctx, entity, finding, page)
-        _fit(ctx, result, notes)
-        if notes:
-            result.truncated = True
-            result.note = " ".join(notes)
+        _fit(ctx, result, page)
         result.usage = meter.info()
         return result
 
@@ -155,13 +153,24 @@ async def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:
 
 
 @dataclass
+class _Listed:
+    """One list of a view: what it holds, the drill_down arguments of its view, how many
+    items it has for the caller, and how many this page shows."""
+
+    what: str
+    args: str
+    total: int
+    shown: int
+
+
+@dataclass
 class _Page:
-    """Which items of each list a view shows (offset .. offset+limit), and the notes that say
-    what was left and which call shows it."""
+    """Which items of each list a view shows (offset .. offset+limit), and, from what each list
+    left out, the notes that name the call for the next page."""
 
     limit: int
     offset: int
-    notes: list[str]
+    listed: list[_Listed] = field(default_factory=list)
 
     @property
     def end(self) -> int:
@@ -170,18 +179,31 @@ class _Page:
     def cut(self, items: list[Any], what: str, args: str, *, total: int | None = None
             ) -> list[Any]:
         """This page of `items` (`total`: how many there are, when `items` holds only the first
-        ones), with a note when there is more; `args`: the view's own drill_down arguments."""
+        ones); `args`: the view's own drill_down arguments."""
         total = len(items) if total is None else total
         shown = items[self.offset:self.end]
-        call = ", ".join(a for a in (args, f"limit={self.limit}") if a)
-        if total > self.end:
-            self.notes.append(
-                f"Showing {what} {self.offset + 1}-{self.offset + len(shown)} of {total}; "
-                f"call drill_down({call}, offset={self.end}) for the next ones.")
-        elif self.offset and not shown and total:
-            self.notes.append(f"offset {self.offset} is past the {total} {what}; "
-                              f"call drill_down({call}, offset=0) for the first ones.")
+        self.listed.append(_Listed(what, args, total, len(shown)))
         return shown
+
+    def notes(self, most: int | None = None) -> list[str]:
+        """Notes naming the exact call for the next page of each list with more to see; lists
+        continued by the same call share one note. `most`: the items per list the result kept
+        after a cut to fit the size limit (`_fit`), below `limit`: each list shows at most that
+        many, and its next page is a page of that size."""
+        size = self.limit if most is None else most
+        more: dict[str, list[str]] = {}  # the call -> what it continues
+        out = []
+        for x in self.listed:
+            shown = min(x.shown, size)
+            call = ", ".join(a for a in (x.args, f"limit={size}") if a)
+            if x.total > self.offset + shown:
+                more.setdefault(f"drill_down({call}, offset={self.offset + shown})", []).append(
+                    f"{x.what} {self.offset + 1}-{self.offset + shown} of {x.total}")
+            elif self.offset and not shown and x.total:
+                out.append(f"offset {self.offset} is past the {x.total} {x.what}; "
+                           f"call drill_down({call}, offset=0) for the first ones.")
+        return [f"Showing {', '.join(shown)}: call {call} for the next ones."
+                for call, shown in more.items()] + out
 
 
 async def _roots(ctx: QueryContext, page: _Page) -> DrillResult:
@@ -321,33 +343,87 @@ def _by_support(ctx: QueryContext, report: Report) -> list[str]:
     return sorted(report.text_unit_ids, key=key)
 
 
-def _fit(ctx: QueryContext, result: DrillResult, notes: list[str]) -> None:
-    """Keep the result under the result token limit: shorten source texts evenly, then drop
-    trailing items of the longest lists."""
+_LISTS = ("sources", "relationships", "claims", "entities", "findings", "children")
+_USAGE_ROOM = 60  # tokens for the usage set after fitting (a line of text when views cost calls)
+
+
+def _fit(ctx: QueryContext, result: DrillResult, page: _Page) -> None:
+    """Keep the result, text and structured content together (`delivered_tokens`), under the
+    result token limit, and write its note: shorten source texts evenly, then show fewer items
+    of each list, the same number of each (the most that fit), so that every list's note names
+    the exact call for its next page."""
     limit = ctx.settings.result_token_limit
     tok = tokenizer()
+    extra: list[str] = []
+    most: int | None = None
 
-    def over() -> int:
-        return tok.count(result.model_dump_json()) + 200 - limit
+    def settle() -> int:
+        """Write the note as it stands; the tokens the result is over the limit."""
+        notes = page.notes(most) + extra
+        result.truncated = bool(notes)
+        result.note = " ".join(notes) if notes else None
+        return delivered_tokens(result) + _USAGE_ROOM - limit
 
-    excess = over()
-    if excess <= 0:
-        return
-    if result.sources:
+    excess = settle()
+    if excess > 0 and result.sources:
+        extra.append(f"Source texts were shortened to fit the {limit}-token limit; read a whole "
+                     f"passage as the resource canopy://units/{result.sources[0].text_unit_id}.")
+        excess = settle()
         sizes = [tok.count(s.text) for s in result.sources]
         keep = max(20, (sum(sizes) - excess) // len(sizes))
         for s, n in zip(result.sources, sizes, strict=True):
             if n > keep:
                 s.text = tok.truncate(s.text, keep) + " …"
-        notes.append(f"Source texts were shortened to fit the {limit}-token limit; read a whole "
-                     f"passage as the resource canopy://units/{result.sources[0].text_unit_id}.")
-    lists: list[list[Any]] = [result.sources, result.relationships, result.claims,
-                              result.entities, result.findings, result.children]
-    cut = False
-    while over() > 0 and any(lists):
-        max(lists, key=len).pop()
-        cut = True
-    if cut:
-        longest = max(len(x) for x in lists)
-        notes.append(f"Lists were cut to fit the {limit}-token limit; call drill_down again with "
-                     f"limit={max(1, longest)} (and offset) to page through smaller pieces.")
+        excess = settle()
+    if excess <= 0:
+        return
+    lists = {name: list(getattr(result, name)) for name in _LISTS}
+    longest = max(len(items) for items in lists.values())
+
+    def cut_to(m: int) -> int:
+        nonlocal most
+        most = m
+        for name, items in lists.items():
+            setattr(result, name, items[:m])
+        return settle()
+
+    if longest > 1:
+        low, high = 1, longest - 1  # the most items per list that fit (1 at least)
+        while low < high:
+            mid = (low + high + 1) // 2
+            if cut_to(mid) <= 0:
+                low = mid
+            else:
+                high = mid - 1
+        if cut_to(low) <= 0:
+            return
+    # One item per list is still too much (a limit near its floor, long descriptions): the
+    # texts are shortened evenly, each counted twice (text and structured content).
+    extra.append(f"Descriptions were shortened to fit the {limit}-token limit.")
+    for _ in range(4):
+        excess = settle()
+        if excess <= 0:
+            break
+        texts = _long_texts(result)
+        sizes = [tok.count(getattr(owner, name)) for owner, name in texts]
+        keep = max(8, (sum(sizes) - excess // 2 - 8 * len(texts)) // max(1, len(texts)))
+        for (owner, name), n in zip(texts, sizes, strict=True):
+            if n > keep:
+                setattr(owner, name, tok.truncate(getattr(owner, name), keep) + " …")
+
+
+def _long_texts(result: DrillResult) -> list[tuple[BaseModel, str]]:
+    """The free-text fields of a result (descriptions, summaries, explanations, source text),
+    as (model, field name)."""
+    out: list[tuple[BaseModel, str]] = []
+    if result.entity is not None:
+        out.append((result.entity, "description"))
+    if result.community is not None:
+        out.append((result.community, "summary"))
+    out += [(f, "explanation") for f in result.findings]
+    out += [(c, "summary") for c in result.children]
+    out += [(e, "description") for e in result.entities]
+    out += [(r, "description") for r in result.relationships]
+    out += [(c, "description") for c in result.claims]
+    out += [(s, "text") for s in result.sources]
+    return out

@@ -33,7 +33,7 @@ from canopy.server.engines.common import (
     tokenizer,
 )
 from canopy.server.engines.evidence import vector_weight
-from canopy.server.results import Citation, Coverage, LevelCoverage, SearchResult
+from canopy.server.results import Citation, Coverage, LevelCoverage, RouteInfo, SearchResult
 
 __all__ = [
     "RELEVANCE_THRESHOLD",
@@ -75,11 +75,12 @@ async def global_search(
     *,
     community_level: int | None = None,
     response_type: str = "multiple paragraphs",
+    route: RouteInfo | None = None,
 ) -> SearchResult:
     """Answer a question about the whole corpus from community reports (map-reduce).
 
     `community_level` None means ctx.settings.community_level, and dynamic selection when that
-    is None too."""
+    is None too. `route`: as basic_search's."""
     query = check_query(query)
     response_type = check_response_type(response_type)
     level = community_level if community_level is not None else ctx.settings.community_level
@@ -106,7 +107,7 @@ async def global_search(
                      if rid in titles]
         result = SearchResult(method="global", query=query, answer=answer, citations=citations,
                               context=context, community_level=level,
-                              coverage=tally.coverage())
+                              coverage=tally.coverage(), route=route)
         first = repr(citations[0].id) if citations else "'<report id>'"
         result = fit_result(ctx, result, more=(
             f"call drill_down(community_id={first}) to read a cited report in full, or ask "

@@ -38,7 +38,7 @@ from canopy.server.engines.common import (
     pack_blocks,
 )
 from canopy.server.engines.evidence import excerpt, rank_units
-from canopy.server.results import SearchResult
+from canopy.server.results import RouteInfo, SearchResult
 from canopy.store import Edge
 
 __all__ = ["LocalContext", "build_local_context", "local_search", "named_entities", "report_block",
@@ -64,9 +64,11 @@ _CJK_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 
 
 async def local_search(
-    ctx: QueryContext, query: str, *, response_type: str = "multiple paragraphs"
+    ctx: QueryContext, query: str, *, response_type: str = "multiple paragraphs",
+    route: RouteInfo | None = None,
 ) -> SearchResult:
-    """Answer a question about specific entities from their graph neighbourhood and sources."""
+    """Answer a question about specific entities from their graph neighbourhood and sources.
+    `route`: as basic_search's."""
     query = check_query(query)
     response_type = check_response_type(response_type)
     with metered(ctx) as meter:
@@ -80,7 +82,7 @@ async def local_search(
         await ctx.report_progress(2, 2, "local search: done")
         result = SearchResult(method="local", query=query, answer=answer,
                               citations=[block_citation(b) for b in local.blocks],
-                              context=render_blocks(local.blocks))
+                              context=render_blocks(local.blocks), route=route)
         name = repr(local.entities[0].name) if local.entities else "'<entity name>'"
         result = fit_result(ctx, result, more=(
             f"call drill_down(entity={name}) for one entity's community and sources, or ask "

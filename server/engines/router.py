@@ -268,13 +268,13 @@ async def routed_search(ctx: QueryContext, query: str, *,
     with metered(ctx) as meter:
         route = await choose_route(ctx, query)
     routing = meter.info()
+    # The engine carries the route in its result, so the result's size limit counts it.
     if route.engine == "global":
-        result = await global_search(ctx, query, response_type=response_type)
+        result = await global_search(ctx, query, response_type=response_type, route=route)
     elif route.engine == "local":
-        result = await local_search(ctx, query, response_type=response_type)
+        result = await local_search(ctx, query, response_type=response_type, route=route)
     else:
-        result = await basic_search(ctx, query, response_type=response_type)
-    result.route = route
+        result = await basic_search(ctx, query, response_type=response_type, route=route)
     u = result.usage
     u.llm_calls += routing.llm_calls
     u.prompt_tokens += routing.prompt_tokens

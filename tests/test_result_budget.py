@@ -1,0 +1,176 @@
+"""Tool results at the default token budget (design §6). Issue 11 found drill_down(entity=...)
+returning 15.6k tokens of text plus ~21k of structured content, where agent hosts warn above
+10k. Here the largest results, read through the MCP SDK's client in memory, are counted as an
+agent host receives them: the text content plus the structured content (compact JSON, as on
+the wire), against the default `[query] result_token_limit`; a result that was cut names the
+call for the rest, and that call works."""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+
+from canopy.server.mcp_app import build_server
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
+from canopy.settings import QuerySettings
+from canopy.store.export import load_graph
+from canopy.tokens import get_tokenizer
+from tests.conftest import EXAMPLES, offline_env
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = QuerySettings().result_token_limit  # the default: what a user who sets nothing gets
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def examples(examples_index: Path) -> Iterator[CanopyService]:
+    with offline_env():
+        service = CanopyService(open_workspace(EXAMPLES, index_dir=examples_index))
+    assert service.ws.settings.query.result_token_limit == LIMIT
+    yield service
+    service.close()
+
+
+def _made_up_corpus(folder: Path, n: int) -> None:
+    """`n` short articles about made-up companies and people, each its own small graph: many
+    communities, so many report cards (a seeded generator: the same corpus every run)."""
+    rng = random.Random(11)
+    parts = ["bar", "ven", "tor", "mil", "dra", "kos", "lun", "pem", "rav", "sol", "tan", "vik"]
+
+    def word() -> str:
+        return "".join(rng.choice(parts) for _ in range(2)).capitalize()
+
+    folder.mkdir(parents=True)
+    for i in range(n):
+        a, b = f"{word()} {rng.choice(['Systems', 'Labs', 'Works'])}", f"{word()} Holdings"
+        p, q, town = f"Ada {word()}", f"Bram {word()}", f"{word()}burg"
+        (folder / f"article_{i:03}.md").write_text(
+            f"# {a} and {b}\n\n{p} leads {a} in {town}. {a} buys sensors from {b}. {q} manages "
+            f"{b} in {town}. {p} met {q} to renew the contract between {a} and {b}. {b} "
+            f"delivered late twice, and {a} audited {b} in {town}.\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def many_reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MCPServer]:
+    root = tmp_path_factory.mktemp("many-reports")
+    _made_up_corpus(root / "docs", 80)
+    with offline_env():
+        ws = open_workspace(root / "docs", index_dir=root / "index")
+        build_index(ws)
+        service = CanopyService(ws)
+    yield build_server(service)
+    service.close()
+
+
+def _text(result: Any) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+def delivered(result: Any) -> int:
+    """A tool result's tokens as the client received it: text content + structured content."""
+    tok = get_tokenizer()
+    structured = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
+    return tok.count(_text(result)) + tok.count(structured)
+
+
+def _calls_in(note: str, tool: str) -> list[dict[str, Any]]:
+    """The arguments of each `tool(...)` call a note names."""
+    return [{k.arg: ast.literal_eval(k.value) for k in ast.parse(m).body[0].value.keywords}
+            for m in re.findall(rf"{tool}\([^()]*\)", note)]  # type: ignore[attr-defined]
+
+
+async def test_the_largest_results_stay_within_the_default_budget(
+        examples: CanopyService) -> None:
+    """Drill-downs of the entity with the most sources (whole pages of 100), global search at
+    every level and dynamically, and the other engines on wide questions: each within the
+    budget, and a cut one says so and names a call for the rest."""
+    g = load_graph(examples.store)
+    most = max(g.entities.values(), key=lambda e: (len(e.text_unit_ids), e.degree, e.id))
+    assert len(most.text_unit_ids) >= 10  # an entity with many sources
+    levels = sorted({c.level for c in g.communities.values()})
+    themes = "What are the main themes of these documents?"
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("drill_down", {"entity": most.name, "limit": 100}),
+        ("drill_down", {"entity": most.name}),
+        ("drill_down", {"limit": 100}),
+        ("global_search", {"query": themes}),
+        *[("global_search", {"query": themes, "community_level": lv}) for lv in levels],
+        ("local_search", {"query": f"What do the documents say about {most.name}?"}),
+        ("drift_search", {"query": "How did the 2024 quality incidents shape the 2025 budget?"}),
+        ("basic_search", {"query": "supplier battery cells recall audit budget", "k": 100}),
+        ("search", {"query": themes}),
+    ]
+    cut = []
+    async with Client(build_server(examples)) as client:
+        for tool, args in calls:
+            result = await client.call_tool(tool, args)
+            assert not result.is_error, (tool, _text(result))
+            assert delivered(result) <= LIMIT, (tool, args, delivered(result))
+            structured = result.structured_content
+            assert structured is not None
+            if structured["truncated"]:
+                cut.append(tool)
+                note = structured["note"]
+                assert note and note in _text(result)  # the agent reads it either way
+                assert re.search(r"(drill_down|local_search|basic_search)\(|basic_search with",
+                                 note), note
+    assert {"drill_down", "local_search", "basic_search"} <= set(cut)  # the budget was reached
+
+
+async def test_a_cut_drill_down_names_the_exact_call_for_each_lists_next_page(
+        examples: CanopyService) -> None:
+    """drill_down(entity=..., limit=100) cannot fit 100 of everything: every list shows the
+    same number of items, and the calls its note names return the items that follow."""
+    g = load_graph(examples.store)
+    most = max(g.entities.values(), key=lambda e: (len(e.text_unit_ids), e.degree, e.id))
+    async with Client(build_server(examples)) as client:
+        first = (await client.call_tool("drill_down", {"entity": most.name, "limit": 100}))
+        page = first.structured_content
+        assert page is not None and page["truncated"]
+        follow = _calls_in(page["note"], "drill_down")
+        assert follow and all(args["offset"] == args["limit"] < 100 for args in follow)
+        mine = next(args for args in follow if args.get("entity") == most.name)
+        nxt = await client.call_tool("drill_down", mine)
+        assert delivered(nxt) <= LIMIT
+        second = nxt.structured_content
+        assert second is not None
+    for field in ("relationships", "sources"):
+        shown = [json.dumps(x, sort_keys=True) for x in page[field]]
+        assert len(shown) == mine["limit"]
+        assert second[field] and not set(shown) & {json.dumps(x, sort_keys=True)
+                                                   for x in second[field]}, field
+
+
+async def test_the_reports_resource_pages_within_the_default_budget(
+        many_reports: MCPServer) -> None:
+    """A corpus with more report cards than one budget holds: every page within it, each
+    naming the next, every report listed once."""
+    tok = get_tokenizer()
+    seen: list[str] = []
+    pages = []
+    uri: str | None = "canopy://reports"
+    async with Client(many_reports) as client:
+        while uri is not None:
+            text = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+            assert tok.count(text) <= LIMIT, (uri, tok.count(text))
+            page = json.loads(text)
+            pages.append(page)
+            seen += [card["id"] for card in page["reports"]]
+            uri = page["next"]
+    assert len(pages) == pages[0]["pages"] > 1
+    assert len(seen) == len(set(seen)) == pages[0]["total"]
