@@ -1,0 +1,214 @@
+"""The writer's connection to a Ray cluster for one build: `connect_ray` and `RayExecutor`.
+
+`connect_ray(address)` joins (or, for "local", starts) a cluster, checks that its workers run
+the same Canopy code as the writer (the same code gives the same extraction and vectors, so the
+build equals a local one), and returns the executor that `canopy.providers.make_provider` /
+`make_embedder` route work through. Ray is imported here only when a writer asks for it: the
+servers never import this package.
+
+Every failure to get there is a `ConfigError` in one line: Ray not installed, the cluster not
+reachable, or workers that cannot import Canopy or run other code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from canopy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from canopy.distributed.remote_endpoint import EndpointPool
+    from canopy.endpoint import Endpoint, EndpointConfig
+    from canopy.providers.base import Embedder, Provider
+    from canopy.settings import DistributedSettings, EmbedSettings
+
+__all__ = ["RayExecutor", "RayStats", "code_fingerprint", "connect_ray"]
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'canopy-graphrag[ray]'"
+_REACH_TIMEOUT_S = 3.0  # a TCP connect to the cluster before Ray's own 30 s of retries
+
+
+def code_fingerprint() -> str:
+    """sha256 of the Canopy kernel's source files (canopy/**.py): what runs on the workers.
+    The writer and every worker must agree, or the build would not be the local one."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class RayStats:
+    """What the cluster did for one build (printed by `canopy index --ray`, in --json)."""
+
+    address: str
+    workers: int
+    cluster_cpus: int
+    endpoint_calls: int = 0  # POSTs made by endpoint workers (retries included)
+    overhead_ms_per_call: float = 0.0  # Ray's round trip less the POST itself, mean
+    lost_calls: int = 0  # POSTs whose worker died (retried by the client's policy)
+    startup_s: float = 0.0  # connecting, checking the workers' code, starting endpoint actors
+    extract_tasks: int = 0
+    embed_tasks: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"--ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """A cluster named by host:port must accept a TCP connection within a few seconds (Ray
+    itself would retry for 30 s and then print its own traceback)."""
+    target = address[len("ray://"):] if address.startswith("ray://") else address
+    parts = urlsplit(f"//{target}")
+    if not parts.hostname or parts.port is None:
+        raise ConfigError(f"--ray {address!r}: expected auto, local, host:port or "
+                          "ray://host:port")
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=_REACH_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}): "
+                          "is `ray start --head` running there, and is the port right?") from None
+
+
+def connect_ray(address: str, settings: DistributedSettings) -> RayExecutor:
+    """Join the Ray cluster at `address` ("auto", "local", "host:port", "ray://host:port") for
+    one build; reuses a connection this process already has (tests, notebooks)."""
+    t0 = time.perf_counter()
+    ray = _import_ray()
+    owns = not ray.is_initialized()
+    if owns:
+        options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING,
+                                   "include_dashboard": False}
+        if address == "local":
+            if settings.workers:
+                options["num_cpus"] = settings.workers
+        else:
+            options.pop("include_dashboard")  # a setting of the cluster, not of a driver
+            if address != "auto":
+                _check_reachable(address)
+            options["address"] = address
+        try:
+            ray.init(**options)
+        except (ConnectionError, TimeoutError, RuntimeError) as exc:
+            raise ConfigError(f"cannot join the Ray cluster at {address}: "
+                              f"{str(exc).splitlines()[0][:200]}") from None
+    executor = RayExecutor(address, settings, owns=owns)
+    try:
+        executor.check_workers()
+    except BaseException:
+        executor.close()
+        raise
+    executor.startup_s += time.perf_counter() - t0
+    return executor
+
+
+class RayExecutor:
+    """What one build keeps on the cluster: endpoint actors per endpoint, and the builtin
+    provider's tasks. `close()` ends them (and the connection, when this executor made it)."""
+
+    def __init__(self, address: str, settings: DistributedSettings, *, owns: bool) -> None:
+        import ray
+
+        self._ray = ray
+        self.address = address
+        self._owns = owns
+        self.cluster_cpus = int(ray.cluster_resources().get("CPU", 0))
+        self.workers = settings.workers or max(1, self.cluster_cpus)
+        self.batch_units = settings.batch_units
+        self.startup_s = 0.0
+        self._pools: dict[EndpointConfig, EndpointPool] = {}
+        self._lock = threading.Lock()
+        self._provider: Any = None
+        self._embedder: Any = None
+
+    def check_workers(self) -> None:
+        """ConfigError unless a worker imports Canopy and runs the writer's code."""
+        remote = self._ray.remote(num_cpus=0)(code_fingerprint)
+        try:
+            theirs = self._ray.get(remote.remote(), timeout=120)
+        except Exception as exc:  # a worker that cannot import canopy fails to unpickle it
+            cause = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
+            raise ConfigError(
+                f"the Ray workers at {self.address} cannot run Canopy ({type(exc).__name__}"
+                f"{': ' + cause if cause else ''}): install the writer's version on every node "
+                f"({INSTALL_HINT})") from None
+        ours = code_fingerprint()
+        if theirs != ours:
+            raise ConfigError(
+                f"the Ray workers at {self.address} run other Canopy code than this writer "
+                f"(source fingerprint {theirs}, here {ours}): install the same version on "
+                "every node, or results would differ from a local build")
+
+    # ---- what make_provider / make_embedder route through ------------------------------------
+
+    def endpoints(self, config: EndpointConfig) -> Endpoint:
+        """`canopy.endpoint.EndpointFactory`: this endpoint's requests, through its actors."""
+        from canopy.distributed.remote_endpoint import EndpointPool, RemoteEndpoint
+
+        with self._lock:
+            pool = self._pools.get(config)
+            if pool is None:
+                pool = self._pools[config] = EndpointPool(config, self.workers)
+        return RemoteEndpoint(pool)
+
+    def builtin_provider(self) -> Provider:
+        from canopy.distributed.builtin_work import RayBuiltinProvider
+
+        self._provider = RayBuiltinProvider(batch_units=self.batch_units,
+                                            in_flight=self.workers)
+        return self._provider
+
+    def builtin_embedder(self, local: Embedder, settings: EmbedSettings) -> Embedder:
+        from canopy.distributed.builtin_work import RayEmbedder
+
+        self._embedder = RayEmbedder(local, settings, self.workers)
+        return self._embedder
+
+    # ---- accounting and shutdown ---------------------------------------------------------------
+
+    def stats(self) -> RayStats:
+        out = RayStats(self.address, self.workers, self.cluster_cpus)
+        overhead = 0.0
+        startup = self.startup_s
+        for pool in self._pools.values():
+            out.endpoint_calls += pool.stats.calls
+            out.lost_calls += pool.stats.lost
+            overhead += pool.stats.overhead_s
+            startup += pool.stats.startup_s
+        if out.endpoint_calls:
+            out.overhead_ms_per_call = round(1000 * overhead / out.endpoint_calls, 3)
+        out.startup_s = round(startup, 3)
+        if self._provider is not None:
+            out.extract_tasks = self._provider.tasks
+        if self._embedder is not None:
+            out.embed_tasks = self._embedder.tasks
+        return out
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        if self._owns and self._ray.is_initialized():
+            self._ray.shutdown()
