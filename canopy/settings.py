@@ -258,6 +258,10 @@ class DistributedSettings(BaseModel):
     batch_units: int = Field(
         16, ge=1, le=4096, description="Text units per builtin extraction task (a task costs "
         "about a millisecond of Ray overhead; a unit tens of milliseconds of extraction)")
+    ship_code: bool = Field(
+        True, description="Send the writer's Canopy code (canopy/ and prompts/, under 1 MB) "
+        "to a cluster it joins, with the job (Ray's py_modules): nodes need only Canopy's "
+        "dependencies; false = nodes import their own install, which must be the same code")
 
 
 class QuerySettings(BaseModel):

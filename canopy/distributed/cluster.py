@@ -1,8 +1,9 @@
 """The writer's connection to a Ray cluster for one build: `connect_ray` and `RayExecutor`.
 
-`connect_ray(address)` joins (or, for "local", starts) a cluster, checks that its workers run
-the same Canopy code as the writer (the same code gives the same extraction and vectors, so the
-build equals a local one), and returns the executor that `canopy.providers.make_provider` /
+`connect_ray(address)` joins (or, for "local", starts) a cluster, sends it the writer's Canopy
+code (`[distributed] ship_code`: nodes then need only the dependencies installed), checks that
+its workers run that code (the same code gives the same extraction and vectors, so the build
+equals a local one), and returns the executor that `canopy.providers.make_provider` /
 `make_embedder` route work through. Ray is imported here only when a writer asks for it: the
 servers never import this package.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -35,6 +37,9 @@ __all__ = ["RayExecutor", "RayStats", "code_fingerprint", "connect_ray"]
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'canopy-graphrag[ray]'"
+# Ray's switch for single-node clusters (meant for Windows and macOS): "0" keeps every Ray
+# process of the node on 127.0.0.1.
+LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _REACH_TIMEOUT_S = 3.0  # a TCP connect to the cluster before Ray's own 30 s of retries
 
 
@@ -92,28 +97,56 @@ def _check_reachable(address: str) -> None:
                           "is `ray start --head` running there, and is the port right?") from None
 
 
+def _shipped_code() -> dict[str, Any]:
+    """Ray's runtime_env that sends this writer's Canopy code with the job (`py_modules`): the
+    kernel, which is all the workers run, and the prompt templates it imports."""
+    import prompts
+
+    root = Path(__file__).resolve().parent.parent
+    return {"py_modules": [str(root), str(Path(prompts.__file__).resolve().parent)],
+            "excludes": ["__pycache__", "*.pyc"]}
+
+
 def connect_ray(address: str, settings: DistributedSettings) -> RayExecutor:
     """Join the Ray cluster at `address` ("auto", "local", "host:port", "ray://host:port") for
-    one build; reuses a connection this process already has (tests, notebooks)."""
+    one build (or several: the caller closes it). A process already connected to Ray (a test,
+    a notebook) keeps its connection for "auto", "local" or that cluster's own address."""
     t0 = time.perf_counter()
+    if address == "local":
+        # A cluster started for one build serves this machine only: Ray then binds its
+        # processes to the loopback address instead of the machine's network address (Ray
+        # reads this when it is imported; an operator's own setting wins).
+        os.environ.setdefault(LOOPBACK_ONLY, "0")
     ray = _import_ray()
+    if address not in ("auto", "local"):
+        _check_reachable(address)
     owns = not ray.is_initialized()
-    if owns:
-        options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING,
-                                   "include_dashboard": False}
+    if not owns:
+        current = ray.get_runtime_context().gcs_address
+        if address not in ("auto", "local", current):
+            raise ConfigError(f"--ray {address}: this process is already connected to the Ray "
+                              f"cluster at {current}")
+    else:
+        options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
         if address == "local":
+            options["address"] = "local"  # a new cluster, whatever `ray start` runs here
+            options["include_dashboard"] = False
             if settings.workers:
                 options["num_cpus"] = settings.workers
         else:
-            options.pop("include_dashboard")  # a setting of the cluster, not of a driver
-            if address != "auto":
-                _check_reachable(address)
             options["address"] = address
+            if settings.ship_code:
+                options["runtime_env"] = _shipped_code()
         try:
             ray.init(**options)
         except (ConnectionError, TimeoutError, RuntimeError) as exc:
+            # Ray turns on token authentication by itself only for a cluster it finds ("auto");
+            # for an address the driver needs RAY_AUTH_MODE=token and the token.
+            hint = ("; if the cluster uses Ray's token authentication, set RAY_AUTH_MODE=token "
+                    "and its token (RAY_AUTH_TOKEN, or ~/.ray/auth_token)"
+                    if address != "auto" and not os.environ.get("RAY_AUTH_MODE") else "")
             raise ConfigError(f"cannot join the Ray cluster at {address}: "
-                              f"{str(exc).splitlines()[0][:200]}") from None
+                              f"{str(exc).splitlines()[0][:200]}{hint}") from None
     executor = RayExecutor(address, settings, owns=owns)
     try:
         executor.check_workers()
@@ -143,8 +176,9 @@ class RayExecutor:
         self._provider: Any = None
         self._embedder: Any = None
 
-    def check_workers(self) -> None:
-        """ConfigError unless a worker imports Canopy and runs the writer's code."""
+    def check_workers(self, expected: str | None = None) -> None:
+        """ConfigError unless a worker imports Canopy and runs the writer's code (`expected`:
+        its `code_fingerprint`, this process's by default)."""
         remote = self._ray.remote(num_cpus=0)(code_fingerprint)
         try:
             theirs = self._ray.get(remote.remote(), timeout=120)
@@ -154,7 +188,7 @@ class RayExecutor:
                 f"the Ray workers at {self.address} cannot run Canopy ({type(exc).__name__}"
                 f"{': ' + cause if cause else ''}): install the writer's version on every node "
                 f"({INSTALL_HINT})") from None
-        ours = code_fingerprint()
+        ours = expected or code_fingerprint()
         if theirs != ours:
             raise ConfigError(
                 f"the Ray workers at {self.address} run other Canopy code than this writer "
