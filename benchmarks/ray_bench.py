@@ -1,0 +1,268 @@
+"""Distributed indexing on Ray (`canopy index --ray local`) against a local build, side by side.
+
+    python benchmarks/ray_bench.py                            # 30 articles, fake at 0.3 s, 6 setups
+    python benchmarks/ray_bench.py --articles 10 --latency 0.5 --setups llm-local,llm-ray2
+
+Setups (each a build of the first `--articles` MultiHop-RAG articles into a fresh index, in a
+fresh Python process, one after the other):
+- `llm-local`, `llm-ray1`, `llm-ray2`: against the test suite's fake OpenAI server (chat and
+  embeddings) with `--latency` seconds a request, in a process of its own; locally, then with
+  `--ray local` and `[distributed] workers` 1 and 2 (a cluster of that many CPUs started by the
+  writer; the endpoint's requests go through that many Ray actors);
+- `builtin-local`, `builtin-ray1`, `builtin-ray2`: the builtin provider (no endpoint), whose
+  extraction and embedding batches then run as Ray tasks on 1 or 2 CPUs.
+
+Figures per setup: build wall (`build_index`, connecting to Ray excluded) and Ray's start-up
+(ray.init, the workers' code check, starting the endpoint actors); the writer's CPU and the CPU
+of Ray's processes (GCS, raylet, workers: the writer's child processes, counted once they exit);
+requests in flight, the client's account (its one AIMD window: time-weighted mean and peak) and
+the fake server's (time-weighted mean from its first request to its last reply); Ray's overhead
+per endpoint request during the build (the round trip through Ray less the POST's own time on
+the worker, which includes the writer's event loop being busy) and at rest (a no-op call to an
+actor and a no-op task, 300 in a row, after the build); and a digest of the index's entities,
+relationships, reports and vectors, which must be the same in every row of a provider.
+
+Results: a markdown table on stdout, JSON in benchmarks/results/ray_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_host import FakeHost
+from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
+
+SETUPS = ("llm-local", "llm-ray1", "llm-ray2", "builtin-local", "builtin-ray1", "builtin-ray2")
+ROUND_TRIPS = 300
+
+
+# ---- child: one build in a fresh interpreter ------------------------------------------------
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO))
+    import resource
+
+    from canopy.distributed import connect_ray
+    from canopy.settings import DistributedSettings
+    from server.runtime import build_index, open_workspace
+
+    overrides: dict[str, Any] = {}
+    if spec["base_url"]:
+        overrides = {"llm": {"base_url": spec["base_url"], "model": "fake", "backoff_s": 0.05},
+                     "embed": {"base_url": spec["base_url"], "model": "fake-embed"}}
+    ws = open_workspace(Path(spec["docs"]), Path(spec["index_dir"]), **overrides)
+    out: dict[str, Any] = {"loadavg_before": os.getloadavg()[0]}
+    cluster = None
+    t0 = time.perf_counter()
+    if spec["workers"]:
+        cluster = connect_ray("local", DistributedSettings(workers=spec["workers"]))
+    out["connect_s"] = round(time.perf_counter() - t0, 2)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    result = build_index(ws, ray=cluster)
+    out["wall_s"] = round(time.perf_counter() - t0, 2)
+    out["writer_cpu_s"] = round(time.process_time() - cpu0, 2)
+    out["stats"] = {k: result.stats.get(k) for k in (
+        "text_units", "entities", "relationships", "reports", "llm_concurrency", "ray",
+        "seconds")}
+    out["calls"] = sum(u["calls"] for u in result.usage.values())
+    out["failures"] = len(result.failures)
+    if cluster is not None:
+        out["idle_ms"] = _idle_round_trips()
+        cluster.close()  # the writer started this cluster: its processes exit and are reaped
+        out["ray_cpu_s"] = round(sum(getattr(resource.getrusage(resource.RUSAGE_CHILDREN), f)
+                                     for f in ("ru_utime", "ru_stime")), 2)
+    out["digest"] = _digest(ws.index_dir)
+    out["loadavg_after"] = os.getloadavg()[0]
+    return out
+
+
+def _idle_round_trips() -> dict[str, float]:
+    """Ray's own cost of one call at rest: a no-op actor method and a no-op task, in a row."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def ping(self) -> None:
+            return None
+
+    @ray.remote(num_cpus=0)
+    def noop() -> None:
+        return None
+
+    echo = Echo.remote()  # type: ignore[attr-defined]
+    ray.get(echo.ping.remote())
+    ray.get(noop.remote())
+    out = {}
+    for name, call in (("actor_call", lambda: echo.ping.remote()), ("task", noop.remote)):
+        t0 = time.perf_counter()
+        for _ in range(ROUND_TRIPS):
+            ray.get(call())
+        out[name] = round(1000 * (time.perf_counter() - t0) / ROUND_TRIPS, 3)
+    ray.kill(echo)
+    return out
+
+
+def _digest(index_dir: Path) -> str:
+    """sha256 of what must not depend on where the work ran."""
+    db = sqlite3.connect(f"file:{index_dir / 'canopy.sqlite'}?mode=ro", uri=True)
+    try:
+        h = hashlib.sha256()
+        for query in ("SELECT id, name, type, description FROM entities ORDER BY id",
+                      "SELECT * FROM relationships ORDER BY 1",
+                      "SELECT * FROM reports ORDER BY 1",
+                      "SELECT key, vector FROM embeddings ORDER BY key"):
+            for row in db.execute(query):
+                h.update(repr(row).encode())
+        return h.hexdigest()[:12]
+    finally:
+        db.close()
+
+
+# ---- the fake endpoint, in its own process ------------------------------------------------------
+
+
+def _fake_host(conn: Any, latency: float) -> None:
+    sys.path.insert(0, str(REPO))
+    from tests.fakes.openai_server import FakeOpenAI
+
+    fake = FakeOpenAI(latency=latency).start()
+    conn.send(fake.base_url)
+    while True:
+        cmd, _ = conn.recv()
+        if cmd == "reset":
+            fake.reset()
+            conn.send(None)
+        elif cmd == "stats":
+            conn.send({"requests": len(fake.requests), **fake.in_flight_stats()})
+        else:
+            fake.stop()
+            conn.send(None)
+            return
+
+
+# ---- driver ------------------------------------------------------------------------------------
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as fh:
+        out = Path(fh.name)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec),
+             "--_out", str(out)],
+            cwd=REPO, env=child_env(), capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{spec['label']} failed:\n{proc.stderr[-4000:]}")
+        return dict(json.loads(out.read_text()))
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="ray-bench-"))
+    docs = work / "docs"
+    n = materialize_multihop(docs, args.articles)
+    fake = FakeHost(_fake_host, args.latency) if any(
+        s.startswith("llm") for s in args.setups) else None
+    rows = []
+    try:
+        for label in args.setups:
+            provider, where = label.split("-")
+            workers = 0 if where == "local" else int(where.removeprefix("ray"))
+            if fake is not None:
+                fake.call("reset")
+            spec = {"label": label, "docs": str(docs), "index_dir": str(work / label),
+                    "base_url": fake.base_url if provider == "llm" else None,
+                    "workers": workers}
+            print(f"{label} ...", file=sys.stderr, flush=True)
+            row = {"setup": label, "provider": provider, "workers": workers,
+                   **run_child(spec)}
+            if provider == "llm" and fake is not None:
+                row["server"] = fake.call("stats")
+            rows.append(row)
+            shutil.rmtree(work / label, ignore_errors=True)
+    finally:
+        if fake is not None:
+            fake.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return {"machine": machine(), "articles": n, "latency_s": args.latency, "rows": rows}
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"{report['articles']} MultiHop-RAG articles; fake endpoint at "
+             f"{report['latency_s']} s a request; {report['machine']['cpus']} CPUs, commit "
+             f"{report['machine']['commit']}", "",
+             "| setup | wall s | Ray start-up s | writer CPU s | Ray CPU s | requests | client "
+             "in flight mean / peak | server in flight mean / peak | Ray overhead ms a "
+             "request (build) | Ray round trip ms at rest (actor / task) | index digest | "
+             "load 1 min |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        ray = r["stats"].get("ray") or {}
+        lim = r["stats"].get("llm_concurrency") or {}
+        server = r.get("server") or {}
+        idle = r.get("idle_ms") or {}
+        lines.append(
+            f"| {r['setup']} | {r['wall_s']} | {ray.get('startup_s', '-') if ray else '-'} "
+            f"| {r['writer_cpu_s']} | {r.get('ray_cpu_s', '-')} | "
+            f"{server.get('requests', '-') if server else '-'} | "
+            f"{_pair(lim.get('mean_in_flight'), lim.get('peak_in_flight'))} | "
+            f"{_pair(_round(server.get('mean')), _int(server.get('peak')))} | "
+            f"{ray.get('overhead_ms_per_call', '-') if ray.get('endpoint_calls') else '-'} | "
+            f"{_pair(idle.get('actor_call'), idle.get('task'))} | {r['digest']} | "
+            f"{r['loadavg_before']:.1f}-{r['loadavg_after']:.1f} |")
+    return "\n".join(lines)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+def _int(x: float | None) -> int | None:
+    return None if x is None else int(x)
+
+
+def _pair(a: Any, b: Any) -> str:
+    return "-" if a is None and b is None else f"{a} / {b}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--articles", type=int, default=30, help="the first N MultiHop-RAG articles")
+    p.add_argument("--latency", type=float, default=0.3,
+                   help="seconds the fake endpoint takes a request (default 0.3)")
+    p.add_argument("--setups", type=lambda s: s.split(","), default=list(SETUPS),
+                   help=f"comma-separated, of {', '.join(SETUPS)}")
+    p.add_argument("--out", type=Path, default=RESULTS / "ray_bench.json")
+    p.add_argument("--_child", help=argparse.SUPPRESS)
+    p.add_argument("--_out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args._child:
+        Path(args._out).write_text(json.dumps(child(json.loads(args._child))))
+        return
+    unknown = set(args.setups) - set(SETUPS)
+    if unknown:
+        p.error(f"unknown setups {sorted(unknown)}; choose from {', '.join(SETUPS)}")
+    report = bench(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(render(report))
+    print(f"\nJSON: {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
