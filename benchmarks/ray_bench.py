@@ -10,15 +10,19 @@ fresh Python process, one after the other):
   `--ray local` and `[distributed] workers` 1 and 2 (a cluster of that many CPUs started by the
   writer; the endpoint's requests go through that many Ray actors);
 - `builtin-local`, `builtin-ray1`, `builtin-ray2`: the builtin provider (no endpoint), whose
-  extraction and embedding batches then run as Ray tasks on 1 or 2 CPUs.
+  extraction and embedding batches then run as Ray tasks on 1 or 2 CPUs;
+- `sweep`: no build; Ray's overhead a request against the requests in flight (1, 8, 32, 64)
+  through 1 and 2 endpoint actors, 128 requests a point.
 
 Figures per setup: build wall (`build_index`, connecting to Ray excluded) and Ray's start-up
 (ray.init, the workers' code check, starting the endpoint actors); the writer's CPU and the CPU
 of Ray's processes (GCS, raylet, workers: the writer's child processes, counted once they exit);
 requests in flight, the client's account (its one AIMD window: time-weighted mean and peak) and
 the fake server's (time-weighted mean from its first request to its last reply); Ray's overhead
-per endpoint request during the build (the round trip through Ray less the POST's own time on
-the worker, which includes the writer's event loop being busy) and at rest (a no-op call to an
+per endpoint request during the build (from submitting the request to its reply reaching the
+writer, less the POST's own time on the worker: dispatch, the actor's queue, the way back), the
+time a reply then waits for the writer's busy event loop (a local request waits the same, inside
+its own time), and Ray's round trip at rest (a no-op call to an
 actor and a no-op task, 300 in a row, after the build); and a digest of the index's entities,
 relationships, reports and vectors, which must be the same in every row of a provider.
 
@@ -44,8 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_host import FakeHost
 from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
 
-SETUPS = ("llm-local", "llm-ray1", "llm-ray2", "builtin-local", "builtin-ray1", "builtin-ray2")
+SETUPS = ("llm-local", "llm-ray1", "llm-ray2", "builtin-local", "builtin-ray1", "builtin-ray2",
+          "sweep")
 ROUND_TRIPS = 300
+SWEEP_REQUESTS = 128  # per (workers, in flight) point of the sweep
+SWEEP_IN_FLIGHT = (1, 8, 32, 64)
 
 
 # ---- child: one build in a fresh interpreter ------------------------------------------------
@@ -87,6 +94,55 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     out["digest"] = _digest(ws.index_dir)
     out["loadavg_after"] = os.getloadavg()[0]
     return out
+
+
+def sweep(spec: dict[str, Any]) -> dict[str, Any]:
+    """Ray's overhead a request against how many are in flight: `SWEEP_REQUESTS` summary-sized
+    chat requests through an `EndpointPool` of 1 and 2 actors, k at a time, on a local cluster
+    of 2 CPUs (no index build around them)."""
+    sys.path.insert(0, str(REPO))
+    import asyncio
+
+    import ray
+
+    from canopy.distributed.cluster import LOOPBACK_ONLY
+    from canopy.distributed.remote_endpoint import EndpointPool
+    from canopy.endpoint import EndpointConfig
+
+    os.environ.setdefault(LOOPBACK_ONLY, "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    body = json.dumps({"model": "fake", "messages": [
+        {"role": "user", "content": "Task: summarize\n" + "A description. " * 100}]}).encode()
+    points = []
+    try:
+        for workers in (1, 2):
+            for k in SWEEP_IN_FLIGHT:
+                pool = EndpointPool(EndpointConfig(spec["base_url"], "k", 60.0, 64), workers)
+
+                async def run(pool: EndpointPool = pool, k: int = k) -> float:
+                    await pool.post("/chat/completions", body)  # actors up, pools warm
+                    pool.stats.calls, pool.stats.overhead_s, pool.stats.waited_s = 0, 0.0, 0.0
+                    t0 = time.perf_counter()
+
+                    async def lane() -> None:
+                        for _ in range(SWEEP_REQUESTS // k):
+                            await pool.post("/chat/completions", body)
+
+                    await asyncio.gather(*(lane() for _ in range(k)))
+                    return time.perf_counter() - t0
+
+                load = os.getloadavg()[0]
+                wall = asyncio.run(run())
+                st = pool.stats
+                points.append({"workers": workers, "in_flight": k, "requests": st.calls,
+                               "overhead_ms": round(1000 * st.overhead_s / st.calls, 2),
+                               "writer_wait_ms": round(1000 * st.waited_s / st.calls, 2),
+                               "wall_s": round(wall, 2), "loadavg": round(load, 1)})
+                pool.close()
+    finally:
+        ray.shutdown()
+    return {"sweep": points}
 
 
 def _idle_round_trips() -> dict[str, float]:
@@ -176,18 +232,22 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     docs = work / "docs"
     n = materialize_multihop(docs, args.articles)
     fake = FakeHost(_fake_host, args.latency) if any(
-        s.startswith("llm") for s in args.setups) else None
+        s.startswith(("llm", "sweep")) for s in args.setups) else None
     rows = []
+    sweep_points: list[dict[str, Any]] = []
     try:
         for label in args.setups:
-            provider, where = label.split("-")
-            workers = 0 if where == "local" else int(where.removeprefix("ray"))
+            provider, _, where = label.partition("-")
+            workers = 0 if where in ("local", "") else int(where.removeprefix("ray"))
             if fake is not None:
                 fake.call("reset")
             spec = {"label": label, "docs": str(docs), "index_dir": str(work / label),
-                    "base_url": fake.base_url if provider == "llm" else None,
+                    "base_url": fake.base_url if provider in ("llm", "sweep") else None,
                     "workers": workers}
             print(f"{label} ...", file=sys.stderr, flush=True)
+            if label == "sweep":
+                sweep_points = run_child({**spec, "sweep": True})["sweep"]
+                continue
             row = {"setup": label, "provider": provider, "workers": workers,
                    **run_child(spec)}
             if provider == "llm" and fake is not None:
@@ -198,7 +258,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         if fake is not None:
             fake.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {"machine": machine(), "articles": n, "latency_s": args.latency, "rows": rows}
+    return {"machine": machine(), "articles": n, "latency_s": args.latency, "rows": rows,
+            "sweep": sweep_points}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -207,9 +268,9 @@ def render(report: dict[str, Any]) -> str:
              f"{report['machine']['commit']}", "",
              "| setup | wall s | Ray start-up s | writer CPU s | Ray CPU s | requests | client "
              "in flight mean / peak | server in flight mean / peak | Ray overhead ms a "
-             "request (build) | Ray round trip ms at rest (actor / task) | index digest | "
-             "load 1 min |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "request (build) | writer's loop busy ms a request | Ray round trip ms at rest "
+             "(actor / task) | index digest | load 1 min |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         ray = r["stats"].get("ray") or {}
         lim = r["stats"].get("llm_concurrency") or {}
@@ -222,8 +283,17 @@ def render(report: dict[str, Any]) -> str:
             f"{_pair(lim.get('mean_in_flight'), lim.get('peak_in_flight'))} | "
             f"{_pair(_round(server.get('mean')), _int(server.get('peak')))} | "
             f"{ray.get('overhead_ms_per_call', '-') if ray.get('endpoint_calls') else '-'} | "
+            f"{ray.get('writer_wait_ms_per_call', '-') if ray.get('endpoint_calls') else '-'} | "
             f"{_pair(idle.get('actor_call'), idle.get('task'))} | {r['digest']} | "
             f"{r['loadavg_before']:.1f}-{r['loadavg_after']:.1f} |")
+    if report.get("sweep"):
+        lines += ["", f"Ray's overhead a request against requests in flight ({SWEEP_REQUESTS} "
+                  f"requests a point, fake at {report['latency_s']} s, local cluster of 2 CPUs):",
+                  "", "| actors | in flight | overhead ms a request | writer's loop busy ms | "
+                  "wall s | load 1 min |", "|---|---|---|---|---|---|"]
+        lines += [f"| {p['workers']} | {p['in_flight']} | {p['overhead_ms']} | "
+                  f"{p['writer_wait_ms']} | {p['wall_s']} | {p['loadavg']} |"
+                  for p in report["sweep"]]
     return "\n".join(lines)
 
 
@@ -252,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--_out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._child:
-        Path(args._out).write_text(json.dumps(child(json.loads(args._child))))
+        spec = json.loads(args._child)
+        Path(args._out).write_text(json.dumps(sweep(spec) if spec.get("sweep") else child(spec)))
         return
     unknown = set(args.setups) - set(SETUPS)
     if unknown:

@@ -64,6 +64,7 @@ class RayStats:
     cluster_cpus: int
     endpoint_calls: int = 0  # POSTs made by endpoint workers (retries included)
     overhead_ms_per_call: float = 0.0  # Ray's round trip less the POST itself, mean
+    writer_wait_ms_per_call: float = 0.0  # reply in, the writer's loop busy, mean
     lost_calls: int = 0  # POSTs whose worker died (retried by the client's policy)
     startup_s: float = 0.0  # connecting, checking the workers' code, starting endpoint actors
     extract_tasks: int = 0
@@ -224,15 +225,17 @@ class RayExecutor:
 
     def stats(self) -> RayStats:
         out = RayStats(self.address, self.workers, self.cluster_cpus)
-        overhead = 0.0
+        overhead = waited = 0.0
         startup = self.startup_s
         for pool in self._pools.values():
             out.endpoint_calls += pool.stats.calls
             out.lost_calls += pool.stats.lost
             overhead += pool.stats.overhead_s
+            waited += pool.stats.waited_s
             startup += pool.stats.startup_s
         if out.endpoint_calls:
             out.overhead_ms_per_call = round(1000 * overhead / out.endpoint_calls, 3)
+            out.writer_wait_ms_per_call = round(1000 * waited / out.endpoint_calls, 3)
         out.startup_s = round(startup, 3)
         if self._provider is not None:
             out.extract_tasks = self._provider.tasks

@@ -95,7 +95,12 @@ class PoolStats:
     """What a pool's POSTs cost on top of the requests themselves."""
 
     calls: int = 0
-    overhead_s: float = 0.0  # round trip through Ray less the worker's own POST time
+    # From submitting a POST to its reply arriving in the writer (on Ray's thread), less the
+    # POST's own time on the worker: Ray's dispatch, the actor's queue, the reply's way back.
+    overhead_s: float = 0.0
+    # From the reply arriving to the waiting request resuming: the writer's event loop was busy
+    # (a local request waits the same, inside its POST time).
+    waited_s: float = 0.0
     lost: int = 0  # POSTs whose worker died (retried by the client's policy)
     startup_s: float = 0.0  # from the first POST until every actor had started
 
@@ -143,9 +148,12 @@ class EndpointPool:
             except ray.exceptions.RayError as exc:
                 raise ConnectFailed(f"Ray workers did not start ({type(exc).__name__})") from None
         i = self._pick()
+        arrived: list[float] = []
         t0 = time.perf_counter()
         try:
-            reply: Reply = await self.actors[i].post.remote(path, data)
+            future = self.actors[i].post.remote(path, data).future()
+            future.add_done_callback(lambda _: arrived.append(time.perf_counter()))
+            reply: Reply = await asyncio.wrap_future(future)
         except ray.exceptions.RayError as exc:  # the worker died, or the cluster went away
             with self._lock:
                 self.stats.lost += 1
@@ -153,10 +161,12 @@ class EndpointPool:
         finally:
             with self._lock:
                 self._busy[i] -= 1
-        took = time.perf_counter() - t0
+        resumed = time.perf_counter()
+        came = arrived[0] if arrived else resumed
         with self._lock:
             self.stats.calls += 1
-            self.stats.overhead_s += max(0.0, took - reply.seconds)
+            self.stats.overhead_s += max(0.0, came - t0 - reply.seconds)
+            self.stats.waited_s += max(0.0, resumed - came)
         return reply.result()
 
     def close(self) -> None:

@@ -138,8 +138,8 @@ def _ray_line(ray: dict) -> str:
     """What the Ray cluster did, in one line of the build summary."""
     work = []
     if ray.get("endpoint_calls"):
-        work.append(f"{ray['endpoint_calls']:,} endpoint requests, Ray's overhead "
-                    f"{ray['overhead_ms_per_call']:.2f} ms a request"
+        work.append(f"{ray['endpoint_calls']:,} endpoint requests, Ray's round trip "
+                    f"{ray['overhead_ms_per_call']:.1f} ms a request over the request itself"
                     + (f", {ray['lost_calls']} lost and retried" if ray.get("lost_calls") else ""))
     if ray.get("extract_tasks"):
         work.append(f"{ray['extract_tasks']:,} extraction tasks")
