@@ -1,10 +1,11 @@
 """Distributed indexing on Ray (`canopy index --ray local`) against a local build, side by side.
 
-    python benchmarks/ray_bench.py                            # 30 articles, fake at 0.3 s, 6 setups
+    python benchmarks/ray_bench.py                            # every setup (~8 minutes here)
     python benchmarks/ray_bench.py --articles 10 --latency 0.5 --setups llm-local,llm-ray2
 
-Setups (each a build of the first `--articles` MultiHop-RAG articles into a fresh index, in a
-fresh Python process, one after the other):
+Setups (each a build of the first MultiHop-RAG articles into a fresh index, in a fresh Python
+process, one after the other: `--articles` (30) against the LLM, `--builtin-articles` (300)
+with the builtin provider, whose build of 30 spends under a second extracting):
 - `llm-local`, `llm-ray1`, `llm-ray2`: against the test suite's fake OpenAI server (chat and
   embeddings) with `--latency` seconds a request, in a process of its own; locally, then with
   `--ray local` and `[distributed] workers` 1 and 2 (a cluster of that many CPUs started by the
@@ -16,7 +17,8 @@ fresh Python process, one after the other):
 
 Figures per setup: build wall (`build_index`, connecting to Ray excluded) and Ray's start-up
 (ray.init, the workers' code check, starting the endpoint actors); the writer's CPU and the CPU
-of Ray's processes (GCS, raylet, workers: the writer's child processes, counted once they exit);
+of Ray's processes (GCS, raylet, agents, workers and actors, their start-up included: the
+writer's descendants, read from /proc at the end of the build);
 requests in flight, the client's account (its one AIMD window: time-weighted mean and peak) and
 the fake server's (time-weighted mean from its first request to its last reply); Ray's overhead
 per endpoint request during the build (from submitting the request to its reply reaching the
@@ -60,8 +62,6 @@ SWEEP_IN_FLIGHT = (1, 8, 32, 64)
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
-    import resource
-
     from canopy.distributed import connect_ray
     from canopy.settings import DistributedSettings
     from server.runtime import build_index, open_workspace
@@ -87,10 +87,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     out["calls"] = sum(u["calls"] for u in result.usage.values())
     out["failures"] = len(result.failures)
     if cluster is not None:
+        out["ray_cpu_s"] = _descendants_cpu_s()  # before anything else runs on the cluster
         out["idle_ms"] = _idle_round_trips()
-        cluster.close()  # the writer started this cluster: its processes exit and are reaped
-        out["ray_cpu_s"] = round(sum(getattr(resource.getrusage(resource.RUSAGE_CHILDREN), f)
-                                     for f in ("ru_utime", "ru_stime")), 2)
+        cluster.close()
     out["digest"] = _digest(ws.index_dir)
     out["loadavg_after"] = os.getloadavg()[0]
     return out
@@ -143,6 +142,33 @@ def sweep(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         ray.shutdown()
     return {"sweep": points}
+
+
+def _descendants_cpu_s() -> float:
+    """CPU seconds of this process's descendants still running: the local cluster's processes
+    (GCS, raylet, workers, actors), all started under the writer. Read from /proc, because
+    workers that Ray kills at shutdown are not always reaped by a process the writer waits
+    for (their time would be missing from RUSAGE_CHILDREN)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    found, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, parent in parents.items() if parent == pid and p not in found]
+        found.update(kids)
+        todo += kids
+    return round(sum(times[p] for p in found), 2)
 
 
 def _idle_round_trips() -> dict[str, float]:
@@ -229,8 +255,9 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="ray-bench-"))
-    docs = work / "docs"
-    n = materialize_multihop(docs, args.articles)
+    docs = {"llm": work / "docs", "builtin": work / "docs-builtin", "sweep": work / "docs"}
+    n = materialize_multihop(docs["llm"], args.articles)
+    n_builtin = materialize_multihop(docs["builtin"], args.builtin_articles)
     fake = FakeHost(_fake_host, args.latency) if any(
         s.startswith(("llm", "sweep")) for s in args.setups) else None
     rows = []
@@ -241,7 +268,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             workers = 0 if where in ("local", "") else int(where.removeprefix("ray"))
             if fake is not None:
                 fake.call("reset")
-            spec = {"label": label, "docs": str(docs), "index_dir": str(work / label),
+            spec = {"label": label, "docs": str(docs[provider]), "index_dir": str(work / label),
                     "base_url": fake.base_url if provider in ("llm", "sweep") else None,
                     "workers": workers}
             print(f"{label} ...", file=sys.stderr, flush=True)
@@ -258,26 +285,27 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         if fake is not None:
             fake.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {"machine": machine(), "articles": n, "latency_s": args.latency, "rows": rows,
-            "sweep": sweep_points}
+    return {"machine": machine(), "articles": n, "builtin_articles": n_builtin,
+            "latency_s": args.latency, "rows": rows, "sweep": sweep_points}
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"{report['articles']} MultiHop-RAG articles; fake endpoint at "
-             f"{report['latency_s']} s a request; {report['machine']['cpus']} CPUs, commit "
-             f"{report['machine']['commit']}", "",
-             "| setup | wall s | Ray start-up s | writer CPU s | Ray CPU s | requests | client "
-             "in flight mean / peak | server in flight mean / peak | Ray overhead ms a "
-             "request (build) | writer's loop busy ms a request | Ray round trip ms at rest "
-             "(actor / task) | index digest | load 1 min |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"MultiHop-RAG articles: {report['articles']} against the fake endpoint at "
+             f"{report['latency_s']} s a request, {report['builtin_articles']} with the builtin "
+             f"provider; {report['machine']['cpus']} CPUs, commit {report['machine']['commit']}",
+             "", "| setup | wall s | extract s | Ray start-up s | writer CPU s | Ray CPU s | "
+             "requests | client in flight mean / peak | server in flight mean / peak | "
+             "Ray overhead ms a request (build) | writer's loop busy ms a request | "
+             "Ray round trip ms at rest (actor / task) | index digest | load 1 min |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         ray = r["stats"].get("ray") or {}
         lim = r["stats"].get("llm_concurrency") or {}
         server = r.get("server") or {}
         idle = r.get("idle_ms") or {}
         lines.append(
-            f"| {r['setup']} | {r['wall_s']} | {ray.get('startup_s', '-') if ray else '-'} "
+            f"| {r['setup']} | {r['wall_s']} | {(r['stats'].get('seconds') or {}).get('extract')} "
+            f"| {ray.get('startup_s', '-') if ray else '-'} "
             f"| {r['writer_cpu_s']} | {r.get('ray_cpu_s', '-')} | "
             f"{server.get('requests', '-') if server else '-'} | "
             f"{_pair(lim.get('mean_in_flight'), lim.get('peak_in_flight'))} | "
@@ -312,7 +340,10 @@ def _pair(a: Any, b: Any) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--articles", type=int, default=30, help="the first N MultiHop-RAG articles")
+    p.add_argument("--articles", type=int, default=30,
+                   help="the first N MultiHop-RAG articles, against the LLM (default 30)")
+    p.add_argument("--builtin-articles", type=int, default=300,
+                   help="the first N MultiHop-RAG articles, builtin provider (default 300)")
     p.add_argument("--latency", type=float, default=0.3,
                    help="seconds the fake endpoint takes a request (default 0.3)")
     p.add_argument("--setups", type=lambda s: s.split(","), default=list(SETUPS),
