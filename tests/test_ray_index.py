@@ -238,6 +238,43 @@ def test_an_edit_and_a_deletion_applied_through_ray_equal_the_local_update(
     assert 0 < len(llm_builds["ray_update_requests"]) < len(llm_builds["ray_requests"]) / 2
 
 
+def test_a_request_whose_worker_dies_is_retried_by_the_clients_policy(ray_cluster: Any) -> None:
+    """A Ray worker lost in the middle of a request is a connection failure like any other: the
+    writer's retry policy sends it again (to the restarted actor), and only the answered
+    request is counted."""
+    import asyncio
+
+    from canopy.llm import ChatClient
+    from canopy.settings import LLMSettings
+
+    with FakeOpenAI() as fake:
+        cluster = connect_ray("local", DistributedSettings(workers=1))
+        try:
+            client = ChatClient(LLMSettings(base_url=fake.base_url, model="fake", backoff_s=0.01),
+                                backoff_base=0.01, endpoints=cluster.endpoints)
+            question = [{"role": "user", "content": "Task: answer\nWho leads Project Kestrel?"}]
+
+            async def run() -> tuple[str, str]:
+                first = await client.text("answer", question)  # the actor is up
+                fake.hang_next(1, seconds=3.0)
+                pending = asyncio.ensure_future(client.text("answer", question + [
+                    {"role": "user", "content": "Again."}]))
+                assert await asyncio.to_thread(wait_until, lambda: len(fake.requests) == 2, 10)
+                (pool,) = cluster._pools.values()  # the one actor, holding that request
+                ray_cluster.kill(pool.actors[0], no_restart=False)
+                return first, await pending
+
+            first, again = asyncio.run(run())
+            stats = cluster.stats()
+        finally:
+            cluster.close()
+    assert first and again
+    # Lost: the hung request, and any retry sent while the actor was restarting.
+    assert stats.lost_calls >= 1 and stats.endpoint_calls == 2
+    assert client.usage()["answer"].calls == 2 and client.usage()["answer"].failures == 0
+    assert len(fake.requests) == 3  # the first, the hung one, then its retry that got through
+
+
 # ---- errors, and what the servers import ------------------------------------------------------
 
 
