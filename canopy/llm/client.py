@@ -1,7 +1,8 @@
 """The one client for OpenAI-compatible chat endpoints (design §7).
 
 `ChatClient` adds what every LLM call in Canopy needs around one HTTP POST
-(`canopy.endpoint.JsonEndpoint`, over the `openai` SDK's HTTP layer):
+(`canopy.endpoint.JsonEndpoint`, over the `openai` SDK's HTTP layer; with `canopy index --ray`,
+the same POST made by a Ray worker, `canopy.distributed`):
 - adaptive concurrency (`canopy.limiter.AdaptiveLimiter`): one AIMD window of requests in flight,
   shared by every task, thread and event loop, between `min_concurrency` and `concurrency`;
   429/503/timeouts cut it to 70% and a Retry-After pauses every request until the time asked;
