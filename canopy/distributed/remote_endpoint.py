@@ -110,9 +110,12 @@ class EndpointPool:
 
     def __init__(self, config: EndpointConfig, workers: int) -> None:
         per_worker = max(1, -(-config.connections // workers))  # each takes its share
+        # No CPU reserved (the actors wait on the network); a little more concurrency than
+        # their share, since the least busy actor may get one over it; restarted when lost,
+        # while the lost request is the client's to retry (its own policy), not Ray's.
         actor = ray.remote(EndpointWorker).options(
-            max_concurrency=max(per_worker, 1) + 4, num_cpus=0, max_restarts=3,
-            max_task_retries=0)  # the client's own policy retries a lost request
+            max_concurrency=per_worker + 4, num_cpus=0, max_restarts=3, max_task_retries=0,
+            scheduling_strategy="SPREAD")
         worker_config = EndpointConfig(config.base_url, config.api_key, config.timeout_s,
                                        per_worker)
         # Ray's handle types do not follow async methods: the handles are Any here.
