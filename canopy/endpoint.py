@@ -18,14 +18,19 @@ job), and against a fast endpoint the client's CPU per request is the indexing t
 
 Failures are three exception types the retry policy classifies: `StatusError` (any status other
 than 2xx, with headers and body), `RequestTimeout`, and `ConnectFailed`.
+
+`Endpoint` is that seam as a protocol, and `EndpointFactory` how a client gets one for an
+`EndpointConfig`: `JsonEndpoint` in this process by default, or a stand-in that sends the POST
+to a worker elsewhere (`canopy.distributed`, `canopy index --ray`), behind the same client.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.request
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import openai
 from openai._models import FinalRequestOptions
@@ -37,11 +42,15 @@ except ImportError:  # pragma: no cover - openai releases before 3
 
 __all__ = [
     "ConnectFailed",
+    "Endpoint",
+    "EndpointConfig",
     "EndpointError",
+    "EndpointFactory",
     "JsonEndpoint",
     "RequestTimeout",
     "StatusError",
     "Transport",
+    "local_endpoint",
     "transport_name",
 ]
 
@@ -80,6 +89,34 @@ class RequestTimeout(EndpointError):
 
 class ConnectFailed(EndpointError):
     """The connection could not be made or broke before a reply (the cause is chained)."""
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """What a connection to one endpoint needs (the key is secret: it stays out of repr)."""
+
+    base_url: str
+    api_key: str = field(repr=False)
+    timeout_s: float
+    connections: int  # pool size: the most requests a client sends at once
+
+
+class Endpoint(Protocol):
+    """POST JSON, get the body of a 2xx reply or `StatusError` / `RequestTimeout` /
+    `ConnectFailed`. Made and used inside one event loop (`canopy.llm.PerLoop`)."""
+
+    async def post(self, path: str, data: bytes) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+
+EndpointFactory = Callable[[EndpointConfig], Endpoint]
+
+
+def local_endpoint(config: EndpointConfig) -> JsonEndpoint:
+    """The default `EndpointFactory`: requests leave from this process."""
+    return JsonEndpoint(config.base_url, config.api_key, timeout_s=config.timeout_s,
+                        connections=config.connections)
 
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}

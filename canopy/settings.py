@@ -32,6 +32,7 @@ __all__ = [
     "AuthSettings",
     "ChunkSettings",
     "CommunitySettings",
+    "DistributedSettings",
     "EmbedSettings",
     "ExtractSettings",
     "InputSettings",
@@ -251,6 +252,28 @@ class PublishSettings(BaseModel):
         "canopy-replica-<user> in the system's temporary folder)")
 
 
+class DistributedSettings(BaseModel):
+    """Distributed indexing on a Ray cluster: the writer's option (`canopy index --ray`), never
+    the servers'. The planner, the store and every write stay in the writer; what fans out is
+    the endpoint requests (chat and embeddings) and, with the builtin provider, its extraction
+    and embedding batches (docs/deployment.md)."""
+
+    ray_address: str | None = Field(
+        None, description="Ray cluster `canopy index` fans out to: 'auto' (the cluster `ray "
+        "start` runs on this machine), 'host:6379' (a cluster's GCS), 'ray://host:10001' (Ray "
+        "Client), or 'local' (start one inside the writer); unset = no Ray, all in the writer")
+    workers: int | None = Field(
+        None, ge=1, le=1024, description="Ray workers: endpoint actors each endpoint's requests "
+        "are spread over, and builtin batches in flight; unset = the cluster's CPUs")
+    batch_units: int = Field(
+        16, ge=1, le=4096, description="Text units per builtin extraction task (a task costs "
+        "about a millisecond of Ray overhead; a unit tens of milliseconds of extraction)")
+    ship_code: bool = Field(
+        True, description="Send the writer's Canopy code (canopy/ and prompts/, under 1 MB) "
+        "to a cluster it joins, with the job (Ray's py_modules): nodes need only Canopy's "
+        "dependencies; false = nodes import their own install, which must be the same code")
+
+
 class QuerySettings(BaseModel):
     seed: int = Field(42, description="Seed of global search's report shuffling into map "
                       "batches (paper §2.2)")
@@ -378,6 +401,7 @@ class Settings(BaseSettings):
     acl: AclSettings = AclSettings()
     auth: AuthSettings = AuthSettings()
     publish: PublishSettings = PublishSettings()
+    distributed: DistributedSettings = DistributedSettings()
 
     @classmethod
     def settings_customise_sources(

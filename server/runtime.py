@@ -51,6 +51,7 @@ from canopy.settings import INDEX_DIRNAME, Settings, load_settings
 from canopy.store import Store
 
 if TYPE_CHECKING:
+    from canopy.distributed import RayExecutor
     from canopy.indexer.graphrag import ImportResult
     from canopy.indexer.watcher import Watcher
 
@@ -138,33 +139,39 @@ def writer_waiting(index_dir: Path) -> bool:
 def build_index(
     ws: Workspace, *, full: bool = False, progress: Progress | None = None, tidy: bool = True,
     on_revoked: Callable[[], None] | None = None, on_plan: PlanSink | None = None,
+    ray: RayExecutor | None = None,
 ) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation.
     An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc).
     `tidy=False` leaves tidying the search tables to `maintain_index` (module doc).
     `on_revoked()` runs once deletions and relabels have committed, before regeneration, with
     the writer lock held (`run_index`). `on_plan`: told the extraction plan and the projection of
-    the rest (canopy.indexer.forecast)."""
+    the rest (canopy.indexer.forecast). `ray`: a cluster the endpoint requests and the builtin
+    provider's CPU work fan out to (`canopy.distributed.connect_ray`; the caller closes it);
+    what the cluster did is in `stats["ray"]`."""
     limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
     with writer_lock(ws.index_dir):
         if not full:
             _require_intact(ws)
             try:
-                return _build(ws, full, progress, tidy, on_revoked, on_plan)
+                result = _build(ws, full, progress, tidy, on_revoked, on_plan, ray)
             except IndexDamaged as exc:
                 raise exc.for_docs(ws.docs_dir) from None
-        recovered = _set_aside_damage(ws)
-        try:
-            result = _build(ws, full, progress, tidy, on_revoked, on_plan)
-        except IndexDamaged as exc:
-            # Damage the checks could not see (inside the files): set everything aside, so the
-            # rebuild cannot meet it again.
-            moved = quarantine(ws.index_dir, database=True)
-            recovered = _recovered(exc.reason, moved)
-            log.info("%s", recovered)
-            result = _build(ws, full, progress, tidy, on_revoked, on_plan)
-        result.recovered = recovered
-        return result
+        else:
+            recovered = _set_aside_damage(ws)
+            try:
+                result = _build(ws, full, progress, tidy, on_revoked, on_plan, ray)
+            except IndexDamaged as exc:
+                # Damage the checks could not see (inside the files): set everything aside, so
+                # the rebuild cannot meet it again.
+                moved = quarantine(ws.index_dir, database=True)
+                recovered = _recovered(exc.reason, moved)
+                log.info("%s", recovered)
+                result = _build(ws, full, progress, tidy, on_revoked, on_plan, ray)
+            result.recovered = recovered
+    if ray is not None:
+        result.stats["ray"] = ray.stats().as_dict()
+    return result
 
 
 def _require_intact(ws: Workspace) -> None:
@@ -205,11 +212,11 @@ def _recovered(reason: str, moved: Path) -> str:
 
 def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
            on_revoked: Callable[[], None] | None = None,
-           on_plan: PlanSink | None = None) -> IndexResult:
+           on_plan: PlanSink | None = None, ray: RayExecutor | None = None) -> IndexResult:
     store = Store(ws.index_dir)  # IndexDamaged carries no DOCS here: build_index adds it
     try:
-        provider = make_provider(ws.settings, store)
-        embedder = make_embedder(ws.settings)
+        provider = make_provider(ws.settings, store, ray=ray)
+        embedder = make_embedder(ws.settings, ray=ray)
         freeze_imports()  # the SDK they may have imported, out of the GC's way (canopy.collector)
         return asyncio.run(run_index(ws.docs_dir, store, ws.settings, provider, embedder,
                                      labeler=ws.policy.labels_for, full=full, progress=progress,

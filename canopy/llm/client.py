@@ -1,7 +1,8 @@
 """The one client for OpenAI-compatible chat endpoints (design §7).
 
 `ChatClient` adds what every LLM call in Canopy needs around one HTTP POST
-(`canopy.endpoint.JsonEndpoint`, over the `openai` SDK's HTTP layer):
+(`canopy.endpoint.JsonEndpoint`, over the `openai` SDK's HTTP layer; with `canopy index --ray`,
+the same POST made by a Ray worker, `canopy.distributed`):
 - adaptive concurrency (`canopy.limiter.AdaptiveLimiter`): one AIMD window of requests in flight,
   shared by every task, thread and event loop, between `min_concurrency` and `concurrency`;
   429/503/timeouts cut it to 70% and a Retry-After pauses every request until the time asked;
@@ -25,7 +26,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from canopy.endpoint import EndpointError, JsonEndpoint, StatusError
+from canopy.endpoint import (
+    Endpoint,
+    EndpointConfig,
+    EndpointError,
+    EndpointFactory,
+    StatusError,
+    local_endpoint,
+)
 from canopy.errors import CanopyError, ConfigError, InvalidOutput, ProviderError
 from canopy.limiter import AdaptiveLimiter, LimiterStats
 from canopy.llm.accounting import UsageCounter
@@ -67,7 +75,11 @@ class ChatClient:
         backoff_base: float = 1.0,
         backoff_max: float = 60.0,
         prompts: PromptSet = DEFAULT_PROMPTS,
+        endpoints: EndpointFactory = local_endpoint,
     ) -> None:
+        """`endpoints` makes the HTTP seam the POSTs go through: this process's own by default,
+        a Ray cluster's workers with `canopy index --ray` (canopy.distributed). Everything else
+        above stays here either way: cache, window, retries, parsing and accounting."""
         if not settings.base_url:
             raise ConfigError(
                 "No LLM endpoint configured: set [llm] base_url or CANOPY_LLM_BASE_URL."
@@ -82,7 +94,10 @@ class ChatClient:
         self._reached = False  # has the endpoint answered once? (call_with_retries' first_contact)
         self._mode = "json_schema" if settings.json_schema else "json_object"
         self._usage = UsageCounter()
-        self._api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
+        api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
+        self._config = EndpointConfig(settings.base_url, api_key, settings.timeout_s,
+                                      settings.concurrency)
+        self._endpoints = endpoints
         self._loop_state = PerLoop(self._new_endpoint, lambda endpoint: endpoint.close())
         self._limiter = AdaptiveLimiter(
             ceiling=settings.concurrency,
@@ -105,13 +120,8 @@ class ChatClient:
         """Requests in flight achieved so far: mean, peak, the window now, 429s seen."""
         return self._limiter.stats()
 
-    def _new_endpoint(self) -> JsonEndpoint:
-        return JsonEndpoint(
-            self.endpoint,
-            self._api_key,
-            timeout_s=self.settings.timeout_s,
-            connections=self.settings.concurrency,
-        )
+    def _new_endpoint(self) -> Endpoint:
+        return self._endpoints(self._config)
 
     async def aclose(self) -> None:
         """Close the running event loop's connection pool now (optional: it is closed anyway
@@ -225,7 +235,7 @@ class ChatClient:
             self._cache.cache_put(key, content)
 
     async def _send(self, task: str, request: ChatRequest) -> str:
-        endpoint: JsonEndpoint = await self._loop_state.get()
+        endpoint: Endpoint = await self._loop_state.get()
 
         async def once() -> tuple[str, dict[str, Any]]:
             async with self._limiter.slot(task) as permit:

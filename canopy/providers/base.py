@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INDEX_TASKS",
     "AnswerOut",
+    "BatchExtractor",
     "ContextBlock",
     "DriftOut",
     "Embedder",
@@ -351,6 +352,21 @@ class Provider(Protocol):
         """Which engine suits the question (the `search` router), given the names of the index
         it writes (with the share of passages each is in); None when the provider has no
         judgement of its own (the router's offline rules decide)."""
+        ...
+
+
+@runtime_checkable
+class BatchExtractor(Protocol):
+    """A provider whose extraction is cheaper a batch of units at a time (the builtin provider
+    on a Ray cluster: one task per batch). The extraction stage sends it batches of up to
+    `extract_batch_size` units, `extract_batches_in_flight` at once."""
+
+    extract_batch_size: int
+    extract_batches_in_flight: int
+
+    async def extract_batch(self, units: list[TextUnit], *, entity_types: list[str],
+                            claims: bool, max_gleanings: int) -> list[Extraction]:
+        """`extract` of each unit, in the order of `units`."""
         ...
 
 

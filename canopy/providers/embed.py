@@ -15,7 +15,13 @@ import json
 
 import numpy as np
 
-from canopy.endpoint import EndpointError, JsonEndpoint
+from canopy.endpoint import (
+    Endpoint,
+    EndpointConfig,
+    EndpointError,
+    EndpointFactory,
+    local_endpoint,
+)
 from canopy.errors import ConfigError, ProviderError
 from canopy.limiter import AdaptiveLimiter, LimiterStats
 from canopy.llm import PerLoop, RetryPolicy, UsageCounter, call_with_retries, note_failure
@@ -46,6 +52,7 @@ class OpenAIEmbedder:
         concurrency: int | None = None,
         backoff_base: float = 1.0,
         backoff_max: float = 60.0,
+        endpoints: EndpointFactory = local_endpoint,
     ) -> None:
         if not settings.base_url:
             raise ConfigError(
@@ -61,11 +68,8 @@ class OpenAIEmbedder:
         self._usage = UsageCounter()
         api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
         ceiling = concurrency or settings.concurrency
-        base_url = settings.base_url
-        self._loop_state = PerLoop(
-            lambda: JsonEndpoint(base_url, api_key, timeout_s=timeout_s, connections=ceiling),
-            lambda endpoint: endpoint.close(),
-        )
+        config = EndpointConfig(settings.base_url, api_key, timeout_s, ceiling)
+        self._loop_state = PerLoop(lambda: endpoints(config), lambda endpoint: endpoint.close())
         self._limiter = AdaptiveLimiter(
             ceiling=ceiling,
             initial=min(settings.initial_concurrency, ceiling),
@@ -101,7 +105,7 @@ class OpenAIEmbedder:
         return normalize_rows(np.vstack(parts))
 
     async def _batch(self, texts: list[str]) -> np.ndarray:
-        endpoint: JsonEndpoint = await self._loop_state.get()
+        endpoint: Endpoint = await self._loop_state.get()
         # Endpoints reject empty strings; a space embeds as "nothing" just as well.
         inputs = [t if t.strip() else " " for t in texts]
         body = json.dumps(

@@ -58,10 +58,11 @@ class PublishResult:
 
 def published_settings(settings: Any) -> tuple[dict[str, Any], str]:
     """What replicas serve with (the `Settings` model, less what is each replica's own: its
-    callers' authentication, its publish/replica settings, and every credential), and its
-    digest."""
+    callers' authentication, its publish/replica settings, and every credential; less the
+    writer's own Ray cluster too), and its digest."""
     data = settings.model_dump(mode="json", exclude={
-        "auth": True, "publish": True, "llm": {"api_key"}, "embed": {"api_key"}})
+        "auth": True, "publish": True, "distributed": True, "llm": {"api_key"},
+        "embed": {"api_key"}})
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     return data, digest
 

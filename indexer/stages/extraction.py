@@ -1,10 +1,13 @@
 """Extract entities, relationships and claims of the units that have no stored extraction.
 
 Workers pull units a batch at a time from the generation being built, so memory holds the units
-in flight, not the corpus. Each extraction is saved the moment it exists (canopy.store), so a
-crash or an outage never loses LLM work. A unit whose extraction fails (invalid output after
-repair, a refused request, or an endpoint that stays unavailable for it) is recorded as a failure,
-stays live, and is retried by the next run; the run goes on with the rest. Only when every unit
+in flight, not the corpus. A provider that extracts in batches (`BatchExtractor`: the builtin
+provider on a Ray cluster) is handed up to its batch size of queued units per call.
+
+Each extraction is saved the moment it exists (canopy.store), so a crash or an outage never
+loses LLM work. A unit whose extraction fails (invalid output after repair, a refused request,
+an endpoint that stays unavailable for it, or a lost Ray batch) is recorded as a failure, stays
+live, and is retried by the next run; the run goes on with the rest. Only when every unit
 of the run failed because the endpoint is unreachable does the run stop, with that error.
 """
 
@@ -19,6 +22,7 @@ from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.indexer.forecast import Forecast
 from canopy.indexer.stages.context import Build
 from canopy.model import Extraction, TextUnit, UnitFailure
+from canopy.providers.base import BatchExtractor
 from canopy.store.sources import cache_sources
 
 __all__ = ["ExtractOutcome", "extract_units"]
@@ -50,18 +54,12 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
     unavailable: list[EndpointUnavailable] = []
     done: list[Extraction] = []  # saved a few at a time (one transaction each)
 
-    async def one(unit: TextUnit) -> None:
-        ex: Extraction | None = None
-        try:
-            with cache_sources([unit.id]):  # its requests quote the unit's text
-                ex = await b.provider.extract(unit, entity_types=x.entity_types, claims=x.claims,
-                                              max_gleanings=x.max_gleanings)
-        except EndpointUnavailable as exc:
+    def record(unit: TextUnit, ex: Extraction | None, exc: ProviderError | None) -> None:
+        if isinstance(exc, EndpointUnavailable):
             unavailable.append(exc)
+        if exc is not None:  # invalid output after repair, or a refused request
             out.failures.append(UnitFailure(unit.id, "extract", str(exc)[:300]))
-        except ProviderError as exc:  # invalid output after repair, or a refused request
-            out.failures.append(UnitFailure(unit.id, "extract", str(exc)[:300]))
-        else:
+        elif ex is not None:
             done.append(ex)
             out.extracted.append(unit.id)
             if len(done) >= (1 if b.settings.llm.enabled else _SAVE_EVERY):
@@ -70,6 +68,31 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
         advance(1)
         if forecast is not None:
             forecast.finished(unit.id, ex)
+
+    async def one(unit: TextUnit) -> None:
+        try:
+            with cache_sources([unit.id]):  # its requests quote the unit's text
+                ex = await b.provider.extract(unit, entity_types=x.entity_types, claims=x.claims,
+                                              max_gleanings=x.max_gleanings)
+        except ProviderError as exc:
+            record(unit, None, exc)
+        else:
+            record(unit, ex, None)
+
+    batcher = b.provider if isinstance(b.provider, BatchExtractor) else None
+
+    async def several(units: list[TextUnit]) -> None:
+        """One batch (a provider that extracts in batches: the builtin one on Ray)."""
+        assert batcher is not None
+        try:
+            got = await batcher.extract_batch(units, entity_types=x.entity_types,
+                                              claims=x.claims, max_gleanings=x.max_gleanings)
+        except ProviderError as exc:  # the batch was lost: each unit is a failure, retried
+            for unit in units:
+                record(unit, None, exc)
+        else:
+            for unit, ex in zip(units, got, strict=True):
+                record(unit, ex, None)
 
     queue: asyncio.Queue[TextUnit] = asyncio.Queue(maxsize=2 * _BATCH)
 
@@ -80,15 +103,21 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
                 if uid in rows:
                     await queue.put(rows[uid].unit)
 
+    per_call = batcher.extract_batch_size if batcher is not None else 1
+
     async def work() -> None:
         while True:
-            unit = await queue.get()
+            units = [await queue.get()]
+            while len(units) < per_call and not queue.empty():
+                units.append(queue.get_nowait())
             try:
-                await one(unit)
+                await (several(units) if batcher is not None else one(units[0]))
             finally:
-                queue.task_done()
+                for _ in units:
+                    queue.task_done()
 
-    workers = [asyncio.create_task(work()) for _ in range(max(1, b.concurrency))]
+    in_flight = batcher.extract_batches_in_flight if batcher is not None else b.concurrency
+    workers = [asyncio.create_task(work()) for _ in range(max(1, in_flight))]
     try:
         await feed()
         await queue.join()

@@ -36,8 +36,14 @@ __all__ = ["index", "status"]
 @click.option("--publish", "publish_uri", metavar="URI",
               help="Then publish the committed generation there for replicas (a folder or "
                    "s3://bucket/prefix; default: [publish] uri, if set).")
+@click.option("--ray", "ray_address", metavar="ADDRESS",
+              help="Fan the LLM and embedding requests (or, with the builtin provider, its "
+                   "extraction and embedding) out over a Ray cluster: auto (the one `ray start` "
+                   "runs here), host:port, ray://host:10001, or local (start one in this "
+                   "process). Needs the [ray] extra; default: [distributed] ray_address.")
 def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
-          as_json: bool, estimate: bool, sample: int, publish_uri: str | None) -> None:
+          as_json: bool, estimate: bool, sample: int, publish_uri: str | None,
+          ray_address: str | None) -> None:
     """Build or update the GraphRAG index of DOCS.
 
     \b
@@ -45,11 +51,15 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
       canopy index examples/docs
       canopy index ~/papers --index-dir /tmp/papers-index
       CANOPY_LLM_BASE_URL=http://localhost:11434/v1 CANOPY_LLM_MODEL=qwen2.5 canopy index docs/
+      canopy index docs/ --ray auto          # on the Ray cluster started by `ray start --head`
     """
     from canopy.server.runtime import build_index, open_workspace, start_background_tidy
 
     ws = open_workspace(docs, index_dir, config)
+    ray_address = ray_address or ws.settings.distributed.ray_address
     if estimate:
+        if ray_address:
+            raise click.UsageError("--estimate runs in this process: drop --ray.")
         _print_estimate(ws, docs, sample, as_json)
         return
     inline = full or ws.settings.storage.tidy == "inline"
@@ -61,11 +71,19 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         on_revoked = revocation_publisher(
             ws, publish_uri, lambda line: click.echo(f"canopy: {line}", err=True))
     plans = PlanLines()  # the plan and projection lines of a build that calls an LLM (stderr)
+    cluster = None
+    if ray_address:
+        from canopy.distributed import connect_ray
+
+        cluster = connect_ray(ray_address, ws.settings.distributed)
     try:
         result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline,
-                             on_revoked=on_revoked, on_plan=plans)
+                             on_revoked=on_revoked, on_plan=plans, ray=cluster)
     except KeyboardInterrupt:
         raise click.ClickException(_interrupted(ws.index_dir, docs)) from None
+    finally:
+        if cluster is not None:
+            cluster.close()
     if result.recovered:
         click.echo(f"canopy: {result.recovered}", err=True)
     if publish_uri:  # before the tidy starts: the snapshot needs the writer lock a moment
@@ -106,12 +124,29 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         from canopy.server.status import ConcurrencyInfo, concurrency_line
 
         click.echo(f"  {concurrency_line(ConcurrencyInfo.model_validate(s['llm_concurrency']))}")
+    if isinstance(s.get("ray"), dict):
+        click.echo(f"  {_ray_line(s['ray'])}")
     for skip in result.skips:
         click.echo(f"  skipped {skip.path}: {skip.reason}")
     for f in result.failures:
         click.echo(f"  failed {f.task} {f.unit_id}: {f.error}")
     if ws.settings.llm.enabled:  # last, to compare with the plan printed when the build began
         click.echo(f"  {calls_line(result.usage, plans)}")
+
+
+def _ray_line(ray: dict) -> str:
+    """What the Ray cluster did, in one line of the build summary."""
+    work = []
+    if ray.get("endpoint_calls"):
+        work.append(f"{ray['endpoint_calls']:,} endpoint requests, Ray's round trip "
+                    f"{ray['overhead_ms_per_call']:.1f} ms a request over the request itself"
+                    + (f", {ray['lost_calls']} lost and retried" if ray.get("lost_calls") else ""))
+    if ray.get("extract_tasks"):
+        work.append(f"{ray['extract_tasks']:,} extraction tasks")
+    if ray.get("embed_tasks"):
+        work.append(f"{ray['embed_tasks']:,} embedding tasks")
+    return (f"ray: {ray['workers']} workers at {ray['address']} ({ray['cluster_cpus']} CPUs; "
+            f"start-up {ray['startup_s']:.1f}s): " + ("; ".join(work) or "nothing to send"))
 
 
 def _print_estimate(ws: Workspace, docs: Path, sample: int, as_json: bool) -> None:
