@@ -9,10 +9,14 @@ pairs until "stop" (reset, stats and the like, which differ by benchmark).
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["FakeHost"]
+__all__ = ["FakeHost", "serve_with_latency"]
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class FakeHost:
@@ -33,3 +37,28 @@ class FakeHost:
             self.call("stop")
         finally:
             self._proc.join(timeout=10)
+
+
+def serve_with_latency(conn: Any, latency: float) -> None:
+    """A fake with a fixed latency per request. "reset" takes None or (capacity, retry_after)
+    for a fake that refuses with 429 past `capacity` requests in flight; "stats" gives the
+    requests, the refusals and the in-flight figures since the last reset."""
+    sys.path.insert(0, str(REPO))
+    from tests.fakes.openai_server import FakeOpenAI
+
+    fake = FakeOpenAI(latency=latency).start()
+    conn.send(fake.base_url)
+    while True:
+        cmd, arg = conn.recv()
+        if cmd == "reset":
+            fake.reset()
+            if arg is not None:
+                fake.capacity, fake.capacity_retry_after = arg
+            conn.send(None)
+        elif cmd == "stats":
+            conn.send({"requests": len(fake.requests), "refused": fake.refused,
+                       **fake.in_flight_stats()})
+        else:
+            fake.stop()
+            conn.send(None)
+            return

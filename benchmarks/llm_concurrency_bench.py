@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +33,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_host import FakeHost
-from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
+from fake_host import FakeHost, serve_with_latency
+from index_bench import (
+    REPO,
+    RESULTS,
+    machine,
+    materialize_multihop,
+    run_script_child,
+    write_report,
+)
 
 SETUPS: dict[str, dict[str, Any]] = {
     "adaptive": {"llm": {}, "quota": False},
@@ -72,44 +78,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# ---- the fake endpoint, in its own process ------------------------------------------------------
-
-
-def _fake_host(conn: Any, latency: float) -> None:
-    sys.path.insert(0, str(REPO))
-    from tests.fakes.openai_server import FakeOpenAI
-
-    fake = FakeOpenAI(latency=latency).start()
-    conn.send(fake.base_url)
-    while True:
-        cmd, arg = conn.recv()
-        if cmd == "reset":
-            fake.reset()
-            fake.capacity, fake.capacity_retry_after = arg
-            conn.send(None)
-        elif cmd == "stats":
-            conn.send({"requests": len(fake.requests), "refused": fake.refused,
-                       **fake.in_flight_stats()})
-        else:
-            fake.stop()
-            conn.send(None)
-            return
-
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as fh:
-        out = Path(fh.name)
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec),
-             "--_out", str(out)],
-            cwd=REPO, env=child_env(), capture_output=True, text=True, check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"run {spec['setup']} failed:\n{proc.stderr[-4000:]}")
-        return json.loads(out.read_text())
-    finally:
-        out.unlink(missing_ok=True)
+    return run_script_child(__file__, spec, spec["setup"])
 
 
 # ---- driver -------------------------------------------------------------------------------------
@@ -118,7 +89,7 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="canopy-llm-bench-"))
     n = materialize_multihop(work / "docs", args.articles)
-    fake = FakeHost(_fake_host, args.latency)
+    fake = FakeHost(serve_with_latency, args.latency)
     runs = []
     try:
         for name in args.setups.split(","):
@@ -185,10 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         p.error(f"unknown setups {sorted(unknown)}")
     report = bench(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(render(report))
-    print(f"\nJSON: {args.out}", file=sys.stderr)
+    write_report(report, args.out, render(report))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,8 +46,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_host import FakeHost
-from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
+from fake_host import FakeHost, serve_with_latency
+from index_bench import (
+    REPO,
+    RESULTS,
+    machine,
+    materialize_multihop,
+    run_script_child,
+    write_report,
+)
 
 SETUPS = ("llm-local", "llm-ray1", "llm-ray2", "builtin-local", "builtin-ray1", "builtin-ray2",
           "sweep")
@@ -214,44 +220,12 @@ def _digest(index_dir: Path) -> str:
         db.close()
 
 
-# ---- the fake endpoint, in its own process ------------------------------------------------------
-
-
-def _fake_host(conn: Any, latency: float) -> None:
-    sys.path.insert(0, str(REPO))
-    from tests.fakes.openai_server import FakeOpenAI
-
-    fake = FakeOpenAI(latency=latency).start()
-    conn.send(fake.base_url)
-    while True:
-        cmd, _ = conn.recv()
-        if cmd == "reset":
-            fake.reset()
-            conn.send(None)
-        elif cmd == "stats":
-            conn.send({"requests": len(fake.requests), **fake.in_flight_stats()})
-        else:
-            fake.stop()
-            conn.send(None)
-            return
-
 
 # ---- driver ------------------------------------------------------------------------------------
 
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as fh:
-        out = Path(fh.name)
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec),
-             "--_out", str(out)],
-            cwd=REPO, env=child_env(), capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{spec['label']} failed:\n{proc.stderr[-4000:]}")
-        return dict(json.loads(out.read_text()))
-    finally:
-        out.unlink(missing_ok=True)
+    return run_script_child(__file__, spec, spec["label"])
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -259,7 +233,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     docs = {"llm": work / "docs", "builtin": work / "docs-builtin", "sweep": work / "docs"}
     n = materialize_multihop(docs["llm"], args.articles)
     n_builtin = materialize_multihop(docs["builtin"], args.builtin_articles)
-    fake = FakeHost(_fake_host, args.latency) if any(
+    fake = FakeHost(serve_with_latency, args.latency) if any(
         s.startswith(("llm", "sweep")) for s in args.setups) else None
     rows = []
     sweep_points: list[dict[str, Any]] = []
@@ -369,10 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         p.error(f"unknown setups {sorted(unknown)}; choose from {', '.join(SETUPS)}")
     report = bench(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(render(report))
-    print(f"\nJSON: {args.out}", file=sys.stderr)
+    write_report(report, args.out, render(report))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_host import FakeHost
-from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop
+from index_bench import REPO, RESULTS, child_env, machine, materialize_multihop, write_report
 
 # Retries as the defaults (5), quick first backoff: a 429 here always carries a Retry-After.
 BASE_LLM: dict[str, Any] = {"max_retries": 5, "backoff_s": 0.05}
@@ -269,10 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         Path(args._out).write_text(json.dumps(child(json.loads(args._child))))
         return
     report = bench(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(render(report))
-    print(f"\nJSON: {args.out}", file=sys.stderr)
+    write_report(report, args.out, render(report))
 
 
 if __name__ == "__main__":
