@@ -185,6 +185,19 @@ def test_every_stored_quote_occurs_in_its_unit_and_dates_are_iso(claims_index) -
     assert [(c.start_date, c.end_date) for c in denied] == [("2025-03", "2025-03")]
 
 
+def test_report_prompts_give_each_claim_its_object_and_period(
+        claims_index, fake_openai: FakeOpenAI) -> None:
+    """The community report sees who did what to whom and when, as GraphRAG's covariates do."""
+    prompts = ["\n".join(str(m.get("content", "")) for m in r.body.get("messages", []))
+               for r in fake_openai.requests if r.task == "report"]
+    tables = [p.split("-----Claims-----\n", 1)[1] for p in prompts if "-----Claims-----" in p]
+    assert tables, "no report prompt carried a claims table"
+    rows = [line for t in tables for line in t.splitlines()]
+    assert "id,subject,object,type,status,start_date,end_date,description" in rows
+    assert any(",Quillon Trust,Helio Cells Ltd,REPORTED_EVENT,TRUE,2025-01-14,2025-01-14," in r
+               for r in rows)
+
+
 def test_drill_down_shows_an_entitys_claims_with_period_and_quote(claims_index) -> None:
     with claims_index.context(None) as ctx:
         r = asyncio.run(drill_down(ctx, entity="Quillon Trust"))

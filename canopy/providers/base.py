@@ -212,8 +212,12 @@ class ReportContext:
                 for i, r in enumerate(self.relationships)
             ]
         if self.claims:
-            parts.append("-----Claims-----\nid,subject,type,status,description")
-            parts += [f"{i},{names.get(c.subject, c.subject)},{c.type},{c.status},{c.description}"
+            # GraphRAG's covariate columns: the object and the claimed period let a report say
+            # who did what to whom, and when.
+            parts.append("-----Claims-----\n"
+                         "id,subject,object,type,status,start_date,end_date,description")
+            parts += [f"{i},{names.get(c.subject, c.subject)},{names.get(c.object, c.object)},"
+                      f"{c.type},{c.status},{c.start_date},{c.end_date},{c.description}"
                       for i, c in enumerate(self.claims)]
         return "\n".join(parts)
 
