@@ -96,17 +96,21 @@ _WAITING = "write.waiting."  # a waiting writer holds an OS lock on its own mark
 
 
 @contextmanager
-def writer_lock(index_dir: Path) -> Iterator[None]:
+def writer_lock(index_dir: Path, *, wait: bool = True) -> Iterator[bool]:
     """One writer per index (a watcher and a manual `canopy index` take turns); readers never
     wait. A writer that has to wait says so (stderr), and again when its turn comes; while it
     waits it holds a lock on a marker file, so a background tidy holding the lock gives way
-    (`writer_waiting`). OS file locks (filelock: flock on POSIX, LockFileEx on Windows): a
-    crashed writer holds nothing."""
+    (`writer_waiting`). With `wait=False` a busy lock yields False at once instead (the caller
+    leaves the work to the writer that holds it). OS file locks (filelock: flock on POSIX,
+    LockFileEx on Windows): a crashed writer holds nothing."""
     index_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(index_dir / "write.lock")
     try:
         lock.acquire(timeout=0)
     except Timeout:
+        if not wait:
+            yield False
+            return
         log.warning("another writer (`canopy index`, `watch`, `serve --watch` or a tidy) is "
                     "updating %s: waiting for it to finish", index_dir)
         began = time.monotonic()
@@ -117,7 +121,7 @@ def writer_lock(index_dir: Path) -> Iterator[None]:
         log.warning("the other writer finished after %.0f s: updating %s", time.monotonic() - began,
                     index_dir)
     try:
-        yield
+        yield True
     finally:
         lock.release()
 
@@ -270,18 +274,8 @@ def maintain_index(ws: Workspace, *, wait: bool = False,
         finally:
             store.close()
 
-    if wait:
-        with writer_lock(ws.index_dir):
-            return tidy()
-    lock = FileLock(ws.index_dir / "write.lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return None
-    try:
-        return tidy()
-    finally:
-        lock.release()
+    with writer_lock(ws.index_dir, wait=wait) as held:
+        return tidy() if held else None
 
 
 def tidy_needed(ws: Workspace) -> bool:
