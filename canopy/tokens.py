@@ -94,15 +94,31 @@ def _encoding(encoding: str) -> tiktoken.Encoding:
     return tiktoken.Encoding(**spec)
 
 
+# Texts whose counts are remembered, by total characters: an index build counts the same
+# descriptions and child reports again at every level of the hierarchy (about a quarter of the
+# characters it tokenized at 100 articles); past the bound the memo starts again.
+MEMO_CHARS = 16_000_000
+
+
 class Tokenizer:
     """Counts, encodes and truncates text in one tiktoken encoding."""
 
     def __init__(self, encoding: str = "o200k_base") -> None:
         self.name = encoding
         self._enc = _encoding(encoding)
+        self._counts: dict[str, int] = {}
+        self._memo_chars = 0
 
     def count(self, text: str) -> int:
-        return len(self._enc.encode_ordinary(text))
+        n = self._counts.get(text)
+        if n is None:
+            n = len(self._enc.encode_ordinary(text))
+            if self._memo_chars + len(text) > MEMO_CHARS:
+                self._counts = {}  # a fresh dict: a thread reading the old one is unaffected
+                self._memo_chars = 0
+            self._counts[text] = n
+            self._memo_chars += len(text)
+        return n
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode_ordinary(text)

@@ -386,10 +386,17 @@ class TestWriteReport:
         write(LEAF, ScriptedReports(), children, 5)
         assert children.calls == 0
 
-    def test_the_report_records_the_tokens_of_the_rendered_context(self) -> None:
+    def test_the_report_records_its_context_size_as_the_budget_counted_it(self) -> None:
         provider = ScriptedReports()
         r = write(LEAF, provider, ChildReports(), 100)
-        assert r.context_tokens == len(provider.contexts[0].render().split())
+        ctx = provider.contexts[0]
+        assert r.context_tokens == ElementSizes(WordTokenizer()).context(ctx)
+        # within the budget, and off the rendered count by a few tokens a row (row numbers,
+        # table headers, names where the budget counted ids)
+        rendered = len(ctx.render().split())
+        rows = len(ctx.entities) + len(ctx.relationships)
+        assert 0 < r.context_tokens <= 100 and rows
+        assert abs(rendered - r.context_tokens) <= 3 * (1 + rows)
         assert r.findings[0].entity_ids == ("a",)
 
     def test_invalid_output_is_written_by_the_fallback_when_there_is_one(self) -> None:

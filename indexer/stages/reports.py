@@ -337,7 +337,7 @@ async def _write(b: Build, items: list[tuple[Community, _Source]], sizes: Elemen
                                                 max_tokens=r.max_report_tokens)
                 else:
                     report = await report_from_context(c, reports_only_context(c, source),
-                                                       b.provider, b.tok,
+                                                       b.provider, sizes,
                                                        max_tokens=r.max_report_tokens)
         except EndpointUnavailable as exc:
             unavailable.append(exc)
