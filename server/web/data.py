@@ -96,12 +96,12 @@ async def hierarchy(ctx: QueryContext, index: str, root: str | None = None, *,
         kids = reader.child_ids(level)
         deeper: list[str] = []
         for cid in level:
-            tops = reader.servable_tops(kids.get(cid, []))
+            visible = reader.servable_tops(kids.get(cid, []))
             first = start.get(cid, 0)
-            take = tops[first:first + min(limit, left)] if below < depth else []
+            take = visible[first:first + min(limit, left)] if below < depth else []
             left -= len(take)
-            shown[cid], counts[cid] = take, len(tops)
-            nexts[cid] = _rest(first, len(take), len(tops))
+            shown[cid], counts[cid] = take, len(visible)
+            nexts[cid] = _rest(first, len(take), len(visible))
             deeper += take
         if not deeper:
             break
