@@ -1,20 +1,28 @@
 """The web view's JSON endpoints (/ui/api/...) and files (/ui/), served by `canopy serve --http`
 over a copy of examples/multi-tenant: alice reads public + finance, bob public only, carol
-public + hr. The same bearer tokens as MCP; each caller gets only their view.
+public + hr. The same bearer tokens as MCP; each caller gets only their view. The hierarchy's
+bounds (depth, width, reports read) are also checked in process over the examples, whose tree
+is three levels deep.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
-from tests.conftest import REPO, offline_env
+from canopy.errors import NotFound
+from canopy.model import Report
+from canopy.server.service import CanopyService
+from canopy.server.web.data import hierarchy
+from canopy.server.web.models import Hierarchy
+from tests.conftest import REPO, indexed_examples, offline_env
 from tests.test_auth import (
     DEMO,
     FINANCE_FACTS,
@@ -51,6 +59,18 @@ def community_ids(nodes: list[dict[str, Any]]) -> list[str]:
     return [i for n in nodes for i in [n["id"], *community_ids(n["children"])]]
 
 
+def walk(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [x for n in nodes for x in [n, *walk(n["children"])]]
+
+
+def cut(node: dict[str, Any], depth: int) -> dict[str, Any]:
+    """A node of a whole tree as an answer `depth` levels deep shows it: deeper lists empty,
+    their counts kept, the rest starting at offset 0."""
+    kids = node["children"]
+    return {**node, "children": [cut(k, depth - 1) for k in kids] if depth > 0 else [],
+            "next_offset": 0 if depth <= 0 and kids else None}
+
+
 def everything_seen(base: str, who: str) -> str:
     """Every JSON answer `who` can reach from the page: the tree, each community, and each
     entity of each community's graph."""
@@ -59,6 +79,9 @@ def everything_seen(base: str, who: str) -> str:
         page = get(base, f"/ui/api/community/{cid}", who)
         assert page.status_code == 200, (who, cid, page.text)
         seen.append(page.text)
+        subtree = get(base, f"/ui/api/communities?root={cid}&depth=0", who)
+        assert subtree.status_code == 200, (who, cid, subtree.text)
+        seen.append(subtree.text)
         for node in page.json()["nodes"]:
             entity = get(base, f"/ui/api/entity/{node['id']}", who)
             assert entity.status_code == 200, (who, node, entity.text)
@@ -121,6 +144,10 @@ async def test_counts_are_the_callers_own_as_index_status_gives_them(base: str,
     assert got["communities"] == len(community_ids(got["roots"])) == status["reports"]
     for node in got["roots"]:  # a parent's members cover its sub-communities'
         assert node["size"] >= sum(k["size"] for k in node["children"])
+    # A small index's whole tree is in the first answer: nothing is cut.
+    assert got["next_offset"] is None and got["roots_count"] == len(got["roots"])
+    assert all(n["next_offset"] is None and n["children_count"] == len(n["children"])
+               for n in walk(got["roots"]))
 
 
 def test_a_hidden_community_answers_exactly_like_a_missing_one(base: str) -> None:
@@ -181,6 +208,175 @@ def test_an_entity_page_marks_its_mentions_in_source_excerpts(base: str) -> None
     assert marked and all(m.lower() == name.lower() for m in marked)
     assert page["n_relationships"] == page["entity"]["degree"] >= len(page["relationships"])
     assert all(r["entity_id"] != node["id"] for r in page["relationships"])
+
+
+def test_a_wide_list_comes_in_pages_with_its_count_and_next_offset(base: str) -> None:
+    whole = tree(base, "alice")
+    roots: list[dict[str, Any]] = []
+    offset: int | None = 0
+    while offset is not None:  # the top-level list, two at a time
+        page = get(base, f"/ui/api/communities?limit=2&offset={offset}", "alice").json()
+        assert page["roots_count"] == whole["roots_count"] and 0 < len(page["roots"]) <= 2
+        assert page["entities"] == whole["entities"]
+        assert all(len(n["children"]) <= 2 for n in walk(page["roots"]))
+        roots += page["roots"]
+        offset = page["next_offset"]
+    assert [r["id"] for r in roots] == [r["id"] for r in whole["roots"]]
+    wide = [r for r in roots if r["children_count"] > 2]
+    assert wide and all(r["next_offset"] == 2 and len(r["children"]) == 2 for r in wide)
+    for node in whole["roots"]:  # each community's sub-communities, one at a time
+        kids: list[dict[str, Any]] = []
+        offset = 0
+        while offset is not None:
+            page = get(base, f"/ui/api/communities?root={node['id']}&limit=1&offset={offset}",
+                       "alice").json()
+            [got] = page["roots"]
+            assert got["id"] == node["id"] and got["children_count"] == node["children_count"]
+            kids += got["children"]
+            offset = got["next_offset"]
+        assert kids == node["children"]
+
+
+def test_a_subtree_is_what_the_whole_tree_holds_below_its_root(base: str) -> None:
+    whole = tree(base, "carol")
+    for node in walk(whole["roots"]):
+        got = get(base, f"/ui/api/communities?root={node['id']}", "carol").json()
+        assert got["root"] == node["id"] and got["roots"] == [node]
+        assert got["entities"] == node["size"] and got["communities"] is None
+        top = get(base, f"/ui/api/communities?root={node['id']}&depth=0", "carol").json()
+        assert top["roots"] == [cut(node, 0)] and top["depth"] == 0
+
+
+def test_each_caller_counts_only_the_sub_communities_they_see(base: str) -> None:
+    carol, bob = tree(base, "carol"), tree(base, "bob")
+    shallow = {who: {n["id"]: n for n in get(base, "/ui/api/communities?depth=0", who)
+                     .json()["roots"]} for who in ("carol", "bob")}
+    for who, whole in (("carol", carol), ("bob", bob)):
+        assert shallow[who] == {n["id"]: cut(n, 0) for n in whole["roots"]}
+    # Positive control: carol's hr-only community is a sub-community bob does not count.
+    fewer = [c for c in shallow["bob"]
+             if shallow["bob"][c]["children_count"] < shallow["carol"][c]["children_count"]]
+    assert fewer
+
+
+def test_a_hidden_root_answers_exactly_like_an_unknown_one(base: str) -> None:
+    carol, bob = tree(base, "carol"), tree(base, "bob")
+    hidden = sorted(set(community_ids(carol["roots"])) - set(community_ids(bob["roots"])))
+    assert hidden
+    for cid in hidden:
+        assert get(base, f"/ui/api/communities?root={cid}", "carol").status_code == 200
+        fake = cid[:-3] + ("000" if not cid.endswith("000") else "111")
+        seen = get(base, f"/ui/api/communities?root={cid}&depth=1", "bob")
+        missing = get(base, f"/ui/api/communities?root={fake}&depth=1", "bob")
+        assert seen.status_code == missing.status_code == 404
+        assert seen.json() == get(base, f"/ui/api/community/{cid}", "bob").json() == \
+            {"error": f"No community {cid!r} in this index."}
+        assert missing.json() == {"error": f"No community {fake!r} in this index."}
+        assert dict(seen.headers) | {"content-length": "", "date": ""} == \
+            dict(missing.headers) | {"content-length": "", "date": ""}
+    assert get(base, "/ui/api/communities?root=" + "c" * 5000, "bob").status_code == 404
+
+
+@pytest.mark.parametrize(("query", "error"), [
+    ("depth=5", "depth must be an integer from 0 to 4."),
+    ("depth=-1", "depth must be an integer from 0 to 4."),
+    ("depth=two", "depth must be an integer from 0 to 4."),
+    ("limit=0", "limit must be an integer from 1 to 200."),
+    ("limit=201", "limit must be an integer from 1 to 200."),
+    ("offset=-3", "offset must be an integer from 0 to 1000000."),
+])
+def test_a_bound_out_of_range_is_refused(base: str, query: str, error: str) -> None:
+    got = get(base, f"/ui/api/communities?{query}", "bob")
+    assert got.status_code == 400 and got.json() == {"error": error}
+
+
+# ---- the bounds in process, over the examples (three levels; admin reads all, eve little) ---
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CanopyService]:
+    from tests.test_engines import POLICY
+
+    svc = CanopyService(indexed_examples(tmp_path_factory.mktemp("web-tree"), POLICY))
+    yield svc
+    svc.close()
+
+
+def answer(service: CanopyService, who: str, root: str | None = None,
+           **bounds: int) -> tuple[Hierarchy, list[str]]:
+    """`who`'s hierarchy answer, and the communities whose reports it read."""
+    read: list[str] = []
+    with service.context(who) as ctx, pytest.MonkeyPatch.context() as patch:
+        reports = ctx.reader.reports
+
+        async def counted(ids: Iterable[str]) -> dict[str, Report]:
+            ids = list(ids)
+            read.extend(ids)
+            return await reports(ids)
+
+        patch.setattr(ctx.reader, "reports", counted)
+        got = asyncio.run(hierarchy(ctx, "docs", root, **bounds))
+    return got, read
+
+
+def dumped(got: Hierarchy) -> list[dict[str, Any]]:
+    return [n.model_dump() for n in got.roots]
+
+
+def test_an_answer_stops_at_its_depth_and_reads_only_the_reports_it_holds(
+        service: CanopyService) -> None:
+    whole, _ = answer(service, "admin", depth=4)
+    full = dumped(whole)
+    assert max(n["level"] for n in walk(full)) == 2  # three levels: depth 1 cuts something
+    assert all(n["children_count"] == len(n["children"]) for n in walk(full))
+    for depth in range(4):
+        got, read = answer(service, "admin", depth=depth)
+        assert dumped(got) == [cut(n, depth) for n in full], depth
+        assert sorted(read) == sorted(community_ids(dumped(got))), depth
+    top, read = answer(service, "admin", depth=0)
+    assert len(read) == len(top.roots) == 8 < whole.communities == 25  # not every report
+    assert top.communities == whole.communities and top.entities == whole.entities
+    for node in walk(full):
+        got, read = answer(service, "admin", node["id"], depth=1)
+        assert dumped(got) == [cut(node, 1)] and got.entities == node["size"]
+        assert sorted(read) == sorted(community_ids(dumped(got)))
+
+
+def test_the_budget_cuts_the_deepest_lists_and_says_where_they_go_on(
+        service: CanopyService) -> None:
+    whole = dumped(answer(service, "admin", depth=4)[0])
+    got, read = answer(service, "admin", depth=2, budget=10)
+    nodes = walk(dumped(got))
+    assert len(nodes) == len(read) == 10
+    assert [n["id"] for n in dumped(got)] == [n["id"] for n in whole]  # the top level first
+    first = dumped(got)[0]
+    assert len(first["children"]) == 2 < first["children_count"] == 3
+    assert first["next_offset"] == 2
+    assert all(n["children"] == [] and n["next_offset"] == 0
+               for n in dumped(got)[1:] if n["children_count"])
+    rest, _ = answer(service, "admin", first["id"], depth=1, offset=2)
+    assert [k["id"] for k in dumped(rest)[0]["children"]] == \
+        [k["id"] for k in whole[0]["children"][2:]]
+
+
+def test_a_restricted_callers_counts_are_their_own(service: CanopyService) -> None:
+    admin = dumped(answer(service, "admin", depth=4)[0])
+    eve = dumped(answer(service, "eve", depth=4)[0])
+    for who, full in (("admin", admin), ("eve", eve)):
+        got = dumped(answer(service, who, depth=0)[0])
+        assert got == [cut(n, 0) for n in full], who
+        for node in walk(full):
+            assert dumped(answer(service, who, node["id"], depth=0)[0]) == [cut(node, 0)]
+    count = {who: {n["id"]: n["children_count"] for n in walk(full)}
+             for who, full in (("admin", admin), ("eve", eve))}
+    assert any(count["eve"][c] < count["admin"][c] for c in count["eve"])  # positive control
+    assert set(count["eve"]) < set(count["admin"])
+    for cid in sorted(set(count["admin"]) - set(count["eve"])):
+        with pytest.raises(NotFound) as seen:
+            answer(service, "eve", cid)
+        with pytest.raises(NotFound) as missing:
+            answer(service, "eve", cid[:-3] + "000")
+        assert str(seen.value) == str(missing.value).replace(cid[:-3] + "000", cid)
 
 
 def test_an_overlong_id_is_not_looked_up(base: str) -> None:

@@ -133,6 +133,11 @@ def test_the_page_draws_the_hierarchy_and_opens_a_community_and_an_entity(
         == hub["id"]
     assert browser.evaluate("location.hash") == f"#c={child['id']}&e={hub['id']}"
 
+    # The whole tree came in the first answer: no sub-tree was asked for.
+    asked = browser.evaluate("performance.getEntriesByType('resource').map(e => e.name)"
+                             ".filter(u => u.includes('/ui/api/communities'))")
+    assert len(asked) == 1 and "root=" not in asked[0]
+
     png = browser.screenshot()
     size, bins = hue_bins(png)
     assert size == (WIDTH, HEIGHT) and len(png) > 50_000
@@ -153,6 +158,80 @@ def open_community(browser: Browser, base: str, node: dict[str, Any]) -> Any:
     assert sorted(drawn) == sorted(n["id"] for n in page["nodes"]) and drawn
     assert browser.evaluate("document.querySelectorAll('#graph line').length") == len(page["edges"])
     return page
+
+
+ARC_IDS = "[...document.querySelectorAll('#sunburst path[data-id]')].map(p => p.dataset.id)"
+ASKED = ("performance.getEntriesByType('resource').map(e => e.name)"
+         ".filter(u => u.includes('/ui/api/communities'))")
+
+
+def test_a_click_on_a_cut_off_community_loads_and_draws_its_sub_communities(
+        browser: Browser, examples_base: str) -> None:
+    """With ?depth=1 the first answer stops above the examples' deepest level; a click on a
+    community whose sub-communities were cut off asks for its sub-tree and draws it."""
+    top = api(examples_base, "/ui/api/communities?depth=1")
+    browser.goto(examples_base + "/ui/?depth=1")
+    browser.wait_for("document.body.dataset.state === 'ready'")
+    assert sorted(browser.evaluate(ARC_IDS)) == sorted(c["id"] for c in _walk(top["roots"]))
+    cut = [k for r in top["roots"] for k in r["children"]
+           if k["children_count"] and not k["children"]]
+    assert cut, "depth=1 should cut the examples' third level off"
+    node = max(cut, key=lambda k: k["size"])
+    sub = api(examples_base, f"/ui/api/communities?root={node['id']}&depth=1")["roots"][0]
+    assert sub["children"] and len(sub["children"]) == node["children_count"]
+    assert not any(c["id"] in browser.evaluate(ARC_IDS) for c in sub["children"])
+
+    browser.click(f"#sunburst text.arc-label[data-id='{node['id']}']")
+    open_community(browser, examples_base, node)
+    kids = [k["id"] for k in sub["children"]]
+    browser.wait_for(f"{json.dumps(kids)}.every(id => "
+                     "document.querySelector(`#sunburst path[data-id='${id}']`))")
+    assert sorted(browser.evaluate(ARC_IDS)) == \
+        sorted([c["id"] for c in _walk(top["roots"])] + [c["id"] for c in _walk(sub["children"])])
+    # Drawn as arcs one can see and titled from the API, listed inside the opened community.
+    for kid in sub["children"]:
+        arc = f"document.querySelector(\"#sunburst path[data-id='{kid['id']}']\")"
+        browser.wait_for(f"{arc}.getAttribute('fill-opacity') === '1'")
+        assert browser.evaluate(f"{arc}.querySelector('title').textContent.split('\\n')[0]") \
+            == kid["title"]
+    listed = browser.evaluate("[...document.querySelectorAll('#inside .link')]"
+                              ".map(b => b.textContent)")
+    assert sorted(listed) == sorted(k["title"] for k in sub["children"])
+    assert any(f"root={node['id']}" in u for u in browser.evaluate(ASKED))
+
+    # A link to a community below what the first answer holds loads the way down to it.
+    deep = sub["children"][0]
+    browser.goto(f"{examples_base}/ui/?depth=0#c={deep['id']}")
+    browser.wait_for("document.body.dataset.state === 'ready'")
+    open_community(browser, examples_base, deep)
+    browser.wait_for("(document.querySelector('#sunburst path.selected') || {dataset: {}})"
+                     f".dataset.id === {json.dumps(deep['id'])}")
+    # One sub-tree per community on the way down (its root, then its parent), no more.
+    below = [u for u in browser.evaluate(ASKED) if "root=" in u]
+    assert [u.split("root=")[1].split("&")[0] for u in below] == \
+        [c["id"] for c in api(examples_base, f"/ui/api/community/{deep['id']}")["parents"]]
+
+
+def test_a_list_cut_at_its_limit_shows_more_on_request(browser: Browser,
+                                                      examples_base: str) -> None:
+    """With ?limit=3 each list comes three at a time; "Show more" draws the next three."""
+    whole = api(examples_base, "/ui/api/communities")["roots"]
+    first = api(examples_base, "/ui/api/communities?limit=3")
+    assert first["roots_count"] == len(whole) > 6 and first["next_offset"] == 3
+    browser.goto(examples_base + "/ui/?limit=3")
+    browser.wait_for("document.body.dataset.state === 'ready'")
+    assert sorted(browser.evaluate(ARC_IDS)) == sorted(c["id"] for c in _walk(first["roots"]))
+    more = "document.getElementById('inside-more')"
+    assert browser.evaluate(f"{more}.hidden") is False
+    assert browser.evaluate(f"{more}.textContent") == f"Show more ({len(whole) - 3} not drawn)"
+    browser.click("#inside-more")
+    browser.wait_for("document.querySelectorAll('#inside .link').length === 6")
+    second = api(examples_base, "/ui/api/communities?limit=3&offset=3")
+    assert sorted(browser.evaluate(ARC_IDS)) == \
+        sorted(c["id"] for c in _walk(first["roots"] + second["roots"]))
+    assert sorted(browser.evaluate("[...document.querySelectorAll('#inside .link')]"
+                                   ".map(b => b.textContent)")) == \
+        sorted(r["title"] for r in whole[:6])
 
 
 def test_a_restricted_caller_signs_in_with_a_token_and_sees_only_their_view(

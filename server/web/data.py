@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from canopy.errors import InvalidArgument
 from canopy.model import Document, Entity, TextUnit
 from canopy.server.context import QueryContext
 from canopy.server.engines.cards import community_card, entity_card, finding_cards, span_of
@@ -26,41 +27,101 @@ from canopy.server.web.models import (
     Neighbour,
 )
 
-__all__ = ["GRAPH_LIMIT", "community_page", "entity_page", "hierarchy", "no_community", "no_entity"]
+__all__ = ["BUDGET", "DEPTH", "GRAPH_LIMIT", "MAX_DEPTH", "WIDTH", "bounded", "community_page",
+           "entity_page", "hierarchy", "no_community", "no_entity"]
 
+DEPTH = 2  # levels below the answer's communities by default: three rings of the sunburst
+MAX_DEPTH = 4
+WIDTH = 200  # sub-communities of one community in one answer (the rest by offset)
+BUDGET = 2000  # communities in one answer: at most this many reports are read
 GRAPH_LIMIT = 40  # members drawn in a community's graph: a force layout stays legible
 NEIGHBOURS = 12  # relationships listed for an entity
 SOURCES = 6  # excerpts shown for an entity
 BEFORE, AFTER = 220, 380  # characters of an excerpt around the first mention
 
 
-async def hierarchy(ctx: QueryContext, index: str) -> Hierarchy:
-    """The caller's servable hierarchy: a hidden community's visible descendants hang from its
-    nearest visible ancestor (or become roots), as drill_down navigates."""
+def bounded(name: str, raw: str | None, default: int, lo: int, hi: int) -> int:
+    """A query parameter as an integer from `lo` to `hi` (`default` when absent)."""
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise InvalidArgument(f"{name} must be an integer from {lo} to {hi}.")
+    return int(raw)
+
+
+async def hierarchy(ctx: QueryContext, index: str, root: str | None = None, *,
+                    depth: int = DEPTH, offset: int = 0, limit: int = WIDTH,
+                    budget: int = BUDGET) -> Hierarchy:
+    """The caller's servable hierarchy, bounded: the top-level communities from `offset` on (at
+    most `limit`), or the community `root` with its sub-communities from `offset` on, each down
+    to `depth` levels below. A hidden community's visible descendants hang from its nearest
+    visible ancestor (or become top-level), as drill_down navigates. Every list is cut at
+    `limit` and the whole answer at `budget` communities; a cut list keeps its full count and
+    the offset of the rest. Only the reports of the communities in the answer are read (a
+    report of a partly visible community is a view, possibly built by the provider)."""
     reader = ctx.reader
-    children: dict[str, list[str]] = {}
-    level = reader.roots()
-    order = list(level)
-    while level:  # breadth first, one batch of reads per level
+    who = ctx.caller.principal
+    limit = min(limit, budget)
+    if root is None:
+        tops = reader.roots()
+        sizes = {c: reader.visible_size(c) for c in tops}
+        tops.sort(key=lambda c: (-sizes[c], c))
+        page = tops[offset:offset + limit]
+        served = await reader.reports(page)
+        # Servability decides each count as index_status counts reports: no report is read.
+        states = reader.community_states(reader.inventory.community_ids())
+        answer = Hierarchy(index=index, caller=None if who.unrestricted else who.name, root=None,
+                           depth=depth, communities=sum(1 for s in states.values() if s),
+                           entities=sum(sizes.values()), roots_count=len(tops),
+                           next_offset=_rest(offset, len(page), len(tops)), roots=[])
+        start: dict[str, int] = {}
+    else:
+        served = await reader.reports([root])
+        if root not in served:
+            raise no_community(root)
+        page = [root]
+        sizes = {root: reader.visible_size(root)}
+        answer = Hierarchy(index=index, caller=None if who.unrestricted else who.name, root=root,
+                           depth=depth, communities=None, entities=sizes[root],
+                           roots_count=1, next_offset=None, roots=[])
+        start = {root: offset}
+
+    # Breadth first, one batch of reads per level; the budget runs out at the deepest levels.
+    left = budget - len(page)
+    shown: dict[str, list[str]] = {}  # the sub-communities in the answer, per community
+    counts: dict[str, int] = {}  # all the caller sees, per community
+    nexts: dict[str, int | None] = {}
+    level = page
+    for below in range(depth + 1):
         kids = reader.child_ids(level)
+        deeper: list[str] = []
         for cid in level:
-            children[cid] = reader.servable_tops(kids.get(cid, []))
-        level = [k for cid in level for k in children[cid]]
-        order += level
-    reports = await reader.reports(order)
+            visible = reader.servable_tops(kids.get(cid, []))
+            first = start.get(cid, 0)
+            take = visible[first:first + min(limit, left)] if below < depth else []
+            left -= len(take)
+            shown[cid], counts[cid] = take, len(visible)
+            nexts[cid] = _rest(first, len(take), len(visible))
+            deeper += take
+        if not deeper:
+            break
+        served.update(await reader.reports([c for c in deeper if c not in served]))
+        level = deeper
 
     def node(cid: str) -> CommunityNode:
-        r = reports[cid]
+        r = served[cid]
         return CommunityNode(id=cid, level=r.level, title=r.title, rating=r.rating,
-                             size=reader.visible_size(cid),
-                             children=[node(k) for k in children[cid] if k in reports])
+                             size=sizes[cid] if cid in sizes else reader.visible_size(cid),
+                             children=[node(k) for k in shown[cid] if k in served],
+                             children_count=counts[cid], next_offset=nexts[cid])
 
-    roots = [node(c) for c in reader.roots() if c in reports]
-    roots.sort(key=lambda n: (-n.size, n.id))
-    who = ctx.caller.principal
-    return Hierarchy(index=index, caller=None if who.unrestricted else who.name,
-                     communities=len(reports),
-                     entities=sum(n.size for n in roots), roots=roots)
+    answer.roots = [node(c) for c in page if c in served]
+    return answer
+
+
+def _rest(first: int, taken: int, count: int) -> int | None:
+    """Where the items after a page start, or None when the page reaches the end."""
+    return first + taken if first + taken < count else None
 
 
 async def community_page(ctx: QueryContext, cid: str, limit: int = GRAPH_LIMIT) -> CommunityPage:

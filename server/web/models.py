@@ -24,7 +24,8 @@ __all__ = [
 
 
 class CommunityNode(BaseModel):
-    """One community of the caller's hierarchy (a sunburst arc)."""
+    """One community of the caller's hierarchy (a sunburst arc), with the sub-communities the
+    answer reaches (all of them, or the first ones, or none where it stops)."""
 
     id: str
     level: int
@@ -32,15 +33,32 @@ class CommunityNode(BaseModel):
     rating: float | None = None
     size: int = Field(description="Member entities that exist for the caller")
     children: list[CommunityNode] = Field(default_factory=list)
+    children_count: int = Field(0, description="Sub-communities the caller sees, in `children` "
+                                               "or not")
+    next_offset: int | None = Field(None, description="Where the sub-communities not in "
+                                                      "`children` start (`?root=ID&offset=N`); "
+                                                      "None when all are there")
 
 
 class Hierarchy(BaseModel):
+    """The caller's hierarchy from the top, or from one community (`root`), to a bounded depth."""
+
     index: str = Field(description="Name of the indexed folder")
     caller: str | None = Field(None, description="Who the page is shown to (None: the local "
                                                  "user of an index without a policy)")
-    communities: int = Field(description="Communities in the tree below")
-    entities: int = Field(description="Entities the caller can see (the roots' sizes summed)")
-    roots: list[CommunityNode]
+    root: str | None = Field(None, description="The community asked for; None: the top")
+    depth: int = Field(description="Levels filled in below each of `roots`")
+    communities: int | None = Field(description="Communities the caller sees in the whole "
+                                                "index (in the top's answer only)")
+    entities: int = Field(description="Entities the caller can see: all top-level communities' "
+                                      "sizes summed, or the root's size")
+    roots: list[CommunityNode] = Field(description="Top-level communities from `offset` on, "
+                                                   "or the root alone")
+    roots_count: int = Field(description="All top-level communities the caller sees (1 for "
+                                         "a root)")
+    next_offset: int | None = Field(None, description="Where the top-level communities not "
+                                                      "in `roots` start; None when all are "
+                                                      "there")
 
 
 class GraphNode(BaseModel):

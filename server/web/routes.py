@@ -29,8 +29,20 @@ from starlette.routing import Route
 
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing, InvalidArgument, NotFound
 from canopy.server.context import QueryContext
+from canopy.server.engines.drill import MAX_OFFSET
 from canopy.server.first_build import ServiceSlot
-from canopy.server.web.data import community_page, entity_page, hierarchy, no_community, no_entity
+from canopy.server.web.data import (
+    DEPTH,
+    MAX_DEPTH,
+    WIDTH,
+    bounded,
+    community_page,
+    entity_page,
+    hierarchy,
+    no_community,
+    no_entity,
+)
+from canopy.server.web.models import Hierarchy
 
 __all__ = ["STATIC_FILES", "WebApi", "web_routes"]
 
@@ -107,7 +119,21 @@ class WebApi:
                         headers=API_HEADERS)
 
     async def communities(self, request: Request) -> Response:
-        return await self.answer(request, lambda q: hierarchy(q, self.index))
+        """`?root=ID` (a community; else the top), `depth` (levels below), `offset` (into the
+        root's sub-communities or the top-level list), `limit` (per list)."""
+        query = request.query_params
+        root = query.get("root")
+        if root is not None and len(root) > MAX_ID:
+            return await self.answer(request, _raise(no_community(root)))
+
+        async def tree(q: QueryContext) -> Hierarchy:
+            return await hierarchy(
+                q, self.index, root,
+                depth=bounded("depth", query.get("depth"), DEPTH, 0, MAX_DEPTH),
+                offset=bounded("offset", query.get("offset"), 0, 0, MAX_OFFSET),
+                limit=bounded("limit", query.get("limit"), WIDTH, 1, WIDTH))
+
+        return await self.answer(request, tree)
 
     async def community(self, request: Request) -> Response:
         cid = request.path_params["community_id"]

@@ -14,8 +14,8 @@
                    "#af7aa1", "#ff9da7", "#9c755f", "#bab0ab"];
 
   const $ = (id) => document.getElementById(id);
-  const state = { tree: null, root: null, byId: new Map(), focus: null, selected: null,
-                  entity: null, zoomTo: null };
+  const state = { tree: null, top: null, root: null, byId: new Map(), focus: null,
+                  selected: null, entity: null, zoomTo: null, loading: new Map() };
 
   // ---- the API ------------------------------------------------------------------------------
 
@@ -53,13 +53,79 @@
     $("message").textContent = text || "";
   }
 
+  // ---- the hierarchy, loaded as it is opened --------------------------------------------------
+
+  // The page's own ?depth=N&limit=N go to the hierarchy's requests (lighter first answers).
+  function treeQuery(extra) {
+    const params = new URLSearchParams();
+    const page = new URLSearchParams(location.search);
+    for (const name of ["depth", "limit"]) {
+      if (/^[0-9]+$/.test(page.get(name) || "")) params.set(name, page.get(name));
+    }
+    for (const [name, value] of Object.entries(extra)) params.set(name, String(value));
+    // A page of sub-communities is asked for with them: at least one level below its root.
+    if ("offset" in extra && params.get("depth") === "0") params.set("depth", "1");
+    return "/ui/api/communities?" + params.toString();
+  }
+
+  // Each community of the tree (and the top, id null) holds the sub-communities loaded so far;
+  // `next_offset` is where the rest start (null: all are here). One request at a time per node.
+  function hasMore(data) { return data.next_offset !== null && data.next_offset !== undefined; }
+
+  function loadMore(data) {
+    const key = data.id === null ? "" : "c:" + data.id;
+    if (!state.loading.has(key)) {
+      const job = (async () => {
+        const offset = data.next_offset;
+        const extra = data.id === null ? { offset } : { root: data.id, offset };
+        const got = await api(treeQuery(extra));
+        const more = data.id === null
+          ? { children: got.roots, next_offset: got.next_offset, children_count: got.roots_count }
+          : got.roots[0];
+        data.children = (data.children || []).slice(0, offset).concat(more.children);
+        data.next_offset = more.next_offset;
+        data.children_count = more.children_count;
+      })().finally(() => state.loading.delete(key));
+      state.loading.set(key, job);
+    }
+    return state.loading.get(key);
+  }
+
+  // Loads what showing community `id` needs: the chain to it from the top (`parents`, root
+  // first, as its page names them) and its own sub-communities. True when the tree grew.
+  async function reveal(id, parents) {
+    let grew = false;
+    let at = state.top;
+    for (const cid of [...parents.map((p) => p.id), id]) {
+      const child = () => (at.children || []).find((k) => k.id === cid);
+      while (!child() && hasMore(at)) {
+        const had = (at.children || []).length;
+        await loadMore(at);
+        grew = true;
+        if ((at.children || []).length <= had) break;  // no progress: never loop
+      }
+      if (!child()) return grew;  // not under its parent here (the index changed)
+      at = child();
+    }
+    if (hasMore(at) && !(at.children || []).length) { await loadMore(at); grew = true; }
+    return grew;
+  }
+
+  // Draws the grown tree again, showing the open community as before (no animation).
+  function redraw() {
+    drawSunburst(state.top);
+    const open = state.selected && state.byId.get(state.selected);
+    state.zoomTo(open || null, false);
+    state.highlight(state.selected);
+  }
+
   // ---- start --------------------------------------------------------------------------------
 
   async function start() {
     showMessage("");
     let tree;
     try {
-      tree = await api("/ui/api/communities");
+      tree = await api(treeQuery({}));
     } catch (e) {
       if (e.status !== 401) { showMessage(e.message); document.body.dataset.state = "error"; }
       return;
@@ -73,7 +139,9 @@
     $("who").textContent = tree.caller === null ? "all documents (no access policy)"
                                                 : "viewing as " + tree.caller;
     state.tree = tree;
-    drawSunburst(tree);
+    state.top = { id: null, title: tree.index, size: tree.entities, children: tree.roots,
+                  children_count: tree.roots_count, next_offset: tree.next_offset };
+    drawSunburst(state.top);
     document.body.dataset.state = "ready";
     await route();
   }
@@ -127,18 +195,18 @@
     return title.split(/,| and /)[0].trim();
   }
 
-  function drawSunburst(tree) {
+  function drawSunburst(data) {
     const width = 560;
     // The centre disc, then three rings (deeper ones appear when zoomed).
     const centreRadius = 66;
     const ring = (width / 2 - 4 - centreRadius) / 3;
     const rad = (y) => (y <= 0 ? 0 : centreRadius + (y - 1) * ring);
-    const data = { id: null, title: tree.index, size: tree.entities, children: tree.roots };
     const hierarchy = d3.hierarchy(data)
       // An arc's own share: members not in any visible sub-community.
       .sum((d) => Math.max(0, d.size - d3.sum(d.children || [], (k) => k.size)))
       .sort((a, b) => b.value - a.value || d3.ascending(a.data.id, b.data.id));
     const root = d3.partition().size([2 * Math.PI, hierarchy.height + 1])(hierarchy);
+    state.byId = new Map();
     root.each((d) => { d.current = d; if (d.data.id) state.byId.set(d.data.id, d); });
     state.root = root;
     state.focus = root;
@@ -193,13 +261,13 @@
 
     function setCentre(open) {
       centreText.selectAll("*").remove();
-      const lines = wrap(open ? open.data.title : tree.index, 17).slice(0, 4);
+      const lines = wrap(open ? open.data.title : data.title, 17).slice(0, 4);
       const top = -((lines.length + 1) * 14) / 2 + 8;
       lines.forEach((line, i) => centreText.append("tspan").attr("x", 0)
         .attr("y", top + i * 14).text(line));
       centreText.append("tspan").attr("class", "sub").attr("x", 0)
         .attr("y", top + lines.length * 14 + 4)
-        .text(open ? "▲ up one level" : `${tree.entities} entities`);
+        .text(open ? "▲ up one level" : `${data.size} entities`);
     }
     setCentre(null);
 
@@ -283,6 +351,22 @@
     items.select(".link").text((d) => d.data.title)
       .on("click", (event, d) => go(d.data.id, null));
     items.select(".n").text((d) => d.data.size);
+    // Sub-communities past the loaded ones: a button loads the next page of them.
+    const more = $("inside-more");
+    const left = (p.data.children_count || 0) - (p.data.children || []).length;
+    more.hidden = !hasMore(p.data) || left <= 0;
+    more.textContent = `Show more (${left} not drawn)`;
+    more.onclick = async () => {
+      more.disabled = true;
+      try {
+        await loadMore(p.data);
+        redraw();
+      } catch (e) {
+        showMessage(e.message);
+      } finally {
+        more.disabled = false;
+      }
+    };
   }
 
   // ---- a community --------------------------------------------------------------------------
@@ -308,6 +392,16 @@
       return;
     }
     if (state.selected !== id) return;  // another click came first
+    // A community deeper than the tree loaded so far, or whose sub-communities were cut off:
+    // load them (its page names its ancestors) and draw them before zooming in.
+    let grew = false;
+    try {
+      grew = await reveal(id, page.parents);
+    } catch (e) {
+      showMessage(e.message);
+    }
+    if (state.selected !== id) return;
+    if (grew) redraw();
     state.zoomTo(state.byId.get(id) || null, true);
     renderCommunity(panel, page);
     panel.attr("data-id", id);
