@@ -7,10 +7,10 @@ them into entities and relationships, starts the hierarchy from GraphRAG's commu
 (canopy.indexer.communities.GivenCommunities) and takes GraphRAG's report for each community placed
 with exactly GraphRAG's members. GraphRAG's claims (covariates.parquet, when its claim extraction
 ran) are imported whatever `[extract] claims` says, like its entities: that setting says whether
-Canopy's provider is asked for claims, and a unit it re-extracts later gets that provider's. The result is an ordinary index: `canopy index` keeps it current
-(changed documents re-extracted by the configured provider, unchanged ones kept), and
-`canopy serve` / `query` answer from it. GraphRAG's vectors are not read: Canopy embeds with its
-own embedder, keyed by content hash.
+Canopy's provider is asked for claims, and a unit it re-extracts later gets that provider's. The
+result is an ordinary index: `canopy index` keeps it current (changed documents re-extracted by the
+configured provider, unchanged ones kept), and `canopy serve` / `query` answer from it. GraphRAG's
+vectors are not read: Canopy embeds with its own embedder, keyed by content hash.
 """
 
 from __future__ import annotations

@@ -219,19 +219,20 @@ def _place(out: GROutput, located: list[tuple[GRUnit, int, int]], replayed: list
             uid = next((u for _, u in near if verified_quote(c.source_text, texts[u])),
                        next((u for _, u in near if subject.title.casefold() in lowered[u]),
                             near[0][1]))
-            for e in (subject, obj):
-                if e is not None:
-                    ents[uid].setdefault(e.title, EntityInstance(e.title, e.type, e.description))
+            for member in (subject, obj):
+                if member is not None:
+                    ents[uid].setdefault(member.title, EntityInstance(
+                        member.title, member.type, member.description))
             status = c.status.strip().strip("*").upper()
-            start, end = period(c.start_date, c.end_date)
-            inst = ClaimInstance(subject.title, obj.title if obj is not None else "",
-                                 c.type.strip().upper(), status if status in _STATUSES
-                                 else "SUSPECTED", c.description.strip(), start, end,
-                                 verified_quote(c.source_text, texts[uid]))
-            key = (normalize_name(inst.subject), normalize_name(inst.object), inst.type,
-                   normalize_name(inst.description))
-            if key not in claims[uid] or (inst.quote and not claims[uid][key].quote):
-                claims[uid][key] = inst
+            start_date, end_date = period(c.start_date, c.end_date)
+            claim = ClaimInstance(subject.title, obj.title if obj is not None else "",
+                                  c.type.strip().upper(), status if status in _STATUSES
+                                  else "SUSPECTED", c.description.strip(), start_date,
+                                  end_date, verified_quote(c.source_text, texts[uid]))
+            key = (normalize_name(claim.subject), normalize_name(claim.object), claim.type,
+                   normalize_name(claim.description))
+            if key not in claims[uid] or (claim.quote and not claims[uid][key].quote):
+                claims[uid][key] = claim
             result.claims_placed += 1
     for u in replayed:
         result.extractions[u.id] = Extraction(u.id, tuple(ents[u.id].values()),

@@ -17,8 +17,8 @@ from typing import Any
 
 from canopy.errors import CanopyError
 
-__all__ = ["GRClaim", "GRDocument", "GREntity", "GRCommunity", "GRFinding", "GROutput", "GRRelationship",
-           "GRReport", "GRUnit", "NotGraphRAGOutput", "cited", "read_output"]
+__all__ = ["GRClaim", "GRDocument", "GREntity", "GRCommunity", "GRFinding", "GROutput",
+           "GRRelationship", "GRReport", "GRUnit", "NotGraphRAGOutput", "cited", "read_output"]
 
 # table -> the columns the import reads
 REQUIRED: dict[str, tuple[str, ...]] = {
