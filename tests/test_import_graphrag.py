@@ -131,7 +131,8 @@ def test_an_existing_index_is_not_overwritten(imported: tuple[Path, dict[str, ob
     assert result.output.count("\n") == 1 and "already holds an index" in result.output
 
 
-@pytest.mark.parametrize("broken", ["not_graphrag", "missing_table", "missing_column"])
+@pytest.mark.parametrize("broken", ["not_graphrag", "missing_table", "missing_column",
+                                    "claims_column"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, broken: str) -> None:
     docs = _fresh_docs(tmp_path)
     out = tmp_path / "output"
@@ -143,6 +144,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, broken: str) -
         if broken == "missing_table":
             (out / "community_reports.parquet").unlink()
             expected = "community_reports.parquet is missing"
+        elif broken == "claims_column":  # covariates.parquet is optional, but read if there
+            table = pq.read_table(out / "covariates.parquet").drop_columns(["subject_id"])
+            pq.write_table(table, out / "covariates.parquet")
+            expected = "covariates.parquet lacks the column(s) subject_id"
         else:
             table = pq.read_table(out / "entities.parquet").drop_columns(["title"])
             pq.write_table(table, out / "entities.parquet")
