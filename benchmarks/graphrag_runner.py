@@ -45,9 +45,11 @@ def _hwm_mb() -> float | None:
 
 
 def prepare(root: Path, docs: Path, base_url: str, concurrency: int | None,
-            chunk: tuple[int, int] | None = None) -> int:
+            chunk: tuple[int, int] | None = None, claims: bool = False) -> int:
     """`graphrag init` into `root`, settings pointed at the endpoint; the documents copied to
-    root/input (GraphRAG's text loader reads one file pattern). Returns the documents copied."""
+    root/input (GraphRAG's text loader reads one file pattern). `claims`: GraphRAG's claim
+    extraction (`extract_claims`, off by default) runs too and writes covariates.parquet.
+    Returns the documents copied."""
     import yaml
 
     root.mkdir(parents=True, exist_ok=True)
@@ -70,6 +72,8 @@ def prepare(root: Path, docs: Path, base_url: str, concurrency: int | None,
     settings["vector_store"]["vector_size"] = 64  # the fake endpoint's embedding size
     if chunk:
         settings["chunking"]["size"], settings["chunking"]["overlap"] = chunk
+    if claims:
+        settings.setdefault("extract_claims", {})["enabled"] = True
     settings_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     (root / ".env").write_text("GRAPHRAG_API_KEY=fake\n")
     inp = root / "input"
@@ -97,11 +101,14 @@ def main() -> None:
     p.add_argument("--chunk-size", type=int, default=None,
                    help="tokens per text unit (GraphRAG's default: 1200, overlap 100)")
     p.add_argument("--chunk-overlap", type=int, default=100)
+    p.add_argument("--claims", action="store_true",
+                   help="enable GraphRAG's claim extraction (extract_claims; off by default)")
     p.add_argument("--tracemalloc", action="store_true",
                    help="leave GraphRAG's per-workflow tracemalloc on")
     args = p.parse_args()
     chunk = (args.chunk_size, args.chunk_overlap) if args.chunk_size else None
-    n_docs = prepare(args.root, args.docs, args.base_url, args.concurrency, chunk)
+    n_docs = prepare(args.root, args.docs, args.base_url, args.concurrency, chunk,
+                     args.claims)
 
     # LiteLLM fetches a price table from GitHub at import unless told to use its bundled copy:
     # no network in a benchmark.

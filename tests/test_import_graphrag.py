@@ -19,8 +19,13 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from canopy.claims import iso_date, period
+from canopy.ids import normalize_name
+from canopy.model import Claim
 from canopy.server.api import Index
 from canopy.server.cli import main
+from canopy.store import Store
+from canopy.store.export import load_graph
 from tests.conftest import REPO, offline_env
 from tests.fakes import graphrag_responses, responses
 
@@ -32,8 +37,8 @@ def _column(table: str, column: str) -> list[str]:
     return [str(v) for v in pq.read_table(OUTPUT / f"{table}.parquet").column(column).to_pylist()]
 
 
-def _import(docs: Path, *extra: str) -> dict[str, object]:
-    result = CliRunner().invoke(main, ["import-graphrag", str(OUTPUT), str(docs), "--json",
+def _import(docs: Path, *extra: str, output: Path = OUTPUT) -> dict[str, object]:
+    result = CliRunner().invoke(main, ["import-graphrag", str(output), str(docs), "--json",
                                        *extra])
     assert result.exit_code == 0, result.output
     data: dict[str, object] = json.loads(result.stdout)
@@ -126,7 +131,8 @@ def test_an_existing_index_is_not_overwritten(imported: tuple[Path, dict[str, ob
     assert result.output.count("\n") == 1 and "already holds an index" in result.output
 
 
-@pytest.mark.parametrize("broken", ["not_graphrag", "missing_table", "missing_column"])
+@pytest.mark.parametrize("broken", ["not_graphrag", "missing_table", "missing_column",
+                                    "claims_column"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, broken: str) -> None:
     docs = _fresh_docs(tmp_path)
     out = tmp_path / "output"
@@ -138,6 +144,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, broken: str) -
         if broken == "missing_table":
             (out / "community_reports.parquet").unlink()
             expected = "community_reports.parquet is missing"
+        elif broken == "claims_column":  # covariates.parquet is optional, but read if there
+            table = pq.read_table(out / "covariates.parquet").drop_columns(["subject_id"])
+            pq.write_table(table, out / "covariates.parquet")
+            expected = "covariates.parquet lacks the column(s) subject_id"
         else:
             table = pq.read_table(out / "entities.parquet").drop_columns(["title"])
             pq.write_table(table, out / "entities.parquet")
@@ -165,7 +175,187 @@ def test_fake_answers_graphrag_prompts_and_only_those() -> None:
                           {"role": "user", "content": "MANY entities and relationships were "
                                                       "missed in the last extraction."}]}
     assert responses.identify_task(glean) == "graphrag_glean"
+    # GraphRAG's claim prompt (extract_claims): one tuple per sentence with a name and an event
+    # or a date, GraphRAG's delimiters and date shape
+    claims = ("-Target activity-\n...\n-Real Data-\nUse the following input for your answer.\n"
+              "Entity specification: ['organization', 'person']\nClaim description: Any claims\n"
+              "Text: Verdant Grocers announced an order for Antwerp. Kestrel K2 was launched on "
+              "12 March 2024 in Hamburg. It is blue.\nOutput:")
+    body = {"messages": [{"role": "user", "content": claims}]}
+    assert responses.identify_task(body) == "graphrag_claims"
+    out = graphrag_responses.chat_content("graphrag_claims", body)
+    assert out.endswith("<|COMPLETE|>")
+    assert [r.strip() for r in out.removesuffix("<|COMPLETE|>").split("##")] == [
+        "(VERDANT GROCERS<|>ANTWERP<|>REPORTED EVENT<|>TRUE<|>NONE<|>NONE<|>Verdant Grocers "
+        "announced (involving Antwerp), according to the text<|>Verdant Grocers announced an "
+        "order for Antwerp.)",
+        "(KESTREL K2<|>MARCH<|>DATED FACT<|>TRUE<|>2024-03-12T00:00:00<|>2024-03-12T00:00:00<|>"
+        "A dated fact about Kestrel K2 (involving March), according to the text<|>Kestrel K2 "
+        "was launched on 12 March 2024 in Hamburg.)"]
     # Canopy's own prompts keep their tasks
     canopy = {"messages": [{"role": "user", "content": "Task: summarize\n===== Descriptions "
                                                        "=====\n- a\n- b"}]}
     assert responses.identify_task(canopy) == "summarize"
+
+
+# ---- claims (GraphRAG's covariates.parquet) ---------------------------------------------------
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _claims(docs: Path) -> tuple[list[Claim], dict[str, str], dict[str, str]]:
+    """The index's claims, entity names by id, and unit texts by id."""
+    store = Store(docs / ".canopy")
+    try:
+        g = load_graph(store)
+        return (sorted(g.claims.values(), key=lambda c: c.id),
+                {e.id: e.name for e in g.entities.values()},
+                {u.id: u.text for u in g.units.values()})
+    finally:
+        store.close()
+
+
+def test_claims_are_imported_with_entities_iso_dates_and_verified_quotes(
+        imported: tuple[Path, dict[str, object]]) -> None:
+    docs, summary = imported
+    rows = pq.read_table(OUTPUT / "covariates.parquet").to_pylist()
+    assert summary["graphrag_claims"] == summary["claims_placed"] == len(rows)
+    assert summary["claims_left_out"] == 0
+    claims, names, units = _claims(docs)
+    # GraphRAG's duplicates (one sentence in two overlapping units) are one claim each
+    distinct = {(r["subject_id"], r["object_id"], r["type"], r["description"]) for r in rows}
+    assert len(claims) == len(distinct) < len(rows)
+    text = _squash("\n".join(p.read_text(encoding="utf-8")
+                             for p in sorted((FIXTURE / "input").rglob("*.md"))))
+    got = {(names[c.subject], names.get(c.object, ""), c.type, c.status, c.description,
+            c.start_date, c.end_date, c.quote) for c in claims}
+    expected = set()
+    for r in rows:
+        quote = _squash(r["source_text"]) if _squash(r["source_text"]) in text else ""
+        # subject and object are GraphRAG's entity titles (upper case), found by Canopy's key
+        expected.add((r["subject_id"], r["object_id"], r["type"], r["status"], r["description"],
+                      *period(r["start_date"], r["end_date"]), quote))
+    assert got == expected
+    for c in claims:
+        assert c.subject and c.object  # every fixture claim names two imported entities
+        assert c.start_date == "" or iso_date(c.start_date) == c.start_date
+        assert c.quote == "" or c.quote in _squash(units[c.text_unit_ids[0]])
+    launched = [c for c in claims if names[c.subject] == "KESTREL K2"]
+    assert [(c.start_date, c.end_date) for c in launched] == [("2024-03-12", "2024-03-12")]
+    # GraphRAG wrote "2024-03-12T00:00:00" and "NONE": both normalised
+    assert {r["start_date"] for r in rows} >= {"2024-03-12T00:00:00", "NONE"}
+    # the fake had to drop a "##" heading marker from one quote: not verbatim, so not kept
+    assert any(not c.quote for c in claims) and any(c.quote for c in claims)
+    with offline_env(), Index.open(docs) as ix:
+        card = ix.drill_down(entity="KESTREL K2")
+    shown = [(cl.subject, cl.object, cl.start_date, cl.quote) for cl in card.claims]
+    assert ("KESTREL K2", "MARCH", "2024-03-12", "The Kestrel K2 was launched on 12 March 2024 "
+            "at the Automate EMEA Summit in Hamburg.") in shown
+
+
+def test_claim_rows_are_mapped_by_canopy_rules(tmp_path: Path) -> None:
+    """GraphRAG's claim fields as a real model writes them: a paraphrased quote is dropped, a
+    malformed date is empty, an unknown object is none, status is one of Canopy's, and a claim
+    whose subject is no entity GraphRAG kept is left out (Canopy keeps a claim only with its
+    subject)."""
+    out = tmp_path / "output"
+    shutil.copytree(OUTPUT, out)
+    rows = pq.read_table(out / "covariates.parquet").to_pylist()
+    launch = next(r for r in rows if r["subject_id"] == "KESTREL K2")
+    unit = launch["text_unit_id"]
+    changed = [
+        {**launch, "subject_id": "Kestrel K2", "object_id": "NONE", "status": "**suspected**",
+         "start_date": "sometime in 2024", "end_date": "2024-13-01", "type": "launch",
+         "description": "A paraphrase", "source_text": "Kestrel K2 launched in Hamburg."},
+        {**launch, "subject_id": "NO SUCH ENTITY", "description": "An unknown subject"},
+        {**launch, "object_id": "SOMEONE GRAPHRAG DID NOT KEEP", "status": "PROBABLY",
+         "description": "An unknown object", "start_date": "March 12, 2024",
+         "end_date": "2024-03-01"},
+    ]
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(changed, schema=pq.read_schema(out / "covariates.parquet")),
+                   out / "covariates.parquet")
+    docs = _fresh_docs(tmp_path)
+    summary = _import(docs, output=out)
+    assert (summary["graphrag_claims"], summary["claims_placed"], summary["claims_left_out"]) \
+        == (3, 2, 1)
+    claims, names, _ = _claims(docs)
+    got = sorted((names[c.subject], c.object, c.type, c.status, c.start_date, c.end_date,
+                  c.quote, c.description) for c in claims)
+    assert got == [
+        ("KESTREL K2", "", "DATED FACT", "SUSPECTED", "2024-03-12", "",  # end before start
+         "The Kestrel K2 was launched on 12 March 2024 at the Automate EMEA Summit in Hamburg.",
+         "An unknown object"),
+        ("KESTREL K2", "", "LAUNCH", "SUSPECTED", "", "", "", "A paraphrase"),
+    ]
+    assert all(c.text_unit_ids for c in claims) and unit
+
+
+def test_a_claim_of_a_restricted_unit_is_not_shown_to_a_caller_who_cannot_read_it(
+        tmp_path: Path) -> None:
+    """Imported claims are gated by their Canopy unit, as extracted ones are: SOFIA BRANDT is
+    named in both documents, so `staff` sees the entity, but the claim from the supplier profile
+    (restricted) is shown only to `buyer`, who may read it."""
+    docs = _fresh_docs(tmp_path)
+    (docs / "canopy.toml").write_text(
+        '[acl]\ndefault = ["staff"]\n\n[[acl.rules]]\nglob = "suppliers/**"\n'
+        'labels = ["procurement"]\n\n[acl.principals]\nbuyer = ["staff", "procurement"]\n'
+        'staff = ["staff"]\n', encoding="utf-8")
+    _import(docs)
+    claims, names, _ = _claims(docs)
+    secret = [c for c in claims if names[c.subject] == "SOFIA BRANDT"]
+    assert len(secret) == 1 and secret[0].start_date == "2026-12"
+    tokens = ("December 2026", "2026-12", secret[0].id)
+
+    def seen(principal: str) -> str:
+        with offline_env(), Index.open(docs) as ix:
+            results = [ix.drill_down(entity="SOFIA BRANDT", limit=100, principal=principal),
+                       ix.local_search("When does Sofia Brandt's contract run to?",
+                                       principal=principal),
+                       ix.search("Sofia Brandt signed the contract", principal=principal)]
+        return "\n".join(r.model_dump_json() for r in results)
+
+    buyer = seen("buyer")
+    assert all(t in buyer for t in tokens), [t for t in tokens if t not in buyer]
+    staff = seen("staff")
+    assert "SOFIA BRANDT" in staff  # the entity is served (the kestrel document names her)
+    assert [t for t in tokens if t in staff] == []
+
+
+@pytest.mark.parametrize("claims_on", [True, False])
+def test_edit_then_index_rederives_the_edited_units_claims_and_keeps_the_others(
+        tmp_path: Path, claims_on: bool) -> None:
+    """Imported claims are stored extractions like any other: an edited unit is extracted
+    again by the provider (with claims when `[extract] claims` is on) and its GraphRAG claims
+    go; the other document's are kept as imported."""
+    docs = _fresh_docs(tmp_path)
+    if claims_on:
+        (docs / "canopy.toml").write_text("[extract]\nclaims = true\n", encoding="utf-8")
+    _import(docs)
+    before, names_before, units = _claims(docs)
+    kestrel_doc = next(uid for uid, t in units.items() if "Project Kestrel" in t[:40])
+    kept = {c.id: c for c in before if c.text_unit_ids[0] != kestrel_doc}
+    edited = [c for c in before if c.text_unit_ids[0] == kestrel_doc]
+    assert kept and edited
+    kestrel = docs / "projects" / "kestrel.md"
+    kestrel.write_text(kestrel.read_text(encoding="utf-8").replace(
+        "Maria Okafor", "Ingrid Vasquez") + "\nIngrid Vasquez reported a recall of 12 Kestrel "
+        "K2 robots on 3 February 2025.\n", encoding="utf-8")
+    with offline_env(), Index.open(docs) as ix:
+        result = ix.update()
+    assert result.stats["units_extracted"] >= 1
+    after, names, units = _claims(docs)
+    assert {c.id: c for c in after if c.id in kept} == kept  # the other document's, as they were
+    new = [c for c in after if c.id not in kept]
+    assert not {c.id for c in edited} & {c.id for c in new}  # GraphRAG's claims of the edit: gone
+    for c in new:  # what is there is the builtin provider's, from the edited document's units
+        assert "Ingrid Vasquez" in units[c.text_unit_ids[0]]
+    if claims_on:
+        recall = [c for c in new if "3 February 2025" in c.quote]
+        assert recall and recall[0].start_date == "2025-02-03"
+        assert any(normalize_name(names[c.subject]) == "ingrid vasquez" for c in new)
+    else:
+        assert new == []

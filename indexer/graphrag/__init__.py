@@ -5,10 +5,12 @@ instead of asked for again (canopy.indexer.graphrag.replay): Canopy chunks the d
 lays GraphRAG's units and extractions onto its own units (canopy.indexer.graphrag.align), merges
 them into entities and relationships, starts the hierarchy from GraphRAG's communities
 (canopy.indexer.communities.GivenCommunities) and takes GraphRAG's report for each community placed
-with exactly GraphRAG's members. The result is an ordinary index: `canopy index` keeps it current
-(changed documents re-extracted by the configured provider, unchanged ones kept), and
-`canopy serve` / `query` answer from it. GraphRAG's vectors are not read: Canopy embeds with its
-own embedder, keyed by content hash.
+with exactly GraphRAG's members. GraphRAG's claims (covariates.parquet, when its claim extraction
+ran) are imported whatever `[extract] claims` says, like its entities: that setting says whether
+Canopy's provider is asked for claims, and a unit it re-extracts later gets that provider's. The
+result is an ordinary index: `canopy index` keeps it current (changed documents re-extracted by the
+configured provider, unchanged ones kept), and `canopy serve` / `query` answer from it. GraphRAG's
+vectors are not read: Canopy embeds with its own embedder, keyed by content hash.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class ImportResult:
     graphrag_units: int
     graphrag_units_located: int
     graphrag_units_identical: int  # GraphRAG units equal to a Canopy unit's text
+    graphrag_claims: int  # rows of covariates.parquet (0 without it)
+    claims_placed: int  # given to a Canopy unit (GraphRAG's duplicates in one unit merge)
+    claims_left_out: int  # unit not found or not replayed, or subject not an imported entity
     canopy_units: int
     replay: ReplayStats
     communities_given: int
@@ -124,6 +129,9 @@ async def import_graphrag(
         graphrag_units=len(out.units),
         graphrag_units_located=aligned.units_located,
         graphrag_units_identical=aligned.units_identical,
+        graphrag_claims=len(out.claims),
+        claims_placed=aligned.claims_placed,
+        claims_left_out=aligned.claims_left_out,
         canopy_units=result.stats.get("text_units", 0),
         replay=replay.stats,
         communities_given=len(given.placements),

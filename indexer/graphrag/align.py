@@ -17,6 +17,16 @@ extraction of the Canopy units it covers:
   strength weight / number of its GraphRAG units, so merged weights equal GraphRAG's.
 - Descriptions: GraphRAG keeps only each element's summarized description, so every instance
   carries it; Canopy's merge then finds one distinct description and keeps it as is.
+- A claim (covariates.parquet) goes to one replayed Canopy unit overlapping its GraphRAG unit:
+  the one whose text holds its quote verbatim, else one naming its subject, else the one
+  overlapping most. Its subject and object are GraphRAG names (upper case), mapped to the
+  imported entities by Canopy's name key; the subject's instance (and a known object's) is added
+  to that unit, as Canopy keeps a claim only with its subject extracted from the same unit. A
+  claim whose subject is no imported entity is left out (Canopy's extraction drops those too);
+  an object that is none ("NONE", or no imported entity) becomes "". Dates and quote follow
+  Canopy's rules (canopy.claims): ISO 8601 or dropped, a quote kept only if it is in the unit's
+  text. Claims GraphRAG extracted twice (the same sentence in two overlapping GraphRAG units)
+  are one claim of the Canopy unit.
 Provenance therefore follows Canopy's units, and with it the document's ACL labels.
 """
 
@@ -27,16 +37,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from canopy.ids import content_hash, text_hash
+from canopy.claims import period, verified_quote
+from canopy.ids import content_hash, normalize_name, text_hash
 from canopy.indexer.chunking import chunk_document
-from canopy.indexer.graphrag.tables import GRDocument, GROutput, GRUnit
+from canopy.indexer.graphrag.tables import GRClaim, GRDocument, GREntity, GROutput, GRUnit
 from canopy.indexer.loaders import LoadedDocument
-from canopy.model import EntityInstance, Extraction, RelationshipInstance, TextUnit
+from canopy.model import (
+    ClaimInstance,
+    EntityInstance,
+    Extraction,
+    RelationshipInstance,
+    TextUnit,
+)
 from canopy.tokens import Tokenizer
 
 __all__ = ["Alignment", "align", "canopy_document_id"]
 
 _PROBE = 200  # characters of a unit's ends located when its whole text is not found
+_STATUSES = ("TRUE", "FALSE", "SUSPECTED")  # GraphRAG's claim statuses, as Canopy's own
 
 
 @dataclass
@@ -49,6 +67,10 @@ class Alignment:
     units_identical: int = 0  # GraphRAG units whose text is a Canopy unit's own text
     canopy_units: int = 0  # units of the matched documents
     canopy_units_fresh: int = 0  # of those, units left to the configured provider
+    claims_placed: int = 0  # GraphRAG claims given to a replayed Canopy unit (before merging)
+    # GraphRAG claims left out: their unit was not located or covers no replayed unit, or their
+    # subject is no imported entity
+    claims_left_out: int = 0
 
 
 def canopy_document_id(path: str) -> str:
@@ -122,6 +144,9 @@ def align(out: GROutput, docs: Iterable[LoadedDocument], tok: Tokenizer, *, max_
     for i, r in enumerate(out.relationships):
         for uid in r.unit_ids:
             rels_of[uid].append(i)
+    claims_of: dict[str, list[GRClaim]] = defaultdict(list)
+    for c in out.claims:
+        claims_of[c.unit_id].append(c)
     for doc in docs:
         theirs = matched.get(doc.path)
         if theirs is None:
@@ -142,17 +167,23 @@ def align(out: GROutput, docs: Iterable[LoadedDocument], tok: Tokenizer, *, max_
         spans = [(a, b) for _, a, b in located]
         replayed = [u for u in units if _covered(spans, u.char_start, u.char_end)]
         result.canopy_units_fresh += len(units) - len(replayed)
-        _place(out, located, replayed, entities_of, rels_of, result)
+        _place(out, located, replayed, entities_of, rels_of, claims_of, result)
+    result.claims_left_out = len(out.claims) - result.claims_placed
     return result
 
 
 def _place(out: GROutput, located: list[tuple[GRUnit, int, int]], replayed: list[TextUnit],
            entities_of: dict[str, list[int]], rels_of: dict[str, list[int]],
-           result: Alignment) -> None:
+           claims_of: dict[str, list[GRClaim]], result: Alignment) -> None:
     ents: dict[str, dict[str, EntityInstance]] = {u.id: {} for u in replayed}
     rels: dict[str, list[RelationshipInstance]] = {u.id: [] for u in replayed}
+    claims: dict[str, dict[tuple[str, str, str, str], ClaimInstance]] = {u.id: {} for u in replayed}
     lowered = {u.id: u.text.casefold() for u in replayed}
+    texts = {u.id: u.text for u in replayed}
     by_title = {e.title: e for e in out.entities}
+    by_key: dict[str, GREntity] = {}
+    for e in out.entities:
+        by_key.setdefault(normalize_name(e.title), e)
     for gu, a, b in located:
         near = sorted(((min(b, u.char_end) - max(a, u.char_start), u.id) for u in replayed
                        if min(b, u.char_end) > max(a, u.char_start)), reverse=True)
@@ -179,6 +210,30 @@ def _place(out: GROutput, located: list[tuple[GRUnit, int, int]], replayed: list
                                                              known.description))
             rels[uid].append(RelationshipInstance(r.source, r.target, r.description,
                                                   r.weight / max(1, len(r.unit_ids))))
+        for c in claims_of.get(gu.id, []):
+            subject = by_key.get(normalize_name(c.subject) or "\0")
+            if subject is None:
+                continue
+            # GraphRAG writes NONE for an unknown object; no entity has an empty key
+            obj = by_key.get(normalize_name(c.object)) if normalize_name(c.object) else None
+            uid = next((u for _, u in near if verified_quote(c.source_text, texts[u])),
+                       next((u for _, u in near if subject.title.casefold() in lowered[u]),
+                            near[0][1]))
+            for member in (subject, obj):
+                if member is not None:
+                    ents[uid].setdefault(member.title, EntityInstance(
+                        member.title, member.type, member.description))
+            status = c.status.strip().strip("*").upper()
+            start_date, end_date = period(c.start_date, c.end_date)
+            claim = ClaimInstance(subject.title, obj.title if obj is not None else "",
+                                  c.type.strip().upper(), status if status in _STATUSES
+                                  else "SUSPECTED", c.description.strip(), start_date,
+                                  end_date, verified_quote(c.source_text, texts[uid]))
+            key = (normalize_name(claim.subject), normalize_name(claim.object), claim.type,
+                   normalize_name(claim.description))
+            if key not in claims[uid] or (claim.quote and not claims[uid][key].quote):
+                claims[uid][key] = claim
+            result.claims_placed += 1
     for u in replayed:
         result.extractions[u.id] = Extraction(u.id, tuple(ents[u.id].values()),
-                                              tuple(rels[u.id]))
+                                              tuple(rels[u.id]), tuple(claims[u.id].values()))

@@ -1,23 +1,24 @@
 """A Microsoft GraphRAG output folder, read and checked (`read_output`).
 
 GraphRAG (3.x) writes its index as parquet tables: documents, text_units, entities,
-relationships, communities and community_reports. Only the columns the import maps are read
-(pyarrow, already a Canopy dependency); a missing table or column is a `NotGraphRAGOutput` with one
-line naming it, before anything is written.
+relationships, communities and community_reports, and covariates (its claims) when its claim
+extraction is enabled. Only the columns the import maps are read (pyarrow, already a Canopy
+dependency); a missing table or column is a `NotGraphRAGOutput` with one line naming it, before
+anything is written. covariates.parquet is optional: without it there are no claims to import.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from canopy.errors import CanopyError
 
-__all__ = ["GRDocument", "GREntity", "GRCommunity", "GRFinding", "GROutput", "GRRelationship",
-           "GRReport", "GRUnit", "NotGraphRAGOutput", "cited", "read_output"]
+__all__ = ["GRClaim", "GRDocument", "GREntity", "GRCommunity", "GRFinding", "GROutput",
+           "GRRelationship", "GRReport", "GRUnit", "NotGraphRAGOutput", "cited", "read_output"]
 
 # table -> the columns the import reads
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -29,6 +30,11 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "communities": ("community", "level", "parent", "entity_ids"),
     "community_reports": ("community", "title", "summary", "rank", "rating_explanation",
                           "findings"),
+}
+# optional tables -> the columns the import reads when the table is there
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "covariates": ("subject_id", "object_id", "type", "status", "start_date", "end_date",
+                   "description", "source_text", "text_unit_id"),
 }
 
 
@@ -94,6 +100,24 @@ class GRReport:
     findings: tuple[GRFinding, ...]
 
 
+@dataclass(frozen=True)
+class GRClaim:
+    """A row of covariates.parquet as GraphRAG's claim extractor wrote it: subject and object
+    are names (upper case, as its prompt asks; object "NONE" when unknown), dates are whatever
+    the model wrote (the prompt asks for "2022-01-10T00:00:00" or "NONE"), source_text is the
+    model's quote, not checked by GraphRAG."""
+
+    subject: str
+    object: str
+    type: str
+    status: str
+    start_date: str
+    end_date: str
+    description: str
+    source_text: str
+    unit_id: str
+
+
 @dataclass
 class GROutput:
     documents: list[GRDocument]
@@ -102,23 +126,25 @@ class GROutput:
     relationships: list[GRRelationship]
     communities: list[GRCommunity]
     reports: dict[int, GRReport]  # by community number
+    claims: list[GRClaim] = field(default_factory=list)  # [] without covariates.parquet
 
 
 def _rows(folder: Path, table: str) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     path = folder / f"{table}.parquet"
+    columns = REQUIRED.get(table) or OPTIONAL[table]
     if not path.is_file():
         raise NotGraphRAGOutput(f"{folder} is not a GraphRAG output folder: {table}.parquet is "
                                 "missing (expected " + ", ".join(f"{t}.parquet" for t in REQUIRED)
                                 + ")")
     try:
         schema = pq.read_schema(path)
-        missing = [c for c in REQUIRED[table] if c not in schema.names]
+        missing = [c for c in columns if c not in schema.names]
         if missing:
             raise NotGraphRAGOutput(f"{path} lacks the column(s) {', '.join(missing)} of "
                                     "GraphRAG's output (GraphRAG 2.x-3.x tables are read)")
-        rows: list[dict[str, Any]] = pq.read_table(path, columns=list(REQUIRED[table])).to_pylist()
+        rows: list[dict[str, Any]] = pq.read_table(path, columns=list(columns)).to_pylist()
     except NotGraphRAGOutput:
         raise
     except Exception as exc:  # pyarrow raises several types for a damaged or foreign file
@@ -172,9 +198,16 @@ def read_output(folder: Path) -> GROutput:
         _int(r["community"]), str(r["title"] or ""), str(r["summary"] or ""),
         float(r["rank"] or 0.0), str(r["rating_explanation"] or ""), _findings(r["findings"]))
         for r in _rows(folder, "community_reports")}
+    claims = [GRClaim(*(_text(r[c]) for c in OPTIONAL["covariates"]))
+              for r in (_rows(folder, "covariates")
+                        if (folder / "covariates.parquet").exists() else [])]
     if not docs:
         raise NotGraphRAGOutput(f"{folder}/documents.parquet holds no documents")
-    return GROutput(docs, units, entities, rels, communities, reports)
+    return GROutput(docs, units, entities, rels, communities, reports, claims)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
 
 
 _REFS = re.compile(r"\b(Entities|Relationships)\s*\(([^)]*)\)")

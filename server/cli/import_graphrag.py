@@ -24,11 +24,12 @@ def import_graphrag(output_dir: Path, docs: Path, index_dir: Path | None, config
     """Build the index of DOCS from GraphRAG's OUTPUT_DIR, then keep it with `canopy index`.
 
     OUTPUT_DIR is a GraphRAG project's output folder (or the project root): its parquet tables
-    documents, text_units, entities, relationships, communities and community_reports. DOCS
-    holds the source documents GraphRAG indexed (its input folder, or the folder it was copied
-    from): Canopy chunks them itself and lays GraphRAG's units, entities, relationships,
-    communities and reports onto its own units. Documents or passages GraphRAG did not have are
-    extracted by the configured provider, as `canopy index` would. DOCS must have no index yet.
+    documents, text_units, entities, relationships, communities and community_reports, and
+    covariates (claims) when GraphRAG extracted them. DOCS holds the source documents GraphRAG
+    indexed (its input folder, or the folder it was copied from): Canopy chunks them itself and
+    lays GraphRAG's units, entities, relationships, communities, reports and claims onto its own
+    units. Documents or passages GraphRAG did not have are extracted by the configured provider,
+    as `canopy index` would. DOCS must have no index yet.
 
     \b
     Examples:
@@ -56,6 +57,10 @@ def import_graphrag(output_dir: Path, docs: Path, index_dir: Path | None, config
                f"({result.communities_kept} of GraphRAG's {result.communities_given} as they "
                f"were), {s.get('reports', 0)} reports ({r.reports_imported} GraphRAG's, "
                f"{r.reports_written} written by the provider)")
+    if result.graphrag_claims:
+        click.echo(f"  claims: {s.get('claims', 0)} ({result.claims_placed} of GraphRAG's "
+                   f"{result.graphrag_claims} placed, {result.claims_left_out} left out: unit not "
+                   "found or subject not an entity)")
     if result.documents_left_out:
         shown = ", ".join(result.documents_left_out[:5])
         more = len(result.documents_left_out) - 5

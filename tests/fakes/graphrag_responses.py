@@ -8,7 +8,15 @@ in the format GraphRAG parses:
   `("relationship"<|>SOURCE<|>TARGET<|>description<|>strength)` records joined by `##`, ending
   with `<|COMPLETE|>` (one entity per capitalised phrase of a sentence, one relationship per pair
   of phrases in a sentence: the same model of "an LLM" as responses.extract);
-- a gleaning turn ("MANY entities ... were missed"): nothing more; the loop question: `N`;
+- claim extraction (extract_claims enabled): `(SUBJECT<|>OBJECT<|>TYPE<|>STATUS<|>START<|>END<|>
+  description<|>source text)` records joined by `##`, ending with `<|COMPLETE|>`: one claim per
+  sentence that names something and reports an event (a cue word, as responses.extract) or
+  states a date; subject and object are its first two capitalised phrases in upper case (as the
+  graph extraction writes them, so they name its entities), dates in GraphRAG's
+  `2024-03-12T00:00:00` shape (`2024-10` at month precision, `NONE` without one), the sentence
+  itself as the source text;
+- a gleaning turn ("MANY entities ... were missed", for graph or claims): nothing more; the loop
+  question: `N`;
 - description summaries: the distinct descriptions, joined;
 - community reports (response_format named CommunityReportResponse): JSON with title, summary,
   rating, rating_explanation and findings citing `[Data: Entities (ids)]` from the context.
@@ -23,13 +31,24 @@ import json
 import re
 from typing import Any
 
-from tests.fakes.responses import _guess_type, capitalized_phrases, sentences, user_texts
+from tests.fakes.responses import (
+    _CLAIM_WORDS,
+    _DATE,
+    _claim_dates,
+    _guess_type,
+    capitalized_phrases,
+    sentences,
+    user_texts,
+)
 
 __all__ = ["REPORT_SCHEMA", "chat_content", "identify_task"]
 
 REPORT_SCHEMA = "CommunityReportResponse"  # GraphRAG's response model for community reports
 _REAL_DATA = re.compile(r"-Real Data-.*?Entity_types:\s*(.*?)\nText:\s*(.*?)\n#{6,}\nOutput:",
                         re.DOTALL)
+# GraphRAG's claim prompt ends with its entity specification, claim description and the text
+_CLAIMS_DATA = re.compile(r"-Real Data-.*?Entity specification:.*?\nClaim description:.*?\n"
+                          r"Text:\s*(.*?)\nOutput:\s*\Z", re.DOTALL)
 _TUPLE, _RECORD, _DONE = "<|>", "\n##\n", "<|COMPLETE|>"
 
 
@@ -47,6 +66,8 @@ def identify_task(body: dict[str, Any], schema: str | None) -> str | None:
         return "graphrag_glean"
     if _REAL_DATA.search(users[0]):
         return "graphrag_extract"
+    if _CLAIMS_DATA.search(users[0]):
+        return "graphrag_claims"
     if "Description List:" in users[0] and "comprehensive summary" in users[0]:
         return "graphrag_summarize"
     return None
@@ -76,6 +97,29 @@ def extract(prompt: str) -> str:
     records += [f'("relationship"{_TUPLE}{_clean(a).upper()}{_TUPLE}{_clean(b).upper()}{_TUPLE}'
                 f'{_clean(a)} and {_clean(b)} are mentioned together: {_clean(sents[0])}'
                 f'{_TUPLE}{min(10, 2 + 2 * len(sents))})' for (a, b), sents in pairs.items()]
+    return _RECORD.join(records) + ("\n" if records else "") + _DONE
+
+
+def claims(prompt: str) -> str:
+    found = _CLAIMS_DATA.search(prompt)
+    if not found:
+        return _DONE
+    records = []
+    for sent in sentences(found.group(1)):
+        names = [n for n in capitalized_phrases(sent) if _clean(n)]
+        cue = _CLAIM_WORDS.search(sent)
+        if not names or not (cue or _DATE.search(sent)):
+            continue
+        subject = _clean(names[0]).upper()
+        obj = _clean(names[1]).upper() if len(names) > 1 else "NONE"
+        status = "SUSPECTED" if re.search(r"alleged|accused|claimed", sent, re.I) else "TRUE"
+        start, end = _claim_dates(sent)
+        kind = "REPORTED EVENT" if cue else "DATED FACT"
+        what = f"{names[0]} {cue.group(1).lower()}" if cue else f"A dated fact about {names[0]}"
+        records.append(_TUPLE.join([
+            f"({subject}", obj, kind, status, start, end,
+            f"{what}{f' (involving {names[1]})' if len(names) > 1 else ''}, according to "
+            "the text", f"{_clean(sent)})"]))
     return _RECORD.join(records) + ("\n" if records else "") + _DONE
 
 
@@ -134,6 +178,8 @@ def chat_content(task: str, body: dict[str, Any]) -> str:
     prompt = users[0] if users else ""
     if task == "graphrag_extract":
         return extract(prompt)
+    if task == "graphrag_claims":
+        return claims(prompt)
     if task == "graphrag_glean":
         return _DONE
     if task == "graphrag_loop":
