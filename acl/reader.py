@@ -163,6 +163,12 @@ class CallerReader:
         return sorted((e for r, e in got.items() if self._states[("relationship", r)]),
                       key=lambda e: e.id)
 
+    def served_report_count(self) -> int:
+        """How many community reports the caller is served, canonical or as views: each
+        community's servability decides, no report is read."""
+        states = self.community_states(self.inventory.community_ids())
+        return sum(1 for s in states.values() if s)
+
     def community_states(self, ids: Iterable[str]) -> dict[str, State]:
         """Whether each community's report is served: canonical (FULL), as a view, or not."""
         ids = list(dict.fromkeys(ids))

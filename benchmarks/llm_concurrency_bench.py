@@ -78,7 +78,6 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return run_script_child(__file__, spec, spec["setup"])
 

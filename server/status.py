@@ -146,8 +146,7 @@ def status_for_caller(
     for cid, row in stale_rows.items():
         if reader.members(cid):
             levels[str(row.level)] = levels.get(str(row.level), 0) + 1
-    communities = inventory.community_ids()
-    reports = sum(1 for s in reader.community_states(communities).values() if s)
+    reports = reader.served_report_count()
     units = reader.units(f.id for f in full.failures if f.task == "extract")
     failed_reports = reader.community_rows(f.id for f in full.failures if f.task == "report")
     visible_communities = {cid for cid, row in failed_reports.items()

@@ -68,10 +68,8 @@ async def hierarchy(ctx: QueryContext, index: str, root: str | None = None, *,
         tops.sort(key=lambda c: (-sizes[c], c))
         page = tops[offset:offset + limit]
         served = await reader.reports(page)
-        # Servability decides each count as index_status counts reports: no report is read.
-        states = reader.community_states(reader.inventory.community_ids())
         answer = Hierarchy(index=index, caller=None if who.unrestricted else who.name, root=None,
-                           depth=depth, communities=sum(1 for s in states.values() if s),
+                           depth=depth, communities=reader.served_report_count(),
                            entities=sum(sizes.values()), roots_count=len(tops),
                            next_offset=_rest(offset, len(page), len(tops)), roots=[])
         start: dict[str, int] = {}
