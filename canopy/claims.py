@@ -13,7 +13,13 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-__all__ = ["claim_period", "dates_in", "iso_date", "period", "verified_quote"]
+from canopy.ids import normalize_name
+from canopy.model import ClaimInstance
+
+__all__ = ["STATUSES", "checked_claim", "claim_key", "claim_period", "dates_in", "iso_date",
+           "period", "verified_quote"]
+
+STATUSES = ("TRUE", "FALSE", "SUSPECTED")
 
 _MONTHS = {m.lower(): i for i, m in enumerate(
     ["January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -124,3 +130,21 @@ def verified_quote(quote: str, source: str) -> str:
         return q
     inner = q.strip(_QUOTES).strip()
     return inner if inner and inner in text else ""
+
+
+def checked_claim(subject: str, obj: str, type_: str, status: str, description: str,
+                  start_date: str, end_date: str, quote: str, source: str) -> ClaimInstance:
+    """A claim as a model wrote it, under these rules: type and status upper case (a status
+    other than TRUE, FALSE or SUSPECTED is SUSPECTED), the period ISO 8601 or dropped
+    (`period`), the quote kept only when `source`, the unit's text, states it."""
+    status = status.strip().upper()
+    start, end = period(start_date, end_date)
+    return ClaimInstance(subject.strip(), obj.strip(), type_.strip().upper(),
+                         status if status in STATUSES else "SUSPECTED", description.strip(),
+                         start, end, verified_quote(quote, source))
+
+
+def claim_key(claim: ClaimInstance) -> tuple[str, str, str, str]:
+    """What makes two claims of one unit the same claim: subject, object, type, description."""
+    return (normalize_name(claim.subject), normalize_name(claim.object), claim.type,
+            normalize_name(claim.description))

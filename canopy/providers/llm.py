@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from canopy.claims import period, verified_quote
+from canopy.claims import checked_claim, claim_key
 from canopy.ids import normalize_name
 from canopy.limiter import LimiterStats
 from canopy.llm import ChatClient
@@ -45,7 +45,6 @@ __all__ = ["LLMProvider"]
 CLAIMS_ON = "Extract claims as described below."
 CLAIMS_OFF = 'Skip this step: do not extract claims, and reply with an empty "claims" list.'
 NO_DATA_ANSWER = "The indexed documents do not contain information that answers this question."
-_CLAIM_STATUSES = ("TRUE", "FALSE", "SUSPECTED")
 
 
 def _user(content: str) -> list[dict]:
@@ -226,27 +225,9 @@ class _Accumulator:
                 )
         if self.claims_on:
             for c in out.claims:
-                status = c.status.strip().upper()
-                start, end = period(c.start_date, c.end_date)
-                claim = ClaimInstance(
-                    c.subject.strip(),
-                    c.object.strip(),
-                    c.type.strip().upper(),
-                    status if status in _CLAIM_STATUSES else "SUSPECTED",
-                    c.description.strip(),
-                    start,
-                    end,
-                    verified_quote(c.quote, self.text),
-                )
-                self.claims.setdefault(
-                    (
-                        normalize_name(c.subject),
-                        normalize_name(c.object),
-                        claim.type,
-                        normalize_name(c.description),
-                    ),
-                    claim,
-                )
+                claim = checked_claim(c.subject, c.object, c.type, c.status, c.description,
+                                      c.start_date, c.end_date, c.quote, self.text)
+                self.claims.setdefault(claim_key(claim), claim)
         return (len(self.entities), len(self.relationships)) != before
 
     def result(self, unit_id: str, passes: int) -> Extraction:

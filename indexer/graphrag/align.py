@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from canopy.claims import period, verified_quote
+from canopy.claims import checked_claim, claim_key, verified_quote
 from canopy.ids import content_hash, normalize_name, text_hash
 from canopy.indexer.chunking import chunk_document
 from canopy.indexer.graphrag.tables import GRClaim, GRDocument, GREntity, GROutput, GRUnit
@@ -54,7 +54,6 @@ from canopy.tokens import Tokenizer
 __all__ = ["Alignment", "align", "canopy_document_id"]
 
 _PROBE = 200  # characters of a unit's ends located when its whole text is not found
-_STATUSES = ("TRUE", "FALSE", "SUSPECTED")  # GraphRAG's claim statuses, as Canopy's own
 
 
 @dataclass
@@ -223,14 +222,11 @@ def _place(out: GROutput, located: list[tuple[GRUnit, int, int]], replayed: list
                 if member is not None:
                     ents[uid].setdefault(member.title, EntityInstance(
                         member.title, member.type, member.description))
-            status = c.status.strip().strip("*").upper()
-            start_date, end_date = period(c.start_date, c.end_date)
-            claim = ClaimInstance(subject.title, obj.title if obj is not None else "",
-                                  c.type.strip().upper(), status if status in _STATUSES
-                                  else "SUSPECTED", c.description.strip(), start_date,
-                                  end_date, verified_quote(c.source_text, texts[uid]))
-            key = (normalize_name(claim.subject), normalize_name(claim.object), claim.type,
-                   normalize_name(claim.description))
+            # GraphRAG's model may bold the status (**TRUE**)
+            claim = checked_claim(subject.title, obj.title if obj is not None else "", c.type,
+                                  c.status.strip().strip("*"), c.description, c.start_date,
+                                  c.end_date, c.source_text, texts[uid])
+            key = claim_key(claim)
             if key not in claims[uid] or (claim.quote and not claims[uid][key].quote):
                 claims[uid][key] = claim
             result.claims_placed += 1
