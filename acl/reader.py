@@ -226,22 +226,42 @@ class CallerReader:
     async def ranked_members(self, cid: str, limit: int) -> tuple[list[Entity], int]:
         """A community's `limit` best-connected members as served (most relationships that
         exist for the caller first, then by name) and how many members exist for the caller.
-        Ranked on names and degrees alone: a top community may have thousands of members."""
+        Ranked on names and degrees alone: a top community may have thousands of members, and
+        a caller who reads everything gets the page from the stored order (an index range)."""
+        if self.trivial:
+            row = self.community_rows([cid]).get(cid)
+            if row is None:
+                return [], 0
+            top = self._snap.ranked_member_page(cid, limit)
+            served = await self.entities(top)
+            return [served[e] for e in top if e in served], row.n_members
         ids = self.members(cid)
         briefs = self._snap.entity_briefs(ids)
-        if self.trivial:
-            degree = {e: briefs[e][1] for e in ids}
-            name = {e: briefs[e][0] for e in ids}
-        else:
-            counted = Counter(x for e in self.incident(ids) for x in {e.source, e.target})
-            degree = {e: counted[e] for e in ids}
-            self._degrees.update(degree)
-            states = self.entity_states(ids)
-            views = await self.entities([e for e in ids if states[e] == State.VIEW])
-            name = {e: views[e].name if e in views else briefs[e][0] for e in ids}
+        counted = Counter(x for e in self.incident(ids) for x in {e.source, e.target})
+        degree = {e: counted[e] for e in ids}
+        self._degrees.update(degree)
+        states = self.entity_states(ids)
+        views = await self.entities([e for e in ids if states[e] == State.VIEW])
+        name = {e: views[e].name if e in views else briefs[e][0] for e in ids}
         top = sorted(ids, key=lambda e: (-degree[e], name[e]))[:limit]
         served = await self.entities(top)
         return [served[e] for e in top if e in served], len(ids)
+
+    async def ranked_relationships(self, cid: str, limit: int) -> tuple[list[Relationship], int]:
+        """The `limit` heaviest relationships among a community's members as served (a view
+        weighs what the caller may read of it), and how many exist for the caller. A caller who
+        reads everything gets the page and the count from the stored order (index ranges: a top
+        community may hold tens of thousands); any other caller's are decided edge by edge."""
+        if self.trivial:
+            top = self._snap.community_edge_page(cid, limit)
+            got = await self.relationships(top)
+            return [got[r] for r in top if r in got], self._snap.community_edge_count(cid)
+        among = self.relationship_states(self.inventory.relationships_among(cid))
+        weight = await self.served_weights(
+            self.edge_rows([r for r, st in among.items() if st]).values())
+        top = sorted(weight, key=lambda r: (-weight[r], r))[:limit]
+        got = await self.relationships(top)
+        return [got[r] for r in top if r in got], len(weight)
 
     # ---- content (views built as needed) ---------------------------------------------------
 
@@ -378,6 +398,10 @@ class CallerReader:
         serving a question)."""
         readable = self.caller.readable
         return [r.document for r in self._snap.all_documents().values() if r.acl in readable]
+
+    def readable_units(self, ids: Iterable[str]) -> set[str]:
+        """Which of these text units are servable (live and readable), without reading them."""
+        return {u for u, a in self._snap.unit_acl(ids).items() if a in self.caller.readable}
 
     def units(self, ids: Iterable[str]) -> dict[str, tuple[TextUnit, Document]]:
         """Servable text units (live and readable) with their documents, in order."""

@@ -28,6 +28,7 @@ from canopy.indexer.listing import list_files
 from canopy.indexer.loaders import LoadedDocument, load_entry
 from canopy.indexer.stages import Build, Progress
 from canopy.indexer.stages.communities import stage_communities
+from canopy.indexer.stages.community_index import stage_community_index
 from canopy.indexer.stages.context import no_progress
 from canopy.indexer.stages.documents import plan_documents, stage_documents
 from canopy.indexer.stages.extraction import extract_units
@@ -229,6 +230,7 @@ async def run_index(
         lap("merge")
         # 6. communities: a local update, or a fresh clustering
         hierarchy = stage_communities(b, graph)
+        stage_community_index(b, graph, hierarchy)
         lap("communities")
         # 7. fingerprints and reports, bottom-up
         failed_reports = [f.unit_id for f in previous_failures if f.task == "report"]

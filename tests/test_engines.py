@@ -295,6 +295,32 @@ class TestDrillDown:
         below = run(drill_down(ctx, community_id=child.id))
         assert [p.id for p in below.parents][-1] == child.parent
 
+    def test_a_communitys_lists_are_its_heaviest_relationships_and_best_connected_members(
+            self, service, ctx, g):
+        """The stored orderings a caller who reads everything is paged from agree with the graph,
+        and with the edge-by-edge path every other caller takes."""
+        top = max((c for c in g.communities.values() if c.children),
+                  key=lambda c: len(c.entity_ids))
+        inside = set(top.entity_ids)
+        among = [r for r in g.relationships.values() if {r.source, r.target} <= inside]
+        heaviest = [r.id for r in sorted(among, key=lambda r: (-r.weight, r.id))]
+        ranked = [e.id for e in sorted((g.entities[e] for e in inside),
+                                       key=lambda e: (-e.degree, e.name, e.id))]
+        ctx.settings = ctx.settings.model_copy(update={"result_token_limit": 30_000})
+        assert ctx.reader.trivial
+        for offset in (0, 3):
+            fast = run(drill_down(ctx, community_id=top.id, limit=3, offset=offset))
+            assert [r.id for r in fast.relationships] == heaviest[offset:offset + 3]
+            assert [e.id for e in fast.entities] == ranked[offset:offset + 3]
+            assert fast.note and f"relationships {offset + 1}-" in fast.note
+            assert f"of {len(among)}" in fast.note and f"of {len(inside)}" in fast.note
+            assert [c.id for c in fast.children] == sorted(top.children)[offset:offset + 3]
+            with service.context("admin") as slow_ctx:
+                slow_ctx.settings = ctx.settings
+                slow_ctx.reader.trivial = False  # the edge-by-edge path, same rights
+                slow = run(drill_down(slow_ctx, community_id=top.id, limit=3, offset=offset))
+            assert slow.model_dump(exclude={"usage"}) == fast.model_dump(exclude={"usage"})
+
     def test_an_entity_leads_to_its_deepest_community_and_its_card(self, ctx, g):
         result = run(drill_down(ctx, entity="  helio CELLS ltd. "))
         assert result.entity.name == "Helio Cells Ltd"

@@ -83,6 +83,16 @@ def assert_community_invariants(index_dir: Path) -> None:
             s_in, s_d2 = s_in + w_in, s_d2 + d_tot ** 2
     store = Store(index_dir)
     try:
+        # Serving's orderings, kept up to date incrementally, hold every relationship among each
+        # community's members with its weight and every member with its degree and name.
+        with store.snapshot() as snap:
+            edges = sorted(snap.db.execute("SELECT * FROM community_edges").fetchall())
+            ranks = sorted(snap.db.execute("SELECT * FROM member_ranks").fetchall())
+        inside = {c.id: set(c.entity_ids) for c in g.communities.values()}
+        assert edges == sorted((r.id, c, r.weight) for r in g.relationships.values()
+                               for c, m in inside.items() if {r.source, r.target} <= m)
+        assert ranks == sorted((e, c, g.entities[e].degree, g.entities[e].name)
+                               for c, m in inside.items() for e in m)
         assert float(store.get_meta("s_in") or 0) == pytest.approx(s_in, abs=1e-6)
         assert float(store.get_meta("s_d2") or 0) == pytest.approx(s_d2, abs=1e-6)
         total = sum(r.weight for r in g.relationships.values())

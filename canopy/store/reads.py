@@ -45,12 +45,15 @@ class Tables:
     reports: str
     term_df: str
     acl_stats: str
+    community_edges: str
+    member_ranks: str
 
     @staticmethod
     def prefixed(schema: str, suffix: str = "") -> Tables:
         return Tables(*(f"{schema}.{name}{suffix}" for name in (
             "documents", "text_units", "entities", "relationships", "claims", "communities",
-            "community_members", "reports", "term_df", "acl_stats")))
+            "community_members", "reports", "term_df", "acl_stats", "community_edges",
+            "member_ranks")))
 
 
 COMMITTED = Tables.prefixed("main")
@@ -372,6 +375,26 @@ class GraphReads:
         for cid, rid in self._rows(sql, _ids(community_ids)):
             out[cid].append(rid)
         return dict(out)
+
+    def community_edge_page(self, community_id: str, limit: int, offset: int = 0) -> list[str]:
+        """Ids of the relationships among a community's members, heaviest first (then by id):
+        items offset .. offset+limit of that order, an index range
+        (canopy.store.community_index)."""
+        sql = (f"SELECT relationship_id FROM {self.t.community_edges} WHERE community_id = ? "
+               "ORDER BY weight DESC, relationship_id LIMIT ? OFFSET ?")
+        return [r[0] for r in self._rows(sql, community_id, limit, offset)]
+
+    def community_edge_count(self, community_id: str) -> int:
+        """How many relationships have both endpoints in the community."""
+        sql = f"SELECT COUNT(*) FROM {self.t.community_edges} WHERE community_id = ?"
+        return int(self._rows(sql, community_id)[0][0])
+
+    def ranked_member_page(self, community_id: str, limit: int, offset: int = 0) -> list[str]:
+        """Ids of a community's members, highest degree first (then by name and id): items
+        offset .. offset+limit of that order."""
+        sql = (f"SELECT entity_id FROM {self.t.member_ranks} WHERE community_id = ? "
+               "ORDER BY degree DESC, name, entity_id LIMIT ? OFFSET ?")
+        return [r[0] for r in self._rows(sql, community_id, limit, offset)]
 
     def roots(self) -> list[CommunityRow]:
         rows = self._rows(f"SELECT * FROM {self.t.communities} WHERE parent IS NULL ORDER BY id")

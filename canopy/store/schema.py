@@ -34,6 +34,8 @@ GENERATION_TABLES: tuple[tuple[str, str], ...] = (
     ("communities", "id"),
     ("community_members", "community_id"),
     ("reports", "community_id"),
+    ("community_edges", "relationship_id"),
+    ("member_ranks", "entity_id"),
 )
 
 # Artifacts carry their provenance gate: `units` (JSON list of text-unit ids), `acl` (JSON list of
@@ -92,13 +94,29 @@ CREATE INDEX {p}reports_fingerprint ON reports(fingerprint);
 CREATE TABLE {p}term_df (
     term TEXT NOT NULL, acl INTEGER NOT NULL, df INTEGER NOT NULL,
     PRIMARY KEY (term, acl)) WITHOUT ROWID;
-CREATE TABLE {p}acl_stats (acl INTEGER PRIMARY KEY, units INTEGER NOT NULL, terms INTEGER NOT NULL)
+CREATE TABLE {p}acl_stats (acl INTEGER PRIMARY KEY, units INTEGER NOT NULL, terms INTEGER NOT NULL);
+"""
+
+# Serving's orderings of a community's contents, kept with the generation so that a page of a
+# community with tens of thousands of members is an index range, not a scan
+# (canopy.store.community_index): every relationship with both endpoints in a community, by
+# weight, and every member, by degree and name. Keyed by relationship and by entity, so an update
+# rewrites the rows of what it touched, never a whole top community.
+_COMMUNITY_INDEX_DDL = """
+CREATE TABLE {p}community_edges (
+    relationship_id TEXT NOT NULL, community_id TEXT NOT NULL, weight REAL NOT NULL,
+    PRIMARY KEY (community_id, weight DESC, relationship_id)) WITHOUT ROWID;
+CREATE INDEX {p}community_edges_relationship ON community_edges(relationship_id);
+CREATE TABLE {p}member_ranks (
+    entity_id TEXT NOT NULL, community_id TEXT NOT NULL, degree INTEGER NOT NULL,
+    name TEXT NOT NULL, PRIMARY KEY (community_id, degree DESC, name, entity_id)) WITHOUT ROWID;
+CREATE INDEX {p}member_ranks_entity ON member_ranks(entity_id)
 """
 
 
 def generation_ddl(schema: str = "") -> str:
     """The generation tables' DDL, in `schema` ("stage." for the writer's staging database)."""
-    return _GENERATION_DDL.replace("{p}", schema)
+    return (_GENERATION_DDL + _COMMUNITY_INDEX_DDL).replace("{p}", schema)
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -279,3 +297,19 @@ def m007_claim_periods_and_quotes(db: sqlite3.Connection) -> None:
         for name in _CLAIM_FIELDS:
             if name not in have:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
+
+
+@migration
+def m008_community_index(db: sqlite3.Connection) -> None:
+    """community_edges and member_ranks (issue 14: a page of a top community reads an index
+    range). An index made before them gets them filled from its committed generation; an index
+    created since has them from m004's DDL, empty and filled by its first build."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'community_edges'").fetchone():
+        return
+    from canopy.store.community_index import fill_edges, fill_ranks
+    from canopy.store.reads import COMMITTED
+
+    run_script(db, _COMMUNITY_INDEX_DDL.replace("{p}", ""))
+    fill_edges(db, COMMITTED, "main.community_edges")
+    fill_ranks(db, COMMITTED, "main.member_ranks")
+

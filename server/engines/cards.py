@@ -39,7 +39,7 @@ def finding_cards(reader: CallerReader, report: Report) -> list[FindingCard]:
     """The report's findings with their evidence ids narrowed to what exists for the caller."""
     entities = reader.entity_states({e for f in report.findings for e in f.entity_ids})
     rels = reader.relationship_states({r for f in report.findings for r in f.relationship_ids})
-    units = reader.units({u for f in report.findings for u in f.text_unit_ids})
+    units = reader.readable_units({u for f in report.findings for u in f.text_unit_ids})
     return [FindingCard(summary=f.summary, explanation=f.explanation,
                         entity_ids=[e for e in f.entity_ids if entities.get(e)],
                         relationship_ids=[r for r in f.relationship_ids if rels.get(r)],

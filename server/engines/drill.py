@@ -237,17 +237,14 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, pag
 
     parents = await served_ancestors(reader, cid)
     all_children = reader.child_ids([cid]).get(cid, [])
+    # Every servable top has a report for the caller (canonical or a view), so only the page's
+    # are read: a top community may have a thousand sub-communities.
     tops = reader.servable_tops(all_children)
-    kids = await reader.reports(tops)
-    children = [community_card(reader, kids[k]) for k in tops if k in kids]
+    kids = await reader.reports(tops[:page.end])
+    children = [community_card(reader, kids[k]) for k in tops[:page.end] if k in kids]
     members, n_members = await reader.ranked_members(cid, page.end)
     if entity is None:
-        among = reader.relationship_states(reader.inventory.relationships_among(cid))
-        weight = await reader.served_weights(
-            reader.edge_rows([r for r, st in among.items() if st]).values())
-        top = sorted(weight, key=lambda r: (-weight[r], r))[:page.end]
-        got = await reader.relationships(top)
-        rels, n_rels = [got[r] for r in top if r in got], len(weight)
+        rels, n_rels = await reader.ranked_relationships(cid, page.end)
     else:  # the entity's own relationships, inside the community or not
         rels, n_rels = await _relationships_of(ctx, entity, page.end)
     names = await _names(ctx, rels, {e.id: e for e in members})
@@ -268,7 +265,7 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, pag
         claims=cap(claims, "claims"),
         findings=cap(findings, "findings", f"community_id={cid!r}"),
         parents=parents,
-        children=cap(children, "sub-communities"),
+        children=cap(children, "sub-communities", total=len(tops)),
         entities=cap([entity_card(e) for e in members], "member entities", total=n_members),
         relationships=cap([relationship_card(r, names) for r in rels], "relationships",
                           total=n_rels),
