@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,8 @@ async def run_index(
         peak_mb[stage] = _peak_mb()
         clock[0] = now
 
+    memo = ExitStack()  # token counts are remembered for this build only
+    memo.enter_context(tok.memoizing())
     try:
         b = Build(store, staging, settings, provider, embedder, tok, full, progress, given=given,
                   on_plan=on_plan)
@@ -278,6 +281,7 @@ async def run_index(
                                                run_id, stats, usage))
         lap("commit")
     finally:
+        memo.close()
         staging.close()
         store.batch_cache_writes(1)
     # Readers now use the new generation: compact the search tables and, once due, rewrite

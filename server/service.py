@@ -8,7 +8,10 @@ the first answer reads what it needs and no more.
 Engine calls run on a pool of worker threads, each with its own event loop (`run`): CPU-bound
 retrieval never blocks the server's event loop, and calls from different callers proceed in
 parallel (SQLite, LanceDB and numpy release the GIL; `canopy serve --http --workers N` adds
-processes for the rest).
+processes for the rest). Retrieval with the builtin provider is mostly Python, so threads alone
+give one process about 1.4 cores (benchmarks/README.md, "16 clients"); N processes share
+CALL_SLOTS threads between them, because threads beyond what a process's share of the cores can
+run only contend for its GIL, while a call waiting on an LLM endpoint still gets a thread.
 
 Policy: principals -> labels and the path rules live in canopy.toml; the indexer stamps each
 document with the labels the rules give it. The service re-reads the `[acl]` section whenever
@@ -83,11 +86,24 @@ class _LoopThreads:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+# Calls in flight at once per server, shared by its processes (call threads of each process:
+# CALL_SLOTS // processes, at least MIN_CALL_THREADS). Measured at 10,000 articles on 2 cores, 16
+# clients, two processes: 4 threads each 1.78x one client's calls/s, 8 each 1.6x.
+CALL_SLOTS = 8
+MIN_CALL_THREADS = 2
+
+
+def call_threads(processes: int) -> int:
+    return max(MIN_CALL_THREADS, CALL_SLOTS // max(1, processes))
+
+
 class CanopyService:
-    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int = 8,
+    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int | None = None,
                  cache_share: int = 1, warm: bool = False) -> None:
         """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml;
-        `cache_share`: how many server processes share `[query] cache_mb` (serve --workers);
+        `workers`: call threads (default: `call_threads(cache_share)`);
+        `cache_share`: how many server processes share `[query] cache_mb` and CALL_SLOTS
+        (serve --workers);
         `warm`: load the search indexes' first pages before returning (a server, whose first
         caller should not pay for them; a one-off query need not).
         An index whose database cannot be read raises IndexDamaged; damaged search tables are
@@ -96,7 +112,8 @@ class CanopyService:
         self._warming: threading.Thread | None = None
         try:
             with damage_as_index_damaged():
-                self._open(ws, config, workers, max(1, cache_share), warm)
+                self._open(ws, config, workers or call_threads(cache_share),
+                           max(1, cache_share), warm)
         except IndexDamaged as exc:
             raise exc.for_docs(ws.docs_dir) from None
         finally:

@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -186,6 +187,26 @@ def test_each_step_applied_one_at_a_time_also_matches(tmp_path: Path) -> None:
     fresh = open_workspace(corpus.root, index_dir=tmp_path / "fresh")
     build_index(fresh)
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+
+
+def test_an_index_from_before_the_community_orderings_gets_them_and_keeps_them_current(
+        tmp_path: Path) -> None:
+    corpus = Corpus(tmp_path / "docs", 5)
+    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
+    build_index(ws)
+    db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM community_edges").fetchone()[0] > 0
+    db.execute("DROP TABLE community_edges")
+    db.execute("DROP TABLE member_ranks")
+    db.execute("DELETE FROM _migrations WHERE name = 'm008_community_index'")
+    db.commit()
+    db.close()
+    Store(ws.index_dir).close()  # migrates: the tables are filled from the committed generation
+    assert_community_invariants(ws.index_dir)
+    for _ in range(3):
+        corpus.step()
+        build_index(ws)
+        assert_community_invariants(ws.index_dir)
 
 
 def test_a_full_rebuild_over_an_index_keeps_the_reports_it_reuses(tmp_path: Path) -> None:

@@ -31,3 +31,15 @@ def test_truncate_and_decode_round_trip() -> None:
     cut = tok.truncate(text, 12)
     assert tok.count(cut) == 12 and text.startswith(cut)
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_counts_are_remembered_only_while_an_index_build_runs() -> None:
+    tok = get_tokenizer("o200k_base")
+    text = "Marley was dead: to begin with. " * 3
+    n = tok.count(text)
+    assert text not in tok._counts  # a server remembers nothing
+    with tok.memoizing():
+        with tok.memoizing():  # a watcher's build beside another
+            assert tok.count(text) == n and text in tok._counts
+        assert text in tok._counts  # the outer build still runs
+    assert not tok._counts and tok.count(text) == n

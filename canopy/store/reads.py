@@ -365,12 +365,10 @@ class GraphReads:
         return dict(out)
 
     def relationships_among(self, community_ids: Iterable[str]) -> dict[str, list[str]]:
-        """Ids of the relationships with both endpoints in each community."""
-        m = self.t.community_members
-        sql = (f"SELECT a.community_id, r.id FROM {m} a "
-               f"JOIN {self.t.relationships} r ON r.source = a.entity_id "
-               f"JOIN {m} b ON b.community_id = a.community_id AND b.entity_id = r.target "
-               f"WHERE a.community_id {_IN} ORDER BY a.community_id, r.id")
+        """Ids of the relationships with both endpoints in each community, by id (read from
+        community_edges: the writer stages them before anything reads them)."""
+        sql = (f"SELECT community_id, relationship_id FROM {self.t.community_edges} "
+               f"WHERE community_id {_IN} ORDER BY community_id, relationship_id")
         out: dict[str, list[str]] = defaultdict(list)
         for cid, rid in self._rows(sql, _ids(community_ids)):
             out[cid].append(rid)
