@@ -118,6 +118,9 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
 
 def create_app() -> Starlette:
     """uvicorn's app factory in a worker process: the stateless app of the spec in SPEC_ENV."""
+    from canopy.allocator import limit_arenas
+
+    limit_arenas()  # a worker is a fresh interpreter: the CLI's cap is not inherited
     spec = HttpSpec(**json.loads(os.environ[SPEC_ENV]))
     logging.basicConfig(level=spec.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     server, _ = build(spec)
