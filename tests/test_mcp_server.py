@@ -581,6 +581,26 @@ def test_worker_processes_share_the_cache_budget(example_index: Path) -> None:
     assert budgets[1] == budgets[0] // 2 > 0
 
 
+def test_worker_processes_share_the_call_threads_and_open_before_any_answers(
+        tmp_path: Path) -> None:
+    from canopy.server.http import wait_for_siblings
+    from canopy.server.service import CALL_SLOTS, call_threads
+
+    assert call_threads(1) == CALL_SLOTS and call_threads(2) == CALL_SLOTS // 2
+    assert call_threads(64) >= 2  # a call waiting on an LLM never holds the only thread
+    folder = tmp_path / "ready"
+    folder.mkdir()
+    sibling = threading.Timer(0.5, (folder / "other-worker").touch)
+    sibling.start()
+    t0 = time.monotonic()
+    wait_for_siblings(str(folder), 2)
+    assert 0.4 < time.monotonic() - t0 < 5  # waited for the sibling, then went on
+    assert (folder / str(os.getpid())).exists()
+    t0 = time.monotonic()
+    wait_for_siblings(str(folder), 3, timeout=0.3)  # a sibling that never opens: not forever
+    assert time.monotonic() - t0 < 2
+
+
 def test_the_mcp_inspector_cli_lists_the_tools(example_index: Path) -> None:
     npx = shutil.which("npx")
     if npx is None:
