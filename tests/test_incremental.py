@@ -87,8 +87,10 @@ def assert_community_invariants(index_dir: Path) -> None:
         # Serving's orderings, kept up to date incrementally, hold every relationship among each
         # community's members with its weight and every member with its degree and name.
         with store.snapshot() as snap:
-            edges = sorted(snap.db.execute("SELECT * FROM community_edges").fetchall())
-            ranks = sorted(snap.db.execute("SELECT * FROM member_ranks").fetchall())
+            edges = sorted(snap.db.execute(
+                "SELECT relationship_id, community_id, weight FROM community_edges").fetchall())
+            ranks = sorted(snap.db.execute(
+                "SELECT entity_id, community_id, degree, name FROM member_ranks").fetchall())
         inside = {c.id: set(c.entity_ids) for c in g.communities.values()}
         assert edges == sorted((r.id, c, r.weight) for r in g.relationships.values()
                                for c, m in inside.items() if {r.source, r.target} <= m)

@@ -27,7 +27,8 @@ def fill_edges(db: sqlite3.Connection, t: Tables, dst: str,
     read from `t`'s relationships and memberships."""
     where, args = _only("r.id", relationship_ids)
     db.execute(
-        f"INSERT INTO {dst} SELECT r.id, a.community_id, r.weight FROM {t.relationships} r "  # noqa: S608
+        f"INSERT INTO {dst} (relationship_id, community_id, weight) "  # noqa: S608
+        f"SELECT r.id, a.community_id, r.weight FROM {t.relationships} r "
         f"JOIN {t.community_members} a ON a.entity_id = r.source "
         f"JOIN {t.community_members} b ON b.community_id = a.community_id "
         f"AND b.entity_id = r.target{where}", args)
@@ -38,7 +39,8 @@ def fill_ranks(db: sqlite3.Connection, t: Tables, dst: str,
     """Insert into `dst` the member_ranks rows of these entities (every one when None)."""
     where, args = _only("e.id", entity_ids)
     db.execute(
-        f"INSERT INTO {dst} SELECT e.id, m.community_id, e.degree, e.name "  # noqa: S608
+        f"INSERT INTO {dst} (entity_id, community_id, degree, name) "  # noqa: S608
+        f"SELECT e.id, m.community_id, e.degree, e.name "
         f"FROM {t.entities} e JOIN {t.community_members} m ON m.entity_id = e.id{where}", args)
 
 

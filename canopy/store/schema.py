@@ -101,15 +101,19 @@ CREATE TABLE {p}acl_stats (acl INTEGER PRIMARY KEY, units INTEGER NOT NULL, term
 # community with tens of thousands of members is an index range, not a scan
 # (canopy.store.community_index): every relationship with both endpoints in a community, by
 # weight, and every member, by degree and name. Keyed by relationship and by entity, so an update
-# rewrites the rows of what it touched, never a whole top community.
+# rewrites the rows of what it touched, never a whole top community. Their columns are in primary
+# key order, not key first: SQLite 3.40's quick_check reports NULLs in a WITHOUT ROWID table whose
+# columns are ordered otherwise (so they are staged by canopy.store.community_index, never by
+# Staging.put, which takes the first column for the key).
 _COMMUNITY_INDEX_DDL = """
 CREATE TABLE {p}community_edges (
-    relationship_id TEXT NOT NULL, community_id TEXT NOT NULL, weight REAL NOT NULL,
+    community_id TEXT NOT NULL, weight REAL NOT NULL, relationship_id TEXT NOT NULL,
     PRIMARY KEY (community_id, weight DESC, relationship_id)) WITHOUT ROWID;
 CREATE INDEX {p}community_edges_relationship ON community_edges(relationship_id);
 CREATE TABLE {p}member_ranks (
-    entity_id TEXT NOT NULL, community_id TEXT NOT NULL, degree INTEGER NOT NULL,
-    name TEXT NOT NULL, PRIMARY KEY (community_id, degree DESC, name, entity_id)) WITHOUT ROWID;
+    community_id TEXT NOT NULL, degree INTEGER NOT NULL, name TEXT NOT NULL,
+    entity_id TEXT NOT NULL,
+    PRIMARY KEY (community_id, degree DESC, name, entity_id)) WITHOUT ROWID;
 CREATE INDEX {p}member_ranks_entity ON member_ranks(entity_id)
 """
 
