@@ -229,12 +229,9 @@ class CallerReader:
         Ranked on names and degrees alone: a top community may have thousands of members, and
         a caller who reads everything gets the page from the stored order (an index range)."""
         if self.trivial:
-            row = self.community_rows([cid]).get(cid)
-            if row is None:
-                return [], 0
             top = self._snap.ranked_member_page(cid, limit)
             served = await self.entities(top)
-            return [served[e] for e in top if e in served], row.n_members
+            return [served[e] for e in top if e in served], self.visible_size(cid)
         ids = self.members(cid)
         briefs = self._snap.entity_briefs(ids)
         counted = Counter(x for e in self.incident(ids) for x in {e.source, e.target})

@@ -9,9 +9,10 @@ Engine calls run on a pool of worker threads, each with its own event loop (`run
 retrieval never blocks the server's event loop, and calls from different callers proceed in
 parallel (SQLite, LanceDB and numpy release the GIL; `canopy serve --http --workers N` adds
 processes for the rest). Retrieval with the builtin provider is mostly Python, so threads alone
-give one process about 1.4 cores (benchmarks/README.md, "16 clients"); N processes share
-CALL_SLOTS threads between them, because threads beyond what a process's share of the cores can
-run only contend for its GIL, while a call waiting on an LLM endpoint still gets a thread.
+give one process about 1.4 cores (benchmarks/README.md, "threads against processes"); N
+processes share CALL_SLOTS threads between them, because threads beyond what a process's share
+of the cores can run only contend for its GIL, while a call waiting on an LLM endpoint still
+gets a thread.
 
 Policy: principals -> labels and the path rules live in canopy.toml; the indexer stamps each
 document with the labels the rules give it. The service re-reads the `[acl]` section whenever

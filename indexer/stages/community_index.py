@@ -11,29 +11,20 @@ whose members stayed put keeps its rows, however large it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from canopy.indexer.stages.communities import HierarchyDelta
 from canopy.indexer.stages.context import Build
 from canopy.indexer.stages.graph import GraphDelta
 from canopy.store.community_index import fill_edges, fill_ranks
 
-__all__ = ["IndexDelta", "stage_community_index"]
+__all__ = ["stage_community_index"]
 
 
-@dataclass
-class IndexDelta:
-    moved_entities: int  # entities whose communities changed
-    entities: int  # entities whose rows were rewritten
-    relationships: int  # relationships whose rows were rewritten
-
-
-def stage_community_index(b: Build, g: GraphDelta, h: HierarchyDelta) -> IndexDelta:
+def stage_community_index(b: Build, g: GraphDelta, h: HierarchyDelta) -> None:
     staging, t = b.staging, b.reads.t
     if b.full:
         fill_edges(staging.db, t, "stage.community_edges")
         fill_ranks(staging.db, t, "stage.member_ranks")
-        return IndexDelta(-1, -1, -1)
+        return
     moved = moved_entities(b, h.written | h.deleted)
     entities = g.entities | g.removed_entities | moved
     relationships = g.relationships | g.removed_relationships
@@ -42,7 +33,6 @@ def stage_community_index(b: Build, g: GraphDelta, h: HierarchyDelta) -> IndexDe
     staging.delete("member_ranks", entities)
     fill_edges(staging.db, t, "stage.community_edges", relationships)
     fill_ranks(staging.db, t, "stage.member_ranks", entities)
-    return IndexDelta(len(moved), len(entities), len(relationships))
 
 
 def moved_entities(b: Build, communities: set[str]) -> set[str]:

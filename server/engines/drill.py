@@ -241,7 +241,7 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, pag
     # are read: a top community may have a thousand sub-communities.
     tops = reader.servable_tops(all_children)
     kids = await reader.reports(tops[:page.end])
-    children = [community_card(reader, kids[k]) for k in tops[:page.end] if k in kids]
+    children = [community_card(reader, kids[k]) for k in kids]
     members, n_members = await reader.ranked_members(cid, page.end)
     if entity is None:
         rels, n_rels = await reader.ranked_relationships(cid, page.end)
