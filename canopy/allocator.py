@@ -6,6 +6,10 @@ own, so an index build's peak and a server's resident memory grow by arenas that
 free space: with two arenas, a 609-article build peaks 14% lower (738 -> 637 MB, measured with
 `benchmarks/growth_bench.py`-style stage probes), at no measurable cost in time. A
 `MALLOC_ARENA_MAX` set in the environment is glibc's own setting and wins.
+
+glibc also keeps the free space at the top of each arena and whole free pages inside it:
+`release_free` hands them back, once a server has opened its index (the tokenizer's and the
+search tables' loading leave tens of MB free in the arenas of the threads that loaded them).
 """
 
 from __future__ import annotations
@@ -16,13 +20,17 @@ import logging
 import os
 import sys
 
-__all__ = ["limit_arenas"]
+__all__ = ["limit_arenas", "release_free"]
 
 log = logging.getLogger(__name__)
 
 _M_ARENA_MAX = -8  # mallopt parameter number, from glibc's malloc.h
 DEFAULT_ARENAS = 2
 _done: list[bool] = []
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
 def limit_arenas(arenas: int = DEFAULT_ARENAS) -> bool:
@@ -33,10 +41,22 @@ def limit_arenas(arenas: int = DEFAULT_ARENAS) -> bool:
         return bool(_done and _done[0])
     ok = False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = _libc()
         mallopt = getattr(libc, "mallopt", None)  # musl has none
         ok = bool(mallopt is not None and mallopt(_M_ARENA_MAX, arenas) == 1)
     except OSError as exc:
         log.debug("malloc arenas not limited: %s", exc)
     _done.append(ok)
     return ok
+
+
+def release_free() -> bool:
+    """Return the free memory malloc keeps in its arenas to the system (glibc's malloc_trim);
+    True when glibc did so. Nothing on other C libraries."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = getattr(_libc(), "malloc_trim", None)  # glibc only
+    except OSError:
+        return False
+    return bool(trim is not None and trim(0) == 1)

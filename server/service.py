@@ -43,6 +43,7 @@ from canopy.acl.policy import Policy, Principal
 from canopy.acl.reader import CallerReader, ViewSupport
 from canopy.acl.view_cache import ViewCache
 from canopy.acl.views import ViewParams
+from canopy.allocator import release_free
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import check_search_files
 from canopy.providers import make_embedder, make_provider
@@ -120,6 +121,7 @@ class CanopyService:
         finally:
             if self._warming is not None:  # the first caller then finds the indexes loaded
                 self._warming.join()
+        release_free()  # what loading the tokenizer and the search tables left free in malloc
 
     def _open(self, ws: Workspace, config: Path | None, workers: int, share: int,
               warm: bool) -> None:

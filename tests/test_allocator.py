@@ -87,3 +87,34 @@ def test_the_cli_and_build_index_cap_the_arenas(example_docs: Path,
     result = CliRunner().invoke(canopy.server.cli.main, ["index", str(example_docs)])
     assert result.exit_code == 0, result.output
     assert calls[:2] == ["cli", "build"]
+
+
+RELEASE = """
+import sys, threading
+from canopy.allocator import limit_arenas, release_free
+limit_arenas()
+
+def rss_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+def churn():  # malloc'd objects, most freed, a few survivors pinning the arena's top
+    made = [bytes(2000) for _ in range(40_000)]
+    sys.modules[__name__].kept = made[::16]
+    del made
+
+t = threading.Thread(target=churn)
+t.start(); t.join()
+before = rss_kb()
+released = release_free()
+print(released, before - rss_kb())
+"""
+
+
+def test_release_free_hands_free_arena_pages_back() -> None:
+    out = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    released, freed_kb = out.stdout.split()
+    assert released == "True"
+    assert int(freed_kb) > 10_000  # tens of MB the thread's arena kept after its objects died

@@ -43,3 +43,15 @@ def test_counts_are_remembered_only_while_an_index_build_runs() -> None:
             assert tok.count(text) == n and text in tok._counts
         assert text in tok._counts  # the outer build still runs
     assert not tok._counts and tok.count(text) == n
+
+
+def test_a_tokenizer_pickles_by_name_without_tiktokens_python_ranks() -> None:
+    """The Python copy of the vocabulary (26 MB for o200k) is dropped once the encoding is
+    built; a Tokenizer still crosses process boundaries (Ray workers) by name."""
+    import pickle
+
+    tok = get_tokenizer("cl100k_base")
+    assert not hasattr(tok._enc, "_mergeable_ranks")
+    again = pickle.loads(pickle.dumps(tok))
+    assert again is tok  # the process's own tokenizer for that encoding
+    assert again.encode(SAMPLES[1]) == tok.encode(SAMPLES[1])
