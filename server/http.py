@@ -10,10 +10,12 @@ inside each process (canopy.server.service), so a slow global search never stall
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -21,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import uvicorn
 
 from canopy.health import index_committed
 
@@ -149,6 +153,11 @@ def wait_for_siblings(folder: str | None, processes: int,
         time.sleep(0.05)
 
 
+class _WorkersConfig(uvicorn.Config):
+    def bind_socket(self) -> socket.socket:
+        return no_delay_listener(super().bind_socket())
+
+
 def serve_in_process(server: MCPServer, host: str, port: int) -> None:
     """Streamable HTTP at http://host:port/mcp (DNS-rebinding protection on for loopback hosts)."""
     server.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")
@@ -158,8 +167,6 @@ def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None) -
     """Serve until interrupted: in this process (one worker), or in `workers` processes.
     `first`: the folder has no index yet; it is built on a thread of this process while
     the server answers (each worker's slot opens once the build commits)."""
-    import uvicorn
-
     if workers <= 1:
         server, slot = build(spec, first=first)
         try:
@@ -171,8 +178,34 @@ def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None) -
         first.start_detached()
     os.environ[SPEC_ENV] = json.dumps(asdict(replace(spec, processes=workers)))
     ready = os.environ[READY_ENV] = tempfile.mkdtemp(prefix="canopy-workers-")
+    config = _WorkersConfig("canopy.server.http:create_app", factory=True, host=spec.host,
+                            port=spec.port, workers=workers, log_level=spec.log_level)
     try:
-        uvicorn.run("canopy.server.http:create_app", factory=True, host=spec.host,
-                    port=spec.port, workers=workers, log_level=spec.log_level)
+        _supervise(config)
+    except KeyboardInterrupt:
+        pass
     finally:
         shutil.rmtree(ready, ignore_errors=True)
+
+
+def no_delay_listener(sock: socket.socket) -> socket.socket:
+    """`sock` (a listening TCP socket) with Nagle's algorithm off, which the connections it
+    accepts inherit. uvicorn opens the socket its worker processes share with protocol number
+    0, and asyncio turns Nagle off only on connections of sockets opened as IPPROTO_TCP: each
+    answer of a worker then waited for the client's delayed ACK, 40 ms a call (200 articles,
+    one client: 8 calls/s with two workers against 18 with one process)."""
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _supervise(config: uvicorn.Config) -> None:
+    """What `uvicorn.run` does for several workers, with the listening socket of `config`."""
+    from uvicorn.supervisors import Multiprocess
+
+    sock = config.bind_socket()
+    if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn 0.50 and older
+        Multiprocess(config, target=uvicorn.Server(config).run,  # type: ignore[call-arg]
+                     sockets=[sock]).run()
+    else:
+        Multiprocess(config, sockets=[sock]).run()

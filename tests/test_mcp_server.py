@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -565,6 +566,33 @@ async def test_several_worker_processes_answer_every_tool_from_concurrent_client
             proc.terminate()
             proc.wait(20)
     assert "2 processes" in log_path.read_text(), log_path.read_text()[-2000:]
+
+
+def test_worker_processes_answer_without_waiting_for_delayed_acks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The socket `--workers N` shares is opened by uvicorn with protocol number 0, so asyncio
+    leaves Nagle's algorithm on for its connections and every answer waited 40 ms for the
+    client's delayed ACK. run_http's listener turns it off, and accepted connections inherit
+    that."""
+    import canopy.server.http as http
+
+    seen: list[object] = []
+    monkeypatch.setattr(http, "_supervise", seen.append)
+    for name in (http.SPEC_ENV, http.READY_ENV):  # run_http sets them: restored afterwards
+        monkeypatch.setenv(name, "")
+    spec = http.HttpSpec("docs", None, None, None, None, "127.0.0.1", free_port())
+    http.run_http(spec, 2)
+    (config,) = seen
+    assert isinstance(config, uvicorn.Config) and config.workers == 2
+    listener = config.bind_socket()
+    try:
+        listener.listen()
+        with socket.create_connection(listener.getsockname()[:2], timeout=5):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        listener.close()
 
 
 def test_worker_processes_share_the_cache_budget(example_index: Path) -> None:
