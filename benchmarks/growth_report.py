@@ -70,6 +70,8 @@ def _serve_figures() -> list[Figure]:
         ("N clients: errors", "errors", (*many, "errors")),
         ("throughput N clients / 1 client", "x", ("concurrency", "ratio")),
         ("server RSS after concurrency", "MB", ("rss_after_concurrency_mb",)),
+        ("server PSS after first query", "MB", ("pss_after_first_mb",)),
+        ("server PSS after concurrency", "MB", ("pss_after_concurrency_mb",)),
         ("server peak RSS (VmHWM, main process)", "MB", ("server_hwm_mb",)),
     ]
     return [Figure(name, unit, serve_value(*path), "serve") for name, unit, path in rows]

@@ -11,7 +11,9 @@ the server's RSS, p50/p95 of local, basic and global search over DEV questions, 
 It runs in its own process so that the MCP SDK never enters the driver (whose RSS would otherwise
 raise every later child's ru_maxrss), and writes OUT_JSON after every phase, so a run stopped by
 the driver's timeout still reports what it measured. RSS is the server's process tree (VmRSS of
-the server and its descendants, so `--workers N` servers count whole); VmHWM is the main process's.
+the server and its descendants, so `--workers N` servers count whole; pages two processes share
+count twice) and, beside it, the tree's PSS (each shared page counted once); VmHWM is the main
+process's.
 """
 
 from __future__ import annotations
@@ -91,6 +93,22 @@ def descendants(pid: int) -> list[int]:
 
 def tree_rss_mb(pid: int) -> float:
     return round(sum(status_kb(p, "VmRSS") for p in descendants(pid)) / 1024, 1)
+
+
+def pss_kb(pid: int) -> int:
+    """The process's proportional set size: its private pages plus its share of pages it
+    shares (libraries, the page cache's mapped files), so a tree's sum counts each page once."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tree_pss_mb(pid: int) -> float:
+    return round(sum(pss_kb(p) for p in descendants(pid)) / 1024, 1)
 
 
 async def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -220,7 +238,8 @@ async def measure(spec: dict[str, Any], proc: subprocess.Popen[bytes], t_start: 
         rec["handshake_s"] = round(time.perf_counter() - t_start, 3)
         ms, err, _ = await timed_call(client, "local_search", {"query": questions[0]})
         rec.update(first_query_ms=round(ms, 1), first_query_error=err,
-                   rss_after_first_mb=tree_rss_mb(proc.pid))
+                   rss_after_first_mb=tree_rss_mb(proc.pid),
+                   pss_after_first_mb=tree_pss_mb(proc.pid))
         save(rec)
         if spec["serve"]:
             rec["tools"] = {}
@@ -245,6 +264,7 @@ async def measure(spec: dict[str, Any], proc: subprocess.Popen[bytes], t_start: 
         rec["concurrency"].update(many=many, ratio=None if ratio is None else round(ratio, 3),
                                   drill_down_communities=len(communities))
         rec["rss_after_concurrency_mb"] = tree_rss_mb(proc.pid)
+        rec["pss_after_concurrency_mb"] = tree_pss_mb(proc.pid)
     rec["server_hwm_mb"] = round(status_kb(proc.pid, "VmHWM") / 1024, 1)
     save(rec)
 
