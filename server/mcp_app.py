@@ -46,6 +46,7 @@ from canopy.errors import (
 )
 from canopy.server import engines
 from canopy.server.context import QueryContext
+from canopy.server.engines.drill import REPORT_CHILDREN
 from canopy.server.first_build import ServiceSlot
 from canopy.server.results import CommunityCard, DrillResult, SearchResult
 from canopy.server.service import CanopyService
@@ -446,7 +447,10 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
 
     @server.resource("canopy://reports/{community_id}", name="report", title="Community report",
                      mime_type="text/markdown",
-                     description="A community report as markdown: title, summary, rating, findings")
+                     description="A community report as markdown: title, summary, rating, "
+                                 f"parent, its first {REPORT_CHILDREN} sub-communities (a note "
+                                 "names the drill_down call that pages through the rest), "
+                                 "findings with their source text unit ids")
     async def report(community_id: str) -> str:
         return await gw.read(f"canopy://reports/{community_id}",
                              lambda q: engines.report_markdown(q, community_id))

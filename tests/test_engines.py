@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from click.testing import CliRunner
 
 from canopy.errors import InvalidArgument, NotFound
 from canopy.llm import ChatClient
+from canopy.model import Report
 from canopy.providers.base import render_blocks
 from canopy.providers.llm import LLMProvider
 from canopy.server.cli import main
@@ -23,6 +24,7 @@ from canopy.server.context import QueryContext
 from canopy.server.engines import (
     basic_search,
     drift_search,
+    drill,
     drill_down,
     global_search,
     list_servable_reports,
@@ -119,6 +121,28 @@ def assert_citations_resolve(ctx: QueryContext, result: SearchResult) -> None:
             assert span.document == c.document and span.text
         elif c.kind == "entity":
             assert run(drill_down(ctx, entity=c.id)).entity.id == c.id
+
+
+def markdown_and_reads(service: CanopyService, who: str, cid: str) -> tuple[str, list[list[str]]]:
+    """`who`'s Markdown of report `cid`, and the ids of each read of reports it made."""
+    reads: list[list[str]] = []
+    with service.context(who) as c, pytest.MonkeyPatch.context() as patch:
+        reports = c.reader.reports
+
+        async def counted(ids: Iterable[str]) -> dict[str, Report]:
+            reads.append(list(ids))
+            return await reports(reads[-1])
+
+        patch.setattr(c.reader, "reports", counted)
+        return run(report_markdown(c, cid)), reads
+
+
+def listed_children(markdown: str) -> list[str]:
+    """The ids a report's Markdown lists under "Sub-communities:"."""
+    if "\nSub-communities:\n" not in markdown:
+        return []
+    section = markdown.split("\nSub-communities:\n", 1)[1].split("\n\n", 1)[0]
+    return [line.split("`")[1] for line in section.splitlines()]
 
 
 def served_provenance(ctx: QueryContext, kind: str, item_id: str) -> tuple[str, ...]:
@@ -358,6 +382,44 @@ class TestDrillDown:
         assert len(cards) == len(g.reports)
         md = run(report_markdown(ctx, cards[0].id))
         assert md.startswith(f"# {cards[0].title}") and cards[0].id in md
+
+    @pytest.mark.parametrize(("who", "size"), [("admin", 2), ("eve", 1)])
+    def test_a_reports_markdown_lists_drill_downs_first_page_of_sub_communities(
+            self, service, g, monkeypatch, who, size):
+        """A top community at 10k articles has ~960 sub-communities: the resource lists the
+        first page of drill_down's, reads only their reports, and names the drill_down call
+        for the next page, counting only what the caller sees (eve: not the hidden ones)."""
+        monkeypatch.setattr(drill, "REPORT_CHILDREN", size)
+        cut, fewer = [], []
+        for cid in sorted(c.id for c in g.communities.values() if c.children):
+            with service.context(who) as c:
+                c.settings = c.settings.model_copy(update={"result_token_limit": 30_000})
+                try:
+                    every = [k.id for k in run(drill_down(c, community_id=cid, limit=100)).children]
+                except NotFound:
+                    continue
+                paged = run(drill_down(c, community_id=cid, limit=size))
+                next_page = run(drill_down(c, community_id=cid, limit=size, offset=size))
+                run(report_markdown(c, cid))  # builds eve's views first (they read reports)
+            md, reads = markdown_and_reads(service, who, cid)
+            assert listed_children(md) == every[:size], cid
+            call = f"drill_down(community_id={cid!r}, limit={size}, offset={size})"
+            if len(every) > size:
+                cut.append(cid)
+                assert f"Showing sub-communities 1-{size} of {len(every)}: call {call} " \
+                       "for the next ones." in md.splitlines()
+                assert paged.note and call in paged.note  # the call drill_down names itself
+                assert [k.id for k in next_page.children] == every[size:2 * size]
+            else:
+                assert "Showing sub-communities" not in md and "drill_down(" not in md
+            if len(every) < len(g.communities[cid].children):
+                fewer.append(cid)
+            # Only the report itself, its parent's, and the listed sub-communities' are read.
+            own = {cid, g.communities[cid].parent}
+            assert all(len(ids) <= max(size, 1) for ids in reads), reads
+            assert [k for ids in reads for k in ids if k not in own] == every[:size], reads
+        assert cut  # positive controls: some lists are cut, some of eve's hide sub-communities
+        assert fewer if who == "eve" else not fewer
 
 
 class TestServingRule:

@@ -19,9 +19,11 @@ import pytest
 
 from canopy.errors import NotFound
 from canopy.model import Report
+from canopy.server.context import QueryContext
+from canopy.server.engines import drill_down
 from canopy.server.service import CanopyService
-from canopy.server.web.data import hierarchy
-from canopy.server.web.models import Hierarchy
+from canopy.server.web.data import community_page, hierarchy
+from canopy.server.web.models import CommunityPage, Hierarchy
 from tests.conftest import REPO, indexed_examples, offline_env
 from tests.test_auth import (
     DEMO,
@@ -277,6 +279,42 @@ def test_a_hidden_root_answers_exactly_like_an_unknown_one(base: str) -> None:
     assert get(base, "/ui/api/communities?root=" + "c" * 5000, "bob").status_code == 404
 
 
+def test_a_community_page_lists_its_sub_communities_in_pages_as_the_tree_does(base: str) -> None:
+    """`?offset=N&limit=N` page a community's sub-communities as the tree's `?root=ID` does,
+    with the same count and next offset; each caller counts only what they see."""
+    counts: dict[str, dict[str, int]] = {}
+    for who in ("alice", "bob", "carol"):
+        nodes = walk(tree(base, who)["roots"])
+        counts[who] = {n["id"]: n["children_count"] for n in nodes}
+        for node in (n for n in nodes if n["children_count"]):
+            path = f"/ui/api/community/{node['id']}"
+            whole = get(base, path, who).json()  # a small index: one page holds them all
+            assert whole["children"] == get(base, path + "?offset=0&limit=200", who).json()[
+                "children"]
+            assert [k["id"] for k in whole["children"]] == [k["id"] for k in node["children"]]
+            assert whole["children_count"] == node["children_count"]
+            assert whole["next_offset"] is None
+            kids: list[str] = []
+            offset: int | None = 0
+            while offset is not None:  # one at a time
+                page = get(base, f"{path}?limit=1&offset={offset}", who).json()
+                assert page["children_count"] == node["children_count"]
+                assert len(page["children"]) == 1 and page["community"] == whole["community"]
+                kids += [k["id"] for k in page["children"]]
+                offset = page["next_offset"]
+            assert kids == [k["id"] for k in node["children"]]
+            past = get(base, f"{path}?offset={node['children_count']}", who).json()
+            assert past["children"] == [] and past["next_offset"] is None
+    # Positive control: carol's hr-only community is a sub-community bob does not count.
+    assert any(counts["bob"][c] < counts["carol"][c] for c in counts["bob"])
+    root = next(iter(counts["bob"]))
+    for query, error in (("offset=-3", "offset must be an integer from 0 to 1000000."),
+                         ("limit=0", "limit must be an integer from 1 to 200."),
+                         ("limit=201", "limit must be an integer from 1 to 200.")):
+        got = get(base, f"/ui/api/community/{root}?{query}", "bob")
+        assert got.status_code == 400 and got.json() == {"error": error}
+
+
 @pytest.mark.parametrize(("query", "error"), [
     ("depth=5", "depth must be an integer from 0 to 4."),
     ("depth=-1", "depth must be an integer from 0 to 4."),
@@ -377,6 +415,63 @@ def test_a_restricted_callers_counts_are_their_own(service: CanopyService) -> No
         with pytest.raises(NotFound) as missing:
             answer(service, "eve", cid[:-3] + "000")
         assert str(seen.value) == str(missing.value).replace(cid[:-3] + "000", cid)
+
+
+def page_and_reads(service: CanopyService, who: str, cid: str,
+                   **bounds: int) -> tuple[CommunityPage, list[list[str]]]:
+    """`who`'s page of community `cid`, and the ids of each read of reports it made."""
+    reads: list[list[str]] = []
+    with service.context(who) as ctx, pytest.MonkeyPatch.context() as patch:
+        reports = ctx.reader.reports
+
+        async def counted(ids: Iterable[str]) -> dict[str, Report]:
+            reads.append(list(ids))
+            return await reports(reads[-1])
+
+        patch.setattr(ctx.reader, "reports", counted)
+        return asyncio.run(community_page(ctx, cid, **bounds)), reads
+
+
+def ancestors(ctx: QueryContext, cid: str) -> list[str]:
+    """Community `cid`'s ancestors in the index, root first (hidden ones too)."""
+    chain: list[str] = []
+    parent = ctx.reader.community_rows([cid])[cid].parent
+    while parent is not None:
+        chain.insert(0, parent)
+        parent = ctx.reader.community_rows([parent])[parent].parent
+    return chain
+
+
+def test_a_community_page_reads_only_its_page_of_sub_communities_in_drill_downs_order(
+        service: CanopyService) -> None:
+    """A top community at 10k articles has ~960 sub-communities: the page lists those from
+    `offset` (at most `limit`) in drill_down's order and reads only their reports (besides its
+    own and its ancestors'); its count is drill_down's total for the same caller."""
+    totals: dict[str, dict[str, int]] = {}
+    for who in ("admin", "eve"):
+        totals[who] = {}
+        for node in walk(dumped(answer(service, who, depth=4)[0])):
+            cid = node["id"]
+            with service.context(who) as ctx:
+                ctx.settings = ctx.settings.model_copy(update={"result_token_limit": 30_000})
+                every = [k.id for k in asyncio.run(drill_down(ctx, community_id=cid,
+                                                              limit=100)).children]
+                chain = ancestors(ctx, cid)
+                asyncio.run(community_page(ctx, cid))  # builds eve's views first (they read)
+            assert every == [k["id"] for k in node["children"]]
+            totals[who][cid] = len(every)
+            for limit in (1, 2):
+                for offset in range(len(every) + 1):
+                    page, reads = page_and_reads(service, who, cid, offset=offset, limit=limit)
+                    want = every[offset:offset + limit]
+                    assert [k.id for k in page.children] == want, (who, cid, offset, limit)
+                    assert page.children_count == len(every) == node["children_count"]
+                    rest = offset + limit if offset + limit < len(every) else None
+                    assert page.next_offset == rest
+                    assert sorted(reads) == sorted([[cid], want, chain]), (who, cid, reads)
+    # Positive controls: some lists take pages; eve's counts leave out hidden sub-communities.
+    assert any(n > 1 for n in totals["admin"].values())
+    assert any(totals["eve"][c] < totals["admin"][c] for c in totals["eve"])
 
 
 def test_an_overlong_id_is_not_looked_up(base: str) -> None:

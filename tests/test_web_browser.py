@@ -234,6 +234,34 @@ def test_a_list_cut_at_its_limit_shows_more_on_request(browser: Browser,
         sorted(r["title"] for r in whole[:6])
 
 
+def test_a_communitys_list_of_sub_communities_shows_more_on_request(
+        browser: Browser, examples_base: str) -> None:
+    """With ?limit=2 a community's page lists two of its sub-communities; "Show more" asks its
+    page for the next ones and lists them after."""
+    node = next(n for n in _walk(api(examples_base, "/ui/api/communities")["roots"])
+                if n["children_count"] > 2)
+    path = f"/ui/api/community/{node['id']}"
+    first = api(examples_base, path + "?limit=2")
+    assert first["next_offset"] == 2 and first["children_count"] == node["children_count"]
+    browser.goto(f"{examples_base}/ui/?limit=2#c={node['id']}")
+    open_community(browser, examples_base, node)
+    listed = "[...document.querySelectorAll('#children .link')].map(b => b.textContent)"
+    assert browser.evaluate(listed) == [k["title"] for k in first["children"]]
+    more = "document.getElementById('children-more')"
+    assert browser.evaluate(f"{more}.hidden") is False
+    left = node["children_count"] - 2
+    assert browser.evaluate(f"{more}.textContent") == f"Show more ({left} not listed)"
+    browser.click("#children-more")
+    browser.wait_for(f"document.querySelectorAll('#children .link').length === "
+                     f"{min(4, node['children_count'])}")
+    second = api(examples_base, path + "?limit=2&offset=2")
+    assert browser.evaluate(listed) == [k["title"] for k in first["children"] +
+                                        second["children"]]
+    assert browser.evaluate(f"{more}.hidden") is (second["next_offset"] is None)
+    assert any(u.endswith("?limit=2&offset=2") for u in browser.evaluate(
+        "performance.getEntriesByType('resource').map(e => e.name)"))
+
+
 def test_a_restricted_caller_signs_in_with_a_token_and_sees_only_their_view(
         browser: Browser, tenant_base: str) -> None:
     browser.goto(tenant_base + "/ui/")

@@ -29,11 +29,12 @@ from canopy.server.engines.cards import (
 from canopy.server.engines.common import delivered_tokens, metered, tokenizer
 from canopy.server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
 
-__all__ = ["MAX_LIMIT", "drill_down", "list_servable_reports", "no_community", "no_entity",
-           "report_markdown", "served_ancestors", "source_span"]
+__all__ = ["MAX_LIMIT", "REPORT_CHILDREN", "drill_down", "list_servable_reports", "no_community",
+           "no_entity", "report_markdown", "served_ancestors", "served_children", "source_span"]
 
 MAX_LIMIT = 100
 MAX_OFFSET = 1_000_000
+REPORT_CHILDREN = 20  # sub-communities a report's Markdown lists; drill_down pages the rest
 
 
 def _shown(value: str) -> str:
@@ -65,6 +66,14 @@ async def served_ancestors(reader: CallerReader, cid: str) -> list[CommunityCard
         parent = row.parent if row is not None else None
     served = await reader.reports(chain)
     return [community_card(reader, served[p]) for p in chain if p in served]
+
+
+def served_children(reader: CallerReader, cid: str) -> list[str]:
+    """The sub-communities of community `cid` the caller is served, in drill_down's order: its
+    children where servable, else their nearest servable descendants. Each has a report for the
+    caller, so a page of them is read by slicing this list: a top community may have a thousand.
+    """
+    return reader.servable_tops(reader.child_ids([cid]).get(cid, []))
 
 
 async def drill_down(
@@ -116,7 +125,9 @@ def source_span(ctx: QueryContext, unit_id: str) -> SourceSpan:
 
 
 async def report_markdown(ctx: QueryContext, community_id: str) -> str:
-    """A community report as Markdown, with the ids that drill_down and source_span accept."""
+    """A community report as Markdown, with the ids that drill_down and source_span accept: its
+    first `REPORT_CHILDREN` sub-communities, and a note naming the drill_down call for the rest.
+    """
     reader = ctx.reader
     report = (await reader.reports([community_id])).get(community_id)
     if report is None:
@@ -129,16 +140,26 @@ async def report_markdown(ctx: QueryContext, community_id: str) -> str:
         parent = (await reader.reports([row.parent])).get(row.parent)
         if parent is not None:
             lines += ["", f"Parent: `{parent.community_id}` {parent.title}"]
-    tops = reader.servable_tops(reader.child_ids([community_id]).get(community_id, []))
-    children = await reader.reports(tops)
-    if children:
-        lines += ["", "Sub-communities:"]
-        lines += [f"- `{c.community_id}` {c.title}" for c in children.values()]
+    lines += await _sub_community_lines(reader, community_id)
     for i, card in enumerate(finding_cards(reader, report)):
         lines += ["", f"## {i}. {card.summary}", "", card.explanation]
         if card.text_unit_ids:
             lines += ["", "Sources: " + ", ".join(f"`{u}`" for u in card.text_unit_ids)]
     return "\n".join(lines) + "\n"
+
+
+async def _sub_community_lines(reader: CallerReader, cid: str) -> list[str]:
+    """The report's list of sub-communities: the first page of drill_down's, and its note naming
+    the drill_down call for the next page (only the listed reports are read)."""
+    page = _Page(REPORT_CHILDREN, 0)
+    shown = page.cut(served_children(reader, cid), "sub-communities", f"community_id={cid!r}")
+    children = await reader.reports(shown)
+    if not children:
+        return []
+    lines = ["", "Sub-communities:"]
+    lines += [f"- `{c.community_id}` {c.title}" for c in children.values()]
+    notes = page.notes()
+    return lines + ["", *notes] if notes else lines
 
 
 async def list_servable_reports(ctx: QueryContext) -> list[CommunityCard]:

@@ -15,7 +15,12 @@ from canopy.errors import InvalidArgument
 from canopy.model import Document, Entity, TextUnit
 from canopy.server.context import QueryContext
 from canopy.server.engines.cards import community_card, entity_card, finding_cards, span_of
-from canopy.server.engines.drill import no_community, no_entity, served_ancestors
+from canopy.server.engines.drill import (
+    no_community,
+    no_entity,
+    served_ancestors,
+    served_children,
+)
 from canopy.server.web.models import (
     CommunityNode,
     CommunityPage,
@@ -122,14 +127,19 @@ def _rest(first: int, taken: int, count: int) -> int | None:
     return first + taken if first + taken < count else None
 
 
-async def community_page(ctx: QueryContext, cid: str, limit: int = GRAPH_LIMIT) -> CommunityPage:
+async def community_page(ctx: QueryContext, cid: str, *, offset: int = 0, limit: int = WIDTH,
+                         graph: int = GRAPH_LIMIT) -> CommunityPage:
+    """Community `cid`'s report, parents, its sub-communities from `offset` on (at most `limit`,
+    in the tree's and drill_down's order; only their reports are read) with their count and the
+    offset of the rest, and the graph of its `graph` best-connected members."""
     reader = ctx.reader
     report = (await reader.reports([cid])).get(cid)
     if report is None:
         raise no_community(cid)
-    tops = reader.servable_tops(reader.child_ids([cid]).get(cid, []))
-    kids = await reader.reports(tops)
-    members, n_members = await reader.ranked_members(cid, limit)
+    tops = served_children(reader, cid)
+    page = tops[offset:offset + limit]
+    kids = await reader.reports(page)
+    members, n_members = await reader.ranked_members(cid, graph)
     shown = {e.id for e in members}
     # Relationships among the drawn members only, ranked on the cheap edge rows as served
     # (read through the members' own edges: a top community's whole set can be tens of
@@ -140,7 +150,9 @@ async def community_page(ctx: QueryContext, cid: str, limit: int = GRAPH_LIMIT) 
     return CommunityPage(
         community=community_card(reader, report),
         parents=await served_ancestors(ctx.reader, cid),
-        children=[community_card(reader, kids[k]) for k in tops if k in kids],
+        children=[community_card(reader, kids[k]) for k in page if k in kids],
+        children_count=len(tops),
+        next_offset=_rest(offset, len(page), len(tops)),
         rating_explanation=report.rating_explanation,
         findings=finding_cards(reader, report),
         nodes=[GraphNode(id=e.id, name=e.name, type=e.type, degree=reader.degree(e.id))

@@ -77,14 +77,21 @@ class GraphEdge(BaseModel):
 
 
 class CommunityPage(BaseModel):
-    """A community's report and the graph of its best-connected members."""
+    """A community's report, a page of its sub-communities, and the graph of its
+    best-connected members."""
 
     community: CommunityCard
     parents: list[CommunityCard] = Field(description="Root first, down to the parent")
-    children: list[CommunityCard]
+    children: list[CommunityCard] = Field(description="Sub-communities from `?offset=N` on (at "
+                                                      "most `?limit=N`), in the tree's order")
+    children_count: int = Field(description="Sub-communities the caller sees, in `children` "
+                                            "or not")
+    next_offset: int | None = Field(None, description="Where the sub-communities not in "
+                                                      "`children` start (`?offset=N`); None "
+                                                      "when all are there")
     rating_explanation: str
     findings: list[FindingCard]
-    nodes: list[GraphNode] = Field(description="Top members by degree (at most `limit`)")
+    nodes: list[GraphNode] = Field(description="Top members by degree (a bounded number)")
     edges: list[GraphEdge] = Field(description="Relationships among the shown members")
     members: int = Field(description="All members that exist for the caller")
 

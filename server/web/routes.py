@@ -42,7 +42,7 @@ from canopy.server.web.data import (
     no_community,
     no_entity,
 )
-from canopy.server.web.models import Hierarchy
+from canopy.server.web.models import CommunityPage, Hierarchy
 
 __all__ = ["STATIC_FILES", "WebApi", "web_routes"]
 
@@ -136,10 +136,19 @@ class WebApi:
         return await self.answer(request, tree)
 
     async def community(self, request: Request) -> Response:
+        """`offset` and `limit`: the page of the community's sub-communities, as the
+        hierarchy's `?root=ID` takes them."""
         cid = request.path_params["community_id"]
         if len(cid) > MAX_ID:
             return await self.answer(request, _raise(no_community(cid)))
-        return await self.answer(request, lambda q: community_page(q, cid))
+        query = request.query_params
+
+        async def page(q: QueryContext) -> CommunityPage:
+            return await community_page(
+                q, cid, offset=bounded("offset", query.get("offset"), 0, 0, MAX_OFFSET),
+                limit=bounded("limit", query.get("limit"), WIDTH, 1, WIDTH))
+
+        return await self.answer(request, page)
 
     async def entity(self, request: Request) -> Response:
         eid = request.path_params["entity_id"]

@@ -68,6 +68,16 @@
     return "/ui/api/communities?" + params.toString();
   }
 
+  // A community's page; the page's own ?limit=N bounds its list of sub-communities too.
+  function communityQuery(id, extra) {
+    const params = new URLSearchParams();
+    const limit = new URLSearchParams(location.search).get("limit") || "";
+    if (/^[0-9]+$/.test(limit)) params.set("limit", limit);
+    for (const [name, value] of Object.entries(extra)) params.set(name, String(value));
+    const query = params.toString();
+    return "/ui/api/community/" + encodeURIComponent(id) + (query ? "?" + query : "");
+  }
+
   // Each community of the tree (and the top, id null) holds the sub-communities loaded so far;
   // `next_offset` is where the rest start (null: all are here). One request at a time per node.
   function hasMore(data) { return data.next_offset !== null && data.next_offset !== undefined; }
@@ -384,7 +394,7 @@
     }
     let page;
     try {
-      page = await api("/ui/api/community/" + encodeURIComponent(id));
+      page = await api(communityQuery(id, {}));
     } catch (e) {
       if (state.selected !== id) return;
       panel.attr("data-id", null).selectAll("*").remove();
@@ -447,12 +457,49 @@
     }
     if (page.children.length) {
       panel.append("h3").text("Sub-communities");
-      const li = panel.append("ul").attr("class", "community-list").selectAll("li")
-        .data(page.children).join("li");
-      li.append("button").attr("type", "button").attr("class", "link").text((k) => k.title)
-        .on("click", (event, k) => go(k.id, null));
-      li.append("span").attr("class", "n").text((k) => k.size);
+      listChildren(panel, page);
     }
+  }
+
+  // The community's sub-communities come in pages, as the tree's lists do: `next_offset` is
+  // where the rest start, and "Show more" asks the community's page for the next part.
+  function listChildren(panel, page) {
+    const list = panel.append("ul").attr("class", "community-list").attr("id", "children");
+    const more = panel.append("button").attr("type", "button").attr("class", "link")
+      .attr("id", "children-more");
+    const draw = () => {
+      const items = list.selectAll("li").data(page.children, (k) => k.id)
+        .join((enter) => {
+          const li = enter.append("li");
+          li.append("button").attr("type", "button").attr("class", "link");
+          li.append("span").attr("class", "n");
+          return li;
+        });
+      items.order();
+      items.select(".link").text((k) => k.title).on("click", (event, k) => go(k.id, null));
+      items.select(".n").text((k) => k.size);
+      const left = page.children_count - page.children.length;
+      more.property("hidden", !hasMore(page) || left <= 0)
+        .text(`Show more (${left} not listed)`);
+    };
+    draw();
+    more.on("click", async () => {
+      const id = page.community.id;
+      const offset = page.next_offset;
+      more.property("disabled", true);
+      try {
+        const got = await api(communityQuery(id, { offset }));
+        if (state.selected !== id) return;  // another community was opened meanwhile
+        page.children = page.children.slice(0, offset).concat(got.children);
+        page.children_count = got.children_count;
+        page.next_offset = got.next_offset;
+        draw();
+      } catch (e) {
+        showMessage(e.message);
+      } finally {
+        more.property("disabled", false);
+      }
+    });
   }
 
   function drawGraph(page) {
