@@ -118,3 +118,16 @@ def test_release_free_hands_free_arena_pages_back() -> None:
     released, freed_kb = out.stdout.split()
     assert released == "True"
     assert int(freed_kb) > 10_000  # tens of MB the thread's arena kept after its objects died
+
+
+def test_a_build_hands_freed_memory_back_after_each_stage(
+        example_docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between stages the build returns what the stage freed (its vectors stage allocates on
+    LanceDB's threads, which cannot reuse the graph stages' free arena space)."""
+    import canopy.indexer.pipeline
+    from canopy.server.runtime import build_index, open_workspace
+
+    calls: list[int] = []
+    monkeypatch.setattr(canopy.indexer.pipeline, "release_free", lambda: calls.append(1) or True)
+    result = build_index(open_workspace(example_docs, tmp_path / "index"))
+    assert len(calls) == len(result.stats["seconds"]) - 1 >= 8  # every stage but the plan
