@@ -407,6 +407,12 @@ class CallerReader:
         return {u: (got[u][0].unit, got[u][1]) for u in ids
                 if u in got and got[u][0].acl in self.caller.readable}
 
+    def sentence_terms(self, ids: Iterable[str]) -> dict[str, str]:
+        """The stored analysis (builtin.text.sentence_terms) of each servable unit of these."""
+        readable = self.caller.readable
+        return {u: terms for u, (acl, terms) in self._snap.unit_sentence_terms(ids).items()
+                if acl in readable}
+
     # ---- navigation ------------------------------------------------------------------------
 
     def entity_ids_by_key(self, keys: Iterable[str]) -> dict[str, str]:

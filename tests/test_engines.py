@@ -630,6 +630,48 @@ class TestLocalRanking:
         assert {"projects/tern.md", "suppliers/helio_cells.md"} <= set(paths)
         assert tokenizer().count(render_blocks(local.blocks)) <= 8000 * 1.05
 
+    def test_candidates_are_scored_from_their_stored_analyses_not_their_text(
+            self, ctx, g, monkeypatch):
+        """The indexer stores each unit's terms piece by piece (builtin.text.sentence_terms);
+        ranking reads them and analyses no candidate's text (analysing them at every query was
+        the largest part of local_search's CPU at 10,000 articles). The evidence is the same
+        either way; an analysis stored by another version of it is not used."""
+        import canopy.server.engines.evidence as evidence
+        from canopy.providers.builtin.text import ANALYSIS_TAG, sentence_terms
+        from canopy.server.context import BoundedCache
+
+        analysed: list[str] = []
+
+        def split(text: str) -> list[str]:
+            analysed.append(text)
+            return original(text)
+
+        original = evidence.split_at_stops
+        monkeypatch.setattr(evidence, "split_at_stops", split)
+        monkeypatch.setattr(ctx.caches, "unit_evidence", BoundedCache(32 << 20))
+        vector = run(ctx.reader.embed(MULTI_PART))
+        ranked = evidence.rank_units(ctx, MULTI_PART, vector)
+        assert len(ranked) >= 10 and analysed == []
+        stored = ctx.reader.sentence_terms(ranked)
+        assert set(stored) == set(ranked)
+        for u in ranked[:10]:
+            unit = g.units[u]
+            doc = g.documents[unit.document_id]
+            monkeypatch.setattr(ctx.caches, "unit_evidence", BoundedCache(32 << 20))
+            from_index = evidence.unit_evidence(ctx, unit, doc, stored[u])
+            monkeypatch.setattr(ctx.caches, "unit_evidence", BoundedCache(32 << 20))
+            from_text = evidence.unit_evidence(ctx, unit, doc)
+            assert stored[u] == sentence_terms(unit.text)
+            assert (from_index.sentence_terms, from_index.windows, from_index.tf,
+                    from_index.bigrams, from_index.length) == (
+                from_text.sentence_terms, from_text.windows, from_text.tf, from_text.bigrams,
+                from_text.length)
+        analysed.clear()
+        other = stored[ranked[0]].replace(ANALYSIS_TAG, ANALYSIS_TAG + "-older", 1)
+        evidence.unit_evidence(ctx, g.units[ranked[0]], g.documents[
+            g.units[ranked[0]].document_id], other)
+        assert analysed == [g.units[ranked[0]].text]  # another version's terms: from the text
+
     def test_units_longer_than_their_share_are_cut_to_the_sentences_that_match(self, ctx, g):
         from canopy.server.engines.evidence import excerpt
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from canopy.indexer.communities import is_partition
+from canopy.providers.builtin.text import sentence_terms
 from canopy.server.runtime import build_index, open_workspace
 from canopy.store import Store
 from canopy.store.export import Graph, load_graph
@@ -91,6 +92,9 @@ def assert_community_invariants(index_dir: Path) -> None:
                 "SELECT relationship_id, community_id, weight FROM community_edges").fetchall())
             ranks = sorted(snap.db.execute(
                 "SELECT entity_id, community_id, degree, name FROM member_ranks").fetchall())
+            analyses = snap.db.execute("SELECT text, sentence_terms FROM text_units").fetchall()
+        # Each unit's stored analysis, written with it, is its text's (local_search reads it).
+        assert analyses and all(stored == sentence_terms(text) for text, stored in analyses)
         inside = {c.id: set(c.entity_ids) for c in g.communities.values()}
         assert edges == sorted((r.id, c, r.weight) for r in g.relationships.values()
                                for c, m in inside.items() if {r.source, r.target} <= m)
@@ -204,6 +208,24 @@ def test_an_index_from_before_the_community_orderings_gets_them_and_keeps_them_c
     db.commit()
     db.close()
     Store(ws.index_dir).close()  # migrates: the tables are filled from the committed generation
+    assert_community_invariants(ws.index_dir)
+    for _ in range(3):
+        corpus.step()
+        build_index(ws)
+        assert_community_invariants(ws.index_dir)
+
+
+def test_an_index_from_before_the_stored_sentence_terms_gets_them_and_keeps_them_current(
+        tmp_path: Path) -> None:
+    corpus = Corpus(tmp_path / "docs", 6)
+    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
+    build_index(ws)
+    db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
+    db.execute("ALTER TABLE text_units DROP COLUMN sentence_terms")
+    db.execute("DELETE FROM _migrations WHERE name = 'm009_sentence_terms'")
+    db.commit()
+    db.close()
+    Store(ws.index_dir).close()  # migrates: every committed unit's text is analysed
     assert_community_invariants(ws.index_dir)
     for _ in range(3):
         corpus.step()

@@ -90,6 +90,10 @@ def _ids(values: Iterable[str]) -> str:
 
 
 _IN = "IN (SELECT value FROM json_each(?))"
+# A unit's columns but its stored analysis, which only local_search's scoring reads
+# (unit_sentence_terms): units are read for their text far more often.
+_UNIT_COLUMNS = ("u.id, u.document_id, u.ordinal, u.text, u.n_tokens, u.char_start, u.char_end, "
+                 "u.acl, u.sort_key, u.n_terms")
 
 
 class GraphReads:
@@ -137,12 +141,17 @@ class GraphReads:
 
     def unit_documents(self, unit_ids: Iterable[str]) -> dict[str, tuple[UnitRow, Document]]:
         """Each live unit with its document (one join)."""
-        sql = (f"SELECT u.*, d.* FROM {self.t.text_units} u JOIN {self.t.documents} d "
+        sql = (f"SELECT {_UNIT_COLUMNS}, d.* FROM {self.t.text_units} u JOIN {self.t.documents} d "
                f"ON d.id = u.document_id WHERE u.id {_IN}")
         out = {}
         for r in self._rows(sql, _ids(unit_ids)):
             out[r[0]] = (UnitRow.of(r[:10]), DocumentRow.of(r[10:]).document)
         return out
+
+    def unit_sentence_terms(self, unit_ids: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """Each live unit's ACL class and stored analysis (builtin.text.sentence_terms)."""
+        sql = f"SELECT id, acl, sentence_terms FROM {self.t.text_units} WHERE id {_IN}"
+        return {r[0]: (r[1], r[2]) for r in self._rows(sql, _ids(unit_ids))}
 
     # What clustering reads of where entities are mentioned: the top of the hierarchy groups
     # communities by the text units and documents their entities share (canopy.indexer.grouping).

@@ -87,15 +87,19 @@ class UnitRow:
     acl: int
     sort_key: str  # merge order: hash of the unit's text (independent of document ids)
     n_terms: int  # lexical terms of header + text: BM25 length
+    # its text's terms piece by piece, for local_search (builtin.text.sentence_terms; "" when
+    # not read, or for a unit stored before the column existed)
+    sentence_terms: str = ""
 
     def values(self) -> tuple[Any, ...]:
         u = self.unit
         return (u.id, u.document_id, u.ordinal, u.text, u.n_tokens, u.char_start, u.char_end,
-                self.acl, self.sort_key, self.n_terms)
+                self.acl, self.sort_key, self.n_terms, self.sentence_terms)
 
     @staticmethod
     def of(r: tuple[Any, ...]) -> UnitRow:
-        return UnitRow(TextUnit(*r[:7]), r[7], r[8], r[9])
+        """From a row of all its columns, or of the first ten (without sentence_terms)."""
+        return UnitRow(TextUnit(*r[:7]), r[7], r[8], r[9], r[10] if len(r) > 10 else "")
 
 
 @dataclass(frozen=True)

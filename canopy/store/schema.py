@@ -50,7 +50,8 @@ CREATE INDEX {p}documents_path ON documents(path);
 CREATE TABLE {p}text_units (
     id TEXT PRIMARY KEY, document_id TEXT NOT NULL, ordinal INTEGER NOT NULL, text TEXT NOT NULL,
     n_tokens INTEGER NOT NULL, char_start INTEGER NOT NULL, char_end INTEGER NOT NULL,
-    acl INTEGER NOT NULL, sort_key TEXT NOT NULL, n_terms INTEGER NOT NULL);
+    acl INTEGER NOT NULL, sort_key TEXT NOT NULL, n_terms INTEGER NOT NULL,
+    sentence_terms TEXT NOT NULL DEFAULT '');
 CREATE INDEX {p}text_units_document ON text_units(document_id);
 CREATE TABLE {p}entities (
     id TEXT PRIMARY KEY, key TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL,
@@ -317,3 +318,24 @@ def m008_community_index(db: sqlite3.Connection) -> None:
     fill_edges(db, COMMITTED, "main.community_edges")
     fill_ranks(db, COMMITTED, "main.member_ranks")
 
+
+
+@migration
+def m009_sentence_terms(db: sqlite3.Connection) -> None:
+    """Each text unit stores its pieces' terms (builtin.text.sentence_terms), which local_search
+    read from the text at every query. An index made before gets the column filled from its
+    committed units' text, a batch at a time; an index created since has it from m004's DDL."""
+    if "sentence_terms" in {r[1] for r in db.execute("PRAGMA table_info(text_units)")}:
+        return
+    from canopy.providers.builtin.text import sentence_terms
+
+    db.execute("ALTER TABLE text_units ADD COLUMN sentence_terms TEXT NOT NULL DEFAULT ''")
+    after = ""
+    while True:
+        batch = db.execute("SELECT id, text FROM text_units WHERE id > ? ORDER BY id LIMIT 2000",
+                           (after,)).fetchall()
+        if not batch:
+            return
+        db.executemany("UPDATE text_units SET sentence_terms = ? WHERE id = ?",
+                       [(sentence_terms(text), uid) for uid, text in batch])
+        after = batch[-1][0]

@@ -16,7 +16,7 @@ from canopy.indexer.chunking import chunk_document
 from canopy.indexer.loaders import LoadedDocument
 from canopy.indexer.stages.context import Build
 from canopy.model import Document, TextUnit
-from canopy.providers.builtin.text import has_cjk, lexical_terms
+from canopy.providers.builtin.text import has_cjk, lexical_terms, sentence_terms
 from canopy.store import DocumentRow, UnitRow
 
 __all__ = ["DocumentPlan", "UnitChange", "plan_documents", "stage_documents", "unit_terms"]
@@ -157,7 +157,8 @@ def stage_documents(b: Build, plan: DocumentPlan) -> UnitChange:
                     kept.add(u.id)
                     continue
                 n_terms = counts.count(new.document, u, new.acl, 1)
-                rows.append(UnitRow(u, new.acl, text_hash(u.text), n_terms))
+                rows.append(UnitRow(u, new.acl, text_hash(u.text), n_terms,
+                                    sentence_terms(u.text)))
                 if not b.stats.get("cjk") and has_cjk(u.text):
                     b.stats["cjk"] = True
             for uid, row in before.items():
@@ -176,7 +177,8 @@ def stage_documents(b: Build, plan: DocumentPlan) -> UnitChange:
                 continue
             counts.count(old.document, row.unit, row.acl, -1)
             n_terms = counts.count(new.document, row.unit, new.acl, 1)
-            reheadered.append(UnitRow(row.unit, new.acl, row.sort_key, n_terms))
+            reheadered.append(UnitRow(row.unit, new.acl, row.sort_key, n_terms,
+                                      row.sentence_terms or sentence_terms(row.unit.text)))
     b.staging.put("text_units", [r.values() for r in reheadered])
     b.staging.delete("text_units", removed)
     counts.flush(b)

@@ -43,8 +43,10 @@ questions of MultiHop-RAG (609 articles, with and without front matter) and MuSi
 Terms are canopy.providers.builtin.text.lexical_terms (stemmed words, CJK bigrams), sentences its
 split_at_stops (finer than the builtin provider's sentences: that measured better here). Document
 frequencies come from the index's lexical statistics, summed over the ACL classes the caller may
-read (maintained by the indexer with every change; nothing is counted at query time); a unit's
-sentence analysis is computed when it is first a candidate and kept in a bounded cache.
+read (maintained by the indexer with every change; nothing is counted at query time). A unit's
+terms, piece by piece, are stored with it by the indexer (builtin.text.sentence_terms); its
+windows, counts and bigrams are built from them when it is first a candidate and kept in a
+bounded cache. A unit stored by another version of the analysis is analysed from its text.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ import numpy as np
 from canopy.ids import content_hash, normalize_name
 from canopy.model import Document, TextUnit
 from canopy.providers.builtin.mentions import heading_name
-from canopy.providers.builtin.text import lexical_terms, split_at_stops
+from canopy.providers.builtin.text import lexical_terms, read_sentence_terms, split_at_stops
 from canopy.server.context import QueryContext
 from canopy.server.engines.propagation import propagate
 from canopy.vectors import rrf
@@ -122,7 +124,9 @@ def split_clauses(query: str) -> list[str]:
 
 @dataclass
 class UnitEvidence:
-    sentences: list[str]  # the unit's sentences (its text, not its title)
+    # the unit's sentences (its text, not its title); None until an excerpt needs them (the
+    # terms come stored from the index, which keeps no sentence strings)
+    sentences: list[str] | None
     sentence_terms: list[frozenset[str]]
     windows: list[frozenset[str]]  # terms of each run of WINDOW consecutive sentences + header
     tf: Counter[str]  # term counts of header + text
@@ -131,16 +135,21 @@ class UnitEvidence:
     sentence_tokens: list[int] | None = None  # tokens of each sentence, when first needed
 
 
-def unit_evidence(ctx: QueryContext, unit: TextUnit, doc: Document) -> UnitEvidence:
-    """The unit's sentence analysis (cached by unit and document header: both are content)."""
+def unit_evidence(ctx: QueryContext, unit: TextUnit, doc: Document,
+                  stored: str = "") -> UnitEvidence:
+    """The unit's sentence analysis (cached by unit and document header: both are content),
+    from its `stored` terms (builtin.text.sentence_terms) when they are of this version."""
     header = doc.header()
     key = (unit.id, content_hash(header))
     cache = ctx.caches.unit_evidence
     hit = cache.get(key)
     if hit is not None:
         return hit
-    sentences = split_at_stops(unit.text)
-    terms = [lexical_terms(s) for s in sentences]
+    sentences: list[str] | None = None
+    terms = read_sentence_terms(stored)
+    if terms is None:
+        sentences = split_at_stops(unit.text)
+        terms = [lexical_terms(s) for s in sentences]
     head = lexical_terms(header)
     flat = head + [t for ts in terms for t in ts]
     sets = [frozenset(ts) for ts in terms] or [frozenset()]
@@ -274,8 +283,9 @@ def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
     masses: dict[str, list[float]] = {}
 
     def score(found: dict[str, tuple[TextUnit, Document]]) -> None:
+        stored = r.sentence_terms(found)
         for u, (unit, doc) in found.items():
-            scores[u], masses[u] = q.score(unit_evidence(ctx, unit, doc))
+            scores[u], masses[u] = q.score(unit_evidence(ctx, unit, doc, stored.get(u, "")))
             units[u] = (unit, doc)
 
     score(units)
@@ -307,6 +317,8 @@ def excerpt(ctx: QueryContext, unit: TextUnit, doc: Document, query: str, max_to
     if len(text) <= max_tokens:  # a token has at least one character
         return text
     ev = unit_evidence(ctx, unit, doc)
+    if ev.sentences is None:  # the same pieces the stored terms were read from
+        ev.sentences = split_at_stops(text)
     if ev.sentence_tokens is None:
         ev.sentence_tokens = [tok.count(s) + 1 for s in ev.sentences]
     if sum(ev.sentence_tokens) <= max_tokens and tok.count(text) <= max_tokens:
