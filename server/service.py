@@ -43,7 +43,7 @@ from canopy.acl.policy import Policy, Principal
 from canopy.acl.reader import CallerReader, ViewSupport
 from canopy.acl.view_cache import ViewCache
 from canopy.acl.views import ViewParams
-from canopy.allocator import release_free
+from canopy.allocator import relax_collector, release_free
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import check_search_files
 from canopy.providers import make_embedder, make_provider
@@ -122,6 +122,8 @@ class CanopyService:
             if self._warming is not None:  # the first caller then finds the indexes loaded
                 self._warming.join()
         release_free()  # what loading the tokenizer and the search tables left free in malloc
+        if warm:  # a server: calls allocate fast and free by reference counts
+            relax_collector()
 
     def _open(self, ws: Workspace, config: Path | None, workers: int, share: int,
               warm: bool) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import EXAMPLES, REPO
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
@@ -131,3 +131,21 @@ def test_a_build_hands_freed_memory_back_after_each_stage(
     monkeypatch.setattr(canopy.indexer.pipeline, "release_free", lambda: calls.append(1) or True)
     result = build_index(open_workspace(example_docs, tmp_path / "index"))
     assert len(calls) == len(result.stats["seconds"]) - 1 >= 8  # every stage but the plan
+
+
+def test_a_server_collects_cycles_less_often(examples_index: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's service raises the young generation's threshold (calls free nearly all they
+    allocate by reference counts); a one-off query's leaves it alone."""
+    import gc
+
+    from canopy.allocator import SERVER_GC_THRESHOLD
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: seen.append(t))
+    seen: list[tuple[int, ...]] = []
+    for warm in (False, True):
+        CanopyService(open_workspace(EXAMPLES, index_dir=examples_index), warm=warm).close()
+    assert seen == [(SERVER_GC_THRESHOLD, *before[1:])]
