@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from canopy.acl.reader import CallerReader
     from canopy.server.runtime import Workspace
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -116,3 +117,18 @@ def wait_until(predicate: Callable[[], object], timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+@contextmanager
+def report_reads(reader: CallerReader) -> Iterator[list[list[str]]]:
+    """The ids of each `reader.reports` call made inside the block, in order."""
+    reads: list[list[str]] = []
+    reports = reader.reports
+
+    async def counted(ids: Iterable[str]) -> Any:
+        reads.append(list(ids))
+        return await reports(reads[-1])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reader, "reports", counted)
+        yield reads

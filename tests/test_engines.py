@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
 
 from canopy.errors import InvalidArgument, NotFound
 from canopy.llm import ChatClient
-from canopy.model import Report
 from canopy.providers.base import render_blocks
 from canopy.providers.llm import LLMProvider
 from canopy.server.cli import main
@@ -39,7 +38,7 @@ from canopy.server.runtime import Workspace, build_index, open_workspace
 from canopy.server.service import CanopyService
 from canopy.settings import LLMSettings, QuerySettings
 from canopy.store.export import Graph, load_graph
-from tests.conftest import EXAMPLES, indexed_examples
+from tests.conftest import EXAMPLES, indexed_examples, report_reads
 
 SUPPLY_RISKS = "What are the main risks across the supply chain?"
 CELLS = "Which supplier makes the battery cells?"
@@ -125,15 +124,7 @@ def assert_citations_resolve(ctx: QueryContext, result: SearchResult) -> None:
 
 def markdown_and_reads(service: CanopyService, who: str, cid: str) -> tuple[str, list[list[str]]]:
     """`who`'s Markdown of report `cid`, and the ids of each read of reports it made."""
-    reads: list[list[str]] = []
-    with service.context(who) as c, pytest.MonkeyPatch.context() as patch:
-        reports = c.reader.reports
-
-        async def counted(ids: Iterable[str]) -> dict[str, Report]:
-            reads.append(list(ids))
-            return await reports(reads[-1])
-
-        patch.setattr(c.reader, "reports", counted)
+    with service.context(who) as c, report_reads(c.reader) as reads:
         return run(report_markdown(c, cid)), reads
 
 

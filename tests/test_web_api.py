@@ -24,7 +24,7 @@ from canopy.server.engines import drill_down
 from canopy.server.service import CanopyService
 from canopy.server.web.data import community_page, hierarchy
 from canopy.server.web.models import CommunityPage, Hierarchy
-from tests.conftest import REPO, indexed_examples, offline_env
+from tests.conftest import REPO, indexed_examples, offline_env, report_reads
 from tests.test_auth import (
     DEMO,
     FINANCE_FACTS,
@@ -420,15 +420,7 @@ def test_a_restricted_callers_counts_are_their_own(service: CanopyService) -> No
 def page_and_reads(service: CanopyService, who: str, cid: str,
                    **bounds: int) -> tuple[CommunityPage, list[list[str]]]:
     """`who`'s page of community `cid`, and the ids of each read of reports it made."""
-    reads: list[list[str]] = []
-    with service.context(who) as ctx, pytest.MonkeyPatch.context() as patch:
-        reports = ctx.reader.reports
-
-        async def counted(ids: Iterable[str]) -> dict[str, Report]:
-            reads.append(list(ids))
-            return await reports(reads[-1])
-
-        patch.setattr(ctx.reader, "reports", counted)
+    with service.context(who) as ctx, report_reads(ctx.reader) as reads:
         return asyncio.run(community_page(ctx, cid, **bounds)), reads
 
 
