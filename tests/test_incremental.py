@@ -195,37 +195,25 @@ def test_each_step_applied_one_at_a_time_also_matches(tmp_path: Path) -> None:
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
 
 
-def test_an_index_from_before_the_community_orderings_gets_them_and_keeps_them_current(
-        tmp_path: Path) -> None:
-    corpus = Corpus(tmp_path / "docs", 5)
+@pytest.mark.parametrize(("seed", "migration", "undo"), [
+    # community_edges and member_ranks: filled from the committed generation
+    (5, "m008_community_index", ("DROP TABLE community_edges", "DROP TABLE member_ranks")),
+    # text_units.sentence_terms: every committed unit's text is analysed
+    (6, "m009_sentence_terms", ("ALTER TABLE text_units DROP COLUMN sentence_terms",)),
+])
+def test_an_index_from_before_a_migration_gets_what_it_adds_and_keeps_it_current(
+        tmp_path: Path, seed: int, migration: str, undo: tuple[str, ...]) -> None:
+    corpus = Corpus(tmp_path / "docs", seed)
     ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
     build_index(ws)
     db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
     assert db.execute("SELECT COUNT(*) FROM community_edges").fetchone()[0] > 0
-    db.execute("DROP TABLE community_edges")
-    db.execute("DROP TABLE member_ranks")
-    db.execute("DELETE FROM _migrations WHERE name = 'm008_community_index'")
+    for statement in undo:
+        db.execute(statement)
+    db.execute("DELETE FROM _migrations WHERE name = ?", (migration,))
     db.commit()
     db.close()
-    Store(ws.index_dir).close()  # migrates: the tables are filled from the committed generation
-    assert_community_invariants(ws.index_dir)
-    for _ in range(3):
-        corpus.step()
-        build_index(ws)
-        assert_community_invariants(ws.index_dir)
-
-
-def test_an_index_from_before_the_stored_sentence_terms_gets_them_and_keeps_them_current(
-        tmp_path: Path) -> None:
-    corpus = Corpus(tmp_path / "docs", 6)
-    ws = open_workspace(corpus.root, index_dir=tmp_path / "incremental")
-    build_index(ws)
-    db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
-    db.execute("ALTER TABLE text_units DROP COLUMN sentence_terms")
-    db.execute("DELETE FROM _migrations WHERE name = 'm009_sentence_terms'")
-    db.commit()
-    db.close()
-    Store(ws.index_dir).close()  # migrates: every committed unit's text is analysed
+    Store(ws.index_dir).close()  # migrates
     assert_community_invariants(ws.index_dir)
     for _ in range(3):
         corpus.step()

@@ -13,12 +13,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from canopy.store.reads import Tables
-from canopy.store.rows import dump
+from canopy.store.reads import _IN, Tables, _ids
 
 __all__ = ["fill_edges", "fill_ranks"]
-
-_IN = "IN (SELECT value FROM json_each(?))"
 
 
 def fill_edges(db: sqlite3.Connection, t: Tables, dst: str,
@@ -47,4 +44,4 @@ def fill_ranks(db: sqlite3.Connection, t: Tables, dst: str,
 def _only(column: str, ids: Iterable[str] | None) -> tuple[str, tuple[str, ...]]:
     if ids is None:
         return "", ()
-    return f" WHERE {column} {_IN}", (dump(sorted(set(ids))),)
+    return f" WHERE {column} {_IN}", (_ids(ids),)

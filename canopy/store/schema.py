@@ -319,7 +319,6 @@ def m008_community_index(db: sqlite3.Connection) -> None:
     fill_ranks(db, COMMITTED, "main.member_ranks")
 
 
-
 @migration
 def m009_sentence_terms(db: sqlite3.Connection) -> None:
     """Each text unit stores its pieces' terms (builtin.text.sentence_terms), which local_search
