@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import warnings
@@ -68,10 +69,47 @@ FOLD_CHECK_ROWS = _UNINDEXED_MIN
 _SCRUB_BATCH = 20_000  # rows per batch when a table is rewritten
 # Longer than an optimization takes before it prunes (about 7 s for 70,000 rows here).
 _PRUNE_MARGIN = timedelta(minutes=5)
-# A table this large gets an IVF vector index (exact distances within the probed partitions):
-# a flat scan of 380,000 rows x 384 dims takes about a second, the index answers in ~10 ms and
-# builds in ~20 s. Below it a flat scan is fast enough.
+# A table this large gets an IVF vector index; below it a flat scan is fast enough (a flat scan
+# of 380,000 rows x 384 dims takes about a second).
 VECTOR_INDEX_MIN = 20_000
+# The index stores 8-bit scalar-quantized vectors (IVF_SQ), a quarter of IVF_FLAT's bytes, and
+# is trained anew as its table grows. A server's LanceDB cache ([query] cache_mb) holds a
+# fraction of it at 10,000 articles, so a search reads its probed partitions anew: with the
+# IVF_FLAT index of a 10,000-article growth index (230 partitions of 397,514 entities, two
+# deltas) that was ~100 MB and 40 ms of CPU per entity search, half of it page faults: a third
+# of a local_search's CPU.
+# Probe this share of the partitions, at least _MIN_PROBES (LanceDB's default). At 10,000
+# articles a fifth lifts recall of the exact top 20 from 0.50-0.64 (IVF_FLAT, 20 probes) to
+# 0.67-0.76 with the builtin hashing vectors and from 0.45-0.86 to 0.58-0.94 with WordLlama's,
+# at 2-12 ms per search (benchmarks/vector_index_bench.py). Hashing vectors spread evenly over
+# the partitions, so what a search reads grows with the table.
+_PROBE_SHARE = 0.2
+_MIN_PROBES = 20
+# Partitions are trained for the rows a table has; once it holds this many times as many rows,
+# each probe reads that much more and the index is trained anew (geometric: rare, each one at
+# most a few times the cost of the last).
+_RETRAIN_GROWTH = 4
+_INDEX_NAME = re.compile(r"vector_sq_p(\d+)$")
+
+
+def _partitions(rows: int) -> int:
+    return max(16, int(rows ** 0.5))
+
+
+def _vector_index_name(partitions: int) -> str:
+    """The name records the partition count: readers derive how many to probe from it."""
+    return f"vector_sq_p{partitions}"
+
+
+def trained_partitions(index_name: str) -> int | None:
+    """Partitions of a vector index named by `_vector_index_name`; None for another index (one
+    written before IVF_SQ, which `maintain` replaces)."""
+    m = _INDEX_NAME.match(index_name)
+    return int(m.group(1)) if m else None
+
+
+def probes(partitions: int) -> int:
+    return min(partitions, max(_MIN_PROBES, math.ceil(partitions * _PROBE_SHARE)))
 
 
 @dataclass(frozen=True)
@@ -178,6 +216,7 @@ class VectorStore:
         # fragment id in its high 32 bits, the offset in the low ones).
         self.scrub: dict[str, set[int]] = {}
         self.written = 0  # rows added: what `tidy` may have to fold into the indexes
+        self.retrain: set[str] = set()  # tables whose vector index `tidy` must train anew
 
     def _table(self, name: str) -> Any | None:
         if name in self._db.list_tables().tables:
@@ -277,19 +316,46 @@ class VectorStore:
         if t is None:
             return
         rows = t.count_rows()
-        indices = {tuple(i.columns) for i in t.list_indices()}
-        if ("text",) not in indices and rows:
+        listed = t.list_indices()
+        if not any(tuple(i.columns) == ("text",) for i in listed) and rows:
             t.create_fts_index("text", replace=True)
-        if ("vector",) not in indices and rows >= VECTOR_INDEX_MIN:
-            from lancedb.index import IvfFlat
+        vector = [i.name for i in listed if tuple(i.columns) == ("vector",)]
+        if rows < VECTOR_INDEX_MIN:
+            return
+        if not vector:
+            self._train_vector_index(t, rows, [])
+        elif self._vector_index_stale(vector, rows):
+            # Not now: in the middle of a run the table holds this run's small fragments and
+            # deletions, and LanceDB's sampling of training rows then takes one read per row
+            # (10+ minutes at 400,000 rows). `tidy` replaces it after compacting.
+            self.retrain.add(name)
 
-            partitions = max(16, int(rows ** 0.5))
-            t.create_index("vector", config=IvfFlat(distance_type="l2", num_partitions=partitions))
+    @staticmethod
+    def _vector_index_stale(names: list[str], rows: int) -> bool:
+        """A vector index not named by `_vector_index_name` (IVF_FLAT, written before IVF_SQ),
+        several of them, or one trained for a small share of today's rows."""
+        trained = [trained_partitions(n) for n in names]
+        if len(trained) != 1 or trained[0] is None:
+            return True
+        return rows > _RETRAIN_GROWTH * trained[0] ** 2
+
+    @staticmethod
+    def _train_vector_index(t: Any, rows: int, replaced: list[str]) -> None:
+        from lancedb.index import IvfSq
+
+        partitions = _partitions(rows)
+        name = _vector_index_name(partitions)
+        t.create_index("vector", config=IvfSq(distance_type="l2", num_partitions=partitions),
+                       name=name, replace=True)
+        for old in replaced:  # searches of this version use the new index only
+            if old != name:
+                t.drop_index(old)
 
     def tidy(self, committed: dict[str, int], keep_from: dict[str, int] | None, *, due: bool,
              record: Callable[[dict[str, int], str], None],
              scrub: dict[str, set[int]] | None = None,
-             should_stop: Callable[[], bool] | None = None) -> dict[str, int]:
+             should_stop: Callable[[], bool] | None = None,
+             retrain: Iterable[str] = ()) -> dict[str, int]:
         """After a commit (each table at its committed version, the latest): fold appended rows
         into the indexes once they pass a share of a table, and when `due` also rewrite the
         fragments noted as storing erased rows (`scrub`: per table; None, from an index older
@@ -300,7 +366,8 @@ class VectorStore:
         new version (same rows) as soon as it is done, and `should_stop()` (checked between
         tables and rewrite batches) ends the work early: a writer is waiting. What a stopped
         table wrote was never recorded, and the next writer rolls it back. Returns the
-        committed versions.
+        committed versions. The tables in `retrain` (noted by `maintain`) get their vector
+        index trained anew once compacted, if it is still stale.
 
         Lance prunes by age, measured when its pruning step runs (after compaction): versions
         created up to `_PRUNE_MARGIN` before `keep_from` are kept too, so the committed version
@@ -319,7 +386,7 @@ class VectorStore:
             prunable = any(v["version"] < oldest for v in history)
             fragments = None if scrub is None else sorted(scrub.get(name, ()))
             erase = due and stored_deleted and (fragments is None or fragments)
-            if not (self._fold_due(t) or erase or (due and prunable)):
+            if not (self._fold_due(t) or erase or (due and prunable) or name in retrain):
                 continue
             if erase and not self._rewrite(t, version, fragments, stop):
                 break
@@ -329,6 +396,11 @@ class VectorStore:
                 warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
                 t.optimize(cleanup_older_than=self._keep_age(history, oldest, keep_from),
                            delete_unverified=True)
+            if name in retrain and not stop():
+                vector = [i.name for i in t.list_indices() if tuple(i.columns) == ("vector",)]
+                rows = t.count_rows()
+                if self._vector_index_stale(vector, rows):
+                    self._train_vector_index(t, rows, vector)
             log.debug("search table %s tidied: version %d", name, t.version)
             final[name] = int(t.version)
             record(dict(final), name)
@@ -435,6 +507,16 @@ class VectorReader:
 
     def __init__(self, tables: dict[str, Any]) -> None:
         self.tables = tables
+        self._probes: dict[str, int | None] = {}
+
+    def _table_probes(self, name: str, t: Any) -> int | None:
+        """Partitions to probe in `name`'s vector index (None: LanceDB's default, for an index
+        that does not record its partitions, or none)."""
+        if name not in self._probes:
+            trained = [trained_partitions(i.name) for i in t.list_indices()
+                       if tuple(i.columns) == ("vector",)]
+            self._probes[name] = probes(trained[0]) if len(trained) == 1 and trained[0] else None
+        return self._probes[name]
 
     def search(
         self,
@@ -469,6 +551,9 @@ class VectorReader:
                 .limit(k)
                 .select(["id", "_distance"])
             )
+            nprobes = self._table_probes(name, t)
+            if nprobes:
+                q = q.nprobes(nprobes)
             if where:
                 q = q.where(where, prefilter=True)
             try:

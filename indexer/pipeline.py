@@ -37,7 +37,7 @@ from canopy.indexer.stages.extraction import extract_units
 from canopy.indexer.stages.graph import stage_graph
 from canopy.indexer.stages.reports import stage_reports
 from canopy.indexer.stages.revocation import revoke
-from canopy.indexer.stages.vectors import stage_vectors, tidy_search_tables
+from canopy.indexer.stages.vectors import retrain_noted, stage_vectors, tidy_search_tables
 from canopy.lance import import_lancedb
 from canopy.model import Skip, UnitFailure
 from canopy.providers.base import INDEX_TASKS, Embedder, Provider, prompt_key
@@ -258,6 +258,7 @@ async def run_index(
             "embedder": embedder.name,
             "lance_versions": json.dumps(vectors.versions),
             "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub),
+            "lance_retrain": json.dumps(sorted(set(retrain_noted(store)) | vectors.retrain)),
             "lance_changed_at": str(time.time()),
             "lance_appended": str(int(store.get_meta("lance_appended", "0") or 0)
                                   + vectors.written),

@@ -76,6 +76,91 @@ def test_a_large_table_gets_a_vector_index_and_appended_rows_are_still_found(
     assert [h.id for h in reader.search("entities", vector=None, text="quasars", k=3)] == ["u1000"]
 
 
+def _random_rows(n: int, seed: int, start: int = 0) -> list[VectorRow]:
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, DIMS)).astype(np.float32)
+    return [VectorRow(f"r{start + i}", f"row {start + i}", f"h{start + i}", v, (1,))
+            for i, v in enumerate(vectors)]
+
+
+def _vector_indexes(vs: VectorStore, name: str) -> list[tuple[str, str]]:
+    t = vs._table(name)
+    assert t is not None
+    return [(i.name, i.index_type) for i in t.list_indices() if tuple(i.columns) == ("vector",)]
+
+
+def test_the_vector_index_is_scalar_quantized_and_probed_by_its_partition_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """IVF_SQ, named for its partitions; a reader probes a fifth of them (at least 20), so the
+    nearest rows are still found."""
+    monkeypatch.setattr(vectors_module, "VECTOR_INDEX_MIN", 500)
+    vs = VectorStore(tmp_path, DIMS)
+    rows = _random_rows(2500, seed=1)
+    vs.write("entities", [], rows)
+    vs.maintain("entities")
+    assert _vector_indexes(vs, "entities") == [("vector_sq_p50", "IvfSq")]
+    reader = vs.reader(vs.versions())
+    asked: list[int] = []
+    table = reader.tables["entities"]
+    real_search = table.search
+
+    def spy(*args: object, **kwargs: object) -> object:
+        query = real_search(*args, **kwargs)
+        real_nprobes = query.nprobes
+
+        def nprobes(n: int) -> object:
+            asked.append(n)
+            return real_nprobes(n)
+
+        query.nprobes = nprobes
+        return query
+
+    monkeypatch.setattr(table, "search", spy)
+    found = 0
+    for r in rows[:50]:
+        hits = reader.search("entities", vector=r.vector, text=None, k=5)
+        found += bool(hits) and hits[0].id == r.id
+    assert asked and set(asked) == {20}  # 50 partitions: a fifth is 10, at least 20
+    assert found >= 48  # each row is its own nearest neighbour
+
+
+def test_an_old_or_outgrown_vector_index_is_replaced_by_tidy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An IVF_FLAT index (before IVF_SQ), or one trained on under a quarter of today's rows, is
+    noted by `maintain` and trained anew by `tidy` once it has compacted the table (mid-run,
+    LanceDB samples training rows one read at a time). Appended rows below that only join the
+    index."""
+    from lancedb.index import IvfFlat
+
+    monkeypatch.setattr(vectors_module, "VECTOR_INDEX_MIN", 500)
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], _random_rows(600, seed=2))
+    t = vs._table("text_units")
+    assert t is not None
+    t.create_index("vector", config=IvfFlat(distance_type="l2", num_partitions=16))
+
+    def tidy() -> None:
+        vs.tidy(vs.versions(), None, due=False, record=lambda v, name: None, retrain=vs.retrain)
+        vs.retrain.clear()
+
+    vs.maintain("text_units")
+    assert vs.retrain == {"text_units"}
+    assert _vector_indexes(vs, "text_units") == [("vector_idx", "IvfFlat")]  # not mid-run
+    tidy()
+    assert _vector_indexes(vs, "text_units") == [("vector_sq_p24", "IvfSq")]  # sqrt(600)
+    vs.write("text_units", [], _random_rows(1700, seed=3, start=600))  # 2,300 <= 4 x 576
+    vs.maintain("text_units")
+    assert not vs.retrain
+    vs.write("text_units", [], _random_rows(100, seed=4, start=2300))  # 2,400 > 4 x 576
+    vs.maintain("text_units")
+    assert vs.retrain == {"text_units"}
+    tidy()
+    assert _vector_indexes(vs, "text_units") == [("vector_sq_p48", "IvfSq")]
+    probe = _random_rows(100, seed=4, start=2300)[7].vector
+    assert vs.reader(vs.versions()).search("text_units", vector=probe, text=None,
+                                           k=3)[0].id == "r2307"
+
+
 def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Deleted rows stay in their data file until it is rewritten; the writer notes which

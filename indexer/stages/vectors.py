@@ -31,7 +31,8 @@ from canopy.vectors import (
     superseded,
 )
 
-__all__ = ["VectorOutcome", "search_tables_need_tidy", "stage_vectors", "tidy_search_tables"]
+__all__ = ["VectorOutcome", "retrain_noted", "search_tables_need_tidy", "stage_vectors",
+           "tidy_search_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class VectorOutcome:
     versions: dict[str, int]
     scrub: dict[str, set[int]]  # fragments rows were deleted from (VectorStore.scrub)
     written: int = 0  # rows added (VectorStore.written)
+    retrain: frozenset[str] = frozenset()  # tables whose vector index tidy trains anew
 
 
 @dataclass(frozen=True)
@@ -126,14 +128,16 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
             vectors.write(table, [] if rebuild else batch, rows)
             advance(len(batch))
         vectors.maintain(table)
-    return VectorOutcome(embedded, vectors.versions(), vectors.scrub, vectors.written)
+    return VectorOutcome(embedded, vectors.versions(), vectors.scrub, vectors.written,
+                         frozenset(vectors.retrain))
 
 
 def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> bool | None:
     """Whether the periodic tidy is due, or None when there is nothing to look at: enough
     rows were added since the last tidy that a fold into the indexes may be due
-    (`FOLD_CHECK_ROWS`), or a periodic tidy is due and the tables changed after the last one's
-    grace period began (what they superseded may still be on disk)."""
+    (`FOLD_CHECK_ROWS`), a periodic tidy is due and the tables changed after the last one's
+    grace period began (what they superseded may still be on disk), or a run noted a stale
+    vector index (`retrain_noted`)."""
     if not store.get_meta("lance_versions"):
         return None
     keep = storage.keep_versions_s
@@ -141,9 +145,15 @@ def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> bool | Non
     changed_at = float(store.get_meta("lance_changed_at", "0") or 0)
     appended = int(store.get_meta("lance_appended", "0") or 0)
     due = now - tidied >= keep
-    if appended >= FOLD_CHECK_ROWS or (due and changed_at > tidied - keep):
+    if (appended >= FOLD_CHECK_ROWS or (due and changed_at > tidied - keep)
+            or retrain_noted(store)):
         return due
     return None
+
+
+def retrain_noted(store: Store) -> list[str]:
+    """Tables whose vector index a run found stale (meta `lance_retrain`)."""
+    return sorted(json.loads(store.get_meta("lance_retrain", "[]") or "[]"))
 
 
 def search_tables_need_tidy(store: Store, storage: StorageSettings) -> bool:
@@ -187,10 +197,11 @@ def tidy_search_tables(store: Store, storage: StorageSettings, *,
         store.set_meta(meta)
 
     VectorStore(store.index_dir, 0).tidy(committed, keep_from if keep else None, due=due,
-                                         record=record, scrub=scrub, should_stop=stop)
+                                         record=record, scrub=scrub, should_stop=stop,
+                                         retrain=retrain_noted(store))
     if stopped[0]:
         return False
-    stamps = {"lance_appended": "0"}
+    stamps = {"lance_appended": "0", "lance_retrain": "[]"}
     if due:
         stamps["lance_tidied_at"] = str(now)
         stamps["lance_scrub"] = "{}"
