@@ -1,26 +1,32 @@
-"""Vector index of the search tables: IVF_FLAT with LanceDB's default probes (before) against
-IVF_SQ probing a fifth of its partitions (canopy.vectors, now), side by side on one index.
+"""Vector index of the search tables: IVF_FLAT with sqrt(rows) partitions and LanceDB's 20
+probes (before) against IVF_SQ with ~2,000-row partitions probing a fifth of them
+(canopy.vectors, now), side by side on one index, as built and after a tidy.
 
     python benchmarks/vector_index_bench.py INDEX_DIR [--queries 60] [--embedder hash|wordllama]
-        [--cache-mb 38] [--tables entities,text_units,reports]
+        [--cache-mb 38] [--tables entities,text_units,reports] [--shares 0.1,0.3]
 
 INDEX_DIR is an index folder (DOCS/.canopy, or a growth benchmark's SIZE/index) whose tables have
 at least VECTOR_INDEX_MIN rows; 10,000 articles give 37,579 / 397,514 / 57,461 rows. For each
-table the ids and vectors are copied into a scratch LanceDB folder (the index is only read), and
-each configuration is trained on all of them, as a full build would train it. Queries are DEV
-questions of MultiHop-RAG (int(sha256(q), 16) % 5 != 0), embedded as the table was. With
-`--embedder wordllama` both the rows' texts and the questions are embedded anew by the builtin
-semantic embedder instead, for a second kind of vector (clustered, unlike signed hashing).
+table the ids and vectors are copied into a scratch LanceDB folder (the index is only read).
+Each configuration is trained on all rows but 0.5% (a full build), then the 0.5% are added (an
+update: searched unindexed) and measured ("built"), then folded in by LanceDB's optimize, as
+Canopy's tidy does after an update ("after a tidy"). Queries are DEV questions of MultiHop-RAG
+(int(sha256(q), 16) % 5 != 0), embedded as the table was. With `--embedder wordllama` the rows'
+texts and the questions are embedded anew by the builtin semantic embedder instead, for a
+second kind of vector (clustered, unlike signed hashing).
 
-Printed per table and configuration: recall of the exact top 20 (a flat scan), and CPU and wall
-milliseconds per search with LanceDB's index cache at `--cache-mb` (a server's share of
-[query] cache_mb = 256: 77 MB with one process, 38 MB each with `--workers 2`), after a warm-up
-of as many searches. The CPU includes the page faults of partitions read anew for each search.
+Printed per table and configuration: recall of the exact top 20 (a flat scan over all rows),
+CPU and wall milliseconds per search with LanceDB's index cache at `--cache-mb` (a server's
+share of [query] cache_mb = 256: 77 MB with one process, 38 MB each with `--workers 2`) after a
+warm-up of as many searches, and the rows one search compares (LanceDB's plan metrics). The
+CPU includes the page faults of partitions read anew for each search. `--shares` adds IVF_SQ
+rows probing those shares of its partitions.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import shutil
 import sys
@@ -38,6 +44,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from growth_serve import dev_questions  # noqa: E402
 
 from canopy.lance import import_lancedb  # noqa: E402
+import canopy.vectors as vectors  # noqa: E402
 from canopy.vectors import VECTOR_INDEX_MIN, probes  # noqa: E402
 
 K = 20
@@ -79,11 +86,32 @@ def copy_table(source: Any, db: Any, name: str, kind: str, emb: Any) -> Any:
     return out
 
 
-def measure(t: Any, queries: np.ndarray, exact: list[list[str]], nprobes: int | None) -> dict:
+def fresh_table(t: Any, all_rows: Any, held: Any) -> None:
+    """The table as a full build leaves it: all rows but the held-out update."""
+    t.delete(f"id IN ({', '.join(repr(i) for i in held['id'].to_pylist())})")
+    t.optimize()
+
+
+def compared(t: Any, v: np.ndarray, nprobes: int | None) -> int:
+    """Rows one search compares (LanceDB's plan metrics, every delta and unindexed row)."""
+    q = t.search(v, query_type="vector").limit(K).select(["id", "_distance"])
+    if nprobes:
+        q = q.nprobes(nprobes)
+    plan = q.analyze_plan()
+    total = 0.0
+    for value, unit in re.findall(r"index_comparisons=([0-9.]+)( ?K)?", plan):
+        total += float(value) * (1000 if unit.strip() == "K" else 1)
+    return int(total + sum(int(x) for x in re.findall(r"LanceScan:.*?output_rows=(\d+)", plan)))
+
+
+def measure(t: Any, queries: np.ndarray, exact: list[list[str]], nprobes: int | None,
+            refine: int | None = None) -> dict:
     def search(v: np.ndarray) -> list[str]:
         q = t.search(v, query_type="vector").limit(K).select(["id", "_distance"])
         if nprobes:
             q = q.nprobes(nprobes)
+        if refine:
+            q = q.refine_factor(refine)
         return [r["id"] for r in q.to_list()]
 
     for v in queries:  # warm-up: the cache holds what it can
@@ -92,7 +120,7 @@ def measure(t: Any, queries: np.ndarray, exact: list[list[str]], nprobes: int | 
     recall = [len(set(search(v)) & set(ex)) / len(ex) for v, ex in zip(queries, exact, strict=True)]
     n = len(queries)
     return {"recall": float(np.mean(recall)), "wall_ms": 1000 * (time.perf_counter() - w0) / n,
-            "cpu_ms": 1000 * (cpu_s() - c0) / n}
+            "cpu_ms": 1000 * (cpu_s() - c0) / n, "compared": compared(t, queries[0], nprobes)}
 
 
 def main() -> None:
@@ -102,6 +130,8 @@ def main() -> None:
     p.add_argument("--embedder", choices=("hash", "wordllama"), default="hash")
     p.add_argument("--cache-mb", type=int, default=38, help="LanceDB index cache (MB)")
     p.add_argument("--tables", default="entities,text_units,reports")
+    p.add_argument("--refine-off", action="store_true",
+                   help="also measure IVF_SQ without re-ranking by exact distances")
     p.add_argument("--shares", default="",
                    help="also probe these shares of IVF_SQ's partitions, e.g. 0.2,0.3")
     args = p.parse_args()
@@ -113,8 +143,8 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="canopy-vecbench-"))
     print(f"{args.embedder} vectors, {len(questions)} DEV questions, index cache "
           f"{args.cache_mb} MB, top {K}")
-    print(f"{'table':<11} {'rows':>8} {'config':<30} {'build s':>7} {'recall':>6} "
-          f"{'cpu ms':>7} {'wall ms':>7}")
+    print(f"{'table':<11} {'rows':>8} {'index, probes, when':<38} {'build s':>7} {'recall':>6} "
+          f"{'cpu ms':>7} {'wall ms':>7} {'compared':>9}")
     try:
         for name in args.tables.split(","):
             source = source_db.open_table(name)
@@ -123,36 +153,56 @@ def main() -> None:
             work = lancedb.connect(str(scratch / name))
             t = copy_table(source, work, name, args.embedder, emb)
             rows = t.count_rows()
+            all_rows = t.search().limit(None).select(["id", "vector"]).to_arrow()
             if rows < VECTOR_INDEX_MIN:
                 print(f"{name:<11} {rows:>8} below VECTOR_INDEX_MIN: searched flat")
                 continue
             queries = np.asarray(emb.embed_sync(questions), dtype=np.float32)
+            held = all_rows.slice(rows - max(1, rows // 200))  # one update's worth: 0.5%
+            t.delete(f"id IN ({', '.join(repr(i) for i in held['id'].to_pylist())})")
+            t.add(held)
             exact = [[r["id"] for r in t.search(v).limit(K).select(["id", "_distance"])
                       .bypass_vector_index().to_list()] for v in queries]
-            partitions = max(16, int(rows ** 0.5))
             shares = [float(x) for x in args.shares.split(",") if x]
-            configs = [("IVF_FLAT", IvfFlat, [None])]
-            configs.append(("IVF_SQ", IvfSq, [probes(partitions)] + sorted(
-                {min(partitions, max(20, round(share * partitions))) for share in shares}
-                - {probes(partitions)})))
-            for kind, config, probe_counts in configs:
+            sqrt_partitions = max(16, int(rows ** 0.5))
+            for kind in ("IVF_FLAT", "IVF_SQ"):
+                fresh_table(t, all_rows, held)
                 t0 = time.perf_counter()
-                t.create_index("vector", config=config(distance_type="l2",
-                                                       num_partitions=partitions),
-                               name="v", replace=True)
+                if kind == "IVF_FLAT":  # before: sqrt(rows) partitions, LanceDB's probes
+                    t.create_index("vector", config=IvfFlat(distance_type="l2",
+                                                            num_partitions=sqrt_partitions),
+                                   name="v", replace=True)
+                    counts: list[tuple[int | None, int | None]] = [(None, None)]
+                else:  # now: canopy.vectors' partitions and probes
+                    t.create_index("vector", config=IvfSq(
+                        distance_type="l2", target_partition_size=vectors._PARTITION_ROWS),
+                        name="v", replace=True)
+                    partitions = max(1, rows // vectors._PARTITION_ROWS)
+                    counts = [(probes(rows), vectors._REFINE)] + [
+                        (n, r) for n in sorted({probes(rows)} | {
+                            max(20, round(share * partitions)) for share in shares})
+                        for r in ({None, vectors._REFINE} if args.refine_off else {None})
+                        if (n, r) != (probes(rows), vectors._REFINE)]
                 built = time.perf_counter() - t0
-                for nprobes in probe_counts:
-                    cache = args.cache_mb << 20
-                    session = lancedb.Session(index_cache_size_bytes=cache,
-                                              metadata_cache_size_bytes=cache // 3)
-                    fresh = lancedb.connect(str(scratch / name), session=session).open_table(name)
-                    m = measure(fresh, queries, exact, nprobes)
-                    label = (f"{kind}, LanceDB's probes" if nprobes is None else
-                             f"{kind}, {nprobes} of {partitions} probed"
-                             + (" (canopy)" if nprobes == probe_counts[0] else ""))
-                    print(f"{name:<11} {rows:>8} {label:<30} {built:>7.1f} {m['recall']:>6.3f} "
-                          f"{m['cpu_ms']:>7.1f} {m['wall_ms']:>7.1f}", flush=True)
-                    built = 0.0
+                t.add(held)  # an update: 0.5% of the rows, unindexed until the tidy
+                for when in ("built", "after a tidy"):
+                    if when != "built":
+                        t.optimize()  # the tidy's: folds the added rows into the index
+                    for nprobes, refine in counts:
+                        cache = args.cache_mb << 20
+                        session = lancedb.Session(index_cache_size_bytes=cache,
+                                                  metadata_cache_size_bytes=cache // 3)
+                        opened = lancedb.connect(str(scratch / name),
+                                                 session=session).open_table(name)
+                        m = measure(opened, queries, exact, nprobes, refine)
+                        probed = "LanceDB's probes" if nprobes is None else f"{nprobes} probes"
+                        if refine:
+                            probed += f" x{refine}"
+                        label = f"{kind}, {probed}, {when}"
+                        print(f"{name:<11} {rows:>8} {label:<38} {built:>7.1f} "
+                              f"{m['recall']:>6.3f} {m['cpu_ms']:>7.1f} {m['wall_ms']:>7.1f} "
+                              f"{m['compared']:>9}", flush=True)
+                        built = 0.0
                 t.drop_index("v")
             shutil.rmtree(scratch / name, ignore_errors=True)
     finally:

@@ -72,44 +72,45 @@ _PRUNE_MARGIN = timedelta(minutes=5)
 # A table this large gets an IVF vector index; below it a flat scan is fast enough (a flat scan
 # of 380,000 rows x 384 dims takes about a second).
 VECTOR_INDEX_MIN = 20_000
-# The index stores 8-bit scalar-quantized vectors (IVF_SQ), a quarter of IVF_FLAT's bytes, and
-# is trained anew as its table grows. A server's LanceDB cache ([query] cache_mb) holds a
-# fraction of it at 10,000 articles, so a search reads its probed partitions anew: with the
-# IVF_FLAT index of a 10,000-article growth index (230 partitions of 397,514 entities, two
-# deltas) that was ~100 MB and 40 ms of CPU per entity search, half of it page faults: a third
+# The index stores 8-bit scalar-quantized vectors (IVF_SQ), a quarter of IVF_FLAT's bytes. A
+# server's LanceDB cache ([query] cache_mb) holds a fraction of it at 10,000 articles, so a
+# search reads its probed partitions anew: with the IVF_FLAT index of a 10,000-article growth
+# index that was ~100 MB and 40 ms of CPU per entity search, half of it page faults, a third
 # of a local_search's CPU.
-# Probe this share of the partitions, at least _MIN_PROBES (LanceDB's default). At 10,000
-# articles a fifth lifts recall of the exact top 20 from 0.50-0.64 (IVF_FLAT, 20 probes) to
-# 0.67-0.76 with the builtin hashing vectors and from 0.45-0.86 to 0.58-0.94 with WordLlama's,
-# at 2-12 ms per search (benchmarks/vector_index_bench.py). Hashing vectors spread evenly over
-# the partitions, so what a search reads grows with the table.
+# Partitions of about this many rows: LanceDB's index optimization (the tidy's) joins
+# partitions far smaller than its target, so sqrt(rows) partitions (193 of 195 rows for 37,579
+# text units) fell to 2 after one optimization and every search compared every row.
+_PARTITION_ROWS = 2000
+# Probe this share of the partitions, at least _MIN_PROBES (LanceDB's default). Signed hashing
+# vectors (the builtin embedder) spread evenly over the partitions, so their recall follows
+# the share probed, and what a search reads grows with the table. Measured at 10,000 articles
+# by benchmarks/vector_index_bench.py.
 _PROBE_SHARE = 0.2
 _MIN_PROBES = 20
-# Partitions are trained for the rows a table has; once it holds this many times as many rows,
-# each probe reads that much more and the index is trained anew (geometric: rare, each one at
-# most a few times the cost of the last).
+# The probed rows' quantized distances choose this many times k rows, which their exact
+# distances then rank: quantization alone lost 14% of the exact top 20 of hashing vectors.
+_REFINE = 5
+# A table this many times larger than when its index was trained gets it trained anew (by
+# the tidy): rows added later only join the partitions they are nearest to.
 _RETRAIN_GROWTH = 4
-_INDEX_NAME = re.compile(r"vector_sq_p(\d+)$")
+_INDEX_NAME = re.compile(r"vector_sq_r(\d+)$")
 
 
-def _partitions(rows: int) -> int:
-    return max(16, int(rows ** 0.5))
+def _vector_index_name(rows: int) -> str:
+    """The name records the rows it was trained on (`trained_rows`)."""
+    return f"vector_sq_r{rows}"
 
 
-def _vector_index_name(partitions: int) -> str:
-    """The name records the partition count: readers derive how many to probe from it."""
-    return f"vector_sq_p{partitions}"
-
-
-def trained_partitions(index_name: str) -> int | None:
-    """Partitions of a vector index named by `_vector_index_name`; None for another index (one
-    written before IVF_SQ, which `maintain` replaces)."""
+def trained_rows(index_name: str) -> int | None:
+    """Rows a vector index named by `_vector_index_name` was trained on; None for another
+    index (one written before IVF_SQ, which the tidy replaces)."""
     m = _INDEX_NAME.match(index_name)
     return int(m.group(1)) if m else None
 
 
-def probes(partitions: int) -> int:
-    return min(partitions, max(_MIN_PROBES, math.ceil(partitions * _PROBE_SHARE)))
+def probes(rows: int) -> int:
+    """Partitions a search probes in an index of `rows` rows."""
+    return max(_MIN_PROBES, math.ceil(_PROBE_SHARE * rows / _PARTITION_ROWS))
 
 
 @dataclass(frozen=True)
@@ -333,19 +334,19 @@ class VectorStore:
     @staticmethod
     def _vector_index_stale(names: list[str], rows: int) -> bool:
         """A vector index not named by `_vector_index_name` (IVF_FLAT, written before IVF_SQ),
-        several of them, or one trained for a small share of today's rows."""
-        trained = [trained_partitions(n) for n in names]
+        several of them, or one trained on a small share of today's rows."""
+        trained = [trained_rows(n) for n in names]
         if len(trained) != 1 or trained[0] is None:
             return True
-        return rows > _RETRAIN_GROWTH * trained[0] ** 2
+        return rows > _RETRAIN_GROWTH * trained[0]
 
     @staticmethod
     def _train_vector_index(t: Any, rows: int, replaced: list[str]) -> None:
         from lancedb.index import IvfSq
 
-        partitions = _partitions(rows)
-        name = _vector_index_name(partitions)
-        t.create_index("vector", config=IvfSq(distance_type="l2", num_partitions=partitions),
+        name = _vector_index_name(rows)
+        t.create_index("vector", config=IvfSq(distance_type="l2",
+                                              target_partition_size=_PARTITION_ROWS),
                        name=name, replace=True)
         for old in replaced:  # searches of this version use the new index only
             if old != name:
@@ -511,11 +512,11 @@ class VectorReader:
 
     def _table_probes(self, name: str, t: Any) -> int | None:
         """Partitions to probe in `name`'s vector index (None: LanceDB's default, for an index
-        that does not record its partitions, or none)."""
+        written before IVF_SQ, or none)."""
         if name not in self._probes:
-            trained = [trained_partitions(i.name) for i in t.list_indices()
-                       if tuple(i.columns) == ("vector",)]
-            self._probes[name] = probes(trained[0]) if len(trained) == 1 and trained[0] else None
+            ours = [i for i in t.list_indices()
+                    if tuple(i.columns) == ("vector",) and trained_rows(i.name)]
+            self._probes[name] = probes(t.count_rows()) if ours else None
         return self._probes[name]
 
     def search(
@@ -553,7 +554,7 @@ class VectorReader:
             )
             nprobes = self._table_probes(name, t)
             if nprobes:
-                q = q.nprobes(nprobes)
+                q = q.nprobes(nprobes).refine_factor(_REFINE)
             if where:
                 q = q.where(where, prefilter=True)
             try:

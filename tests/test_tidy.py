@@ -237,11 +237,11 @@ def test_a_stale_vector_index_is_trained_anew_by_the_tidy_after_an_update(
 
     monkeypatch.setattr(vectors_module, "VECTOR_INDEX_MIN", 10)
     current = vectors_module._vector_index_name
-    monkeypatch.setattr(vectors_module, "_vector_index_name", lambda p: f"vector_old_p{p}")
+    monkeypatch.setattr(vectors_module, "_vector_index_name", lambda rows: f"vector_old_r{rows}")
     ws = open_workspace(docs, index_dir=tmp_path / "idx")
     build_index(ws)
     old = _vector_indexes(ws.index_dir)
-    assert old["entities"] and all(n.startswith("vector_old_p") for n, _ in old["entities"])
+    assert old["entities"] and all(n.startswith("vector_old_r") for n, _ in old["entities"])
     monkeypatch.setattr(vectors_module, "_vector_index_name", current)
 
     (docs / "added.md").write_text("# Quillon Forge\n\nQuillon Forge makes brass gears.\n",
@@ -258,7 +258,7 @@ def test_a_stale_vector_index_is_trained_anew_by_the_tidy_after_an_update(
     new = _vector_indexes(ws.index_dir)
     for name, indexes in old.items():
         if indexes:
-            assert len(new[name]) == 1 and new[name][0][0].startswith("vector_sq_p"), new
+            assert len(new[name]) == 1 and new[name][0][0].startswith("vector_sq_r"), new
             assert new[name][0][1] == "IvfSq"
     assert not tidy_needed(ws)
     store = Store(ws.index_dir)

@@ -91,14 +91,14 @@ def _vector_indexes(vs: VectorStore, name: str) -> list[tuple[str, str]]:
 
 def test_the_vector_index_is_scalar_quantized_and_probed_by_its_partition_count(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """IVF_SQ, named for its partitions; a reader probes a fifth of them (at least 20), so the
-    nearest rows are still found."""
+    """IVF_SQ, named for the rows it was trained on; a reader probes a fifth of the partitions
+    (at least 20) and ranks what they give by exact distances, so the nearest rows are found."""
     monkeypatch.setattr(vectors_module, "VECTOR_INDEX_MIN", 500)
     vs = VectorStore(tmp_path, DIMS)
     rows = _random_rows(2500, seed=1)
     vs.write("entities", [], rows)
     vs.maintain("entities")
-    assert _vector_indexes(vs, "entities") == [("vector_sq_p50", "IvfSq")]
+    assert _vector_indexes(vs, "entities") == [("vector_sq_r2500", "IvfSq")]
     reader = vs.reader(vs.versions())
     asked: list[int] = []
     table = reader.tables["entities"]
@@ -120,7 +120,9 @@ def test_the_vector_index_is_scalar_quantized_and_probed_by_its_partition_count(
     for r in rows[:50]:
         hits = reader.search("entities", vector=r.vector, text=None, k=5)
         found += bool(hits) and hits[0].id == r.id
-    assert asked and set(asked) == {20}  # 50 partitions: a fifth is 10, at least 20
+    assert asked and set(asked) == {20}  # ~1 partition of 2,000 rows: at least 20
+    # a fifth of the ~2,000-row partitions: 10,000 articles' entities and text units
+    assert (vectors_module.probes(397_514), vectors_module.probes(37_579)) == (40, 20)
     assert found >= 48  # each row is its own nearest neighbour
 
 
@@ -147,18 +149,18 @@ def test_an_old_or_outgrown_vector_index_is_replaced_by_tidy(
     assert vs.retrain == {"text_units"}
     assert _vector_indexes(vs, "text_units") == [("vector_idx", "IvfFlat")]  # not mid-run
     tidy()
-    assert _vector_indexes(vs, "text_units") == [("vector_sq_p24", "IvfSq")]  # sqrt(600)
-    vs.write("text_units", [], _random_rows(1700, seed=3, start=600))  # 2,300 <= 4 x 576
+    assert _vector_indexes(vs, "text_units") == [("vector_sq_r600", "IvfSq")]
+    vs.write("text_units", [], _random_rows(1800, seed=3, start=600))  # 2,400 <= 4 x 600
     vs.maintain("text_units")
     assert not vs.retrain
-    vs.write("text_units", [], _random_rows(100, seed=4, start=2300))  # 2,400 > 4 x 576
+    vs.write("text_units", [], _random_rows(100, seed=4, start=2400))  # 2,500 > 4 x 600
     vs.maintain("text_units")
     assert vs.retrain == {"text_units"}
     tidy()
-    assert _vector_indexes(vs, "text_units") == [("vector_sq_p48", "IvfSq")]
-    probe = _random_rows(100, seed=4, start=2300)[7].vector
+    assert _vector_indexes(vs, "text_units") == [("vector_sq_r2500", "IvfSq")]
+    probe = _random_rows(100, seed=4, start=2400)[7].vector
     assert vs.reader(vs.versions()).search("text_units", vector=probe, text=None,
-                                           k=3)[0].id == "r2307"
+                                           k=3)[0].id == "r2407"
 
 
 def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
