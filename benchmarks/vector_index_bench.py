@@ -1,6 +1,7 @@
 """Vector index of the search tables: IVF_FLAT with sqrt(rows) partitions and LanceDB's 20
-probes (before) against IVF_SQ with ~2,000-row partitions probing a fifth of them
-(canopy.vectors, now), side by side on one index, as built and after a tidy.
+probes (before) against IVF_SQ with ~2,000-row partitions probing 60% of them and re-ranking
+by exact distances (canopy.vectors, now), side by side on one index, as built and after a
+tidy.
 
     python benchmarks/vector_index_bench.py INDEX_DIR [--queries 60] [--embedder hash|wordllama]
         [--cache-mb 38] [--tables entities,text_units,reports] [--shares 0.1,0.3]
