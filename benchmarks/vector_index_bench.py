@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from growth_serve import dev_questions  # noqa: E402
 
-from canopy.lance import import_lancedb  # noqa: E402
 import canopy.vectors as vectors  # noqa: E402
+from canopy.lance import import_lancedb  # noqa: E402
 from canopy.vectors import VECTOR_INDEX_MIN, probes  # noqa: E402
 
 K = 20
