@@ -82,9 +82,9 @@ VECTOR_INDEX_MIN = 20_000
 # text units) fell to 2 after one optimization and every search compared every row.
 _PARTITION_ROWS = 2000
 # Probe this share of the partitions, at least _MIN_PROBES (LanceDB's default). At 10,000
-# articles (benchmarks/vector_index_bench.py, entities, after a tidy) recall of the exact top
-# 20 rose from 0.66-0.73 at 33-52 ms per search to 0.86 at 31 ms with the builtin hashing
-# vectors, and held at 0.93 with WordLlama's at 6-14 ms instead of 67-105 ms; probing a fifth
+# articles, after an update's optimization (benchmarks/vector_index_bench.py), recall of an
+# entity search's exact top 20 rose from 0.71 at 49 ms of CPU to 0.95 at 33 ms with the builtin
+# hashing vectors, and from 0.90 at 77 ms to 0.99 at 28 ms with WordLlama's; probing a fifth
 # gave 0.66 with WordLlama's. Hashing vectors spread evenly over the partitions, so what a
 # search reads grows with the table.
 _PROBE_SHARE = 0.6
@@ -328,9 +328,9 @@ class VectorStore:
         if not vector:
             self._train_vector_index(t, rows, [])
         elif self._vector_index_stale(vector, rows):
-            # Not now: in the middle of a run the table holds this run's small fragments and
-            # deletions, and LanceDB's sampling of training rows then takes one read per row
-            # (10+ minutes at 400,000 rows). `tidy` replaces it after compacting.
+            # Not now: in the middle of a run the table holds this run's small fragments, and
+            # LanceDB samples training rows by offset, which then costs ~2 ms a row (691 s for
+            # 397,514 entities). `tidy` replaces it once it has compacted the table.
             self.retrain.add(name)
 
     @staticmethod
