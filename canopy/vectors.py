@@ -110,6 +110,11 @@ def trained_rows(index_name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _vector_index_names(indices: Iterable[Any]) -> list[str]:
+    """Names of the indexes on the `vector` column, from a table's `list_indices()`."""
+    return [i.name for i in indices if tuple(i.columns) == ("vector",)]
+
+
 def probes(rows: int) -> int:
     """Partitions a search probes in an index of `rows` rows."""
     return max(_MIN_PROBES, math.ceil(_PROBE_SHARE * rows / _PARTITION_ROWS))
@@ -322,7 +327,7 @@ class VectorStore:
         listed = t.list_indices()
         if not any(tuple(i.columns) == ("text",) for i in listed) and rows:
             t.create_fts_index("text", replace=True)
-        vector = [i.name for i in listed if tuple(i.columns) == ("vector",)]
+        vector = _vector_index_names(listed)
         if rows < VECTOR_INDEX_MIN:
             return
         if not vector:
@@ -400,7 +405,7 @@ class VectorStore:
                 t.optimize(cleanup_older_than=self._keep_age(history, oldest, keep_from),
                            delete_unverified=True)
             if name in retrain and not stop():
-                vector = [i.name for i in t.list_indices() if tuple(i.columns) == ("vector",)]
+                vector = _vector_index_names(t.list_indices())
                 rows = t.count_rows()
                 if self._vector_index_stale(vector, rows):
                     self._train_vector_index(t, rows, vector)
@@ -516,8 +521,7 @@ class VectorReader:
         """Partitions to probe in `name`'s vector index (None: LanceDB's default, for an index
         written before IVF_SQ, or none)."""
         if name not in self._probes:
-            ours = [i for i in t.list_indices()
-                    if tuple(i.columns) == ("vector",) and trained_rows(i.name)]
+            ours = [n for n in _vector_index_names(t.list_indices()) if trained_rows(n)]
             self._probes[name] = probes(t.count_rows()) if ours else None
         return self._probes[name]
 
