@@ -87,8 +87,8 @@ def copy_table(source: Any, db: Any, name: str, kind: str, emb: Any) -> Any:
     return out
 
 
-def fresh_table(t: Any, all_rows: Any, held: Any) -> None:
-    """The table as a full build leaves it: all rows but the held-out update."""
+def fresh_table(t: Any, held: Any) -> None:
+    """The table as a full build leaves it: all rows but the held-out update, compacted."""
     t.delete(f"id IN ({', '.join(repr(i) for i in held['id'].to_pylist())})")
     t.optimize()
 
@@ -154,20 +154,19 @@ def main() -> None:
             work = lancedb.connect(str(scratch / name))
             t = copy_table(source, work, name, args.embedder, emb)
             rows = t.count_rows()
-            all_rows = t.search().limit(None).select(["id", "vector"]).to_arrow()
             if rows < VECTOR_INDEX_MIN:
                 print(f"{name:<11} {rows:>8} below VECTOR_INDEX_MIN: searched flat")
                 continue
             queries = np.asarray(emb.embed_sync(questions), dtype=np.float32)
-            held = all_rows.slice(rows - max(1, rows // 200))  # one update's worth: 0.5%
-            t.delete(f"id IN ({', '.join(repr(i) for i in held['id'].to_pylist())})")
-            t.add(held)
+            update = max(1, rows // 200)  # one update's worth: the last 0.5% of the rows
+            held = t.take_offsets(list(range(rows - update, rows))).select(
+                ["id", "vector"]).to_arrow()
             exact = [[r["id"] for r in t.search(v).limit(K).select(["id", "_distance"])
                       .bypass_vector_index().to_list()] for v in queries]
             shares = [float(x) for x in args.shares.split(",") if x]
             sqrt_partitions = max(16, int(rows ** 0.5))
             for kind in ("IVF_FLAT", "IVF_SQ"):
-                fresh_table(t, all_rows, held)
+                fresh_table(t, held)
                 t0 = time.perf_counter()
                 if kind == "IVF_FLAT":  # before: sqrt(rows) partitions, LanceDB's probes
                     t.create_index("vector", config=IvfFlat(distance_type="l2",
