@@ -507,10 +507,10 @@ class CallerReader:
                 "embed them again")
         return (await self.embedder.embed([text]))[0]
 
-    def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
-               level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
+    async def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
+                     level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
         """Hybrid search over rows the caller may read in full (prefiltered before ranking)."""
-        return self._vectors.search(table, vector=vector, text=text, k=k,
+        return await self._vectors.search(table, vector=vector, text=text, k=k,
                                    hidden_acl=self.caller.hidden, level=level,
                                    vector_weight=vector_weight)
 

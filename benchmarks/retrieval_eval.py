@@ -56,6 +56,7 @@ mean articles and tokens in context, ms per query).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import os
@@ -203,14 +204,14 @@ def system_units(ctx, name: str) -> Callable[[str], list[str]]:  # type: ignore[
 
         def hybrid(q: str) -> list[str]:
             vector = ctx.reader.embedder.embed_sync([q])[0]
-            return [h.id for h in ctx.reader.search("text_units", vector=vector, text=q,
-                                                    k=DEPTH, vector_weight=weight)]
+            return [h.id for h in asyncio.run(ctx.reader.search(
+                "text_units", vector=vector, text=q, k=DEPTH, vector_weight=weight))]
         return hybrid
     if name == "basic_search":  # the tool's context, default k (canopy eval's `basic`)
         return unit_ranking(ctx, "basic")
     if name == "local_ranking":
         def ranking(q: str) -> list[str]:
-            return rank_units(ctx, q, ctx.reader.embedder.embed_sync([q])[0])
+            return asyncio.run(rank_units(ctx, q, ctx.reader.embedder.embed_sync([q])[0]))
         return ranking
     if name in MINILM_SYSTEMS:
         from canopy.vectors import rrf

@@ -32,6 +32,7 @@ never mistake a lost table for an empty one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -505,7 +506,8 @@ class VectorStore:
             reader = self.reader(versions)
             for name, t in reader.tables.items():
                 width = t.schema.field("vector").type.list_size
-                reader.search(name, vector=np.zeros(width, dtype=np.float32), text="the", k=1)
+                asyncio.run(reader.search(name, vector=np.zeros(width, dtype=np.float32),
+                                          text="the", k=1))
         except Exception as exc:  # IndexDamaged or a table replaced meanwhile
             log.debug("search tables not warmed: %s", exc)
 
@@ -525,7 +527,7 @@ class VectorReader:
             self._probes[name] = probes(t.count_rows()) if ours else None
         return self._probes[name]
 
-    def search(
+    async def search(
         self,
         name: str,
         *,
@@ -539,7 +541,12 @@ class VectorReader:
         """Top-k over rows the caller may see (prefiltered on ACL classes), vector and
         full-text rankings fused by RRF. `vector_weight` scales the vector ranking against the
         full-text one (1: equal); a lexical embedder such as the builtin one is best given a
-        small weight: its ranking then orders the rows full-text search missed."""
+        small weight: its ranking then orders the rows full-text search missed.
+
+        The queries run on LanceDB's asynchronous table, awaited on the caller's event loop.
+        Its synchronous API runs each query, and each batch of its answer, through a
+        background event loop thread: three more thread hand-offs per query, each waiting for
+        the GIL, and about 1.7 ms more CPU per query (`benchmarks/serve_threads.py`)."""
         t = self.tables.get(name)
         if t is None or k <= 0:
             return []
@@ -550,21 +557,18 @@ class VectorReader:
         if level is not None:
             clauses.append(f"level = {int(level)}")
         where = " AND ".join(clauses) or None
+        table = _async_table(t)
         rankings: list[list[str]] = []
         weights: list[float] = []
         if vector is not None:
-            q = (
-                t.search(vector.astype(np.float32), query_type="vector")
-                .limit(k)
-                .select(["id", "_distance"])
-            )
+            q = table.query().nearest_to(vector.astype(np.float32)).limit(k)
             nprobes = self._table_probes(name, t)
             if nprobes:
                 q = q.nprobes(nprobes).refine_factor(_REFINE)
             if where:
-                q = q.where(where, prefilter=True)
+                q = q.where(where)  # a prefilter: LanceDB's default for vector queries
             try:
-                rankings.append([r["id"] for r in q.to_list()])
+                rankings.append(await _ids(q.select(["id", "_distance"])))
             except Exception as exc:  # missing or truncated files: the text names them
                 log.info("vector search of %s failed: %s", name, exc)
                 raise IndexDamaged("a search table cannot be read") from None
@@ -572,11 +576,21 @@ class VectorReader:
         words = " ".join(_WORD.findall(text or ""))
         if words:
             try:
-                q = t.search(words, query_type="fts").limit(k).select(["id", "_score"])
+                q = table.query().nearest_to_text(words).limit(k).select(["id", "_score"])
                 if where:
-                    q = q.where(where, prefilter=True)
-                rankings.append([r["id"] for r in q.to_list()])
+                    q = q.where(where)
+                rankings.append(await _ids(q))
                 weights.append(1.0)
             except Exception as exc:  # e.g. a query made only of FTS syntax characters
                 log.debug("full-text search skipped: %s", exc)
         return rrf(*rankings, weights=weights)[:k]
+
+
+def _async_table(t: Any) -> Any:
+    """The asynchronous table behind LanceDB's synchronous one (the object both APIs share:
+    one cache, one checked-out version)."""
+    return t._table
+
+
+async def _ids(query: Any) -> list[str]:
+    return [str(i) for i in (await query.to_arrow()).column("id").to_pylist()]

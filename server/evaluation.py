@@ -123,8 +123,8 @@ def unit_ranking(ctx: QueryContext, tool: str) -> Callable[[str], list[str]]:
     if tool == "basic":
         return lambda q: [b.id for b in asyncio.run(basic_context(ctx, q, k=10))]
     if tool == "bm25":  # the full-text index alone: the floor a graph tool should beat
-        return lambda q: [h.id for h in ctx.reader.search("text_units", vector=None, text=q,
-                                                          k=_DEPTH)]
+        return lambda q: [h.id for h in asyncio.run(
+            ctx.reader.search("text_units", vector=None, text=q, k=_DEPTH))]
     raise ConfigError(f"unknown tool {tool!r}: use one of {', '.join(TOOLS)}")
 
 

@@ -193,8 +193,8 @@ class FakeReader:
         return sorted(c for c in every if c not in self.hidden and (
             self.level_of(c) == level or (self.level_of(c) < level and c not in TREE)))
 
-    def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
-               level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
+    async def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
+                     level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
         self.searches.append((table, text))
         return [Hit(c, 1.0) for c in self.similar[:k]]
 

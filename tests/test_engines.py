@@ -641,7 +641,7 @@ class TestLocalRanking:
         monkeypatch.setattr(evidence, "split_at_stops", split)
         monkeypatch.setattr(ctx.caches, "unit_evidence", BoundedCache(32 << 20))
         vector = run(ctx.reader.embed(MULTI_PART))
-        ranked = evidence.rank_units(ctx, MULTI_PART, vector)
+        ranked = run(evidence.rank_units(ctx, MULTI_PART, vector))
         assert len(ranked) >= 10 and analysed == []
         stored = ctx.reader.sentence_terms(ranked)
         assert set(stored) == set(ranked)

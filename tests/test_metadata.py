@@ -114,7 +114,8 @@ def test_metadata_heads_every_unit_in_search_context_and_sources(tmp_path: Path)
     svc = CanopyService(ws)
     try:
         with svc.context(None) as ctx:
-            hits = ctx.reader.search("text_units", vector=None, text="Nordwind Gazette", k=20)
+            hits = asyncio.run(ctx.reader.search("text_units", vector=None,
+                                                 text="Nordwind Gazette", k=20))
         assert {u.id for u in units} <= {h.id for h in hits}
 
         result = asyncio.run(svc.run(None, lambda c: basic_search(
@@ -145,9 +146,11 @@ def test_metadata_heads_every_unit_in_search_context_and_sources(tmp_path: Path)
     svc = CanopyService(ws)
     try:
         with svc.context(None) as ctx:
-            search = ctx.reader.search
-            found = {h.id for h in search("text_units", vector=None, text="Baltic Ledger", k=20)}
-            gone = {h.id for h in search("text_units", vector=None, text="Nordwind", k=20)}
+            def search(text: str) -> set[str]:
+                hits = asyncio.run(ctx.reader.search("text_units", vector=None, text=text, k=20))
+                return {h.id for h in hits}
+
+            found, gone = search("Baltic Ledger"), search("Nordwind")
         assert {u.id for u in units} <= found and not gone & {u.id for u in units}
     finally:
         svc.close()

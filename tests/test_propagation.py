@@ -158,7 +158,8 @@ class TestPermissions:
             with svc.context(principal) as ctx:
                 r = ctx.reader
                 units = {u: (t, d) for u, (t, d) in r.units(
-                    h.id for h in r.search("text_units", vector=None, text=QUESTION, k=50)
+                    h.id for h in asyncio.run(
+                        r.search("text_units", vector=None, text=QUESTION, k=50))
                 ).items()}
                 seeds = {u: 1.0 + i for i, u in enumerate(sorted(units, key=lambda u: (
                     units[u][1].path, units[u][0].ordinal)))}

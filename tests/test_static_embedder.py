@@ -160,7 +160,8 @@ class TestWordLlama:
             with svc.context(None) as ctx:
                 vector = asyncio.run(ctx.reader.embed("solar cell supplier"))
                 assert vector.shape == (256,)
-                assert len(ctx.reader.search("text_units", vector=vector, text=None, k=3)) == 3
+                hits = asyncio.run(ctx.reader.search("text_units", vector=vector, text=None, k=3))
+                assert len(hits) == 3
                 assert asyncio.run(basic_search(ctx, "who supplies solar cells?")).citations
         finally:
             svc.close()

@@ -3,14 +3,16 @@ recovery, index maintenance and ACL prefiltering."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import canopy.vectors as vectors_module
-from canopy.vectors import VectorRow, VectorStore
+from canopy.vectors import Hit, VectorReader, VectorRow, VectorStore
 
 DIMS = 16
 
@@ -30,10 +32,10 @@ def test_a_reader_keeps_its_generations_versions_while_the_writer_moves_on(tmp_p
     committed = vs.versions()
     vs.write("text_units", ["u3"], [_row(3, text="rewritten passage about zebras")])
     old = vs.reader(committed)
-    hits = old.search("text_units", vector=None, text="zebras", k=5)
+    hits = _search(old, "text_units", vector=None, text="zebras", k=5)
     assert not hits  # the old generation never had that text
     new = VectorStore(tmp_path, DIMS).reader(vs.versions())
-    assert [h.id for h in new.search("text_units", vector=None, text="zebras", k=5)] == ["u3"]
+    assert [h.id for h in _search(new, "text_units", vector=None, text="zebras", k=5)] == ["u3"]
 
 
 def test_restore_undoes_what_a_crashed_writer_wrote(tmp_path: Path) -> None:
@@ -55,8 +57,8 @@ def test_search_prefilters_hidden_acl_classes_before_ranking(tmp_path: Path) -> 
     vs.maintain("text_units")
     reader = vs.reader(vs.versions())
     query = _row(4).vector
-    everyone = reader.search("text_units", vector=query, text="topic4", k=20)
-    hidden = reader.search("text_units", vector=query, text="topic4", k=20, hidden_acl=[2])
+    everyone = _search(reader, "text_units", vector=query, text="topic4", k=20)
+    hidden = _search(reader, "text_units", vector=query, text="topic4", k=20, hidden_acl=[2])
     assert any(h.id == "u4" for h in everyone)
     assert hidden and all(int(h.id[1:]) % 2 for h in hidden)  # class 2 rows never ranked
 
@@ -72,8 +74,14 @@ def test_a_large_table_gets_a_vector_index_and_appended_rows_are_still_found(
     vs.write("entities", [], [_row(1000, text="a brand new passage about quasars")])
     vs.maintain("entities")  # few appended rows: searched unindexed until they are many
     reader = vs.reader(vs.versions())
-    assert reader.search("entities", vector=_row(1000).vector, text=None, k=50)
-    assert [h.id for h in reader.search("entities", vector=None, text="quasars", k=3)] == ["u1000"]
+    assert _search(reader, "entities", vector=_row(1000).vector, text=None, k=50)
+    hits = _search(reader, "entities", vector=None, text="quasars", k=3)
+    assert [h.id for h in hits] == ["u1000"]
+
+
+
+def _search(reader: VectorReader, name: str, **kwargs: Any) -> list[Hit]:
+    return asyncio.run(reader.search(name, **kwargs))
 
 
 def _random_rows(n: int, seed: int, start: int = 0) -> list[VectorRow]:
@@ -102,23 +110,31 @@ def test_the_vector_index_is_scalar_quantized_and_probed_by_its_partition_count(
     reader = vs.reader(vs.versions())
     asked: list[int] = []
     table = reader.tables["entities"]
-    real_search = table.search
+    async_table = vectors_module._async_table(table)  # the table the reader queries
+    real_query = async_table.query
 
-    def spy(*args: object, **kwargs: object) -> object:
-        query = real_search(*args, **kwargs)
-        real_nprobes = query.nprobes
+    def query() -> object:  # the vector query's nprobes, as LanceDB is asked
+        q = real_query()
+        real_nearest = q.nearest_to
 
-        def nprobes(n: int) -> object:
-            asked.append(n)
-            return real_nprobes(n)
+        def nearest_to(vector: object) -> object:
+            vq = real_nearest(vector)
+            real_nprobes = vq.nprobes
 
-        query.nprobes = nprobes
-        return query
+            def nprobes(n: int) -> object:
+                asked.append(n)
+                return real_nprobes(n)
 
-    monkeypatch.setattr(table, "search", spy)
+            vq.nprobes = nprobes
+            return vq
+
+        q.nearest_to = nearest_to
+        return q
+
+    monkeypatch.setattr(async_table, "query", query)
     found = 0
     for r in rows[:50]:
-        hits = reader.search("entities", vector=r.vector, text=None, k=5)
+        hits = _search(reader, "entities", vector=r.vector, text=None, k=5)
         found += bool(hits) and hits[0].id == r.id
     assert asked and set(asked) == {20}  # ~1 partition of 2,000 rows: at least 20
     # 60% of the ~2,000-row partitions: 10,000 articles' entities and text units
@@ -159,7 +175,7 @@ def test_an_old_or_outgrown_vector_index_is_replaced_by_tidy(
     tidy()
     assert _vector_indexes(vs, "text_units") == [("vector_sq_r2500", "IvfSq")]
     probe = _random_rows(100, seed=4, start=2400)[7].vector
-    assert vs.reader(vs.versions()).search("text_units", vector=probe, text=None,
+    assert _search(vs.reader(vs.versions()), "text_units", vector=probe, text=None,
                                            k=3)[0].id == "r2407"
 
 
@@ -194,7 +210,7 @@ def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
     assert t.list_versions()[-1]["metadata"]["total_deletion_file_rows"] == "0"
     ids = {r["id"] for r in t.search().limit(None).select(["id"]).to_list()}
     assert ids == {f"u{i}" for i in range(50)} - {"u41", "u42"}
-    hits = vs.reader(final).search("text_units", vector=None, text="passage number 47", k=3)
+    hits = _search(vs.reader(final), "text_units", vector=None, text="passage number 47", k=3)
     assert "u47" in [h.id for h in hits]
 
 
@@ -226,7 +242,7 @@ def test_rows_superseded_by_an_addition_are_not_rewritten(
     monkeypatch.setattr(VectorStore, "_rewrite", lambda *a: pytest.fail("rewrote a fragment"))
     final = adder.tidy(adder.versions(), None, due=True, record=lambda v, name: None,
                        scrub=adder.scrub)
-    ids = [h.id for h in adder.reader(final).search("text_units", vector=None,
+    ids = [h.id for h in _search(adder.reader(final), "text_units", vector=None,
                                                      text="passage number 4", k=40)]
     assert ids.count("u4") == 1 and "u30" in ids
 
@@ -262,7 +278,7 @@ def test_warm_loads_the_index_pages_a_first_search_would_read(
     cold = server.session.size_bytes
     server.warm(versions)
     assert server.session.size_bytes > cold  # the full-text and vector indexes' pages
-    hits = server.reader(versions).search("text_units", vector=_row(7).vector, text="topic2", k=3)
+    hits = _search(server.reader(versions), "text_units", vector=_row(7).vector, text="topic2", k=3)
     assert hits  # a warmed store searches as before
 
 

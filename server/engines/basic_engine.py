@@ -60,8 +60,8 @@ async def basic_search(
 async def basic_context(ctx: QueryContext, query: str, *, k: int) -> list[ContextBlock]:
     """The k best text units for `query` (servable ones), as many as fit the context budget."""
     vector = await ctx.reader.embed(query)
-    hits = ctx.reader.search("text_units", vector=vector, text=query, k=k,
-                             vector_weight=vector_weight(ctx))
+    hits = await ctx.reader.search("text_units", vector=vector, text=query, k=k,
+                                   vector_weight=vector_weight(ctx))
     units = ctx.reader.units(h.id for h in hits)
     blocks, _ = pack_blocks([unit_block(*units[h.id]) for h in hits if h.id in units],
                             ctx.settings.local_context_tokens)

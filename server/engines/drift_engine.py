@@ -100,8 +100,8 @@ async def drift_search(
 async def _primer(ctx: QueryContext, query: str) -> _Step:
     hypothetical = await ctx.provider.hyde(query)
     vector = await ctx.reader.embed(hypothetical or query)
-    hits = ctx.reader.search("reports", vector=vector, text=query, k=PRIMER_REPORTS,
-                             vector_weight=vector_weight(ctx))
+    hits = await ctx.reader.search("reports", vector=vector, text=query, k=PRIMER_REPORTS,
+                                   vector_weight=vector_weight(ctx))
     served = await ctx.reader.reports(h.id for h in hits)
     reports = [served[h.id] for h in hits if h.id in served]
     blocks, _ = pack_blocks([report_block(r) for r in reports], ctx.settings.local_context_tokens)

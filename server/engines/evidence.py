@@ -263,7 +263,7 @@ def vector_weight(ctx: QueryContext) -> float:
     return LEXICAL_VECTOR_WEIGHT if getattr(ctx.reader.embedder, "lexical", False) else 1.0
 
 
-def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
+async def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
                support: Iterable[str] = (), entities: Iterable[str] = ()) -> list[str]:
     """Ids of text units (the caller may read) that state what `query` asks, best first.
 
@@ -272,10 +272,12 @@ def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
     units, the seeds of the graph propagation."""
     r = ctx.reader
     q = _Query(ctx, query)
-    pool = [h.id for h in r.search("text_units", vector=None, text=query, k=UNIT_POOL)]
+    pool = [h.id for h in await r.search("text_units", vector=None, text=query, k=UNIT_POOL)]
     for clause in split_clauses(query):
-        pool += [h.id for h in r.search("text_units", vector=None, text=clause, k=CLAUSE_POOL)]
-    by_vector = [h.id for h in r.search("text_units", vector=vector, text=None, k=VECTOR_POOL)]
+        pool += [h.id for h in await r.search("text_units", vector=None, text=clause,
+                                              k=CLAUSE_POOL)]
+    by_vector = [h.id for h in await r.search("text_units", vector=vector, text=None,
+                                              k=VECTOR_POOL)]
     pool += by_vector
     pool += list(support)
     units = r.units(pool)

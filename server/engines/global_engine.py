@@ -225,9 +225,9 @@ async def _similarity_rank(ctx: QueryContext, query: str) -> dict[str, int]:
     """Rank of each report by hybrid (vector + BM25) similarity to the query, prefiltered to
     what the caller may see; reports outside the shortlist rank after all of it."""
     vector = await ctx.reader.embed(query)
-    hits = ctx.reader.search("reports", vector=vector, text=query,
-                             k=ctx.settings.dynamic_max_rated,
-                             vector_weight=vector_weight(ctx))
+    hits = await ctx.reader.search("reports", vector=vector, text=query,
+                                   k=ctx.settings.dynamic_max_rated,
+                                   vector_weight=vector_weight(ctx))
     return {h.id: i for i, h in enumerate(hits)}
 
 

@@ -125,8 +125,8 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
         if item is not None:
             support.update(item.text_unit_ids)
     by_support = [u for u, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))]
-    ranked = rank_units(ctx, query, vector, support=by_support[:SUPPORT_UNITS],
-                        entities=[reader.entity_key(e) for e, _ in named])
+    ranked = await rank_units(ctx, query, vector, support=by_support[:SUPPORT_UNITS],
+                              entities=[reader.entity_key(e) for e, _ in named])
     units = reader.units(ranked)
     order = _diverse([u for u in ranked if u in units], units)
     text_budget = budget - used
@@ -215,7 +215,7 @@ async def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray,
     """Entities the query names (written capitalized, or in CJK), then those of the hybrid
     search over entity descriptions, then names the query writes in lower case (often common
     words that happen to be entity names)."""
-    hits = ctx.reader.search("entities", vector=vector, text=query, k=2 * TOP_ENTITIES)
+    hits = await ctx.reader.search("entities", vector=vector, text=query, k=2 * TOP_ENTITIES)
     ids = list(dict.fromkeys([*(e for e, proper in named if proper), *(h.id for h in hits),
                               *(e for e, _ in named)]))
     served = await ctx.reader.entities(ids[:3 * TOP_ENTITIES])
