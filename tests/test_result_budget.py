@@ -156,6 +156,44 @@ async def test_a_cut_drill_down_names_the_exact_call_for_each_lists_next_page(
                                                    for x in second[field]}, field
 
 
+async def test_the_cut_keeps_the_most_items_that_fit_whatever_the_character_estimate(
+        examples: CanopyService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """drill_down's cut estimates from characters, then counts tokens: the estimate decides only
+    how many counts it takes, never how many items are kept. An estimate claiming everything
+    fits, or nothing does, gives the same result; the real one needs fewer token counts."""
+    from canopy.server.engines import drill
+
+    g = load_graph(examples.store)
+    most = max(g.entities.values(), key=lambda e: (len(e.text_unit_ids), e.degree, e.id))
+    args = {"entity": most.name, "limit": 100}
+    counts = [0]
+    real_count = drill.delivered_tokens
+
+    def counted(result: Any) -> int:
+        counts[0] += 1
+        return real_count(result)
+
+    monkeypatch.setattr(drill, "delivered_tokens", counted)
+    results = []
+    for estimate in (None, lambda _: 1, lambda _: 10**9):
+        if estimate is not None:
+            monkeypatch.setattr(drill, "delivered_chars", estimate)
+        counts[0] = 0
+        async with Client(build_server(examples)) as client:
+            result = await client.call_tool("drill_down", args)
+        assert not result.is_error and delivered(result) <= LIMIT
+        content = dict(result.structured_content or {})
+        content.pop("usage")  # its elapsed time differs from call to call
+        results.append((content, counts[0]))
+    (page, real_counts), *others = results
+    assert page is not None and page["truncated"]
+    kept = len(page["relationships"])
+    assert 1 < kept < 100
+    for other, _ in others:
+        assert other == page
+    assert real_counts < min(n for _, n in others)  # the estimate saves counts
+
+
 async def test_the_reports_resource_pages_within_the_default_budget(
         many_reports: MCPServer) -> None:
     """A corpus with more report cards than one budget holds: every page within it, each

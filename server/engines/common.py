@@ -20,6 +20,7 @@ __all__ = [
     "Meter",
     "check_query",
     "check_response_type",
+    "delivered_chars",
     "delivered_tokens",
     "fit_result",
     "metered",
@@ -125,6 +126,12 @@ def delivered_tokens(result: SearchResult | DrillResult) -> int:
     tok = tokenizer()
     text = search_text(result) if isinstance(result, SearchResult) else drill_text(result)
     return tok.count(text) + tok.count(result.model_dump_json())
+
+
+def delivered_chars(result: SearchResult | DrillResult) -> int:
+    """Characters of what `delivered_tokens` counts (no tokenizing: for estimates)."""
+    text = search_text(result) if isinstance(result, SearchResult) else drill_text(result)
+    return len(text) + len(result.model_dump_json())
 
 
 def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchResult:
