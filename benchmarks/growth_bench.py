@@ -24,7 +24,7 @@ Per size, every step runs in a fresh Python subprocess, so its peak memory is it
              MCP SDK's Streamable HTTP client in a subprocess (benchmarks/growth_serve.py): start
              to handshake, first local_search, server RSS, p50/p95 of local/basic/global search
   concurrency  16 concurrent HTTP clients mixing local_search, basic_search and drill_down vs
-             one client, on the same server
+             one client, on the same server, in alternating windows (--conc-rounds)
 
 The driver imports nothing but the standard library: Linux carries ru_maxrss over fork+exec, so a
 child's ru_maxrss is at least the driver's RSS. Each step also reports VmHWM, which restarts at
@@ -379,7 +379,8 @@ def serve_step(n: int, args: argparse.Namespace, phases: set[str],
         "global_queries": args.global_queries, "global_level": args.global_level,
         "tool_budget_s": args.tool_budget, "serve": "serve" in phases,
         "concurrency": "concurrency" in phases, "clients": args.clients,
-        "conc_seconds": args.conc_seconds, "call_timeout_s": args.call_timeout,
+        "conc_seconds": args.conc_seconds, "conc_rounds": args.conc_rounds,
+        "call_timeout_s": args.call_timeout,
     }
     out = size_dir / "serve.json"
     argv = [sys.executable, str(SCRIPT.with_name("growth_serve.py")), json.dumps(spec), str(out)]
@@ -453,7 +454,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds per tool's query series; fewer questions when exceeded")
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--conc-seconds", type=float, default=30.0,
-                   help="seconds of load for one client, then as long for --clients")
+                   help="seconds of load for one client, and as long for --clients")
+    p.add_argument("--conc-rounds", type=int, default=3,
+                   help="alternating windows the seconds are split into (one client, then "
+                        "--clients, and again), so that the machine's slower and faster spells "
+                        "fall on both alike")
     p.add_argument("--call-timeout", type=float, default=300.0, help="seconds per MCP call")
     p.add_argument("--build-timeout", type=float, default=1800.0)
     p.add_argument("--step-timeout", type=float, default=900.0, help="+1/edit/delete/no-op each")

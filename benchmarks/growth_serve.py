@@ -6,7 +6,8 @@ Starts `python -m canopy.server.cli serve DOCS --index-dir IDX --http --port P [
 the checkout spec["repo"] (loopback: no token), then measures with the MCP SDK's Streamable HTTP
 client: time from process start to the completed handshake, the first local_search after it,
 the server's RSS, p50/p95 of local, basic and global search over DEV questions, and throughput of
-`clients` concurrent sessions mixing local_search, basic_search and drill_down against one session.
+`clients` concurrent sessions mixing local_search, basic_search and drill_down against one session
+(in alternating windows: `compare`).
 
 It runs in its own process so that the MCP SDK never enters the driver (whose RSS would otherwise
 raise every later child's ru_maxrss), and writes OUT_JSON after every phase, so a run stopped by
@@ -181,43 +182,85 @@ def mixed_call(i: int, j: int, questions: list[str],
     return tool, {"query": questions[(i * 37 + j) % len(questions)]}
 
 
+class _Phase:
+    """One client count's sessions and what its windows measured, summed over rounds."""
+
+    def __init__(self, sessions: list[Client]) -> None:
+        self.sessions = sessions
+        self.next_call = [0] * len(sessions)  # a client's calls go on where its last window ended
+        self.latencies: list[float] = []
+        self.by_tool: dict[str, list[float]] = {t: [] for t in MIX}
+        self.errors: list[str] = []
+        self.elapsed = 0.0
+        self.windows: list[float] = []  # calls/s of each window
+
+    async def window(self, seconds: float, questions: list[str], communities: list[str]) -> None:
+        """Every client calls in a loop until `seconds` have passed (calls in flight then end)."""
+        calls = len(self.latencies)
+
+        async def worker(i: int, client: Client, deadline: float) -> None:
+            while time.perf_counter() < deadline:
+                tool, args = mixed_call(i, self.next_call[i], questions, communities)
+                self.next_call[i] += 1
+                try:
+                    ms, err, _ = await timed_call(client, tool, args)
+                except Exception as exc:  # a failed call counts as an error; the client goes on
+                    self.errors.append(type(exc).__name__)
+                    await asyncio.sleep(0.1)
+                    continue
+                if err:
+                    self.errors.append(f"{tool}: isError")
+                else:
+                    self.latencies.append(ms)
+                    self.by_tool[tool].append(ms)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(i, c, t0 + seconds) for i, c in enumerate(self.sessions)))
+        elapsed = time.perf_counter() - t0
+        self.elapsed += elapsed
+        self.windows.append(round((len(self.latencies) - calls) / elapsed, 2))
+
+    def summary(self) -> dict[str, Any]:
+        lat, elapsed = self.latencies, self.elapsed
+        print(f"[serve] {len(self.sessions)} client(s): {len(lat)} calls in {elapsed:.1f} s, "
+              f"{len(self.errors)} errors", file=sys.stderr, flush=True)
+        return {"clients": len(self.sessions), "calls": len(lat), "elapsed_s": round(elapsed, 2),
+                "calls_per_s": round(len(lat) / elapsed, 2) if elapsed else None,
+                "windows_calls_per_s": self.windows,
+                "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
+                "errors": len(self.errors), "error_kinds": sorted(set(self.errors)),
+                "by_tool": {t: {"calls": len(v), "p50_ms": percentile(v, 50),
+                                "p95_ms": percentile(v, 95)} for t, v in self.by_tool.items()}}
+
+
 async def load(url: str, clients: int, seconds: float, questions: list[str],
                communities: list[str], timeout: float) -> dict[str, Any]:
     """`clients` sessions (opened first), each calling in a loop until `seconds` have passed."""
-    latencies: list[float] = []
-    by_tool: dict[str, list[float]] = {t: [] for t in MIX}
-    errors: list[str] = []
-
-    async def worker(i: int, client: Client, deadline: float) -> None:
-        j = 0
-        while time.perf_counter() < deadline:
-            tool, args = mixed_call(i, j, questions, communities)
-            j += 1
-            try:
-                ms, err, _ = await timed_call(client, tool, args)
-            except Exception as exc:  # a failed call counts as an error and the client goes on
-                errors.append(type(exc).__name__)
-                await asyncio.sleep(0.1)
-                continue
-            if err:
-                errors.append(f"{tool}: isError")
-            else:
-                latencies.append(ms)
-                by_tool[tool].append(ms)
-
     async with AsyncExitStack() as stack:
-        sessions = [await stack.enter_async_context(session(url, timeout)) for _ in range(clients)]
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(i, c, t0 + seconds) for i, c in enumerate(sessions)))
-        elapsed = time.perf_counter() - t0
-    print(f"[serve] {clients} client(s): {len(latencies)} calls in {elapsed:.1f} s, "
-          f"{len(errors)} errors", file=sys.stderr, flush=True)
-    return {"clients": clients, "calls": len(latencies), "elapsed_s": round(elapsed, 2),
-            "calls_per_s": round(len(latencies) / elapsed, 2) if elapsed else None,
-            "p50_ms": percentile(latencies, 50), "p95_ms": percentile(latencies, 95),
-            "errors": len(errors), "error_kinds": sorted(set(errors)),
-            "by_tool": {t: {"calls": len(v), "p50_ms": percentile(v, 50),
-                            "p95_ms": percentile(v, 95)} for t, v in by_tool.items()}}
+        phase = _Phase([await stack.enter_async_context(session(url, timeout))
+                        for _ in range(clients)])
+        await phase.window(seconds, questions, communities)
+    return phase.summary()
+
+
+async def compare(url: str, clients: int, seconds: float, rounds: int, questions: list[str],
+                  communities: list[str], timeout: float) -> dict[str, Any]:
+    """One client against `clients`, `seconds` of load each, in `rounds` alternating windows
+    (one client, then `clients`, and again): a 2-core machine shared with other work speeds up
+    and slows down by 10-20% within minutes, and alternating windows give both client counts
+    the same share of each spell. Sessions are opened once."""
+    async with AsyncExitStack() as stack:
+        one = _Phase([await stack.enter_async_context(session(url, timeout))])
+        many = _Phase([await stack.enter_async_context(session(url, timeout))
+                       for _ in range(clients)])
+        for _ in range(rounds):
+            for phase in (one, many):
+                await phase.window(seconds / rounds, questions, communities)
+    a, b = one.summary(), many.summary()
+    ratio = (b["calls_per_s"] / a["calls_per_s"]
+             if a["calls_per_s"] and b["calls_per_s"] is not None else None)
+    return {"1": a, "many": b, "ratio": None if ratio is None else round(ratio, 3),
+            "rounds": rounds}
 
 
 async def root_communities(client: Client) -> list[str]:
@@ -254,15 +297,10 @@ async def measure(spec: dict[str, Any], proc: subprocess.Popen[bytes], t_start: 
             save(rec)
         communities = await root_communities(client) if spec["concurrency"] else []
     if spec["concurrency"]:
-        pool = questions[1:]
-        one = await load(url, 1, spec["conc_seconds"], pool, communities, timeout)
-        rec["concurrency"] = {"1": one}
-        save(rec)
-        many = await load(url, spec["clients"], spec["conc_seconds"], pool, communities, timeout)
-        ratio = (many["calls_per_s"] / one["calls_per_s"]
-                 if one["calls_per_s"] and many["calls_per_s"] is not None else None)
-        rec["concurrency"].update(many=many, ratio=None if ratio is None else round(ratio, 3),
-                                  drill_down_communities=len(communities))
+        rec["concurrency"] = await compare(url, spec["clients"], spec["conc_seconds"],
+                                           spec.get("conc_rounds", 1), questions[1:],
+                                           communities, timeout)
+        rec["concurrency"]["drill_down_communities"] = len(communities)
         rec["rss_after_concurrency_mb"] = tree_rss_mb(proc.pid)
         rec["pss_after_concurrency_mb"] = tree_pss_mb(proc.pid)
     rec["server_hwm_mb"] = round(status_kb(proc.pid, "VmHWM") / 1024, 1)
