@@ -492,7 +492,7 @@ class VectorStore:
             if t is None:
                 t = held[name] = self._committed(name, version)
             tables[name] = t
-        reader = VectorReader(tables)
+        reader = VectorReader(tables, self.path, self.session)
         self._local.reader = (key, reader)
         return reader
 
@@ -515,9 +515,32 @@ class VectorStore:
 class VectorReader:
     """Hybrid search over tables checked out at one generation's versions."""
 
-    def __init__(self, tables: dict[str, Any]) -> None:
+    def __init__(self, tables: dict[str, Any], path: Path | None = None,
+                 session: Any = None) -> None:
+        """`tables`: LanceDB's synchronous tables, checked out at the generation's versions;
+        `path` and `session`: their folder and cache (to open asynchronous ones: `_async_of`)."""
         self.tables = tables
+        self._path = path
+        self._session = session
+        self._opened: dict[str, Any] = {}
         self._probes: dict[str, int | None] = {}
+
+    async def _async_of(self, name: str, t: Any) -> Any:
+        """`t`'s asynchronous table: the one behind it, or else (a LanceDB that keeps it
+        elsewhere) one opened through the public API at the same version, once per reader."""
+        table = _async_table(t)
+        if table is not None:
+            return table
+        if name not in self._opened:
+            import lancedb
+
+            if self._path is None:
+                raise IndexDamaged("a search table cannot be read")
+            db = await lancedb.connect_async(str(self._path), session=self._session)
+            opened = await db.open_table(name)
+            await opened.checkout(int(t.version))
+            self._opened[name] = opened
+        return self._opened[name]
 
     def _table_probes(self, name: str, t: Any) -> int | None:
         """Partitions to probe in `name`'s vector index (None: LanceDB's default, for an index
@@ -545,8 +568,10 @@ class VectorReader:
 
         The queries run on LanceDB's asynchronous table, awaited on the caller's event loop.
         Its synchronous API runs each query, and each batch of its answer, through a
-        background event loop thread: three more thread hand-offs per query, each waiting for
-        the GIL, and about 1.7 ms more CPU per query (`benchmarks/serve_threads.py`)."""
+        background event loop thread: more thread hand-offs per query, each waiting for the
+        GIL, and about 1.3 ms more CPU per query (`benchmarks/lance_query_path.py` at 10,000
+        articles: 16.0-17.8 against 11.8-13.8 ms per step of three searches and 5 ms of
+        Python work; 26-36% more steps a second)."""
         t = self.tables.get(name)
         if t is None or k <= 0:
             return []
@@ -557,7 +582,7 @@ class VectorReader:
         if level is not None:
             clauses.append(f"level = {int(level)}")
         where = " AND ".join(clauses) or None
-        table = _async_table(t)
+        table = await self._async_of(name, t)
         rankings: list[list[str]] = []
         weights: list[float] = []
         if vector is not None:
@@ -586,10 +611,13 @@ class VectorReader:
         return rrf(*rankings, weights=weights)[:k]
 
 
-def _async_table(t: Any) -> Any:
+def _async_table(t: Any) -> Any | None:
     """The asynchronous table behind LanceDB's synchronous one (the object both APIs share:
-    one cache, one checked-out version)."""
-    return t._table
+    one cache, one checked-out version), where LanceDB keeps it (0.40: `_table`)."""
+    from lancedb.table import AsyncTable
+
+    table = getattr(t, "_table", None)
+    return table if isinstance(table, AsyncTable) else None
 
 
 async def _ids(query: Any) -> list[str]:

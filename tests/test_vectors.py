@@ -63,6 +63,23 @@ def test_search_prefilters_hidden_acl_classes_before_ranking(tmp_path: Path) -> 
     assert hidden and all(int(h.id[1:]) % 2 for h in hidden)  # class 2 rows never ranked
 
 
+def test_a_lancedb_without_the_async_table_behind_the_sync_one_still_searches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Searches await the asynchronous table behind LanceDB's synchronous one (a private
+    attribute); where a LanceDB keeps it elsewhere, the reader opens one at the same version."""
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(20)])
+    vs.maintain("text_units")
+    committed = vs.versions()
+    vs.write("text_units", ["u3"], [_row(3, text="rewritten passage about zebras")])
+    query = {"vector": _row(4).vector, "text": "topic4", "k": 10}
+    behind = _search(vs.reader(committed), "text_units", **query)
+    monkeypatch.setattr(vectors_module, "_async_table", lambda t: None)
+    old = VectorStore(tmp_path, DIMS).reader(committed)
+    assert _search(old, "text_units", **query) == behind
+    assert not _search(old, "text_units", vector=None, text="zebras", k=5)  # its version's rows
+
+
 def test_a_large_table_gets_a_vector_index_and_appended_rows_are_still_found(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vectors_module, "VECTOR_INDEX_MIN", 200)
