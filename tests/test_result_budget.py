@@ -194,6 +194,29 @@ async def test_the_cut_keeps_the_most_items_that_fit_whatever_the_character_esti
     assert real_counts < min(n for _, n in others)  # the estimate saves counts
 
 
+async def test_a_cut_search_result_is_measured_only_until_it_fits(
+        examples: CanopyService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fit_result counts the whole result once, then once per cut of the context until one
+    fits; it does not count a result it has just measured again."""
+    from canopy.server.engines import common
+
+    measured: list[str] = []
+    real_count = common.delivered_tokens
+
+    def counted(result: Any) -> int:
+        measured.append(result.model_dump_json())
+        return real_count(result)
+
+    monkeypatch.setattr(common, "delivered_tokens", counted)
+    async with Client(build_server(examples)) as client:
+        result = await client.call_tool(
+            "basic_search", {"query": "supplier battery cells recall audit budget", "k": 100})
+    page = result.structured_content
+    assert page is not None and page["truncated"] and delivered(result) <= LIMIT
+    assert len(measured) >= 3  # the whole result, its bare room, at least one cut
+    assert len(set(measured)) == len(measured)  # no state was counted twice
+
+
 async def test_the_reports_resource_pages_within_the_default_budget(
         many_reports: MCPServer) -> None:
     """A corpus with more report cards than one budget holds: every page within it, each

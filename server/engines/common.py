@@ -160,11 +160,12 @@ def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchR
         bare = result.model_copy(update={"context": "", "citations": []})
         return limit - delivered_tokens(bare) - _SLACK
 
-    if room() < limit // 4:  # the answer itself is long: keep a quarter for citations and context
-        # The answer is in the text and in the structured content: each token cut saves two.
-        short = max(tok.count(result.answer) - (limit // 4 - room() + 1) // 2 - 5, 0)
-        result.answer = tok.truncate(result.answer, short) + " …"
     space = room()
+    if space < limit // 4:  # the answer itself is long: keep a quarter for citations and context
+        # The answer is in the text and in the structured content: each token cut saves two.
+        short = max(tok.count(result.answer) - (limit // 4 - space + 1) // 2 - 5, 0)
+        result.answer = tok.truncate(result.answer, short) + " …"
+        space = room()
     keep, spent = [], 0
     for c in result.citations:
         n = 2 * (tok.count(c.model_dump_json()) + 1)  # its JSON, and at most as much as a line
@@ -175,6 +176,7 @@ def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchR
     result.citations = keep
     budget = space - spent
     context = result.context
+    fits = False  # measured within the limit as it stands (counting is most of a fit's cost)
     for _ in range(8):  # the estimates above are rough: measure, and cut what is still over
         if budget <= 0:
             result.context = ""
@@ -183,9 +185,11 @@ def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchR
         result.context = tok.truncate(context, budget) + ellipsis
         over = delivered_tokens(result) + _SLACK - limit
         if over <= 0:
+            fits = True
             break
         budget -= over + 10
-    while delivered_tokens(result) + _SLACK > limit and (result.citations or result.context):
+    while not fits and delivered_tokens(result) + _SLACK > limit and (
+            result.citations or result.context):
         if result.citations:  # the context could not absorb it all: the last citations go
             result.citations.pop()
         else:
