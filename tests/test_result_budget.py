@@ -167,10 +167,12 @@ async def test_the_cut_keeps_the_most_items_that_fit_whatever_the_character_esti
     most = max(g.entities.values(), key=lambda e: (len(e.text_unit_ids), e.degree, e.id))
     args = {"entity": most.name, "limit": 100}
     counts = [0]
+    measured: list[str] = []
     real_count = drill.delivered_tokens
 
     def counted(result: Any) -> int:
         counts[0] += 1
+        measured.append(result.model_dump_json())
         return real_count(result)
 
     monkeypatch.setattr(drill, "delivered_tokens", counted)
@@ -179,9 +181,11 @@ async def test_the_cut_keeps_the_most_items_that_fit_whatever_the_character_esti
         if estimate is not None:
             monkeypatch.setattr(drill, "delivered_chars", estimate)
         counts[0] = 0
+        measured.clear()
         async with Client(build_server(examples)) as client:
             result = await client.call_tool("drill_down", args)
         assert not result.is_error and delivered(result) <= LIMIT
+        assert len(set(measured)) == len(measured)  # no state was counted twice
         content = dict(result.structured_content or {})
         content.pop("usage")  # its elapsed time differs from call to call
         results.append((content, counts[0]))

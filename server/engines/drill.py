@@ -429,12 +429,13 @@ def _fit(ctx: QueryContext, result: DrillResult, page: _Page) -> None:
         if cut_to(low) <= 0:
             while low < longest - 1 and cut_to(low + 1) <= 0:
                 low += 1
-        else:
-            while low > 1 and cut_to(low - 1) > 0:
-                low -= 1
-            low = max(1, low - 1)
-        if cut_to(low) <= 0:
+            if most != low:  # the step past it did not fit: back, to a state counted already
+                cut_to(low, exact=False)
             return
+        while low > 1:
+            low -= 1
+            if cut_to(low) <= 0:
+                return
     # One item per list is still too much (a limit near its floor, long descriptions): the
     # texts are shortened evenly, each counted twice (text and structured content).
     extra.append(f"Descriptions were shortened to fit the {limit}-token limit.")
