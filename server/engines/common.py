@@ -124,14 +124,18 @@ def delivered_tokens(result: SearchResult | DrillResult) -> int:
     structured content (compact JSON, as on the wire). Agent hosts count both against their
     limits, so `[query] result_token_limit` caps the sum."""
     tok = tokenizer()
-    text = search_text(result) if isinstance(result, SearchResult) else drill_text(result)
-    return tok.count(text) + tok.count(result.model_dump_json())
+    return sum(tok.count(part) for part in _delivered(result))
 
 
 def delivered_chars(result: SearchResult | DrillResult) -> int:
     """Characters of what `delivered_tokens` counts (no tokenizing: for estimates)."""
+    return sum(len(part) for part in _delivered(result))
+
+
+def _delivered(result: SearchResult | DrillResult) -> tuple[str, str]:
+    """What a client receives of `result`: its text rendering and its structured content."""
     text = search_text(result) if isinstance(result, SearchResult) else drill_text(result)
-    return len(text) + len(result.model_dump_json())
+    return text, result.model_dump_json()
 
 
 def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchResult:
