@@ -511,8 +511,8 @@ class CallerReader:
                      level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
         """Hybrid search over rows the caller may read in full (prefiltered before ranking)."""
         return await self._vectors.search(table, vector=vector, text=text, k=k,
-                                   hidden_acl=self.caller.hidden, level=level,
-                                   vector_weight=vector_weight)
+                                          hidden_acl=self.caller.hidden, level=level,
+                                          vector_weight=vector_weight)
 
     def term_stats(self, terms: Iterable[str]) -> tuple[dict[str, int], int, int]:
         """(document frequency per term, units, summed terms) over the units the caller may

@@ -38,7 +38,7 @@ __all__ = ["GraphSnapshot", "SearchIndex", "SearchWriter"]
 class SearchIndex(Protocol):
     async def search(self, name: str, *, vector: np.ndarray | None, text: str | None, k: int,
                      hidden_acl: Iterable[int] = (), level: int | None = None,
-               vector_weight: float = 1.0) -> list[Hit]:
+                     vector_weight: float = 1.0) -> list[Hit]:
         """Top-k ids of table `name` (text_units, entities, reports) for the vector and/or text,
         over rows none of whose ACL classes is in `hidden_acl`, fused by rank."""
         ...

@@ -264,7 +264,7 @@ def vector_weight(ctx: QueryContext) -> float:
 
 
 async def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
-               support: Iterable[str] = (), entities: Iterable[str] = ()) -> list[str]:
+                     support: Iterable[str] = (), entities: Iterable[str] = ()) -> list[str]:
     """Ids of text units (the caller may read) that state what `query` asks, best first.
 
     `support`: more candidate units (e.g. those behind the entities the question names).
