@@ -39,7 +39,8 @@ import math
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -465,18 +466,45 @@ class VectorStore:
 
     # ---- reading --------------------------------------------------------------------------
 
-    def reader(self, versions: dict[str, int]) -> VectorReader:
-        """This thread's reader of the tables at these versions (one generation)."""
+    @contextmanager
+    def reading(self, versions: dict[str, int]) -> Iterator[VectorReader]:
+        """A reader of the tables at these versions (one generation) while the block runs.
+        The calls of one thread that read one generation share a reader (several calls run on
+        a thread's event loop at once); a call of another generation gets table objects of its
+        own, and an idle set is moved to its versions rather than opened anew: a table opened
+        for every generation left native memory behind in a long-running server
+        (benchmarks/soak.py)."""
         key = tuple(sorted(versions.items()))
-        cached = getattr(self._local, "reader", None)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        # One table object per name and thread, moved to each generation's version: a table
-        # opened anew for every generation left native memory behind in a long-running server
-        # (benchmarks/soak.py). A version below the object's means the table was replaced
-        # (dropped and created again): it is opened anew.
-        held: dict[str, Any] = getattr(self._local, "tables", None) or {}
-        self._local.tables = held
+        sets: list[_TableSet] = getattr(self._local, "sets", None) or []
+        self._local.sets = sets
+        held = next((s for s in sets if s.key == key), None)
+        if held is None:
+            idle = next((s for s in sets if not s.users), None)
+            tables = self._moved(idle.tables if idle else {}, versions)
+            if idle is None:
+                held = _TableSet(key, tables, VectorReader(tables, self.path, self.session))
+                sets.append(held)
+            else:
+                held = idle
+                held.key, held.tables = key, tables
+                held.reader = VectorReader(tables, self.path, self.session)
+        held.users += 1
+        try:
+            yield held.reader
+        finally:
+            held.users -= 1
+            if not held.users and sum(not s.users for s in sets) > 1:
+                sets.remove(held)  # one idle set per thread is enough to move
+
+    def reader(self, versions: dict[str, int]) -> VectorReader:
+        """This thread's reader of the tables at these versions, for one-off use (warming,
+        tests): it stays at them until this thread reads another generation."""
+        with self.reading(versions) as reader:
+            return reader
+
+    def _moved(self, held: dict[str, Any], versions: dict[str, int]) -> dict[str, Any]:
+        """Tables at `versions`: those of `held` checked out there where they can be (a version
+        below an object's means the table was replaced: it is opened anew), others opened."""
         tables = {}
         for name, version in versions.items():
             t = held.get(name)
@@ -489,12 +517,8 @@ class VectorStore:
                 except Exception as exc:  # the files of the object's version are gone
                     log.debug("search table %s reopened: %s", name, exc)
                     t = None
-            if t is None:
-                t = held[name] = self._committed(name, version)
-            tables[name] = t
-        reader = VectorReader(tables, self.path, self.session)
-        self._local.reader = (key, reader)
-        return reader
+            tables[name] = t if t is not None else self._committed(name, version)
+        return tables
 
     def warm(self, versions: dict[str, int]) -> None:
         """Load what every search reads first (index headers, the full-text dictionary, vector
@@ -510,6 +534,17 @@ class VectorStore:
                                           text="the", k=1))
         except Exception as exc:  # IndexDamaged or a table replaced meanwhile
             log.debug("search tables not warmed: %s", exc)
+
+
+@dataclass
+class _TableSet:
+    """Table objects of one thread checked out at one generation's versions, and how many of
+    the thread's calls are reading them."""
+
+    key: tuple[tuple[str, int], ...]
+    tables: dict[str, Any]
+    reader: VectorReader
+    users: int = 0
 
 
 class VectorReader:

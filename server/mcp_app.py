@@ -70,6 +70,10 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 # Errors whose message is written for the agent and safe to forward as is.
 _FORWARDED = (InvalidArgument, NotFound, IndexMissing, ConfigError, EndpointUnavailable)
 
+# Tools that map over many community reports (seconds of CPU with the builtin provider): they
+# run on event loops of their own (CanopyService.run), never ahead of a quick call.
+_LONG_TOOLS = frozenset({"search", "global_search", "drift_search"})
+
 FailureKind = Literal["invalid_argument", "not_found", "unavailable", "llm_failed", "internal"]
 
 
@@ -196,7 +200,8 @@ class _Gateway:
         progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         try:
             service = self.service
-            return await service.run(self.caller(), fn, progress)
+            return await service.run(self.caller(), fn, progress,
+                                     "long" if tool in _LONG_TOOLS else "quick")
         except IndexDamaged as exc:
             log.error("%s: %s", tool, exc)
             raise ToolFailure(damaged_message(exc), "unavailable") from None

@@ -5,14 +5,15 @@ and opens a `QueryContext` per call: a caller-scoped reader (canopy.acl.reader) 
 the committed generation, for the principal the transport identified. Nothing is loaded up front:
 the first answer reads what it needs and no more.
 
-Engine calls run on a pool of worker threads, each with its own event loop (`run`): CPU-bound
-retrieval never blocks the server's event loop, and calls from different callers proceed in
-parallel (SQLite, LanceDB and numpy release the GIL; `canopy serve --http --workers N` adds
-processes for the rest). Retrieval with the builtin provider is mostly Python, so threads alone
-give one process about 1.4 cores (benchmarks/README.md, "threads against processes"); N
-processes share CALL_SLOTS threads between them, because threads beyond what a process's share
-of the cores can run only contend for its GIL, while a call waiting on an LLM endpoint still
-gets a thread.
+Engine calls run on event loops of the service's own threads (`run`, `_CallLoops`), never on
+the server's: CPU-bound retrieval never blocks the protocol. Each call is a task on one of those
+loops, beside the others there, with a snapshot and search-table reader of its own; while one
+call awaits a search (LanceDB's asynchronous API) or an LLM endpoint, another's Python runs. One
+thread running several calls this way costs less CPU per call under load than several threads
+taking turns on the GIL, each call thread waiting on its own queries (benchmarks/README.md, "One
+event loop per process"). Global and DRIFT search run on a loop of their own ("long" lane): with
+the builtin provider they are seconds of Python between awaits, which would hold every quick call
+queued behind them. `canopy serve --http --workers N` runs N processes, which share QUICK_LOOPS.
 
 Policy: principals -> labels and the path rules live in canopy.toml; the indexer stamps each
 document with the labels the rules give it. The service re-reads the `[acl]` section whenever
@@ -27,14 +28,13 @@ the file changes or the generation moves on:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -65,46 +65,99 @@ T = TypeVar("T")
 # A settings file that cannot be read or parsed (TOMLDecodeError is a ValueError).
 _UNREADABLE = (ConfigError, OSError, ValueError, ValidationError)
 
-class _LoopThreads:
-    """Worker threads, each running calls on an event loop of its own that lives as long as the
-    thread (so LLM connection pools are reused across calls)."""
 
-    def __init__(self, workers: int) -> None:
-        self._local = threading.local()
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            workers, thread_name_prefix="canopy-call"
-        )
+class _CallLoops:
+    """Event loops, each on a thread of its own for the service's lifetime (so LLM connection
+    pools are reused across calls). A call runs on the loop with the fewest calls in flight, as a
+    task beside the others there: while one awaits a search or an LLM endpoint, the others'
+    Python runs. At most `per_loop` calls run on a loop at once; more wait their turn."""
 
-    def _run(self, coro_fn: Callable[[], Awaitable[T]]) -> T:
-        loop = getattr(self._local, "loop", None)
-        if loop is None:
-            loop = self._local.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(coro_fn())
+    def __init__(self, loops: int, per_loop: int, name: str) -> None:
+        self._size, self._per_loop, self._name = loops, per_loop, name
+        self._loops: list[asyncio.AbstractEventLoop] = []
+        self._slots: list[asyncio.Semaphore] = []
+        self._inflight: list[int] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _start(self) -> None:
+        """Start the loops' threads (at the first call: a one-off query never starts them)."""
+        for i in range(self._size):
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=_serve, args=(loop,), daemon=True,
+                             name=f"{self._name}_{i}").start()
+            self._loops.append(loop)
+            self._slots.append(asyncio.Semaphore(self._per_loop))  # used on that loop only
+            self._inflight.append(0)
 
     async def run(self, coro_fn: Callable[[], Awaitable[T]]) -> T:
-        return await asyncio.wrap_future(self._pool.submit(self._run, coro_fn))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the service is closed")
+            if not self._loops:
+                self._start()
+            i = min(range(len(self._loops)), key=self._inflight.__getitem__)
+            self._inflight[i] += 1
+        slots = self._slots[i]
+
+        async def call() -> T:
+            async with slots:
+                return await coro_fn()
+
+        try:
+            return await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(call(), self._loops[i]))
+        finally:
+            with self._lock:
+                self._inflight[i] -= 1
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            for loop in self._loops:
+                loop.call_soon_threadsafe(_cancel_and_stop, loop)
 
 
-# Calls in flight at once per server, shared by its processes (call threads of each process:
-# CALL_SLOTS // processes, at least MIN_CALL_THREADS). Measured at 10,000 articles on 2 cores, 16
-# clients, two processes: 4 threads each 1.78x one client's calls/s, 8 each 1.6x.
-CALL_SLOTS = 8
-MIN_CALL_THREADS = 2
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
-def call_threads(processes: int) -> int:
-    return max(MIN_CALL_THREADS, CALL_SLOTS // max(1, processes))
+def _cancel_and_stop(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+    loop.call_soon(loop.stop)  # after the cancelled tasks have run their cleanup once
+
+
+# What a call may be, for the loop it runs on: "long" calls (global and DRIFT search, and the
+# router that may choose them) run many model calls over many reports, seconds of CPU with the
+# builtin provider; they get loops of their own, so that a quick call is never queued behind one.
+Lane = Literal["quick", "long"]
+
+# Event loops for quick calls per server, shared by its processes (each process has
+# QUICK_LOOPS // processes, at least one), and calls in flight per loop. At 10,000 articles on 2
+# cores with two processes, one loop each serves 16 clients at about the CPU per call one
+# client costs, where four call threads each cost 10-20% more (benchmarks/README.md, "One event
+# loop per process"). Four calls a loop keep its thread busy while some await LanceDB; more only
+# hold more memory (a burst waits its turn), and with the long lane's loop a process still has
+# as many calls waiting on an LLM endpoint at once as it had call threads.
+QUICK_LOOPS = 2
+CALLS_PER_LOOP = 4
+
+
+def call_loops(processes: int) -> int:
+    return max(1, QUICK_LOOPS // max(1, processes))
 
 
 class CanopyService:
-    def __init__(self, ws: Workspace, *, config: Path | None = None, workers: int | None = None,
+    def __init__(self, ws: Workspace, *, config: Path | None = None, loops: int | None = None,
                  cache_share: int = 1, warm: bool = False) -> None:
         """`config` is the settings file `ws` was opened with when it is not DOCS/canopy.toml;
-        `workers`: call threads (default: `call_threads(cache_share)`);
-        `cache_share`: how many server processes share `[query] cache_mb` and CALL_SLOTS
+        `loops`: event loops for quick calls (default: `call_loops(cache_share)`);
+        `cache_share`: how many server processes share `[query] cache_mb` and QUICK_LOOPS
         (serve --workers);
         `warm`: load the search indexes' first pages before returning (a server, whose first
         caller should not pay for them; a one-off query need not).
@@ -114,7 +167,7 @@ class CanopyService:
         self._warming: threading.Thread | None = None
         try:
             with damage_as_index_damaged():
-                self._open(ws, config, workers or call_threads(cache_share),
+                self._open(ws, config, loops or call_loops(cache_share),
                            max(1, cache_share), warm)
         except IndexDamaged as exc:
             raise exc.for_docs(ws.docs_dir) from None
@@ -125,7 +178,7 @@ class CanopyService:
         if warm:  # a server: calls allocate fast and free by reference counts
             relax_collector()
 
-    def _open(self, ws: Workspace, config: Path | None, workers: int, share: int,
+    def _open(self, ws: Workspace, config: Path | None, loops: int, share: int,
               warm: bool) -> None:
         self.store = ws.store(must_exist=True)
         if self.store.generation == 0:
@@ -151,7 +204,8 @@ class CanopyService:
         self._views = ViewSupport(self.provider, self.view_cache,
                                   ViewParams(x.summary_max_tokens, r.max_context_tokens,
                                              r.max_report_tokens), self.store)
-        self._threads = _LoopThreads(workers)
+        self._lanes = {"quick": _CallLoops(loops, CALLS_PER_LOOP, "canopy-call"),
+                       "long": _CallLoops(1, CALLS_PER_LOOP, "canopy-long-call")}
         self.caches = EngineCaches.within(budget * 3 // 10)
         self._config = find_config(ws.docs_dir, config)
         self._policy_lock = threading.Lock()
@@ -218,10 +272,12 @@ class CanopyService:
                 principal = policy.principal(who.name)  # grants as they are now
             caller = caller_for(principal, policy, snap.acl_classes())
             versions = json.loads(snap.meta("lance_versions", "{}") or "{}")
-            reader = CallerReader(snap, caller, views=self._views,
-                                  vectors=self.vectors.reader(versions), embedder=self.embedder,
-                                  all_live=snap.meta("revoking") != "1")
-            yield QueryContext(reader, self.provider, self.ws.settings.query, progress, self.caches)
+            with self.vectors.reading(versions) as vectors:
+                reader = CallerReader(snap, caller, views=self._views, vectors=vectors,
+                                      embedder=self.embedder,
+                                      all_live=snap.meta("revoking") != "1")
+                yield QueryContext(reader, self.provider, self.ws.settings.query, progress,
+                                   self.caches)
 
     def _warn_unknown(self, name: str | None) -> None:
         """Log, once per name, a caller the policy does not know: it is served nothing, and
@@ -233,9 +289,9 @@ class CanopyService:
                     "(add it to [acl.principals] in %s)", name, self._config or "canopy.toml")
 
     async def run(self, who: str | Principal | None, fn: Callable[[QueryContext], Awaitable[T]],
-                  progress: ProgressCallback | None = None) -> T:
-        """`fn(ctx)` on a worker thread (its own event loop and snapshot); progress callbacks are
-        delivered on the calling loop."""
+                  progress: ProgressCallback | None = None, lane: Lane = "quick") -> T:
+        """`fn(ctx)` on one of `lane`'s event loops (`_CallLoops`), with a snapshot of its own;
+        progress callbacks are delivered on the calling loop."""
         caller_loop = asyncio.get_running_loop()
 
         async def relay(done: float, total: float | None, message: str) -> None:
@@ -247,7 +303,7 @@ class CanopyService:
             with self.context(who, relay if progress is not None else None) as ctx:
                 return await fn(ctx)
 
-        return await self._threads.run(call)
+        return await self._lanes[lane].run(call)
 
     # ---- policy -----------------------------------------------------------------------------
 
@@ -306,7 +362,8 @@ class CanopyService:
         self.ws.policy = policy
 
     def close(self) -> None:
-        self._threads.close()
+        for lane in self._lanes.values():
+            lane.close()
         self.store.close()
 
 

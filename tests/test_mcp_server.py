@@ -609,13 +609,13 @@ def test_worker_processes_share_the_cache_budget(example_index: Path) -> None:
     assert budgets[1] == budgets[0] // 2 > 0
 
 
-def test_worker_processes_share_the_call_threads_and_open_before_any_answers(
+def test_worker_processes_share_the_call_loops_and_open_before_any_answers(
         tmp_path: Path) -> None:
     from canopy.server.http import wait_for_siblings
-    from canopy.server.service import CALL_SLOTS, call_threads
+    from canopy.server.service import QUICK_LOOPS, call_loops
 
-    assert call_threads(1) == CALL_SLOTS and call_threads(2) == CALL_SLOTS // 2
-    assert call_threads(64) >= 2  # a call waiting on an LLM never holds the only thread
+    assert call_loops(1) == QUICK_LOOPS and call_loops(QUICK_LOOPS) == 1
+    assert call_loops(64) == 1
     folder = tmp_path / "ready"
     folder.mkdir()
     sibling = threading.Timer(0.5, (folder / "other-worker").touch)
@@ -873,3 +873,73 @@ async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
     finally:
         fake.stop()
         svc.close()
+async def test_global_search_busy_on_its_thread_does_not_hold_a_drill_down_behind_it(
+        example_index: Path) -> None:
+    """Calls run side by side as tasks on one event loop per lane: a global search whose map
+    keeps its thread busy (as the builtin provider's does over many reports) runs on the long
+    calls' loop, so drill_down calls are answered meanwhile on the quick one."""
+    from canopy.providers.builtin import BuiltinProvider
+
+    class BusyMap(BuiltinProvider):
+        async def map(self, query: str, reports: list[Any], *, response_type: str) -> Any:
+            time.sleep(0.4)  # holds the thread, as CPU work would: no await lets others run
+            return await super().map(query, reports, response_type=response_type)
+
+    with offline_env():
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index), loops=1)
+    svc.use_provider(BusyMap())
+    try:
+        server = build_server(svc)
+        drills: list[float] = []
+        done: dict[str, float] = {}
+        async with Client(server) as slow, Client(server) as quick:
+            await quick.call_tool("drill_down", {})  # the quick loop started
+            t0 = time.perf_counter()
+
+            async def global_call() -> None:
+                result = await slow.call_tool("global_search", {"query": "Main themes?"})
+                assert not result.is_error, text_of(result)
+                done["global"] = time.perf_counter() - t0
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(global_call)
+                await anyio.sleep(0.3)  # global_search's map now holds its thread
+                for _ in range(5):
+                    t = time.perf_counter()
+                    result = await quick.call_tool("drill_down", {})
+                    assert not result.is_error, text_of(result)
+                    drills.append(time.perf_counter() - t)
+                done["drills"] = time.perf_counter() - t0
+        assert done["global"] >= 0.8  # at least two busy map batches
+        assert done["drills"] < done["global"], (done, drills)
+        assert max(drills) < 0.35, drills
+    finally:
+        svc.close()
+
+
+async def test_calls_in_flight_on_an_event_loop_are_capped(
+        example_index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most CALLS_PER_LOOP calls run on a loop at once; the rest wait their turn (a burst
+    of requests does not open a snapshot and a result's memory for each)."""
+    import canopy.server.service as service_module
+
+    monkeypatch.setattr(service_module, "CALLS_PER_LOOP", 2)
+    with offline_env():
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index), loops=1)
+    running, most = 0, 0
+
+    async def call(ctx: Any) -> int:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return ctx.reader.generation
+
+    try:
+        generations = await asyncio.gather(*(svc.run(None, call) for _ in range(7)))
+    finally:
+        svc.close()
+    assert most == 2 and len(set(generations)) == 1 and generations[0] > 0
+
+

@@ -147,3 +147,50 @@ def test_readers_see_one_generation_per_request_while_an_update_commits(indexed:
             assert ctx.reader.entity_ids_by_key(["orla dunmere"])
     finally:
         service.close()
+
+
+def test_calls_side_by_side_on_one_event_loop_each_read_their_own_generation(
+        indexed: Workspace) -> None:
+    """Calls run as tasks on the service's event loops: while one waits, another runs on the
+    same thread. Each pins the generation it started on, in SQLite and in the search tables,
+    whatever the other read meanwhile."""
+    service = CanopyService(indexed, loops=1)
+    started = threading.Event()
+    release: dict[str, asyncio.Event] = {}
+    threads: list[int] = []
+
+    async def older(ctx: Any) -> tuple[int, bool, SearchResult]:
+        threads.append(threading.get_ident())
+        generation = ctx.reader.generation
+        release["older"] = asyncio.Event()
+        started.set()
+        await release["older"].wait()  # the newer call runs meanwhile, on this loop
+        found = bool(ctx.reader.entity_ids_by_key(["orla dunmere"]))
+        return generation, found, await basic_search(ctx, "Who joined Helio Cells?", k=5)
+
+    async def newer(ctx: Any) -> tuple[int, bool, SearchResult]:
+        threads.append(threading.get_ident())
+        result = await basic_search(ctx, "Who joined Helio Cells?", k=5)
+        found = bool(ctx.reader.entity_ids_by_key(["orla dunmere"]))
+        release["older"].set()
+        return ctx.reader.generation, found, result
+
+    async def main() -> tuple[Any, Any]:
+        first = asyncio.ensure_future(service.run(None, older))
+        assert await asyncio.to_thread(started.wait, 30)
+        (indexed.docs_dir / "extra.md").write_text(
+            "# Extra\n\nOrla Dunmere joined Helio Cells.", encoding="utf-8")
+        await asyncio.to_thread(_update, indexed)
+        second = await asyncio.wait_for(service.run(None, newer), 30)
+        return await asyncio.wait_for(first, 30), second
+
+    try:
+        (gen_old, found_old, old), (gen_new, found_new, new) = asyncio.run(main())
+    finally:
+        service.close()
+    assert len(set(threads)) == 1  # both calls ran on the one loop's thread
+    assert gen_new > gen_old
+    assert found_new and not found_old
+    assert "extra.md" in {c.document for c in new.citations}
+    assert "extra.md" not in {c.document for c in old.citations}
+    assert "Orla" not in old.context

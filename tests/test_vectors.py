@@ -304,3 +304,39 @@ def test_warm_leaves_a_missing_table_for_the_searches_to_report(tmp_path: Path) 
     writer.write("text_units", [], [_row(i) for i in range(5)])
     versions = {**writer.versions(), "reports": 3}  # a committed table that is gone
     VectorStore(tmp_path, DIMS, cache_bytes=1 << 20).warm(versions)  # no exception
+
+
+def test_calls_reading_two_generations_at_once_on_one_thread_each_keep_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls running side by side on one event loop read through one thread: a call of the
+    older generation keeps its versions while a newer one reads, and table objects that fall
+    idle are moved to the next generation instead of opened anew."""
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(10)])
+    vs.maintain("text_units")
+    first = vs.versions()
+    vs.write("text_units", ["u3"], [_row(3, text="rewritten passage about zebras")])
+    second = vs.versions()
+    vs.write("text_units", ["u4"], [_row(4, text="a passage about walruses")])
+    third = vs.versions()
+    server = VectorStore(tmp_path, DIMS)
+    opened: list[str] = []
+    real = server._committed
+    monkeypatch.setattr(server, "_committed",
+                        lambda name, version: opened.append(name) or real(name, version))
+
+    def ids(reader: VectorReader, text: str) -> list[str]:
+        return [h.id for h in _search(reader, "text_units", vector=None, text=text, k=5)]
+
+    with server.reading(first) as old:
+        with server.reading(second) as new, server.reading(second) as same:
+            assert same is new  # one generation's calls share a reader
+            assert ids(new, "zebras") == ["u3"]
+            assert not ids(old, "zebras")  # the older call still reads its own versions
+            assert old.tables["text_units"] is not new.tables["text_units"]
+        assert not ids(old, "zebras")
+        assert len(opened) == 2  # one table object per generation in flight
+        with server.reading(third) as newest:  # the second generation's objects, moved
+            assert ids(newest, "walruses") == ["u4"] and ids(newest, "zebras") == ["u3"]
+            assert not ids(old, "walruses")
+    assert len(opened) == 2

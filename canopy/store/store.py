@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,15 @@ class Snapshot(GraphReads):
         return [Skip(*r) for r in self.db.execute("SELECT path, reason FROM skips ORDER BY path")]
 
 
+# The reader connection each store (by id) holds a snapshot open on in this context, and the
+# thread it is used on. A context is a thread's, or an asyncio task's: a task runs in a copy of its
+# creator's context, so the tasks a call starts share its snapshot, while calls running side by
+# side on one event loop each have their own. A task started from another thread (its creator's
+# context copied there) does not share the creator's connection.
+_HELD: ContextVar[dict[int, tuple[sqlite3.Connection, int]] | None] = ContextVar(
+    "canopy_snapshots", default=None)
+
+
 class Store:
     """SQLite access for one index folder. Safe to share between threads."""
 
@@ -121,8 +131,8 @@ class Store:
         # reply was a fifth of an index run's CPU against a fast endpoint.
         self._cache_pending: dict[str, tuple[str, frozenset[str]]] = {}
         self._cache_batch = 0
-        self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
+        self._idle: list[sqlite3.Connection] = []
         with damage_as_index_damaged():
             self._db = connect(self.path, cache_kib=32768)  # the writer's: 32 MB of page cache
             try:
@@ -144,30 +154,33 @@ class Store:
 
     # ---- reading ------------------------------------------------------------------------------
 
-    def _reader(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = self._local.db = connect(self.path)
-            self._local.depth = 0
-            with self._lock:
-                self._readers.append(db)
-        return db
-
     @contextmanager
     def snapshot(self) -> Iterator[Snapshot]:
-        """A consistent read of the committed generation, on this thread's connection; nested
-        snapshots on one thread share the outer one."""
-        db = self._reader()
-        outer = self._local.depth == 0
-        if outer:
-            db.execute("BEGIN")
-        self._local.depth += 1
+        """A consistent read of the committed generation on a reader connection of its own;
+        snapshots nested in one (in the same thread, or in the same asyncio task and the tasks
+        it starts) share the outer one."""
+        held = _HELD.get() or {}
+        mine = held.get(id(self))
+        if mine is not None and mine[1] == threading.get_ident():
+            yield Snapshot(mine[0], COMMITTED)
+            return
+        with self._lock:
+            db = self._idle.pop() if self._idle else None
+        if db is None:
+            db = connect(self.path)
+            with self._lock:
+                self._readers.append(db)
+        token = _HELD.set({**held, id(self): (db, threading.get_ident())})
+        db.execute("BEGIN")
         try:
             yield Snapshot(db, COMMITTED)
         finally:
-            self._local.depth -= 1
-            if outer:
+            _HELD.reset(token)
+            try:
                 db.execute("COMMIT")
+            finally:
+                with self._lock:
+                    self._idle.append(db)
 
     @property
     def generation(self) -> int:
