@@ -16,13 +16,14 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -199,11 +200,56 @@ def no_delay_listener(sock: socket.socket) -> socket.socket:
     return sock
 
 
+class _ReusePortSocket(socket.socket):
+    """The supervisor's socket, bound (holding the port) but never listening: each worker
+    process it is handed to gets a listening socket of its own on the same address instead
+    (SO_REUSEPORT, `_worker_listener`), and the kernel spreads new connections over the workers'
+    sockets by their addresses. On one shared socket the worker that happened to be accepting
+    took a burst of new connections whole: clients that reconnected together (after the
+    server's 5 s keep-alive) all landed on one process, and the other idled (16 clients at
+    10,000 articles, `--workers 2`: windows with one process at 1.3 cores and the other at 0;
+    benchmarks/README.md, "One event loop per process")."""
+
+
+def _worker_listener(family: int, address: tuple[Any, ...]) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    return no_delay_listener(sock)
+
+
+def _reduce_reuse_port(sock: _ReusePortSocket) -> tuple[Callable[..., socket.socket],
+                                                        tuple[Any, ...]]:
+    return _worker_listener, (sock.family, sock.getsockname())
+
+
+def _bind(config: uvicorn.Config) -> socket.socket:
+    """The socket the workers are handed: one they each replace by a listener of their own
+    where SO_REUSEPORT balances connections (Linux), else uvicorn's shared one."""
+    if (sys.platform != "linux" or not hasattr(socket, "SO_REUSEPORT") or config.uds
+            or config.fd is not None):
+        return config.bind_socket()
+    from multiprocessing.reduction import ForkingPickler
+
+    ForkingPickler.register(_ReusePortSocket, _reduce_reuse_port)
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = _ReusePortSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
+    return sock
+
+
 def _supervise(config: uvicorn.Config) -> None:
-    """What `uvicorn.run` does for several workers, with the listening socket of `config`."""
+    """What `uvicorn.run` does for several workers, each on a listening socket of its own."""
     from uvicorn.supervisors import Multiprocess
 
-    sock = config.bind_socket()
+    sock = _bind(config)
     if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn 0.50 and older
         Multiprocess(config, target=uvicorn.Server(config).run,  # type: ignore[call-arg]
                      sockets=[sock]).run()

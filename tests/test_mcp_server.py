@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from itertools import pairwise
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -562,18 +563,69 @@ async def test_several_worker_processes_answer_every_tool_from_concurrent_client
                     await check_every_tool(client)
 
             await asyncio.gather(*(one() for _ in range(4)))
+            if sys.platform == "linux":
+                _each_worker_listens_and_a_burst_of_connections_reaches_both(proc.pid, port)
         finally:
             proc.terminate()
             proc.wait(20)
     assert "2 processes" in log_path.read_text(), log_path.read_text()[-2000:]
 
 
+def _each_worker_listens_and_a_burst_of_connections_reaches_both(supervisor: int,
+                                                                  port: int) -> None:
+    """Each worker has a listening socket of its own on the port (SO_REUSEPORT), so sixteen
+    connections opened at once are spread over both; on one shared socket, a burst could all
+    land on whichever worker was accepting."""
+    workers = [int(p) for p in
+               Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()]
+    burst = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(16)]
+    try:
+        def accepted() -> int:
+            return sum(by_state.get("established", 0)
+                       for by_state in _sockets_on_port(workers, port).values())
+
+        assert wait_until(lambda: accepted() >= 16, timeout=10)
+        owners = _sockets_on_port(workers, port)
+        serving = [pid for pid, by_state in owners.items() if by_state.get("listen")]
+        assert len(serving) == 2, owners  # a listener each, none shared
+        assert all(owners[pid].get("established") for pid in serving), owners
+    finally:
+        for conn in burst:
+            conn.close()
+
+
+def _sockets_on_port(pids: list[int], port: int) -> dict[int, dict[str, int]]:
+    """Per process: how many of its TCP sockets on local port `port` listen, how many are
+    connected (from /proc: socket inodes of its descriptors, states from /proc/net/tcp)."""
+    states = {"0A": "listen", "01": "established"}
+    by_inode: dict[str, str] = {}
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] in states:
+                by_inode[fields[9]] = states[fields[3]]
+    out: dict[int, dict[str, int]] = {}
+    for pid in pids:
+        counts: dict[str, int] = {}
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            state = by_inode.get(target[len("socket:["):-1]) if target.startswith("socket:[") \
+                else None
+            if state is not None:
+                counts[state] = counts.get(state, 0) + 1
+        out[pid] = counts
+    return out
+
+
 def test_worker_processes_answer_without_waiting_for_delayed_acks(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The socket `--workers N` shares is opened by uvicorn with protocol number 0, so asyncio
     leaves Nagle's algorithm on for its connections and every answer waited 40 ms for the
-    client's delayed ACK. run_http's listener turns it off, and accepted connections inherit
-    that."""
+    client's delayed ACK. The listener a worker gets turns it off, and accepted connections
+    inherit that."""
     import canopy.server.http as http
 
     seen: list[object] = []
@@ -584,7 +636,9 @@ def test_worker_processes_answer_without_waiting_for_delayed_acks(
     http.run_http(spec, 2)
     (config,) = seen
     assert isinstance(config, uvicorn.Config) and config.workers == 2
-    listener = config.bind_socket()
+    held = http._bind(config)  # the supervisor's; a worker gets what spawning it unpickles
+    listener = ForkingPickler.loads(ForkingPickler.dumps(held)) if isinstance(
+        held, http._ReusePortSocket) else held
     try:
         listener.listen()
         with socket.create_connection(listener.getsockname()[:2], timeout=5):
@@ -593,6 +647,7 @@ def test_worker_processes_answer_without_waiting_for_delayed_acks(
                 assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         listener.close()
+        held.close()
 
 
 def test_worker_processes_share_the_cache_budget(example_index: Path) -> None:
@@ -829,50 +884,6 @@ async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path)
         assert seen, "the watcher's update never reached the serving process"
 
 
-async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
-        example_index: Path) -> None:
-    """Requests run side by side: while global_search waits on a slow LLM (1 s per call, map
-    then reduce), drill_down calls from another client are answered at once."""
-    from canopy.llm import ChatClient
-    from canopy.providers.llm import LLMProvider
-    from canopy.settings import LLMSettings
-    from tests.fakes.openai_server import FakeOpenAI
-
-    with offline_env():
-        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index))
-    fake = FakeOpenAI(latency=1.0).start()
-    try:
-        svc.use_provider(LLMProvider(ChatClient(LLMSettings(base_url=fake.base_url, model="fake",
-                                                            max_retries=0), cache=None)))
-        server = build_server(svc)
-        drills: list[float] = []
-        done: dict[str, float] = {}
-        async with Client(server) as slow, Client(server) as quick:
-            t0 = time.perf_counter()
-
-            async def global_call() -> None:
-                result = await slow.call_tool(
-                    "global_search", {"query": "What are the main themes?"}
-                )
-                assert not result.is_error, text_of(result)
-                done["global"] = time.perf_counter() - t0
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(global_call)
-                await anyio.sleep(0.3)  # global_search is now waiting on the endpoint
-                for _ in range(5):
-                    t = time.perf_counter()
-                    result = await quick.call_tool("drill_down", {})
-                    assert not result.is_error, text_of(result)
-                    drills.append(time.perf_counter() - t)
-                done["drills"] = time.perf_counter() - t0
-        assert len(fake.requests) >= 2  # map and reduce both went to the slow endpoint
-        assert done["global"] >= 2.0
-        assert done["drills"] < done["global"] - 0.5, (done, drills)
-        assert max(drills) < 0.75, drills
-    finally:
-        fake.stop()
-        svc.close()
 async def test_global_search_busy_on_its_thread_does_not_hold_a_drill_down_behind_it(
         example_index: Path) -> None:
     """Calls run side by side as tasks on one event loop per lane: a global search whose map
@@ -943,3 +954,47 @@ async def test_calls_in_flight_on_an_event_loop_are_capped(
     assert most == 2 and len(set(generations)) == 1 and generations[0] > 0
 
 
+async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
+        example_index: Path) -> None:
+    """Requests run side by side: while global_search waits on a slow LLM (1 s per call, map
+    then reduce), drill_down calls from another client are answered at once."""
+    from canopy.llm import ChatClient
+    from canopy.providers.llm import LLMProvider
+    from canopy.settings import LLMSettings
+    from tests.fakes.openai_server import FakeOpenAI
+
+    with offline_env():
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index))
+    fake = FakeOpenAI(latency=1.0).start()
+    try:
+        svc.use_provider(LLMProvider(ChatClient(LLMSettings(base_url=fake.base_url, model="fake",
+                                                            max_retries=0), cache=None)))
+        server = build_server(svc)
+        drills: list[float] = []
+        done: dict[str, float] = {}
+        async with Client(server) as slow, Client(server) as quick:
+            t0 = time.perf_counter()
+
+            async def global_call() -> None:
+                result = await slow.call_tool(
+                    "global_search", {"query": "What are the main themes?"}
+                )
+                assert not result.is_error, text_of(result)
+                done["global"] = time.perf_counter() - t0
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(global_call)
+                await anyio.sleep(0.3)  # global_search is now waiting on the endpoint
+                for _ in range(5):
+                    t = time.perf_counter()
+                    result = await quick.call_tool("drill_down", {})
+                    assert not result.is_error, text_of(result)
+                    drills.append(time.perf_counter() - t)
+                done["drills"] = time.perf_counter() - t0
+        assert len(fake.requests) >= 2  # map and reduce both went to the slow endpoint
+        assert done["global"] >= 2.0
+        assert done["drills"] < done["global"] - 0.5, (done, drills)
+        assert max(drills) < 0.75, drills
+    finally:
+        fake.stop()
+        svc.close()
