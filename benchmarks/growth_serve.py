@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -90,6 +91,15 @@ def descendants(pid: int) -> list[int]:
         frontier = [c for c, p in parent.items() if p in frontier]
         tree += frontier
     return tree
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -185,8 +195,10 @@ def mixed_call(i: int, j: int, questions: list[str],
 class _Phase:
     """One client count's sessions and what its windows measured, summed over rounds."""
 
-    def __init__(self, sessions: list[Client]) -> None:
+    def __init__(self, sessions: list[Client], server: int | None = None) -> None:
         self.sessions = sessions
+        self.server = server  # the server's pid: its processes' CPU is sampled per window
+        self.cores: list[list[float]] = []  # per window, cores each server process used
         self.next_call = [0] * len(sessions)  # a client's calls go on where its last window ended
         self.latencies: list[float] = []
         self.by_tool: dict[str, list[float]] = {t: [] for t in MIX}
@@ -214,11 +226,16 @@ class _Phase:
                     self.latencies.append(ms)
                     self.by_tool[tool].append(ms)
 
+        pids = descendants(self.server) if self.server is not None else []
+        cpu0 = [cpu_seconds(p) for p in pids]
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(i, c, t0 + seconds) for i, c in enumerate(self.sessions)))
         elapsed = time.perf_counter() - t0
         self.elapsed += elapsed
         self.windows.append(round((len(self.latencies) - calls) / elapsed, 2))
+        if pids:  # processes that used no CPU (a supervisor, a resource tracker) left out
+            used = [(cpu_seconds(p) - c) / elapsed for p, c in zip(pids, cpu0, strict=True)]
+            self.cores.append([round(u, 2) for u in used if u >= 0.01])
 
     def summary(self) -> dict[str, Any]:
         lat, elapsed = self.latencies, self.elapsed
@@ -227,6 +244,7 @@ class _Phase:
         return {"clients": len(self.sessions), "calls": len(lat), "elapsed_s": round(elapsed, 2),
                 "calls_per_s": round(len(lat) / elapsed, 2) if elapsed else None,
                 "windows_calls_per_s": self.windows,
+                "windows_server_cores": self.cores,
                 "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
                 "errors": len(self.errors), "error_kinds": sorted(set(self.errors)),
                 "by_tool": {t: {"calls": len(v), "p50_ms": percentile(v, 50),
@@ -244,15 +262,17 @@ async def load(url: str, clients: int, seconds: float, questions: list[str],
 
 
 async def compare(url: str, clients: int, seconds: float, rounds: int, questions: list[str],
-                  communities: list[str], timeout: float) -> dict[str, Any]:
+                  communities: list[str], timeout: float,
+                  server: int | None = None) -> dict[str, Any]:
     """One client against `clients`, `seconds` of load each, in `rounds` alternating windows
     (one client, then `clients`, and again): a 2-core machine shared with other work speeds up
     and slows down by 10-20% within minutes, and alternating windows give both client counts
-    the same share of each spell. Sessions are opened once."""
+    the same share of each spell. Sessions are opened once. `server`: its pid, to record the
+    cores each of its processes used in each window (how calls spread over workers)."""
     async with AsyncExitStack() as stack:
-        one = _Phase([await stack.enter_async_context(session(url, timeout))])
+        one = _Phase([await stack.enter_async_context(session(url, timeout))], server)
         many = _Phase([await stack.enter_async_context(session(url, timeout))
-                       for _ in range(clients)])
+                       for _ in range(clients)], server)
         for _ in range(rounds):
             for phase in (one, many):
                 await phase.window(seconds / rounds, questions, communities)
@@ -299,7 +319,7 @@ async def measure(spec: dict[str, Any], proc: subprocess.Popen[bytes], t_start: 
     if spec["concurrency"]:
         rec["concurrency"] = await compare(url, spec["clients"], spec["conc_seconds"],
                                            spec.get("conc_rounds", 1), questions[1:],
-                                           communities, timeout)
+                                           communities, timeout, proc.pid)
         rec["concurrency"]["drill_down_communities"] = len(communities)
         rec["rss_after_concurrency_mb"] = tree_rss_mb(proc.pid)
         rec["pss_after_concurrency_mb"] = tree_pss_mb(proc.pid)
