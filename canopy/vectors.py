@@ -7,7 +7,7 @@ ranking (design §5): scores, counts and top-k never reflect hidden rows.
 Writes are diffs (rows of changed artifacts deleted and added); rows appended since the last
 index optimization are searched by a flat scan until `tidy` folds them into the full-text
 index, which happens when they pass a share of the table. Every committed generation records
-the table versions it was written with; readers check out exactly those (`reader`), and a
+the table versions it was written with; readers check out exactly those (`reading`), and a
 writer first rolls the tables back to the committed versions (`restore`), so a crashed update
 leaves nothing behind that a later one could duplicate.
 

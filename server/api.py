@@ -52,7 +52,7 @@ RESPONSE = "multiple paragraphs"  # the tools' default response_type
 
 class Index:
     """One documents folder and its index. Open it with `Index.open`; close it (or use it as a
-    context manager) to release the store and worker threads."""
+    context manager) to release the store and the threads of its event loops."""
 
     def __init__(self, docs: str | Path, index_dir: str | Path | None = None,
                  config: str | Path | None = None) -> None:

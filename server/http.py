@@ -1,11 +1,13 @@
 """Streamable HTTP serving, in one process or several behind one port.
 
 One process serves sessions as the MCP SDK does (stateful Streamable HTTP). With `workers > 1`,
-uvicorn's process manager starts that many worker processes on one listening socket (the kernel
-spreads connections among them), each opening the index itself from the `HttpSpec` passed in the
-environment; sessions are then stateless (any worker answers any request), which lets CPU-bound
-retrieval of concurrent callers run on every core. Engine calls also run on worker threads
-inside each process (canopy.server.service), so a slow global search never stalls a drill_down.
+uvicorn's process manager starts that many worker processes, each listening on a socket of its
+own on the one port (SO_REUSEPORT on Linux: the kernel spreads new connections over them;
+elsewhere they share uvicorn's socket) and opening the index itself from the `HttpSpec` passed
+in the environment; sessions are then stateless (any worker answers any request), which lets
+CPU-bound retrieval of concurrent callers run on every core. Engine calls run on event loops of
+their own inside each process, global and DRIFT search on a separate one
+(canopy.server.service), so a slow global search never stalls a drill_down.
 """
 
 from __future__ import annotations
@@ -206,9 +208,9 @@ class _ReusePortSocket(socket.socket):
     (SO_REUSEPORT, `_worker_listener`), and the kernel spreads new connections over the workers'
     sockets by their addresses. On one shared socket the worker that happened to be accepting
     took a burst of new connections whole: clients that reconnected together (after the
-    server's 5 s keep-alive) all landed on one process, and the other idled (16 clients at
-    10,000 articles, `--workers 2`: windows with one process at 1.3 cores and the other at 0;
-    benchmarks/README.md, "One event loop per process")."""
+    server's 5 s keep-alive) could all land on one process while the other idled (16 clients
+    at 10,000 articles, `--workers 2`: windows with one process at 1.5 cores and the other at
+    0; benchmarks/README.md, "16 clients at 10,000 articles")."""
 
 
 def _worker_listener(family: int, address: tuple[Any, ...]) -> socket.socket:

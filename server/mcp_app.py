@@ -196,7 +196,8 @@ class _Gateway:
 
     async def call(self, tool: str, mcp_ctx: Context | None,
                    fn: Callable[[QueryContext], Awaitable[T]]) -> T:
-        """`fn` on one of the service's worker threads, for the transport's caller."""
+        """`fn` on one of the service's event loops (its lane chosen by `tool`), for the
+        transport's caller."""
         progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         try:
             service = self.service

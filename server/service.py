@@ -10,8 +10,8 @@ the server's: CPU-bound retrieval never blocks the protocol. Each call is a task
 loops, beside the others there, with a snapshot and search-table reader of its own; while one
 call awaits a search (LanceDB's asynchronous API) or an LLM endpoint, another's Python runs. One
 thread running several calls this way costs less CPU per call under load than several threads
-taking turns on the GIL, each call thread waiting on its own queries (benchmarks/README.md, "One
-event loop per process"). Global and DRIFT search run on a loop of their own ("long" lane): with
+taking turns on the GIL, each call thread waiting on its own queries (benchmarks/README.md, "16
+clients at 10,000 articles"). Global and DRIFT search run on a loop of their own ("long" lane): with
 the builtin provider they are seconds of Python between awaits, which would hold every quick call
 queued behind them. `canopy serve --http --workers N` runs N processes, which share QUICK_LOOPS.
 
@@ -140,10 +140,11 @@ Lane = Literal["quick", "long"]
 # Event loops for quick calls per server, shared by its processes (each process has
 # QUICK_LOOPS // processes, at least one), and calls in flight per loop. At 10,000 articles on 2
 # cores with two processes, one loop each serves 16 clients at about the CPU per call one
-# client costs, where four call threads each cost 10-20% more (benchmarks/README.md, "One event
-# loop per process"). Four calls a loop keep its thread busy while some await LanceDB; more only
-# hold more memory (a burst waits its turn), and with the long lane's loop a process still has
-# as many calls waiting on an LLM endpoint at once as it had call threads.
+# client costs, where four call threads each cost 10-20% more (benchmarks/README.md, "16 clients
+# at 10,000 articles"). Four calls a loop keep its thread busy while some await LanceDB; a burst
+# beyond them waits its turn instead of holding a snapshot and a result's memory each. A process
+# thus has as many quick calls in flight (waiting on an LLM endpoint, say) as it had call
+# threads: four each of two, eight in one.
 QUICK_LOOPS = 2
 CALLS_PER_LOOP = 4
 

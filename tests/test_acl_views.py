@@ -113,7 +113,7 @@ def graph(service: CanopyService) -> Graph:
 
 
 def ask(svc: CanopyService, who: str | None, fn: Any) -> Any:
-    """`fn(ctx)` as `who`, on the service's worker threads (as the MCP tools run)."""
+    """`fn(ctx)` as `who`, on the service's event loops (as the MCP tools run)."""
     return run(svc.run(who, fn))
 
 
