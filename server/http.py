@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 
@@ -202,6 +202,9 @@ def no_delay_listener(sock: socket.socket) -> socket.socket:
     return sock
 
 
+_S = TypeVar("_S", bound=socket.socket)
+
+
 class _ReusePortSocket(socket.socket):
     """The supervisor's socket, bound (holding the port) but never listening: each worker
     process it is handed to gets a listening socket of its own on the same address instead
@@ -213,10 +216,16 @@ class _ReusePortSocket(socket.socket):
     0; benchmarks/README.md, "16 clients at 10,000 articles")."""
 
 
-def _worker_listener(family: int, address: tuple[Any, ...]) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+def _port_sharing(sock: _S) -> _S:
+    """`sock` before it binds, joining the port's other SO_REUSEPORT sockets (Linux admits only
+    sockets of the same user to the group)."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
+
+
+def _worker_listener(family: int, address: tuple[Any, ...]) -> socket.socket:
+    sock = _port_sharing(socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP))
     sock.bind(address)
     return no_delay_listener(sock)
 
@@ -236,9 +245,7 @@ def _bind(config: uvicorn.Config) -> socket.socket:
 
     ForkingPickler.register(_ReusePortSocket, _reduce_reuse_port)
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sock = _ReusePortSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock = _port_sharing(_ReusePortSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP))
     try:
         sock.bind((config.host, config.port))
     except OSError as exc:

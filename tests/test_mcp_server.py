@@ -884,6 +884,33 @@ async def test_serve_with_watch_answers_while_it_applies_an_edit(tmp_path: Path)
         assert seen, "the watcher's update never reached the serving process"
 
 
+async def _drills_during_a_global_search(
+        server: MCPServer) -> tuple[dict[str, float], list[float]]:
+    """Five drill_down calls from one client while another's global_search runs (started 0.3 s
+    before them): when each ended (seconds from the start), and how long each drill_down took."""
+    drills: list[float] = []
+    done: dict[str, float] = {}
+    async with Client(server) as slow, Client(server) as quick:
+        await quick.call_tool("drill_down", {})  # the quick calls' loop is started
+        t0 = time.perf_counter()
+
+        async def global_call() -> None:
+            result = await slow.call_tool("global_search", {"query": "What are the main themes?"})
+            assert not result.is_error, text_of(result)
+            done["global"] = time.perf_counter() - t0
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(global_call)
+            await anyio.sleep(0.3)  # global_search is now busy, or waiting on its endpoint
+            for _ in range(5):
+                t = time.perf_counter()
+                result = await quick.call_tool("drill_down", {})
+                assert not result.is_error, text_of(result)
+                drills.append(time.perf_counter() - t)
+            done["drills"] = time.perf_counter() - t0
+    return done, drills
+
+
 async def test_global_search_busy_on_its_thread_does_not_hold_a_drill_down_behind_it(
         example_index: Path) -> None:
     """Calls run side by side as tasks on one event loop per lane: a global search whose map
@@ -900,27 +927,7 @@ async def test_global_search_busy_on_its_thread_does_not_hold_a_drill_down_behin
         svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index), loops=1)
     svc.use_provider(BusyMap())
     try:
-        server = build_server(svc)
-        drills: list[float] = []
-        done: dict[str, float] = {}
-        async with Client(server) as slow, Client(server) as quick:
-            await quick.call_tool("drill_down", {})  # the quick loop started
-            t0 = time.perf_counter()
-
-            async def global_call() -> None:
-                result = await slow.call_tool("global_search", {"query": "Main themes?"})
-                assert not result.is_error, text_of(result)
-                done["global"] = time.perf_counter() - t0
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(global_call)
-                await anyio.sleep(0.3)  # global_search's map now holds its thread
-                for _ in range(5):
-                    t = time.perf_counter()
-                    result = await quick.call_tool("drill_down", {})
-                    assert not result.is_error, text_of(result)
-                    drills.append(time.perf_counter() - t)
-                done["drills"] = time.perf_counter() - t0
+        done, drills = await _drills_during_a_global_search(build_server(svc))
         assert done["global"] >= 0.8  # at least two busy map batches
         assert done["drills"] < done["global"], (done, drills)
         assert max(drills) < 0.35, drills
@@ -969,28 +976,7 @@ async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
     try:
         svc.use_provider(LLMProvider(ChatClient(LLMSettings(base_url=fake.base_url, model="fake",
                                                             max_retries=0), cache=None)))
-        server = build_server(svc)
-        drills: list[float] = []
-        done: dict[str, float] = {}
-        async with Client(server) as slow, Client(server) as quick:
-            t0 = time.perf_counter()
-
-            async def global_call() -> None:
-                result = await slow.call_tool(
-                    "global_search", {"query": "What are the main themes?"}
-                )
-                assert not result.is_error, text_of(result)
-                done["global"] = time.perf_counter() - t0
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(global_call)
-                await anyio.sleep(0.3)  # global_search is now waiting on the endpoint
-                for _ in range(5):
-                    t = time.perf_counter()
-                    result = await quick.call_tool("drill_down", {})
-                    assert not result.is_error, text_of(result)
-                    drills.append(time.perf_counter() - t)
-                done["drills"] = time.perf_counter() - t0
+        done, drills = await _drills_during_a_global_search(build_server(svc))
         assert len(fake.requests) >= 2  # map and reduce both went to the slow endpoint
         assert done["global"] >= 2.0
         assert done["drills"] < done["global"] - 0.5, (done, drills)
