@@ -480,14 +480,11 @@ class VectorStore:
         held = next((s for s in sets if s.key == key), None)
         if held is None:
             idle = next((s for s in sets if not s.users), None)
-            tables = self._moved(idle.tables if idle else {}, versions)
-            if idle is None:
-                held = _TableSet(key, tables, VectorReader(tables, self.path, self.session))
-                sets.append(held)
-            else:
-                held = idle
-                held.key, held.tables = key, tables
-                held.reader = VectorReader(tables, self.path, self.session)
+            if idle is not None:
+                sets.remove(idle)  # its table objects move on to these versions
+            tables = self._moved(idle.reader.tables if idle else {}, versions)
+            held = _TableSet(key, VectorReader(tables, self.path, self.session))
+            sets.append(held)
         held.users += 1
         try:
             yield held.reader
@@ -538,11 +535,10 @@ class VectorStore:
 
 @dataclass
 class _TableSet:
-    """Table objects of one thread checked out at one generation's versions, and how many of
-    the thread's calls are reading them."""
+    """A reader of one thread's table objects checked out at one generation's versions, and
+    how many of the thread's calls are reading through it."""
 
     key: tuple[tuple[str, int], ...]
-    tables: dict[str, Any]
     reader: VectorReader
     users: int = 0
 

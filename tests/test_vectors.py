@@ -96,7 +96,6 @@ def test_a_large_table_gets_a_vector_index_and_appended_rows_are_still_found(
     assert [h.id for h in hits] == ["u1000"]
 
 
-
 def _search(reader: VectorReader, name: str, **kwargs: Any) -> list[Hit]:
     return asyncio.run(reader.search(name, **kwargs))
 
@@ -193,7 +192,7 @@ def test_an_old_or_outgrown_vector_index_is_replaced_by_tidy(
     assert _vector_indexes(vs, "text_units") == [("vector_sq_r2500", "IvfSq")]
     probe = _random_rows(100, seed=4, start=2400)[7].vector
     assert _search(vs.reader(vs.versions()), "text_units", vector=probe, text=None,
-                                           k=3)[0].id == "r2407"
+                   k=3)[0].id == "r2407"
 
 
 def test_tidy_rewrites_only_the_fragments_that_rows_were_deleted_from(
