@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from canopy.server.export import ExportResult
     from canopy.server.results import DrillResult, SearchResult
     from canopy.server.runtime import Workspace
-    from canopy.server.service import CanopyService, Lane
+    from canopy.server.service import CanopyService
     from canopy.server.status import IndexStatus
 
 __all__ = ["Index"]
@@ -107,7 +107,8 @@ class Index:
         from canopy.server import engines
 
         return self._call(principal, lambda q: engines.global_search(
-            q, query, community_level=community_level, response_type=response_type), lane="long")
+            q, query, community_level=community_level, response_type=response_type),
+            "global_search")
 
     def local_search(self, query: str, *, principal: str | None = None,
                      response_type: str = RESPONSE) -> SearchResult:
@@ -124,7 +125,7 @@ class Index:
         from canopy.server import engines
 
         return self._call(principal, lambda q: engines.drift_search(
-            q, query, response_type=response_type), lane="long")
+            q, query, response_type=response_type), "drift_search")
 
     def basic_search(self, query: str, *, principal: str | None = None, k: int = 10,
                      response_type: str = RESPONSE) -> SearchResult:
@@ -141,7 +142,7 @@ class Index:
         from canopy.server import engines
 
         return self._call(principal, lambda q: engines.routed_search(
-            q, query, response_type=response_type), lane="long")
+            q, query, response_type=response_type), "search")
 
     def drill_down(self, *, community_id: str | None = None, entity: str | None = None,
                    finding: int | None = None, limit: int = 10, offset: int = 0,
@@ -200,11 +201,14 @@ class Index:
         check_principal(self._opened().ws.policy.settings, principal)
 
     def _call(self, principal: str | None, fn: Callable[[QueryContext], Awaitable[T]],
-              lane: Lane = "quick") -> T:
-        """`fn(ctx)` for `principal` on the service's event loops, waited for."""
+              tool: str = "") -> T:
+        """`fn(ctx)` for `principal` on the service's event loops (`tool`'s lane), waited
+        for."""
+        from canopy.server.service import lane_for
+
         self._check(principal)
         service = self._opened()
-        return _blocking(lambda: service.run(principal, fn, lane=lane))
+        return _blocking(lambda: service.run(principal, fn, lane=lane_for(tool)))
 
     def close(self) -> None:
         if self._service is not None:

@@ -49,7 +49,7 @@ from canopy.server.context import QueryContext
 from canopy.server.engines.drill import REPORT_CHILDREN
 from canopy.server.first_build import ServiceSlot
 from canopy.server.results import CommunityCard, DrillResult, SearchResult
-from canopy.server.service import CanopyService
+from canopy.server.service import CanopyService, lane_for
 from canopy.server.status import IndexStatus, index_status, status_for_caller
 from canopy.server.tool_text import drill_text, search_text, span_text, status_text
 from canopy.tokens import get_tokenizer
@@ -69,10 +69,6 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 
 # Errors whose message is written for the agent and safe to forward as is.
 _FORWARDED = (InvalidArgument, NotFound, IndexMissing, ConfigError, EndpointUnavailable)
-
-# Tools that map over many community reports (seconds of CPU with the builtin provider): they
-# run on event loops of their own (CanopyService.run), never ahead of a quick call.
-_LONG_TOOLS = frozenset({"search", "global_search", "drift_search"})
 
 FailureKind = Literal["invalid_argument", "not_found", "unavailable", "llm_failed", "internal"]
 
@@ -201,8 +197,7 @@ class _Gateway:
         progress = _Progress(mcp_ctx) if mcp_ctx is not None else None
         try:
             service = self.service
-            return await service.run(self.caller(), fn, progress,
-                                     "long" if tool in _LONG_TOOLS else "quick")
+            return await service.run(self.caller(), fn, progress, lane_for(tool))
         except IndexDamaged as exc:
             log.error("%s: %s", tool, exc)
             raise ToolFailure(damaged_message(exc), "unavailable") from None

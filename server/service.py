@@ -57,7 +57,7 @@ from canopy.tokens import preload
 from canopy.vectors import VectorStore
 
 # the last two: canopy.server.context
-__all__ = ["CanopyService", "ProgressCallback", "QueryContext"]
+__all__ = ["CanopyService", "Lane", "ProgressCallback", "QueryContext", "lane_for"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -136,6 +136,13 @@ def _cancel_and_stop(loop: asyncio.AbstractEventLoop) -> None:
 # router that may choose them) run many model calls over many reports, seconds of CPU with the
 # builtin provider; they get loops of their own, so that a quick call is never queued behind one.
 Lane = Literal["quick", "long"]
+_LONG_TOOLS = frozenset({"search", "global_search", "drift_search"})
+
+
+def lane_for(tool: str) -> Lane:
+    """The lane the tool named `tool` runs on."""
+    return "long" if tool in _LONG_TOOLS else "quick"
+
 
 # Event loops for quick calls per server, shared by its processes (each process has
 # QUICK_LOOPS // processes, at least one), and calls in flight per loop. At 10,000 articles on 2
