@@ -20,7 +20,8 @@ on the copy to relabel (no re-extraction, no report regenerated). Then, in this 
    questions twice with every tool: the first pass is a warm-up (for `restricted` it is "first
    use": views are built as questions first need them), the second is measured: p50 / p95 per
    tool and the restricted/full ratio of the p50s, the steady-state overhead of ACL filtering
-   and of serving views.
+   and of serving views. The questions are the first N DEV queries of MultiHopRAG.json in file
+   order (canopy.server.evaluation.split_of; the held-out fifth is never read).
 2. `canopy warm` for `restricted` with the builtin provider, from an empty cache: views per
    kind, seconds; then the same views again from the SQLite cache after a simulated restart
    (the service's view cache forgotten) and from memory: the view-cache hit speedup.
@@ -68,6 +69,14 @@ from canopy.store.export import load_graph
 from tests.fakes.openai_server import FakeOpenAI
 
 QUESTIONS = REPO.parent / "shared" / "eval-data" / "multihop-rag" / "MultiHopRAG.json"
+
+
+def dev_questions(path: Path, n: int) -> list[str]:
+    """The first `n` DEV queries of a MultiHopRAG.json file, in file order (TEST ones skipped)."""
+    from canopy.server.evaluation import split_of
+
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    return [q for q in (str(r["query"]) for r in rows) if split_of(q) == "dev"][:n]
 RESULTS = REPO / "benchmarks" / "results"
 POLICY = """[acl]
 default = ["public"]
@@ -281,7 +290,7 @@ def main() -> None:
     ap.add_argument("--docs", type=Path, required=True, help="the documents folder it indexes")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temp folder)")
     ap.add_argument("--glob", default="??[147]-*.md", help="files labelled `restricted`")
-    ap.add_argument("--queries", type=int, default=10, help="MultiHop-RAG questions per tool")
+    ap.add_argument("--queries", type=int, default=10, help="DEV MultiHop-RAG questions per tool")
     ap.add_argument("--reports", type=int, default=50, help="report views built with the fake LLM")
     ap.add_argument("--llm-latency", type=float, default=0.0, help="fake LLM seconds per request")
     ap.add_argument("--seed", type=int, default=0)
@@ -289,9 +298,7 @@ def main() -> None:
     args = ap.parse_args()
     for key in [k for k in os.environ if k.startswith(("CANOPY_", "OPENAI_"))]:
         del os.environ[key]
-    questions = [q["query"] for q in json.loads(QUESTIONS.read_text(encoding="utf-8"))][
-        : args.queries
-    ]
+    questions = dev_questions(QUESTIONS, args.queries)
 
     tmp = None
     if args.work is None:

@@ -20,7 +20,6 @@ process's.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import socket
@@ -36,16 +35,20 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's canopy (split_of)
+
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "eval-data" / "multihop-rag" \
     / "MultiHopRAG.json"
 MIX = ("local_search", "basic_search", "drill_down")
 
 
 def dev_questions() -> list[str]:
-    """DEV questions with evidence, in file order: int(sha256(q), 16) % 5 != 0 (never the rest)."""
+    """DEV questions with evidence, in file order (canopy.server.evaluation.split_of, the one
+    definition of the split; the held-out fifth is never read)."""
+    from canopy.server.evaluation import split_of
+
     data = json.loads(QUESTIONS.read_text(encoding="utf-8"))
-    return [q["query"] for q in data if q["evidence_list"]
-            and int(hashlib.sha256(q["query"].encode("utf-8")).hexdigest(), 16) % 5 != 0]
+    return [q["query"] for q in data if q["evidence_list"] and split_of(q["query"]) == "dev"]
 
 
 def percentile(values: list[float], p: float) -> float | None:
