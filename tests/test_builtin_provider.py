@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -195,6 +196,13 @@ class TestUnknownNames:
         types = self.types(text)
         assert types["TAMSIN OKORO"] == "person" and types["DERRY VOSS"] == "person"
         assert not {n.lower() for n in types} & {"price watch", "price", "watch"}
+
+
+    def test_a_name_ending_in_an_acronym_is_not_a_person(self) -> None:
+        types = self.types("Marlowe QA now runs a 48-hour test on every batch. KD Varrow "
+                           "signed the test plan.")
+        assert types["Marlowe QA"] == "organization"  # a team, not someone surnamed "QA"
+        assert types["KD Varrow"] == "person"  # initials before a surname
 
 
 class TestHeadings:
@@ -463,3 +471,47 @@ def test_sentences_split_on_latin_and_chinese_punctuation_but_not_on_titles() ->
     assert split_sentences(text) == ["Mr. Pellow laughed.", "Dr. Chen agreed!", "Risks",
                                      "Battery supply is thin.", "李明来了。", "陈宇也来了！"]
     assert not re.search(r"\*\*|#", " ".join(split_sentences("**Lead:** Maria Okafor")))
+
+
+# ---- word lists -------------------------------------------------------------------------------
+
+# Words of the example corpus's names (examples/docs: "Hengda Precision Plastics", "Verdant
+# Grocers", "Kappa Compute BV", "Huaguang Sensors"; its towns) and of A Christmas Carol's ("Fan"),
+# which the word lists once carried as general English: the extractor has to type such names by
+# its general rules, as it does names no list has ever seen.
+CORPUS_WORDS = {
+    "ORG_SUFFIXES": ("precision", "grocers", "compute", "computing", "sensors"),
+    "GAZETTEER": ("eindhoven", "delft", "dongguan"),
+    "FIRST_NAMES": ("fan",),
+}
+
+
+@pytest.mark.parametrize("table", sorted(CORPUS_WORDS))
+def test_word_lists_carry_no_example_corpus_names(table: str) -> None:
+    from canopy.providers.builtin import lexicon
+
+    assert not set(CORPUS_WORDS[table]) & getattr(lexicon, table)
+
+
+def test_the_examples_are_typed_by_general_rules_without_their_names_in_a_list(
+        examples_index: Path) -> None:
+    """The example corpus's companies and towns keep the types the other tests rely on."""
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
+    from canopy.store.export import load_graph
+    from tests.conftest import EXAMPLES
+
+    service = CanopyService(open_workspace(EXAMPLES, index_dir=examples_index))
+    try:
+        types = {e.name: e.type for e in load_graph(service.store).entities.values()}
+    finally:
+        service.close()
+    expected = {
+        "Verdant Grocers": "organization", "Kappa Compute BV": "organization",
+        "Hengda Precision Plastics": "organization", "Huaguang Sensors": "organization",
+        "Northwind Robotics": "organization", "Helio Cells Ltd": "organization",
+        "Eindhoven QA": "organization", "Project Kestrel": "organization",
+        "Eindhoven": "geo", "Delft": "geo", "Dongguan": "geo", "Antwerp": "geo",
+        "Shenzhen": "geo", "Maria Okafor": "person", "Li Ming": "person",
+    }
+    assert {name: types.get(name) for name in expected} == expected

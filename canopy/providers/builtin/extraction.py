@@ -41,6 +41,7 @@ _SYNONYMS = {
     "geo": ("geo", "location", "place", "gpe", "country", "city", "region", "地点", "地理", "地名"),
     "event": ("event", "incident", "occurrence", "事件"),
 }
+_ACRONYM_LAST = re.compile(r"^\S*[a-z]\S*\s+(?![IVXLCDM]+$)[A-Z][A-Z0-9&]+$")
 _LOWER_WORD = re.compile(r"\b[a-zà-öø-ÿ][a-zà-öø-ÿ'’-]*")
 
 
@@ -88,12 +89,15 @@ def _keep(key: str, seen: _Seen, lower_words: set[str]) -> bool:
 
 
 def _looks_personal(key: str, seen: _Seen, lower_words: set[str]) -> bool:
-    """Two capitalized words with no cue at all, none of them an ordinary word or a
-    place: most likely a person ("Taylor Swift"), not an organization ("Getty Images")."""
+    """Two capitalized words with no cue at all, none of them an ordinary word or a place, the
+    second not an acronym: most likely a person ("Taylor Swift", "DJ Moore"), not an
+    organization ("Getty Images", "Mistral AI": a surname is not written in capitals after a
+    mixed-case word; a roman numeral is, "Henry VIII")."""
     toks = key.split()
     return (seen.cue < 1 and len(toks) == 2 and not toks[-1].endswith("s")
             and not any(t in lower_words or t in lx.GAZETTEER or t in lx.NOT_PERSONAL
-                        or not t.isalpha() for t in toks))
+                        or not t.isalpha() for t in toks)
+            and not _ACRONYM_LAST.search(seen.name))
 
 
 def _propagate(kept: dict[str, _Seen]) -> None:

@@ -148,11 +148,11 @@ bv nv sa sas spa plc llc llp lp oy as kg kgaa pty pte university college school 
 labs laboratory laboratories bank group robotics systems institute foundation association agency
 ministry department council committee commission authority board party union society club
 hospital clinic partners holdings technologies technology tech industries logistics motors
-energy sensors electronics pharmaceuticals pharma press times news media airlines airways
+energy electronics pharmaceuticals pharma press times news media airlines airways
 bureau office services service solutions capital ventures fund trust network networks
 semiconductor semiconductors software studios records publishing church parliament congress
 senate court army navy police brigade federation alliance consortium cooperative
-precision plastics manufacturing grocers foods analytics dynamics microsystems compute computing
+plastics manufacturing foods analytics dynamics microsystems
 league united fc team
 """)
 
@@ -212,13 +212,13 @@ los angeles, san francisco, chicago, boston, seattle, washington, houston, dalla
 miami, atlanta, denver, philadelphia, detroit, toronto, vancouver, montreal, london,
 manchester, birmingham, liverpool, edinburgh, glasgow, dublin, paris, lyon, marseille, berlin,
 hamburg, munich, frankfurt, stuttgart, cologne, dusseldorf, amsterdam, rotterdam, the hague,
-eindhoven, utrecht, delft, antwerp, brussels, ghent, luxembourg city, zurich, geneva, vienna,
+utrecht, antwerp, brussels, ghent, luxembourg city, zurich, geneva, vienna,
 prague, warsaw, budapest, copenhagen, stockholm, oslo, helsinki, madrid, barcelona, lisbon,
 rome, milan, naples, turin, athens, istanbul, ankara, moscow, kyiv, kiev, cairo, lagos,
 nairobi, johannesburg, cape town, dubai, abu dhabi, riyadh, tehran, baghdad, jerusalem,
 tel aviv, mumbai, delhi, new delhi, bangalore, bengaluru, chennai, kolkata, karachi, lahore,
 dhaka, bangkok, hanoi, ho chi minh city, jakarta, manila, kuala lumpur, seoul, tokyo, osaka,
-kyoto, beijing, shanghai, shenzhen, guangzhou, dongguan, hangzhou, nanjing, wuhan, chengdu,
+kyoto, beijing, shanghai, shenzhen, guangzhou, hangzhou, nanjing, wuhan, chengdu,
 chongqing, tianjin, xi'an, suzhou, hong kong, macau, taipei, sydney, melbourne, brisbane,
 perth, auckland, mexico city, sao paulo, rio de janeiro, buenos aires, santiago, lima, bogota,
 california, texas, florida, new jersey, massachusetts, illinois, ohio, michigan, virginia,
@@ -231,7 +231,7 @@ amir amy ana andrea andreas andrew angela anna anne anthony antonio arjun arthur
 barbara ben benjamin bernard beth bill bob brian bruce camille carl carlos caroline carmen
 catherine charles charlie charlotte chen chloe chris christian christina christopher claire
 clara daniel david deborah dennis diana dick diego dmitri dominic donald dorothy
-edward elena elizabeth ella emily emma eric erik eva fan fatima felix fernando francesca
+edward elena elizabeth ella emily emma eric erik eva fatima felix fernando francesca
 francis frank fred frederick gabriel george georgia gerald grace greg hannah hans harry helen
 henry hugo ian ingrid isabel isabella jack jacob james jan jane jason javier jean jeff
 jennifer jessica jim joanna joe johan johannes john jonas jonathan jorge jose joseph joshua
