@@ -5,7 +5,18 @@
     python benchmarks/router_eval.py --modes offline        # the offline rules only
 
 Data sets, each routed against a builtin index of its own corpus, DEV questions only
-(int(sha256(question), 16) % 5 != 0; the others are never loaded):
+(canopy.server.evaluation.split_of: int(sha256(question), 16) % 5 != 0; the others are never
+loaded). Two groups:
+
+Held out, the rules were NOT written from these: benchmarks/data/router_heldout.jsonl, each
+question labelled basic, local or global by hand by a rule written first (benchmarks/data/README.md
+says how and by whom); scored three ways and as global against the rest:
+- `carol`: A Christmas Carol (one file), questions written for this set;
+- `dulce`: Operation Dulce (microsoft/graphrag's fixture), written ones and the fixture's queries;
+- `medical`: GraphRAG-Bench's medical guides (one file), written ones and GraphRAG-Bench questions;
+- `musique`: the 1,890 MuSiQue paragraphs (one `# title` file each), MuSiQue questions.
+
+The rules were written from (and tuned on) these, labelled per set (global or not):
 - `multihop-rag`: every DEV query of MultiHopRAG.json (null queries included), over the 609
   articles (benchmarks/retrieval_eval.py's index). Label: not global (they name entities and
   join facts: local or basic);
@@ -23,8 +34,9 @@ OpenAI-compatible server, tests/fakes/openai_server.py, in this process behind t
 it answers the `route` prompt by a fixed reading of it, so this mode measures the LLM path's
 plumbing and fallbacks, not a model's judgement).
 
-Printed per data set and mode: accuracy against the label, a confusion matrix of label by engine
-chosen, and ms per question; JSON in benchmarks/results/router_eval.json.
+Printed per data set and mode: accuracy against the labels, the engines chosen and ms per
+question; per group and mode a confusion matrix of label by engine chosen; the misrouted
+questions. JSON in benchmarks/results/router_eval.json.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import argparse
 import asyncio
 import csv
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -50,30 +63,91 @@ from benchmarks.retrieval_eval import RESULTS, _clean_env, machine  # noqa: E402
 DATA = REPO.parent / "shared" / "eval-data"
 MULTIHOP = DATA / "multihop-rag"
 BENCH = DATA / "msgraphrag-benchmark"
+HELDOUT = REPO / "benchmarks" / "data" / "router_heldout.jsonl"
 ENGINES = ("basic", "local", "global")
-# name -> (corpus, question file, label: "global", "not global" or None for unscored)
+HELD_OUT = "held out (rules not written from these)"
+SEEN = "rules were written from these"
+# Sets the rules were written from: name -> (corpus, question file, label of every question:
+# "global", "not global" or None for unscored)
 SETS: dict[str, tuple[str, str, str | None]] = {
     "multihop-rag": ("multihop", "MultiHopRAG.json", "not global"),
     "podcast": ("podcast", "kevin_scott_questions.csv", "global"),
     "earnings": ("earnings", "msft_multi_transcript_questions.csv", "global"),
     "earnings-single": ("earnings", "msft_single_transcript_questions.csv", None),
 }
+# Held-out sets (router_heldout.jsonl, a label per question): name -> corpus
+HELDOUT_SETS = {"carol": "carol", "dulce": "dulce", "medical": "medical", "musique": "musique"}
 ZIPS = {"podcast": "kevin_scott_podcast_transcripts.zip",
         "earnings": "msft_earnings_transcripts.zip"}
 
 
-def dev_questions(name: str) -> list[str]:
-    """The DEV questions of one data set (the held-out part is filtered out as it is read)."""
+def dev_questions(name: str) -> list[tuple[str, str | None]]:
+    """(question, label) of the DEV questions of one data set, in file order (the other fifth
+    is filtered out as it is read)."""
     from canopy.server.evaluation import split_of
 
-    _, file, _ = SETS[name]
-    if name == "multihop-rag":
-        rows = json.loads((MULTIHOP / file).read_text(encoding="utf-8"))
-        texts = [str(q["query"]) for q in rows]
+    if name in HELDOUT_SETS:
+        labelled = heldout_questions(name)
     else:
-        with (BENCH / file).open(encoding="utf-8-sig", newline="") as fh:
-            texts = [r["question_text"].strip() for r in csv.DictReader(fh)]
-    return [q for q in texts if q and split_of(q) == "dev"]
+        _, file, label = SETS[name]
+        if name == "multihop-rag":
+            rows = json.loads((MULTIHOP / file).read_text(encoding="utf-8"))
+            texts = [str(q["query"]) for q in rows]
+        else:
+            with (BENCH / file).open(encoding="utf-8-sig", newline="") as fh:
+                texts = [r["question_text"].strip() for r in csv.DictReader(fh)]
+        labelled = [(q, label) for q in texts if q]
+    return [(q, label) for q, label in labelled if split_of(q) == "dev"]
+
+
+def heldout_questions(corpus: str, path: Path = HELDOUT) -> list[tuple[str, str]]:
+    """(question, label) of one corpus of the held-out set, all splits, in file order; a
+    question given by id is read from the eval-data file its row names."""
+    files: dict[str, dict[str, str]] = {}
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line) if line.strip() else None
+        if row is None or row["corpus"] != corpus:
+            continue
+        if row["label"] not in ENGINES:
+            raise ValueError(f"{path}: label {row['label']!r} is none of {ENGINES}")
+        text = row.get("question")
+        if text is None:
+            source = row["from"]
+            if source not in files:
+                data = json.loads((DATA / source).read_text(encoding="utf-8"))
+                files[source] = {str(q["id"]): str(q["question"]) for q in data}
+            text = files[source][row["id"]]
+        out.append((text.strip(), row["label"]))
+    return out
+
+
+def write_corpus(corpus: str, docs: Path) -> None:
+    """The documents of `corpus` written into the empty folder `docs`."""
+    if corpus == "multihop":
+        from benchmarks.incremental_bench import write_articles
+
+        write_articles(docs, json.loads((MULTIHOP / "corpus.json").read_text("utf-8")))
+    elif corpus in ZIPS:
+        with zipfile.ZipFile(BENCH / ZIPS[corpus]) as z:
+            for info in z.infolist():
+                if not info.is_dir():
+                    (docs / Path(info.filename).name).write_bytes(z.read(info))
+    elif corpus == "carol":
+        shutil.copy(DATA / "books" / "christmas_carol_pg24022.txt", docs)
+    elif corpus == "dulce":
+        shutil.copy(DATA / "msgraphrag-fixtures" / "text" / "input" / "dulce.txt", docs)
+    elif corpus == "medical":
+        rows = json.loads((DATA / "graphrag-bench" / "medical_corpus.json").read_text("utf-8"))
+        (docs / "medical.txt").write_text("\n\n".join(r["context"] for r in rows), "utf-8")
+    elif corpus == "musique":
+        paragraphs = json.loads((DATA / "multihop-qa" / "musique" /
+                                 "musique_train_100_corpus.json").read_text("utf-8"))
+        for i, p in enumerate(paragraphs):
+            slug = re.sub(r"[^a-z0-9]+", "-", p["title"].lower()).strip("-")[:50]
+            (docs / f"{i:04d}-{slug}.md").write_text(f"# {p['title']}\n\n{p['text']}", "utf-8")
+    else:
+        raise ValueError(f"unknown corpus {corpus!r}")
 
 
 def corpus_index(corpus: str, work: Path) -> tuple[Path, Path]:
@@ -84,15 +158,7 @@ def corpus_index(corpus: str, work: Path) -> tuple[Path, Path]:
     docs, index = work / f"{corpus}-docs", work / f"{corpus}-idx"
     if not docs.is_dir():
         docs.mkdir(parents=True)
-        if corpus == "multihop":
-            from benchmarks.incremental_bench import write_articles
-
-            write_articles(docs, json.loads((MULTIHOP / "corpus.json").read_text("utf-8")))
-        else:
-            with zipfile.ZipFile(BENCH / ZIPS[corpus]) as z:
-                for info in z.infolist():
-                    if not info.is_dir():
-                        (docs / Path(info.filename).name).write_bytes(z.read(info))
+        write_corpus(corpus, docs)
     if not (index / "canopy.sqlite").exists():
         print(f"indexing {corpus} into {index} …", file=sys.stderr)
         t0 = time.perf_counter()
@@ -120,8 +186,9 @@ def main() -> None:
                     help="folder for the corpora and their indexes (reused when present); "
                          "default: a temp folder, removed afterwards")
     ap.add_argument("--modes", default="offline,fake-llm", help="offline, fake-llm or both")
-    ap.add_argument("--sets", default=",".join(SETS), help="comma-separated subset of "
-                    + ", ".join(SETS))
+    names = [*HELDOUT_SETS, *SETS]
+    ap.add_argument("--sets", default=",".join(names), help="comma-separated subset of "
+                    + ", ".join(names))
     ap.add_argument("--out", type=Path, default=RESULTS / "router_eval.json")
     args = ap.parse_args()
     _clean_env()
@@ -139,8 +206,11 @@ def main() -> None:
     fake = FakeOpenAI().start() if "fake-llm" in modes else None
     try:
         for name in [s for s in args.sets.split(",") if s]:
-            corpus, _, label = SETS[name]
-            questions = dev_questions(name)
+            corpus = HELDOUT_SETS[name] if name in HELDOUT_SETS else SETS[name][0]
+            labelled = dev_questions(name)
+            questions = [q for q, _ in labelled]
+            labels = [label for _, label in labelled]
+            group = HELD_OUT if name in HELDOUT_SETS else SEEN
             docs, index = corpus_index(corpus, work)
             service = CanopyService(open_workspace(docs, index_dir=index))
             try:
@@ -154,7 +224,7 @@ def main() -> None:
                                                       ctx.settings)
                         engines, ms = route_all(routed_ctx, questions)
                         out["sets"].setdefault(name, {})[mode] = _summary(
-                            questions, engines, label, ms)
+                            group, questions, engines, labels, ms)
                         print(f"{name}/{mode}: done", file=sys.stderr)
             finally:
                 service.close()
@@ -168,50 +238,82 @@ def main() -> None:
     args.out.write_text(json.dumps(out, indent=2), encoding="utf-8")
 
 
-def _summary(questions: list[str], engines: list[str], label: str | None,
+def _right(label: str | None, engine: str) -> bool | None:
+    """Whether `engine` is right for `label` (a set-wide "not global" accepts basic and local),
+    None for an unscored question."""
+    if label is None:
+        return None
+    return engine != "global" if label == "not global" else engine == label
+
+
+def _summary(group: str, questions: list[str], engines: list[str], labels: list[str | None],
              ms: float) -> dict[str, Any]:
+    pairs = list(zip(questions, engines, labels, strict=True))
+    scored = [(q, e, lab) for q, e, lab in pairs if lab is not None]
+    right = [q for q, e, lab in scored if _right(lab, e)]
+    two_way = [q for q, e, lab in scored if (e == "global") == (lab == "global")]
     chosen = Counter(engines)
-    right = None
-    if label is not None:
-        right = sum((e == "global") == (label == "global") for e in engines)
-    wrong = [q for q, e in zip(questions, engines, strict=True)
-             if label is not None and (e == "global") != (label == "global")]
-    return {"questions": len(questions), "label": label,
-            "accuracy": None if right is None else round(right / len(questions), 4),
-            "routed": {e: chosen.get(e, 0) for e in ENGINES}, "ms_per_question": round(ms, 1),
-            "misrouted": wrong}
+    confusion: dict[str, dict[str, int]] = {}
+    for _, e, lab in scored:
+        row = confusion.setdefault(str(lab), dict.fromkeys(ENGINES, 0))
+        row[e] += 1
+    return {"group": group, "questions": len(questions),
+            "labels": dict(Counter(str(lab) for lab in labels)),
+            "accuracy": round(len(right) / len(scored), 4) if scored else None,
+            "global_vs_rest": round(len(two_way) / len(scored), 4) if scored else None,
+            "routed": {e: chosen.get(e, 0) for e in ENGINES}, "confusion": confusion,
+            "ms_per_question": round(ms, 1),
+            "misrouted": [{"question": q, "label": lab, "routed": e}
+                          for q, e, lab in scored if not _right(lab, e)]}
+
+
+def _acc(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _print(out: dict[str, Any]) -> None:
-    print("| data set | mode | DEV questions | label | accuracy | -> basic | -> local "
-          "| -> global | ms/question |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, modes in out["sets"].items():
-        for mode, s in modes.items():
-            acc = "-" if s["accuracy"] is None else f"{s['accuracy']:.3f}"
-            r = s["routed"]
-            print(f"| {name} | {mode} | {s['questions']} | {s['label'] or '(unscored)'} | {acc} "
-                  f"| {r['basic']} | {r['local']} | {r['global']} | {s['ms_per_question']} |")
-    for mode in sorted({m for modes in out["sets"].values() for m in modes}):
-        rows = {"global": Counter(), "not global": Counter()}
-        for modes in out["sets"].values():
-            s = modes.get(mode)
-            if s is not None and s["label"] is not None:
-                rows[s["label"]].update(s["routed"])
-        print(f"\nConfusion matrix, scored sets, {mode}:\n")
-        print("| label \\ routed to | basic | local | global | accuracy |")
-        print("|---|---|---|---|---|")
-        for label, row in rows.items():
-            n = sum(row.values())
-            good = row["global"] if label == "global" else n - row["global"]
-            acc = f"{good / n:.3f}" if n else "-"
-            print(f"| {label} | {row['basic']} | {row['local']} | {row['global']} | {acc} |")
+    for group in (HELD_OUT, SEEN):
+        sets = {name: modes for name, modes in out["sets"].items()
+                if next(iter(modes.values()))["group"] == group}
+        if not sets:
+            continue
+        print(f"\n{group[0].upper() + group[1:]}, DEV questions:\n")
+        print("| data set | mode | questions | labels | accuracy | global vs rest | -> basic "
+              "| -> local | -> global | ms/question |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for name, modes in sets.items():
+            for mode, s in modes.items():
+                labels = ", ".join(f"{n} {lab}" for lab, n in sorted(s["labels"].items()))
+                r = s["routed"]
+                print(f"| {name} | {mode} | {s['questions']} | {labels} | {_acc(s['accuracy'])} "
+                      f"| {_acc(s['global_vs_rest'])} | {r['basic']} | {r['local']} "
+                      f"| {r['global']} | {s['ms_per_question']} |")
+        for mode in sorted({m for modes in sets.values() for m in modes}):
+            rows: dict[str, Counter[str]] = {}
+            for modes in sets.values():
+                for label, row in modes.get(mode, {}).get("confusion", {}).items():
+                    rows.setdefault(label, Counter()).update(row)
+            if not rows:
+                continue
+            total = sum(sum(r.values()) for r in rows.values())
+            good = sum(n for label, row in rows.items() for e, n in row.items()
+                       if _right(label, e))
+            print(f"\nConfusion matrix, {group}, {mode} (accuracy {good}/{total} = "
+                  f"{good / total:.3f}):\n")
+            print("| label \\ routed to | basic | local | global | right |")
+            print("|---|---|---|---|---|")
+            for label in sorted(rows, key=lambda x: (x not in ENGINES, x)):
+                row = rows[label]
+                n = sum(row.values())
+                ok = sum(v for e, v in row.items() if _right(label, e))
+                print(f"| {label} | {row['basic']} | {row['local']} | {row['global']} "
+                      f"| {ok}/{n} |")
     for name, modes in out["sets"].items():
         for mode, s in modes.items():
             if s["misrouted"]:
                 print(f"\n{name}/{mode}, misrouted ({len(s['misrouted'])}):")
-                for q in s["misrouted"][:10]:
-                    print(f"- {q}")
+                for m in s["misrouted"][:12]:
+                    print(f"- [{m['label']} -> {m['routed']}] {m['question']}")
 
 
 if __name__ == "__main__":

@@ -219,3 +219,23 @@ class TestWithAnLLM:
         route = run(choose_route(with_llm(admin, fake_openai, router_llm=False),
                                  "What are the recurring themes?"))
         assert route.by == "rules" and fake_openai.count("route") == 0
+
+
+def test_the_held_out_router_set_is_labelled_dev_and_disjoint_from_the_tuning_sets() -> None:
+    """benchmarks/data/router_heldout.jsonl: every row resolves to a question with a label,
+    its DEV part is large enough to report, and none of its questions is one of the DEV
+    questions the rules were written from."""
+    from benchmarks import router_eval
+    from canopy.server.evaluation import split_of
+    from tests.conftest import SHARED, require_shared
+
+    require_shared(SHARED / "graphrag-bench" / "medical_questions.json")
+    held = [pair for corpus in router_eval.HELDOUT_SETS
+            for pair in router_eval.heldout_questions(corpus)]
+    assert len(held) == 243 and {label for _, label in held} == set(router_eval.ENGINES)
+    assert len({q for q, _ in held}) == len(held)
+    dev = [label for q, label in held if split_of(q) == "dev"]
+    assert len(dev) == 213 and min(dev.count(e) for e in router_eval.ENGINES) >= 40
+    assert sum(len(router_eval.dev_questions(c)) for c in router_eval.HELDOUT_SETS) == 213
+    seen = {q.lower() for name in router_eval.SETS for q, _ in router_eval.dev_questions(name)}
+    assert not {q.lower() for q, _ in held} & seen
