@@ -258,7 +258,7 @@ def _summary(group: str, questions: list[str], engines: list[str], labels: list[
         row = confusion.setdefault(str(lab), dict.fromkeys(ENGINES, 0))
         row[e] += 1
     return {"group": group, "questions": len(questions),
-            "labels": dict(Counter(str(lab) for lab in labels)),
+            "labels": dict(Counter("unscored" if lab is None else lab for lab in labels)),
             "accuracy": round(len(right) / len(scored), 4) if scored else None,
             "global_vs_rest": round(len(two_way) / len(scored), 4) if scored else None,
             "routed": {e: chosen.get(e, 0) for e in ENGINES}, "confusion": confusion,
@@ -298,8 +298,10 @@ def _print(out: dict[str, Any]) -> None:
             total = sum(sum(r.values()) for r in rows.values())
             good = sum(n for label, row in rows.items() for e, n in row.items()
                        if _right(label, e))
+            two = sum(n for label, row in rows.items() for e, n in row.items()
+                      if (e == "global") == (label == "global"))
             print(f"\nConfusion matrix, {group}, {mode} (accuracy {good}/{total} = "
-                  f"{good / total:.3f}):\n")
+                  f"{good / total:.3f}; global vs rest {two}/{total} = {two / total:.3f}):\n")
             print("| label \\ routed to | basic | local | global | right |")
             print("|---|---|---|---|---|")
             for label in sorted(rows, key=lambda x: (x not in ENGINES, x)):
