@@ -75,8 +75,8 @@ SETS: dict[str, tuple[str, str, str | None]] = {
     "earnings": ("earnings", "msft_multi_transcript_questions.csv", "global"),
     "earnings-single": ("earnings", "msft_single_transcript_questions.csv", None),
 }
-# Held-out sets (router_heldout.jsonl, a label per question): name -> corpus
-HELDOUT_SETS = {"carol": "carol", "dulce": "dulce", "medical": "medical", "musique": "musique"}
+# Held-out sets (router_heldout.jsonl, a label per question), each named for its corpus
+HELDOUT_SETS = ("carol", "dulce", "medical", "musique")
 ZIPS = {"podcast": "kevin_scott_podcast_transcripts.zip",
         "earnings": "msft_earnings_transcripts.zip"}
 
@@ -206,7 +206,7 @@ def main() -> None:
     fake = FakeOpenAI().start() if "fake-llm" in modes else None
     try:
         for name in [s for s in args.sets.split(",") if s]:
-            corpus = HELDOUT_SETS[name] if name in HELDOUT_SETS else SETS[name][0]
+            corpus = name if name in HELDOUT_SETS else SETS[name][0]
             labelled = dev_questions(name)
             questions = [q for q, _ in labelled]
             labels = [label for _, label in labelled]
