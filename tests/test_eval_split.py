@@ -1,6 +1,6 @@
 """The DEV/TEST split, pinned to its definition: a question is TEST when
 int(sha256(question.encode("utf-8")).hexdigest(), 16) % 5 == 0, else DEV (server/evaluation.py,
-../shared/eval-data/SOURCES.md). The expected splits below were computed once from that
+the eval data's SOURCES.md). The expected splits below were computed once from that
 definition, outside canopy, and are written as literals (the residue mod 5 beside each), so a
 change to `split_of` (another residue, `!= 0`, another hash or encoding, stripping or lowercasing
 the question) fails here instead of silently moving questions between the parts. Questions are
