@@ -12,7 +12,8 @@ text from libraries never reaches a caller.
     │   ├── EndpointUnavailable   unreachable / auth failure / retries exhausted
     │   └── InvalidOutput         output failed validation after repair (per-unit failure)
     ├── NotFound               unknown id; hidden ids raise exactly the same message
-    └── InvalidArgument        a tool or CLI argument out of range
+    ├── InvalidArgument        a tool or CLI argument out of range
+    └── StoreUnavailable       the object store of published generations failed or refused
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidOutput",
     "NotFound",
     "ProviderError",
+    "StoreUnavailable",
 ]
 
 
@@ -89,3 +91,8 @@ class NotFound(CanopyError):
 
 class InvalidArgument(CanopyError):
     pass
+
+
+class StoreUnavailable(CanopyError):
+    """The object store (or folder) that published generations live in cannot be used: not
+    reachable, credentials refused, a request failed. One line, with the store's own reason."""

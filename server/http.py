@@ -38,10 +38,12 @@ if TYPE_CHECKING:
     from canopy.server.first_build import ServiceSlot
     from canopy.server.runtime import Workspace
 
-__all__ = ["SPEC_ENV", "HttpSpec", "create_app", "run_http", "serve_in_process"]
+__all__ = ["MCP_PATH", "SPEC_ENV", "HttpSpec", "create_app", "mount_beside_mcp", "run_http",
+           "serve_in_process", "stateless_app"]
 
 log = logging.getLogger(__name__)
 
+MCP_PATH = "/mcp"
 SPEC_ENV = "CANOPY_HTTP_SPEC"  # the spec a worker process builds its server from
 READY_ENV = "CANOPY_HTTP_READY"  # a folder where each worker process marks itself open
 READY_TIMEOUT_S = 120.0
@@ -94,10 +96,8 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
     from canopy.server.cli.serve import http_auth
     from canopy.server.first_build import ServiceSlot
     from canopy.server.mcp_app import build_server
-    from canopy.server.rest import mount_rest
     from canopy.server.runtime import open_workspace
     from canopy.server.service import CanopyService
-    from canopy.server.web import mount_web
 
     docs, config = Path(spec.docs), Path(spec.config) if spec.config else None
     ws = open_workspace(docs, Path(spec.index_dir) if spec.index_dir else None, config)
@@ -122,10 +122,61 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
         slot = ServiceSlot.once_built(open_service, ws.index_dir, spec.docs)
     server = build_server(slot, principal_name=spec.principal, auth=verifier,
                           auth_settings=auth_settings, host=spec.host, port=spec.port)
-    mount_rest(server, spec.host)  # /api/v1: the same tools as JSON endpoints (canopy.server.rest)
-    mount_web(server, slot, docs=spec.docs, principal=spec.principal,
-              auth_required=verifier is not None, host=spec.host)  # the web view at /ui/
+    mount_beside_mcp(server, slot, docs=spec.docs, principal=spec.principal,
+                     auth_required=verifier is not None, host=spec.host)
     return server, slot
+
+
+def mount_beside_mcp(server: MCPServer, slot: ServiceSlot, *, docs: str, principal: str | None,
+                     auth_required: bool, host: str) -> None:
+    """What every Canopy HTTP server serves beside /mcp (one process, its workers, a replica):
+    the REST API at /api/v1 (the same tools as JSON endpoints, canopy.server.rest) and the web
+    view at /ui/. `docs`: the name the web view shows for the index."""
+    from canopy.server.rest import mount_rest
+    from canopy.server.web import mount_web
+
+    mount_rest(server, host)
+    mount_web(server, slot, docs=docs, principal=principal, auth_required=auth_required,
+              host=host)
+
+
+def stateless_app(server: MCPServer, host: str) -> Starlette:
+    """The Streamable HTTP app with stateless sessions (several workers, replicas: any process
+    answers any request). Such a server has no session a GET could open a stream of
+    server-initiated messages for, so a GET of /mcp is answered at once with 405 (the answer
+    the MCP transport specifies for a server that offers no such stream) instead of a stream
+    held open with nothing ever to send; the bearer-token check still comes first."""
+    from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
+    from starlette.routing import Route
+
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True,
+                                     host=host)
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.path == MCP_PATH:
+            if isinstance(route.app, RequireAuthMiddleware):
+                route.app.app = _NoStreamAtGet(route.app.app)
+            else:
+                route.app = _NoStreamAtGet(route.app)
+            return app
+    raise RuntimeError(f"the MCP SDK's app has no {MCP_PATH} route")  # a changed SDK
+
+
+class _NoStreamAtGet:
+    """An ASGI app answering GET with 405 (stateless_app) and passing the rest to `app`."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        from starlette.responses import JSONResponse
+
+        body = {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "Method Not Allowed: this server keeps no sessions, so it "
+            "offers no stream at GET; send each request with POST"}}
+        await JSONResponse(body, status_code=405, headers={"Allow": "POST"})(scope, receive, send)
 
 
 def create_app() -> Starlette:
@@ -137,8 +188,7 @@ def create_app() -> Starlette:
     logging.basicConfig(level=spec.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     server, _ = build(spec)
     wait_for_siblings(os.environ.get(READY_ENV), spec.processes)
-    return server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
-                                      host=spec.host)
+    return stateless_app(server, spec.host)
 
 
 def wait_for_siblings(folder: str | None, processes: int,
@@ -163,7 +213,7 @@ class _WorkersConfig(uvicorn.Config):
 
 def serve_in_process(server: MCPServer, host: str, port: int) -> None:
     """Streamable HTTP at http://host:port/mcp (DNS-rebinding protection on for loopback hosts)."""
-    server.run("streamable-http", host=host, port=port, streamable_http_path="/mcp")
+    server.run("streamable-http", host=host, port=port, streamable_http_path=MCP_PATH)
 
 
 def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None) -> None:

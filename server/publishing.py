@@ -20,21 +20,23 @@ from collections.abc import Callable
 
 from filelock import FileLock
 
-from canopy.errors import ConfigError, IndexMissing
+from canopy.errors import CanopyError, ConfigError, IndexMissing
 from canopy.health import DB_NAME, check_database
 from canopy.publish.location import open_location
 from canopy.publish.snapshot import stage_snapshot
-from canopy.publish.writer import PublishResult, publish_staged
+from canopy.publish.writer import Collected, PublishResult, collect_garbage, publish_staged
 from canopy.server.runtime import Workspace, writer_lock
 
-__all__ = ["describe_publish", "publish_index", "revocation_publisher"]
+__all__ = ["collect_published", "describe_publish", "publish_index", "revocation_publisher"]
 
 log = logging.getLogger("canopy.publish")  # `canopy watch` shows canopy.* at INFO
 
 
-def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False) -> PublishResult:
+def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False,
+                  defer_erasure: bool = False) -> PublishResult:
     """Publish the committed generation of `ws` to `uri` (default `[publish] uri`).
-    `locked`: the caller already holds the writer lock."""
+    `locked`: the caller already holds the writer lock. `defer_erasure`: the revocation
+    generation of an update, which publishes its own at once (canopy.publish.writer)."""
     settings = ws.settings.publish
     target = uri or settings.uri
     if not target:
@@ -56,11 +58,26 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
             tag = hashlib.sha256(location.uri.encode()).hexdigest()[:12]
             result = publish_staged(location, staged, ws.settings, grace_s=settings.grace_s,
                                     hash_cache=ws.index_dir / "publish-hashes.json",
-                                    page_base=ws.index_dir / f"publish-base-{tag}.pages")
+                                    page_base=ws.index_dir / f"publish-base-{tag}.pages",
+                                    defer_erasure=defer_erasure)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log.info("%s", describe_publish(result, target))
     return result
+
+
+def collect_published(ws: Workspace, uri: str | None = None) -> Collected:
+    """Collect the garbage at `uri` (default `[publish] uri`) now, under the publish lock (so no
+    publish in this machine names a blob while it is deleted). A writer calls it when the last
+    collection said something falls due (`Collected.next_due`), so a deletion leaves the URI
+    `grace_s` after it was published even when nothing is published after it."""
+    settings = ws.settings.publish
+    target = uri or settings.uri
+    if not target:
+        raise ConfigError("no URI to collect: pass --to URI or set [publish] uri")
+    location = open_location(target, endpoint_url=settings.endpoint_url, region=settings.region)
+    with FileLock(ws.index_dir / "publish.lock"):
+        return collect_garbage(location, grace_s=settings.grace_s)
 
 
 def revocation_publisher(ws: Workspace, uri: str | None,
@@ -72,9 +89,12 @@ def revocation_publisher(ws: Workspace, uri: str | None,
     publishes again when it commits."""
     def publish_now() -> None:
         try:
-            result = publish_index(ws, uri, locked=True)
+            result = publish_index(ws, uri, locked=True, defer_erasure=True)
             if report is not None:
                 report(f"deletions and relabels first: {describe_publish(result, uri or '')}")
+        except CanopyError as exc:  # written for people: no traceback
+            log.error("publishing the revocation generation failed (%s); the update publishes "
+                      "again when it commits", exc)
         except Exception:
             log.exception("publishing the revocation generation failed; the update publishes "
                           "again when it commits")
@@ -92,9 +112,11 @@ def describe_publish(r: PublishResult, uri: str) -> str:
                 "newer snapshot")
     gc = (f"; removed {r.deleted_manifests} superseded generations, {r.deleted_blobs} files"
           if r.deleted_manifests or r.deleted_blobs else "")
+    erasing = ("; the database whole, as a new base without the deleted text"
+               if r.database == "erasing" else "")
     return (f"Published generation {r.generation} to {uri} as manifest {r.seq}: {r.files} files "
             f"({_mb(r.total_bytes)}), uploaded {r.uploaded_files} ({_mb(r.uploaded_bytes)}) "
-            f"in {r.elapsed_s:.2f}s{gc}")
+            f"in {r.elapsed_s:.2f}s{erasing}{gc}")
 
 
 def _mb(n: int) -> str:

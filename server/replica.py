@@ -22,6 +22,13 @@ plus the time to download a new generation's changed files must stay below B.
 
 A request's snapshot is taken when it starts: one that began before the bound ran out finishes
 on its generation, as requests do on one machine while an update commits.
+
+What a replica keeps of a superseded generation goes with the URI's copies: its folder and the
+blobs only it used are deleted once its calls have drained, `_DRAIN_S` after the switch or
+sooner, so that it is gone by the writer's `grace_s` after the generation that superseded it
+was published (the replica switched within B of that: it drains for `grace_s` - B at most).
+A replica that starts deletes whatever a previous run left in its cache but the generation it
+opens, whose files it checks against the manifest first (canopy.publish.reader).
 """
 
 from __future__ import annotations
@@ -87,7 +94,15 @@ class _Serving:
 class _Retired:
     manifest: Manifest
     service: CanopyService
+    drain_s: float  # closed and deleted this long after `at`
     at: float = field(default_factory=time.monotonic)
+
+
+def drain_seconds(newest: Manifest, bound_s: float) -> float:
+    """How long a generation superseded by `newest` stays open (module doc)."""
+    if newest.grace_s is None:
+        return _DRAIN_S
+    return max(0.0, min(_DRAIN_S, newest.grace_s - bound_s))
 
 
 class ReplicaSlot(ServiceSlot):
@@ -172,7 +187,8 @@ class ReplicaSlot(ServiceSlot):
             old, self._serving = self._serving, _Serving(newest, service, began)
             self._problem = None
             if old is not None:
-                self._retired.append(_Retired(old.manifest, old.service))
+                self._retired.append(_Retired(old.manifest, old.service,
+                                              drain_seconds(newest, self.bound_s)))
         log.warning("replica of %s now serves generation %d (manifest %d)", self.location.uri,
                     newest.generation, newest.seq)
         return True
@@ -199,7 +215,8 @@ class ReplicaSlot(ServiceSlot):
         them with `force`), and delete their folders and the blobs only they used."""
         now = time.monotonic()
         with self._lock:
-            done = [r for r in self._retired if force or now - r.at >= _DRAIN_S]
+            done = [r for r in self._retired
+                    if force or now - r.at >= min(r.drain_s, _DRAIN_S)]
             self._retired = [r for r in self._retired if r not in done]
             still = [r.manifest for r in self._retired]
             if self._serving is not None:
@@ -213,14 +230,15 @@ class ReplicaSlot(ServiceSlot):
                                          for b in f.blobs()})
 
     def _sweep(self) -> None:
-        """Delete what a previous run of this replica left in the cache."""
+        """Delete what a previous run of this replica left in the cache (no download runs:
+        this is the checking thread, between checks)."""
         with self._lock:
             serving = self._serving.manifest if self._serving is not None else None
         for folder in sorted((self.cache_dir / "generations").glob("*")):
             if serving is None or folder.name != f"{serving.seq:012d}":
                 shutil.rmtree(folder, ignore_errors=True)
         prune_blobs(self.cache_dir, set() if serving is None
-                    else {b for f in serving.files.values() for b in f.blobs()})
+                    else {b for f in serving.files.values() for b in f.blobs()}, partial=True)
 
     def start(self) -> ReplicaSlot:
         """Check now and then every poll_s, on a daemon thread: the server listens meanwhile,
@@ -279,8 +297,10 @@ def serve_replica(uri: str, *, use_http: bool, host: str, port: int, principal: 
     cache_dir.mkdir(parents=True, exist_ok=True)
     verifier, auth_settings = None, None
     if use_http:
+        # No documents: a relative token file is found from the working folder.
         here = Workspace(Path.cwd(), cache_dir, local, Policy(local.acl))
-        verifier, auth_settings = http_auth(here, config, tokens_file, host, port)
+        verifier, auth_settings = http_auth(here, config, tokens_file, host, port,
+                                            documents=False)
         if verifier is None and not _is_loopback(host) and not insecure_no_auth:
             raise click.ClickException(
                 f"refusing to serve {uri} on {host} without authentication: set [auth] "
@@ -297,13 +317,18 @@ def serve_replica(uri: str, *, use_http: bool, host: str, port: int, principal: 
             return
         import uvicorn
 
+        from canopy.server.http import mount_beside_mcp, stateless_app
+
         add_health_route(server, slot)
+        mount_beside_mcp(server, slot, docs=uri.rstrip("/").rsplit("/", 1)[-1] or uri,
+                         principal=principal, auth_required=verifier is not None, host=host)
         how = "bearer tokens required" if verifier is not None else "no authentication"
         click.echo(f"Canopy replica of {uri} at http://{host}:{port}/mcp ({how}; checks every "
-                   f"{slot.poll_s:g} s, revocation bound {slot.bound_s:g} s)", err=True)
+                   f"{slot.poll_s:g} s, revocation bound {slot.bound_s:g} s)\n"
+                   f"REST API at http://{host}:{port}/api/v1, web view at "
+                   f"http://{host}:{port}/ui/, health at http://{host}:{port}/healthz", err=True)
         # Stateless sessions: behind a load balancer, any replica answers any request.
-        app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
-                                         host=host)
+        app = stateless_app(server, host)
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
         uvicorn.run(app, host=host, port=port,
                     log_level=level if level in ("debug", "info", "warning") else "warning")

@@ -35,7 +35,7 @@ import canopy
 from canopy.acl.policy import Policy
 from canopy.allocator import limit_arenas
 from canopy.collector import freeze_imports
-from canopy.errors import ConfigError, IndexDamaged, IndexMissing
+from canopy.errors import CanopyError, ConfigError, IndexDamaged, IndexMissing
 from canopy.health import (
     DB_NAME,
     check_database,
@@ -319,11 +319,28 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
     re-reading the settings (and so the policy) each time, and with `[storage] tidy =
     "background"` tidies the search tables in its idle time instead of inside the update.
     With `publish` (or `[publish] uri`) each batch's generation is then published there
-    (canopy.server.publishing); a policy edit that changes no document is published too."""
+    (canopy.server.publishing); a policy edit that changes no document is published too, and
+    the URI's garbage is collected when it falls due, so a deletion leaves the URI `grace_s`
+    after it was published even if nothing is published after it."""
     from canopy.indexer.watcher import Watcher
 
     first = open_workspace(docs, index_dir, config)
     background = first.settings.storage.tidy == "background"
+    tidy_every = max(60.0, first.settings.storage.keep_versions_s)
+    publishing = bool(publish or first.settings.publish.uri)
+    due = _IdleDue()
+
+    def published(ws: Workspace, what: str) -> None:
+        from canopy.server.publishing import publish_index
+
+        try:
+            due.collect_at = publish_index(ws, publish).next_collection
+        except CanopyError as exc:  # written for people (a missing bucket...): one line
+            log.error("publishing %s failed: %s; the next change (or `canopy publish`) "
+                      "publishes again", what, exc)
+        except Exception:  # the update is committed; the next batch publishes again
+            log.exception("publishing %s failed; the next change (or `canopy publish`) "
+                          "publishes again", what)
 
     def apply() -> IndexResult:
         ws = open_workspace(docs, index_dir, config)
@@ -334,26 +351,46 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
             on_revoked = revocation_publisher(ws, publish)
         result = build_index(ws, tidy=not background, on_revoked=on_revoked)
         if publish or ws.settings.publish.uri:
-            from canopy.server.publishing import publish_index
-
-            try:
-                publish_index(ws, publish)
-            except Exception:  # the update is committed; the next batch publishes again
-                log.exception("publishing generation %d failed; the next change (or "
-                              "`canopy publish`) publishes again", result.generation)
+            published(ws, f"generation {result.generation}")
+        due.tidy_at = 0.0  # tidy once the changes stop
         return result
 
-    def idle(busy: Callable[[], bool]) -> bool | None:
-        ws = open_workspace(docs, index_dir, config)
-        done = maintain_index(ws, should_stop=busy)
-        if publish or ws.settings.publish.uri:
-            # A tidy rewrote the files that held deleted text: publish them (nothing is sent
-            # when it changed nothing), so the published copies can be collected too.
-            from canopy.server.publishing import publish_index
+    def idle(busy: Callable[[], bool]) -> None:
+        if background and time.monotonic() >= due.tidy_at:
+            due.tidy_at = time.monotonic() + tidy_every
+            ws = open_workspace(docs, index_dir, config)
+            maintain_index(ws, should_stop=busy)
+            if publish or ws.settings.publish.uri:
+                # A tidy rewrote the files that held deleted text: publish them (nothing is
+                # sent when it changed nothing), so the published copies can be collected too.
+                published(ws, "the tidied search tables")
+        if due.collect_at is not None and time.time() >= due.collect_at:
+            from canopy.server.publishing import collect_published
 
-            publish_index(ws, publish)
-        return done
+            ws = open_workspace(docs, index_dir, config)
+            due.collect_at = None
+            if publish or ws.settings.publish.uri:
+                try:
+                    due.collect_at = collect_published(ws, publish).next_due
+                except Exception as exc:  # the next publish collects again
+                    log.error("collecting superseded generations at the published URI "
+                              "failed: %s", _first_line(exc))
 
+    # Publishing, the idle check runs every second (it does nothing until a collection or the
+    # tidy is due); otherwise only to tidy.
     return Watcher(first.docs_dir, first.index_dir, apply, debounce=debounce,
-                   on_applied=on_applied, idle=idle if background else None,
-                   idle_every=max(60.0, first.settings.storage.keep_versions_s))
+                   on_applied=on_applied, idle=idle if background or publishing else None,
+                   idle_every=1.0 if publishing else tidy_every)
+
+
+@dataclass
+class _IdleDue:
+    """When a quiet watcher next has work: the tidy (monotonic clock) and the published URI's
+    garbage collection (Unix time, as the URI's manifests record it; None: nothing waits)."""
+
+    tidy_at: float = 0.0
+    collect_at: float | None = None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -302,7 +302,10 @@ def test_garbage_collection_keeps_the_newest_generation_and_every_file_it_names(
     publish_index(ws, uri)
     location = open_location(uri)
     assert len(location.list(MANIFESTS)) == 2
-    assert collect_garbage(location, grace_s=3600) == (0, 0)  # within the grace period
+    waiting = collect_garbage(location, grace_s=3600)  # within the grace period
+    assert (waiting.manifests, waiting.blobs) == (0, 0)
+    second = Manifest.model_validate_json(location.get(manifest_path(2)))
+    assert waiting.next_due == pytest.approx(second.published_at + 3600)  # when 1 expires
     first = Manifest.model_validate_json(location.get(manifest_path(1)))
     newest = newest_manifest(location)
     assert newest is not None and newest.seq == 2
@@ -310,7 +313,7 @@ def test_garbage_collection_keeps_the_newest_generation_and_every_file_it_names(
         b for f in newest.files.values() for b in f.blobs()}
     assert only_first  # a Lance file at least
     deleted = collect_garbage(location, grace_s=0, now=time.time() + 1)
-    assert deleted == (1, len(only_first))
+    assert (deleted.manifests, deleted.blobs, deleted.next_due) == (1, len(only_first), None)
     assert [o.path for o in location.list(MANIFESTS)] == [manifest_path(2)]
     with pytest.raises(FileNotFoundError):
         location.get(blob_path(sorted(only_first)[0]))
@@ -482,7 +485,7 @@ def test_the_database_is_published_as_a_page_patch_and_rebuilt_exactly(tmp_path:
     others = sum({f.sha256: f.size for rel, f in second.files.items()
                   if rel != "canopy.sqlite" and f.sha256 not in had}.values())
     assert fetched == db.patch_size + others
-    assert collect_garbage(location, grace_s=0, now=time.time() + 1)[0] == 1
+    assert collect_garbage(location, grace_s=0, now=time.time() + 1).manifests == 1
     assert base.sha256 in {o.path.rsplit("/", 1)[-1] for o in location.list("blobs")}
     again, _ = materialize(location, second, tmp_path / "fresh-cache")  # base + patch from zero
     assert again.joinpath("canopy.sqlite").read_bytes() == rebuilt.read_bytes()

@@ -103,9 +103,10 @@ def _import_ray() -> Any:
     return ray
 
 
-def _check_reachable(address: str) -> None:
+def _check_reachable(address: str, *, found: bool = False) -> None:
     """A cluster named by host:port must accept a TCP connection within a few seconds (Ray
-    itself would retry for 30 s and then print its own traceback)."""
+    itself would retry for 30 s and then print its own traceback). `found`: the address is
+    the one `--ray auto` found (`_found_cluster`)."""
     target = address[len("ray://"):] if address.startswith("ray://") else address
     parts = urlsplit(f"//{target}")
     if not parts.hostname or parts.port is None:
@@ -115,8 +116,40 @@ def _check_reachable(address: str) -> None:
         with socket.create_connection((parts.hostname, parts.port), timeout=_REACH_TIMEOUT_S):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}): "
+        why = exc.strerror or exc
+        if found:
+            raise ConfigError(
+                f"--ray auto found the Ray cluster at {address} (RAY_ADDRESS, or the file a "
+                f"`ray start` leaves), but it does not answer ({why}): that cluster has "
+                "stopped. Start it again (`ray start --head`), or use --ray local for a "
+                "cluster of this build's own") from None
+        raise ConfigError(f"cannot reach the Ray cluster at {address} ({why}): "
                           "is `ray start --head` running there, and is the port right?") from None
+
+
+def _found_cluster() -> str | None:
+    """The address `--ray auto` connects to, found as Ray finds it: RAY_ADDRESS, else the
+    cluster file the last `ray start` on this machine wrote (`ray_current_cluster` in Ray's
+    temporary folder), else a running cluster's GCS process. Ray itself spends minutes in
+    connection retries when the file names a cluster that has stopped (a `ray start` killed
+    rather than stopped with `ray stop`), so the caller checks the address first. None: this
+    Ray finds clusters otherwise (left to Ray)."""
+    named = os.environ.get("RAY_ADDRESS", "")
+    if named and named != "auto":
+        return named
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return None
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except ConnectionError:  # nothing found
+        found = None
+    if not found:
+        raise ConfigError("--ray auto: no Ray cluster runs on this machine (start one with "
+                          "`ray start --head`, name one with --ray HOST:PORT, or use --ray "
+                          "local for a cluster of this build's own)")
+    return str(found)
 
 
 def _shipped_code(stage: Path) -> dict[str, Any]:
@@ -142,7 +175,11 @@ def connect_ray(address: str, settings: DistributedSettings) -> RayExecutor:
         # reads this when it is imported; an operator's own setting wins).
         os.environ.setdefault(LOOPBACK_ONLY, "0")
     ray = _import_ray()
-    if address not in ("auto", "local"):
+    if address == "auto" and not ray.is_initialized():
+        found = _found_cluster()
+        if found is not None:
+            _check_reachable(found, found=True)
+    elif address not in ("auto", "local"):
         _check_reachable(address)
     owns = not ray.is_initialized()
     if not owns:

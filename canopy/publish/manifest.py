@@ -67,6 +67,10 @@ class Manifest(BaseModel):
         "without credentials")
     settings_digest: str
     files: dict[str, FileRef] = Field(description="Index-folder path -> content")
+    grace_s: float | None = Field(
+        default=None, description="The writer's `[publish] grace_s`: how long superseded "
+        "generations stay at the URI, and so the longest a replica keeps one in its cache "
+        "(None: written before replicas were told)")
 
     def same_content(self, other: Manifest) -> bool:
         """Whether `other` serves exactly what this one does (a publish would change nothing)."""

@@ -1,12 +1,18 @@
 """A replica's local copy of a published generation: an ordinary index folder, built from blobs.
 
-`materialize` downloads the blobs a manifest names that the cache lacks (checking each one's
-sha256), rebuilds a database published as a page patch from its base blob (canopy.publish.pages;
-the base stays cached, so the next generation downloads only its patch), then lays out
-`generations/<seq>/` (canopy.sqlite, lance/...) with hard links to them, so a generation that
-changed a few files downloads a few files, and the server opens the folder like any local index:
-the query path is the same code on one machine and on N replicas. The database is copied rather
-than linked (the server writes its views into it); blobs are read-only and Lance only reads them.
+`materialize` makes sure the cache holds every blob a manifest names, each checked against its
+sha256 (downloaded when missing, downloaded again when the cached copy no longer matches, and
+refused when the store's copy does not match either), rebuilds a database published as a page
+patch from its base blob (canopy.publish.pages; the base stays cached, so the next generation
+downloads only its patch), then lays out `generations/<seq>/` (canopy.sqlite, lance/...) afresh
+with hard links to them, so a generation that changed a few files downloads a few files, and
+the server opens the folder like any local index: the query path is the same code on one
+machine and on N replicas. The database is copied rather than linked (the server writes its
+views into it); blobs are read-only and Lance only reads them.
+
+Nothing cached is trusted: every opening of a generation (a replica's start included) reads
+every cached blob it names once, so a file damaged on disk, or changed by hand, is replaced
+before it is served.
 
 Reading the Lance tables in place from the object store was measured and not chosen
 (benchmarks/publish_bench.py): every search becomes several dependent range requests, which
@@ -35,18 +41,21 @@ def generation_folder(cache_dir: Path, seq: int) -> Path:
 
 
 def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tuple[Path, int]:
-    """The index folder of `manifest` under `cache_dir` (built if missing), and the bytes
-    downloaded to build it. A blob whose content does not match its name raises ValueError."""
+    """The index folder of `manifest` under `cache_dir`, built from checked blobs (module doc),
+    and the bytes downloaded to build it. A blob the store holds whose content does not match
+    its name raises ValueError."""
     folder = generation_folder(cache_dir, manifest.seq)
-    if (folder / ".complete").exists():
-        return folder, 0
     blobs = cache_dir / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
     fetched = 0
     for sha in sorted({b for f in manifest.files.values() for b in f.blobs()}):
         blob = blobs / sha
         if blob.exists():
-            continue
+            if sha256_file(blob) == sha:
+                continue
+            log.warning("cached file %s no longer matches its content: downloading it again",
+                        sha[:12])
+            blob.unlink()
         location.download(blob_path(sha), blob)
         if sha256_file(blob) != sha:
             blob.unlink()
@@ -55,20 +64,24 @@ def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tupl
         fetched += blob.stat().st_size
     building = folder.with_name(folder.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
-    for rel, ref in manifest.files.items():
-        target = building / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if ref.patch:
-            _rebuild(blobs, ref, target)
-        elif rel == DB_NAME:
-            shutil.copyfile(blobs / ref.sha256, target)  # written to: a copy of its own
-            target.chmod(0o644)
-        else:
-            try:
-                os.link(blobs / ref.sha256, target)
-            except OSError:
-                shutil.copyfile(blobs / ref.sha256, target)
-    (building / ".complete").write_text(str(manifest.seq))
+    try:
+        for rel, ref in manifest.files.items():
+            target = building / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if ref.patch:
+                _rebuild(blobs, ref, target)
+            elif rel == DB_NAME:
+                shutil.copyfile(blobs / ref.sha256, target)  # written to: a copy of its own
+                target.chmod(0o644)
+            else:
+                try:
+                    os.link(blobs / ref.sha256, target)
+                except OSError:
+                    shutil.copyfile(blobs / ref.sha256, target)
+        (building / ".complete").write_text(str(manifest.seq))
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
     shutil.rmtree(folder, ignore_errors=True)
     building.replace(folder)
     return folder, fetched
@@ -89,8 +102,11 @@ def remove_generation(cache_dir: Path, seq: int) -> None:
     shutil.rmtree(generation_folder(cache_dir, seq), ignore_errors=True)
 
 
-def prune_blobs(cache_dir: Path, keep: set[str]) -> None:
-    """Delete the cached blobs `keep` (the sha256 of the generations still open) does not name."""
+def prune_blobs(cache_dir: Path, keep: set[str], *, partial: bool = False) -> None:
+    """Delete the cached blobs `keep` (the sha256 of the generations still open) does not name;
+    with `partial`, the parts of downloads that never finished too (only when none runs)."""
     for blob in (cache_dir / "blobs").glob("*"):
-        if blob.name not in keep and not blob.name.endswith(".part"):
+        if blob.name.endswith(".part") and not partial:
+            continue
+        if blob.name not in keep:
             blob.unlink(missing_ok=True)

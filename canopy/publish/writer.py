@@ -6,6 +6,13 @@ Order is the guarantee: every blob a manifest names is stored before the manifes
 the other way round: a superseded manifest is deleted first, `grace_s` after the manifest that
 superseded it was written, and a blob only once no remaining manifest names it and it is older
 than `grace_s` (so the blobs of a publish still uploading are never taken).
+
+Deleted text leaves the URI that way too: a generation that no longer holds text its database's
+patch base holds is published with the database whole, as the new base (canopy.publish.erasure),
+so once the manifests before it are collected no blob holds the text. The one exception is the
+generation an update commits to revoke before it regenerates (`defer_erasure`): the update's
+own generation follows within seconds and re-bases, so the revocation goes out as a small patch
+and reaches replicas sooner.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from canopy.health import DB_NAME
+from canopy.publish.erasure import HeldText
 from canopy.publish.location import Location
 from canopy.publish.manifest import (
     BLOBS,
@@ -34,12 +42,21 @@ from canopy.publish.manifest import (
 from canopy.publish.pages import PageDigests, write_patch
 from canopy.publish.snapshot import StagedSnapshot
 
-__all__ = ["PublishResult", "collect_garbage", "newest_manifest", "publish_staged",
+__all__ = ["Collected", "PublishResult", "collect_garbage", "newest_manifest", "publish_staged",
            "published_seqs", "published_settings"]
 
 log = logging.getLogger(__name__)
 
 _UPLOADS = 8  # blobs uploaded at once (object stores reward parallel requests)
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one garbage collection deleted, and when the next one has something to delete."""
+
+    manifests: int = 0
+    blobs: int = 0
+    next_due: float | None = None  # Unix time (writer clock); None: nothing waits
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,10 @@ class PublishResult:
     deleted_manifests: int = 0
     deleted_blobs: int = 0
     elapsed_s: float = 0.0
+    # How the database went: "patch" (against the base), "whole" (first publish, or a patch
+    # would be too large), "erasing" (whole because its base holds text since deleted).
+    database: str = ""
+    next_collection: float | None = None  # Collected.next_due after this publish
 
 
 def published_settings(settings: Any) -> tuple[dict[str, Any], str]:
@@ -110,15 +131,19 @@ class _HashCache:
 
 def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
                    grace_s: float, hash_cache: Path | None = None,
-                   page_base: Path | None = None) -> PublishResult:
+                   page_base: Path | None = None,
+                   defer_erasure: bool = False) -> PublishResult:
     """Publish `staged` at `location` as the next manifest, unless the newest one already
     serves the same content ("unchanged") or was taken from a newer snapshot ("superseded").
     Then collect garbage. Callers on one machine serialize publishes (a lock file); the
     create-only manifest put keeps two machines from writing one number.
 
     `page_base`: where the writer keeps the page digests of the database blob it last
-    published whole at this location; with it, the database goes as a page patch against that
-    blob while the patch stays small (canopy.publish.pages), else whole, as the new base."""
+    published whole at this location (and, beside them, the keys of the text it holds); with
+    it, the database goes as a page patch against that blob while the patch stays small
+    (canopy.publish.pages) and the blob holds no text the staged database has dropped, else
+    whole, as the new base. `defer_erasure`: a revocation generation whose update publishes
+    again at once (module doc)."""
     began = time.perf_counter()
     data, digest = published_settings(settings)
     newest = newest_manifest(location)
@@ -126,12 +151,12 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
         return PublishResult("superseded", newest.seq, staged.generation)
     probe = Manifest(seq=0, generation=staged.generation, snapshot_ns=staged.snapshot_ns,
                      published_at=0.0, lance_versions=staged.lance_versions, settings=data,
-                     settings_digest=digest, files={})
+                     settings_digest=digest, files={}, grace_s=grace_s)
     if newest is not None and newest.same_content(probe):
-        deleted = collect_garbage(location, grace_s=grace_s)
+        gc = collect_garbage(location, grace_s=grace_s)
         return PublishResult("unchanged", newest.seq, staged.generation,
-                             deleted_manifests=deleted[0], deleted_blobs=deleted[1],
-                             elapsed_s=time.perf_counter() - began)
+                             deleted_manifests=gc.manifests, deleted_blobs=gc.blobs,
+                             elapsed_s=time.perf_counter() - began, next_collection=gc.next_due)
     cache = _HashCache(hash_cache) if hash_cache is not None else None
     files: dict[str, FileRef] = {}
     local: dict[str, Path] = {}
@@ -146,9 +171,11 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
     if cache is not None:
         cache.save()
     stored = {o.path.rsplit("/", 1)[-1] for o in location.list(BLOBS)}
-    new_base: PageDigests | None = None
+    new_base: tuple[PageDigests, HeldText] | None = None
+    how = "whole" if database.is_file() else ""
     if page_base is not None and database.is_file():
-        ref, upload, new_base = _database_ref(database, page_base, stored)
+        ref, upload, new_base, how = _database_ref(database, page_base, stored,
+                                                   defer_erasure=defer_erasure)
         files[DB_NAME] = ref
         local.setdefault(ref.patch or ref.sha256, upload)
     missing = {sha: p for sha, p in local.items() if sha not in stored}
@@ -170,21 +197,24 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
                 return PublishResult("superseded", other.seq, staged.generation)
             seq = max(seq, other.seq if other is not None else 0) + 1
     if new_base is not None and page_base is not None:
-        new_base.save(page_base)  # its blob is stored and named by a manifest: patch against it
-    deleted = collect_garbage(location, grace_s=grace_s)
+        # Its blob is stored and named by a manifest: patch against it from now on.
+        new_base[0].save(page_base)
+        new_base[1].save(_held_path(page_base))
+    gc = collect_garbage(location, grace_s=grace_s)
     return PublishResult("published", seq, staged.generation, files=len(files),
                          uploaded_files=len(missing),
                          uploaded_bytes=sum(p.stat().st_size for p in missing.values()),
                          total_bytes=sum(f.size for f in files.values()),
-                         deleted_manifests=deleted[0], deleted_blobs=deleted[1],
-                         elapsed_s=time.perf_counter() - began)
+                         deleted_manifests=gc.manifests, deleted_blobs=gc.blobs,
+                         elapsed_s=time.perf_counter() - began, database=how,
+                         next_collection=gc.next_due)
 
 
 def collect_garbage(location: Location, *, grace_s: float,
-                    now: float | None = None) -> tuple[int, int]:
+                    now: float | None = None) -> Collected:
     """Delete manifests superseded more than `grace_s` ago (never the newest), then blobs no
-    remaining manifest names that are older than `grace_s`. Returns (manifests, blobs)
-    deleted."""
+    remaining manifest names that are older than `grace_s`; say when the next of either
+    falls due."""
     now = time.time() if now is None else now
     manifests: dict[int, Manifest] = {}
     for seq in published_seqs(location):
@@ -193,38 +223,55 @@ def collect_garbage(location: Location, *, grace_s: float,
         except FileNotFoundError:
             continue
     if not manifests:
-        return 0, 0
+        return Collected()
     ordered = sorted(manifests)
-    expired = [seq for seq, after in zip(ordered, ordered[1:], strict=False)
-               if now - manifests[after].published_at > grace_s]
+    superseded = {seq: manifests[after].published_at
+                  for seq, after in zip(ordered, ordered[1:], strict=False)}
+    expired = [seq for seq, at in superseded.items() if now - at > grace_s]
     # Oldest first, so what remains is always a run of consecutive publications.
     location.delete(manifest_path(seq) for seq in expired)
     kept = {blob for seq in ordered if seq not in expired
             for f in manifests[seq].files.values() for blob in f.blobs()}
-    old = [o.path for o in location.list(BLOBS)
-           if o.path.rsplit("/", 1)[-1] not in kept and now - o.modified.timestamp() > grace_s]
+    unnamed = [o for o in location.list(BLOBS) if o.path.rsplit("/", 1)[-1] not in kept]
+    old = [o.path for o in unnamed if now - o.modified.timestamp() > grace_s]
     location.delete(old)
     if expired or old:
         log.info("published index %s: removed %d superseded generations and %d files",
                  location.uri, len(expired), len(old))
-    return len(expired), len(old)
+    # A blob that only expired manifests name goes at the collection after theirs.
+    waiting = [at + grace_s for seq, at in superseded.items() if seq not in expired]
+    waiting += [o.modified.timestamp() + grace_s for o in unnamed if o.path not in old]
+    return Collected(len(expired), len(old), min(waiting, default=None))
 
 
-def _database_ref(database: Path, page_base: Path,
-                  stored: set[str]) -> tuple[FileRef, Path, PageDigests | None]:
+def _held_path(page_base: Path) -> Path:
+    return page_base.with_suffix(".held")
+
+
+def _database_ref(database: Path, page_base: Path, stored: set[str], *,
+                  defer_erasure: bool) -> tuple[FileRef, Path,
+                                                tuple[PageDigests, HeldText] | None, str]:
     """How to publish the staged database: (its file entry, the file to upload, the page
-    digests to keep as the next base once it is published, or None to keep the current one).
-    A page patch against the last base when that blob is still stored and the patch is small;
-    the whole file otherwise."""
+    digests and held text to keep as the next base once it is published, or None to keep the
+    current one, and how it goes: "patch", "whole" or "erasing"). A page patch against the
+    last base when that blob is still stored, holds no text the database has dropped (unless
+    `defer_erasure`) and the patch is small; the whole file otherwise."""
     size = database.stat().st_size
+    held = HeldText.of_database(database)
     base = PageDigests.load(page_base)
+    base_held = HeldText.load(_held_path(page_base))
     if base is not None and base.sha256 not in stored:
         base = None  # collected, or another URI's: publish whole
+    # A base whose text is not known (kept by an older Canopy) is replaced too.
+    erasing = base is not None and base_held is not None and base_held.dropped_by(held)
+    if base_held is None or (erasing and not defer_erasure):
+        base = None
     patch = database.with_name(database.name + ".patch")
     carried, now = write_patch(base, database, patch)
     if base is not None and carried is not None and base.sha256 != now.sha256:
         ref = FileRef(sha256=now.sha256, size=size, base=base.sha256,
                       patch=sha256_file(patch), patch_size=patch.stat().st_size)
-        return ref, patch, None
+        return ref, patch, None, "patch"
     patch.unlink(missing_ok=True)
-    return FileRef(sha256=now.sha256, size=size), database, now
+    return (FileRef(sha256=now.sha256, size=size), database, (now, held),
+            "erasing" if erasing and not defer_erasure else "whole")

@@ -210,9 +210,12 @@ def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> W
 
 
 def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host: str,
-               port: int) -> tuple[TokenVerifier | None, McpAuthSettings | None]:
+              port: int, *, documents: bool = True,
+              ) -> tuple[TokenVerifier | None, McpAuthSettings | None]:
     """The bearer-token verifier `[auth]` (or --tokens) asks for, and the MCP auth settings that
-    advertise this server as an OAuth protected resource."""
+    advertise this server as an OAuth protected resource. `documents=False`: `ws` has no
+    documents folder to check the token file against (a replica: its policy comes with the
+    published index, and its working folder is never indexed)."""
     from mcp.server.auth.settings import AuthSettings as McpAuthSettings
 
     from canopy.acl.auth import resolve_path, verifier_from_settings
@@ -228,7 +231,7 @@ def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host
     verifier = verifier_from_settings(auth, base_dir)
     if verifier is None:
         return None, None
-    if auth.tokens_file is not None:
+    if auth.tokens_file is not None and documents:
         _check_token_file(ws, resolve_path(auth.tokens_file, base_dir))
         log.info("HTTP callers: bearer tokens from %s", resolve_path(auth.tokens_file, base_dir))
     shown = "localhost" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
