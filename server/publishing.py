@@ -104,14 +104,14 @@ def revocation_publisher(ws: Workspace, uri: str | None,
 
 def describe_publish(r: PublishResult, uri: str) -> str:
     """One line saying what a publish did."""
+    gc = (f"; removed {r.deleted_manifests} superseded generations, {r.deleted_blobs} files"
+          if r.deleted_manifests or r.deleted_blobs else "")
     if r.outcome == "unchanged":
         return (f"Generation {r.generation} is already published at {uri} "
-                f"(manifest {r.seq}): nothing to upload")
+                f"(manifest {r.seq}): nothing to upload{gc}")
     if r.outcome == "superseded":
         return (f"Generation {r.generation} not published at {uri}: manifest {r.seq} holds a "
                 "newer snapshot")
-    gc = (f"; removed {r.deleted_manifests} superseded generations, {r.deleted_blobs} files"
-          if r.deleted_manifests or r.deleted_blobs else "")
     erasing = ("; the database whole, as a new base without the deleted text"
                if r.database == "erasing" else "")
     return (f"Published generation {r.generation} to {uri} as manifest {r.seq}: {r.files} files "

@@ -10,8 +10,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +31,14 @@ from canopy.server.publishing import publish_index
 from canopy.server.replica import ReplicaSlot, build_replica
 from canopy.server.runtime import build_index, open_workspace
 from canopy.settings import load_settings
+from tests import object_store
 from tests.conftest import EXAMPLES, REPO, wait_until
 from tests.net import free_port, wait_for_port
+from tests.object_store import AWS
 
 pytestmark = pytest.mark.anyio
+
+s3, bucket = object_store.s3, object_store.bucket  # the fixtures of an S3 server
 
 BOUND_S = 4.0  # the replicas' revocation bound in these tests
 CANARY = "Quillmarsh"
@@ -73,42 +75,6 @@ def text_of(result: Any) -> str:
     """Everything a tool result says, but the query it echoes."""
     structured = {k: v for k, v in (result.structured_content or {}).items() if k != "query"}
     return json.dumps([c.text for c in result.content]) + json.dumps(structured)
-
-
-# ---- an S3-compatible server ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[str]:
-    """moto's S3 server on 127.0.0.1; yields its endpoint URL."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-AWS = {"AWS_ACCESS_KEY_ID": "canopy-test", "AWS_SECRET_ACCESS_KEY": "canopy-test-secret",
-       "AWS_REGION": "us-east-1"}
-
-
-@pytest.fixture
-def bucket(s3: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A new bucket; the AWS variables set for this process; yields its s3:// URI."""
-    import boto3
-
-    for key, value in {**AWS, "AWS_ENDPOINT_URL": s3}.items():
-        monkeypatch.setenv(key, value)
-    name = f"canopy-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=s3).create_bucket(Bucket=name)
-    return f"s3://{name}/team-docs"
 
 
 def start_replica(uri: str, s3: str, cache: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:

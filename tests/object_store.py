@@ -1,0 +1,88 @@
+"""An S3-compatible server (moto) on 127.0.0.1 for the publishing tests, and every byte a URI
+stores. Test modules import the fixtures they use (`from tests.object_store import bucket, s3`)."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from canopy.publish.pages import MAGIC
+from tests.net import free_port
+
+AWS = {"AWS_ACCESS_KEY_ID": "canopy-test", "AWS_SECRET_ACCESS_KEY": "canopy-test-secret",
+       "AWS_REGION": "us-east-1"}
+_PATCH_HEADER = struct.calcsize("<IQ")  # canopy.publish.pages: page size, page count
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1; yields its endpoint URL."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def bucket(s3: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new bucket; the AWS variables set for this process; yields its s3:// URI."""
+    import boto3
+
+    for key, value in {**AWS, "AWS_ENDPOINT_URL": s3}.items():
+        monkeypatch.setenv(key, value)
+    name = f"canopy-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3).create_bucket(Bucket=name)
+    return f"s3://{name}/team-docs"
+
+
+def stored_objects(uri: str) -> dict[str, bytes]:
+    """Every object the store of `uri` holds, whole bucket or folder (not only the URI's
+    prefix), every version of it, by key. S3 through boto3 (AWS_ENDPOINT_URL as set by
+    `bucket`), so nothing of Canopy's own reading is trusted."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3":
+        root = Path(uri)
+        return {p.relative_to(root).as_posix(): p.read_bytes()
+                for p in sorted(root.rglob("*")) if p.is_file()}
+    import boto3
+
+    client = boto3.client("s3")
+    found: dict[str, bytes] = {}
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=parsed.netloc):
+        for v in page.get("Versions", []):
+            body = client.get_object(Bucket=parsed.netloc, Key=v["Key"],
+                                     VersionId=v["VersionId"])["Body"].read()
+            found[f"{v['Key']}@{v['VersionId']}"] = body
+    return found
+
+
+def readable(data: bytes) -> bytes:
+    """The bytes a grep should see: a page patch's pages decompressed, others as they are."""
+    if data.startswith(MAGIC):
+        return zlib.decompress(data[len(MAGIC) + _PATCH_HEADER:])
+    return data
+
+
+def holders(files: dict[str, bytes], needle: str) -> list[str]:
+    """Keys of `files` whose readable bytes contain `needle` (UTF-8)."""
+    data = needle.encode()
+    return sorted(k for k, v in files.items() if data in readable(v))
+
+
+def folder_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
