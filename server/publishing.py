@@ -24,10 +24,17 @@ from canopy.errors import CanopyError, ConfigError, IndexMissing
 from canopy.health import DB_NAME, check_database
 from canopy.publish.location import open_location
 from canopy.publish.snapshot import stage_snapshot
-from canopy.publish.writer import Collected, PublishResult, collect_garbage, publish_staged
+from canopy.publish.writer import (
+    Collected,
+    PublishResult,
+    collect_garbage,
+    publish_staged,
+    published_seqs,
+)
 from canopy.server.runtime import Workspace, writer_lock
 
-__all__ = ["collect_published", "describe_publish", "publish_index", "revocation_publisher"]
+__all__ = ["check_publish_target", "collect_published", "describe_publish", "publish_index",
+           "revocation_publisher"]
 
 log = logging.getLogger("canopy.publish")  # `canopy watch` shows canopy.* at INFO
 
@@ -64,6 +71,15 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
         shutil.rmtree(staging, ignore_errors=True)
     log.info("%s", describe_publish(result, target))
     return result
+
+
+def check_publish_target(ws: Workspace, uri: str) -> None:
+    """Raise now, in one line, when `uri` cannot be read (a bucket that does not exist, a store
+    that does not answer, credentials refused), rather than after a build that may take an
+    hour: one LIST of its manifests."""
+    settings = ws.settings.publish
+    published_seqs(open_location(uri, endpoint_url=settings.endpoint_url,
+                                 region=settings.region))
 
 
 def collect_published(ws: Workspace, uri: str | None = None) -> Collected:

@@ -568,6 +568,13 @@ async def test_several_worker_processes_answer_every_tool_from_concurrent_client
             await asyncio.gather(*(one() for _ in range(4)))
             if sys.platform == "linux":
                 _each_worker_listens_and_a_burst_of_connections_reaches_both(proc.pid, port)
+            # No session, so no stream of server messages to open: answered at once (a probe
+            # that met a 200 stream held open with nothing to send used to hang).
+            async with httpx2.AsyncClient(timeout=5) as http:
+                got = await http.get(f"http://127.0.0.1:{port}/mcp",
+                                     headers={"Accept": "text/event-stream"})
+            assert (got.status_code, got.headers["allow"]) == (405, "POST")
+            assert got.json()["error"]["message"].startswith("Method Not Allowed")
         finally:
             proc.terminate()
             proc.wait(20)

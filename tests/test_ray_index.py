@@ -295,6 +295,44 @@ def test_an_unreachable_cluster_is_one_line_at_once(example_docs: Path) -> None:
     assert not (example_docs / ".canopy").exists()  # nothing was built
 
 
+def test_auto_with_the_cluster_file_of_a_stopped_cluster_is_one_line_at_once(
+        example_docs: Path, tmp_path: Path) -> None:
+    """A `ray start` that was killed rather than stopped leaves its cluster file behind: `--ray
+    auto` checks the address it names as it checks a given one, instead of spending minutes in
+    Ray's retries. A fresh process (this one may be connected to Ray), with Ray's temporary
+    folder of its own and its search for other clusters' processes on this machine turned off
+    (other test runs may have some)."""
+    import time
+
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_closed_port()}")
+    code = ("import functools, sys, ray._private.services as s\n"
+            "s.find_gcs_addresses = functools.lru_cache(lambda: [])\n"  # Ray clears its cache
+            "from canopy.server.cli import main\n"
+            "main(sys.argv[1:])")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TMPDIR")}
+    env.update(RAY_TMPDIR=str(tmp_path), PYTHONPATH=str(REPO))
+
+    def index_on_auto() -> tuple[list[str], float]:
+        began = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", code, "index", str(example_docs), "--ray",
+                               "auto"], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 1, done.stderr
+        return done.stderr.splitlines(), time.monotonic() - began
+
+    lines, took = index_on_auto()
+    assert len(lines) == 1 and lines[0].startswith("Error: --ray auto found the Ray cluster at ")
+    assert "but it does not answer (Connection refused): that cluster has stopped" in lines[0]
+    assert took < 30  # Ray's own retries took over 90 s
+    (tmp_path / "ray" / "ray_current_cluster").unlink()
+    lines, _ = index_on_auto()
+    assert lines == ["Error: --ray auto: no Ray cluster runs on this machine (start one with "
+                     "`ray start --head`, name one with --ray HOST:PORT, or use --ray local for "
+                     "a cluster of this build's own)"]
+    assert not (example_docs / ".canopy").exists()  # nothing was built
+
+
 def test_without_ray_installed_the_option_says_how_to_get_it(
         example_docs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError

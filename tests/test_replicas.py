@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import httpx2
 import pytest
 from click.testing import CliRunner
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+from canopy.acl.tokens import add_token
 from canopy.errors import IndexMissing, IndexStale
 from canopy.publish.location import open_location
 from canopy.publish.manifest import MANIFESTS, Manifest, blob_path, manifest_path
@@ -77,7 +80,8 @@ def text_of(result: Any) -> str:
     return json.dumps([c.text for c in result.content]) + json.dumps(structured)
 
 
-def start_replica(uri: str, s3: str, cache: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_replica(uri: str, s3: str, cache: Path, log: Path, *extra: str,
+                  cwd: Path = REPO) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
     env.update(AWS, AWS_ENDPOINT_URL=s3, PYTHONPATH=str(REPO), CANOPY_PUBLISH__POLL_S="0.5",
@@ -86,7 +90,8 @@ def start_replica(uri: str, s3: str, cache: Path, log: Path) -> tuple[subprocess
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "canopy.server.cli", "serve", "--http", "--port", str(port),
-             "--index-uri", uri], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+             "--index-uri", uri, *extra], cwd=cwd, env=env, stdout=out,
+            stderr=subprocess.STDOUT)
     return proc, port
 
 
@@ -98,14 +103,22 @@ def health(port: int) -> dict[str, Any]:
     return dict(r.json())
 
 
-async def answers(port: int) -> str:
-    """What basic_search and local_search return for the canaries, as one string."""
-    async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+async def answers(port: int, token: str | None = None) -> str:
+    """What basic_search and local_search return for the canaries over MCP, and basic_search
+    over the REST API, as one string."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = f"http://127.0.0.1:{port}"
+    async with (httpx2.AsyncClient(headers=headers, timeout=60) as http,
+                Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client):
         basic = await client.call_tool("basic_search", {"query": f"{CANARY} {LATER}", "k": 5})
         local = await client.call_tool("local_search",
                                        {"query": f"Who runs {CANARY} Instruments?"})
         assert not basic.is_error and not local.is_error, text_of(basic) + text_of(local)
-        return text_of(basic) + text_of(local)
+        rest = await http.post(f"{url}/api/v1/basic_search",
+                               json={"query": f"{CANARY} {LATER}", "k": 5})
+        assert rest.status_code == 200, rest.text
+        body = {k: v for k, v in rest.json().items() if k != "query"}
+        return text_of(basic) + text_of(local) + json.dumps(body)
 
 
 async def writer_index(docs: Path, index: Path, uri: str) -> str:
@@ -122,11 +135,20 @@ async def writer_index(docs: Path, index: Path, uri: str) -> str:
 
 async def test_two_replicas_over_s3_follow_an_update_and_a_deletion_within_the_bound(
         tmp_path: Path, s3: str, bucket: str) -> None:
+    """Both serve MCP and the REST API; the second asks for bearer tokens from a token file in
+    its working folder (a replica has no documents folder: no warning about indexing it)."""
     docs, index = small_corpus(tmp_path), tmp_path / "index"
+    token = add_token(tmp_path / "tokens.jsonl", "alice")
     # The replicas start first (nothing is published yet: they answer so, and keep checking),
     # so their start-up overlaps the writer's first build.
-    replicas = [start_replica(bucket, s3, tmp_path / f"cache{i}", tmp_path / f"replica{i}.log")
-                for i in (1, 2)]
+    replicas = [start_replica(bucket, s3, tmp_path / "cache1", tmp_path / "replica1.log"),
+                start_replica(bucket, s3, tmp_path / "cache2", tmp_path / "replica2.log",
+                              "--tokens", "tokens.jsonl", cwd=tmp_path)]
+    tokens = {replicas[1][1]: token}
+
+    async def answers_on(port: int) -> str:
+        return await answers(port, tokens.get(port))
+
     try:
         out = await writer_index(docs, index, bucket)
         assert f"to {bucket} as manifest 1" in out
@@ -134,15 +156,23 @@ async def test_two_replicas_over_s3_follow_an_update_and_a_deletion_within_the_b
             wait_for_port(port, proc, timeout=60)
             assert wait_until(lambda p=port: health(p).get("ready"), timeout=30)
         for _, port in replicas:  # before: the canary is served, the later document is not
-            seen = await answers(port)
+            seen = await answers_on(port)
             assert CANARY in seen and LATER not in seen
+        guarded = f"http://127.0.0.1:{replicas[1][1]}"
+        async with httpx2.AsyncClient(timeout=10) as http:
+            assert (await http.post(f"{guarded}/api/v1/basic_search",
+                                    json={"query": CANARY})).status_code == 401
+            # Stateless sessions: no stream to open at GET, answered at once.
+            got = await http.get(f"http://127.0.0.1:{replicas[0][1]}/mcp",
+                                 headers={"Accept": "text/event-stream"})
+            assert got.status_code == 405 and got.headers["allow"] == "POST"
 
         # An update: a new supplier appears on both replicas.
         (docs / "suppliers" / "ostravel.md").write_text(LATER_DOC, encoding="utf-8")
         assert "as manifest 2" in await writer_index(docs, index, bucket)
         for _, port in replicas:
             assert wait_until(lambda p=port: health(p).get("manifest") == 2, timeout=BOUND_S + 4)
-            assert LATER in await answers(port)
+            assert LATER in await answers_on(port)
 
         # A deletion: gone from both within the bound. Each replica is asked once a second
         # from the moment the manifest is written, and must have stopped serving the
@@ -156,19 +186,21 @@ async def test_two_replicas_over_s3_follow_an_update_and_a_deletion_within_the_b
         pending = {port for _, port in replicas}
         while pending and time.monotonic() - published < BOUND_S + 4:
             for port in sorted(pending):
-                if CANARY not in await answers(port):
+                if CANARY not in await answers_on(port):
                     pending.discard(port)
             await anyio.sleep(0.2)
         assert not pending, f"replicas on {pending} still serve the deleted document"
         for _, port in replicas:
             assert wait_until(lambda p=port: health(p).get("manifest") == 4, timeout=BOUND_S)
-            seen = await answers(port)
+            seen = await answers_on(port)
             assert CANARY not in seen and LATER in seen
     finally:
         for proc, _ in replicas:
             proc.terminate()
             proc.wait(10)
     assert "now serves generation" in (tmp_path / "replica1.log").read_text()
+    second = (tmp_path / "replica2.log").read_text()
+    assert "bearer tokens required" in second and "inside the documents folder" not in second
 
 
 # ---- local folders, in-process replicas ----------------------------------------------------------
@@ -458,3 +490,31 @@ def test_the_database_is_published_as_a_page_patch_and_rebuilt_exactly(tmp_path:
     (Path(uri) / blob_path(db.patch)).write_bytes(b"tampered")
     with pytest.raises(ValueError, match="does not match its content"):
         materialize(location, second, tmp_path / "third-cache")
+
+
+def test_publishing_to_a_missing_bucket_or_a_dead_store_is_one_line(
+        tmp_path: Path, s3: str, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`canopy index --publish`, `watch --publish` and `publish` to a bucket that does not
+    exist: one line naming it, before any build; a store that does not answer: one line too."""
+    docs = small_corpus(tmp_path)
+    missing = f"s3://no-such-{uuid.uuid4().hex[:8]}/team-docs"
+    bucket_name = missing[len("s3://"):].split("/")[0]
+    expected = [f"Error: the bucket '{bucket_name}' of {missing} does not exist at {s3}: create "
+                f"it (for example `aws s3 mb s3://{bucket_name}`) or correct the URI"]
+    index_dir = tmp_path / "index"
+    runner = CliRunner()
+    for args in (["index", str(docs), "--index-dir", str(index_dir), "--publish", missing],
+                 ["watch", str(docs), "--index-dir", str(index_dir), "--publish", missing]):
+        result = runner.invoke(main, args)
+        assert (result.exit_code, result.output.splitlines()) == (1, expected), result.output
+    assert not (index_dir / "canopy.sqlite").exists()  # nothing was built first
+    build_index(open_workspace(docs, index_dir))
+    result = runner.invoke(main, ["publish", str(docs), "--index-dir", str(index_dir),
+                                  "--to", missing])
+    assert (result.exit_code, result.output.splitlines()) == (1, expected), result.output
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing there
+    result = runner.invoke(main, ["publish", str(docs), "--index-dir", str(index_dir),
+                                  "--to", bucket])
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith(f"Error: the object store of {bucket} failed: ")

@@ -66,8 +66,9 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     publish_uri = publish_uri or ws.settings.publish.uri
     on_revoked = None
     if publish_uri:
-        from canopy.server.publishing import revocation_publisher
+        from canopy.server.publishing import check_publish_target, revocation_publisher
 
+        check_publish_target(ws, publish_uri)  # a missing bucket: one line now, not after
         on_revoked = revocation_publisher(
             ws, publish_uri, lambda line: click.echo(f"canopy: {line}", err=True))
     plans = PlanLines()  # the plan and projection lines of a build that calls an LLM (stderr)

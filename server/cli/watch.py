@@ -30,8 +30,14 @@ def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: flo
     Example:
       canopy watch ~/team-docs --index-dir ~/.cache/canopy/team-docs
     """
-    from canopy.server.runtime import workspace_watcher
+    from canopy.server.runtime import open_workspace, workspace_watcher
 
+    ws = open_workspace(docs, index_dir, config)
+    target = publish_uri or ws.settings.publish.uri
+    if target:
+        from canopy.server.publishing import check_publish_target
+
+        check_publish_target(ws, target)  # a missing bucket: one line now, not per batch
     logging.getLogger("canopy").setLevel(logging.INFO)
     # Settings (and so the ACL policy) are re-read each batch: canopy.toml edits apply too.
     watcher = workspace_watcher(docs, index_dir, config, debounce=debounce,
