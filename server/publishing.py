@@ -40,10 +40,11 @@ log = logging.getLogger("canopy.publish")  # `canopy watch` shows canopy.* at IN
 
 
 def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False,
-                  defer_erasure: bool = False) -> PublishResult:
+                  defer_erasure: bool = False, label: str = "") -> PublishResult:
     """Publish the committed generation of `ws` to `uri` (default `[publish] uri`).
     `locked`: the caller already holds the writer lock. `defer_erasure`: the revocation
-    generation of an update, which publishes its own at once (canopy.publish.writer)."""
+    generation of an update, which publishes its own at once (canopy.publish.writer).
+    `label`: what the logged line starts with."""
     settings = ws.settings.publish
     target = uri or settings.uri
     if not target:
@@ -69,7 +70,7 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
                                     defer_erasure=defer_erasure)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    log.info("%s", describe_publish(result, target))
+    log.info("%s%s", label, describe_publish(result, target))
     return result
 
 
@@ -105,9 +106,10 @@ def revocation_publisher(ws: Workspace, uri: str | None,
     publishes again when it commits."""
     def publish_now() -> None:
         try:
-            result = publish_index(ws, uri, locked=True, defer_erasure=True)
+            first = "deletions and relabels first: "
+            result = publish_index(ws, uri, locked=True, defer_erasure=True, label=first)
             if report is not None:
-                report(f"deletions and relabels first: {describe_publish(result, uri or '')}")
+                report(first + describe_publish(result, uri or ""))
         except CanopyError as exc:  # written for people: no traceback
             log.error("publishing the revocation generation failed (%s); the update publishes "
                       "again when it commits", exc)
