@@ -133,6 +133,7 @@ class Run:
     seen: dict[str, dict[int, float]] = field(default_factory=dict)  # where -> k -> last seen
     scans: list[float] = field(default_factory=list)  # when each byte scan began
     seen_in_lance: set[int] = field(default_factory=set)
+    blob_tokens: dict[str, set[int]] = field(default_factory=dict)  # sha -> tokens it holds
     samples: list[dict[str, Any]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -201,7 +202,10 @@ def follow_manifests(run: Run, endpoint: str, bucket: str, cache: Path) -> None:
                 manifest = Manifest.model_validate_json(location.get(manifest_path(seq)))
                 folder, _ = materialize(location, manifest, cache)
                 db = sqlite3.connect(folder / "canopy.sqlite")
-                paths = {p for (p,) in db.execute("SELECT path FROM documents")}
+                # Documents alice may read (the replicas answer for her): a move into
+                # restricted/ is revoked when its labels change, before its path does.
+                paths = {p for p, labels in db.execute("SELECT path, labels FROM documents")
+                         if "restricted" not in json.loads(labels)}
                 db.close()
                 remove_generation(cache, seq)
                 ref = manifest.files["canopy.sqlite"]
@@ -210,7 +214,9 @@ def follow_manifests(run: Run, endpoint: str, bucket: str, cache: Path) -> None:
                         "seq": seq, "generation": manifest.generation,
                         "published_at": manifest.published_at, "paths": sorted(paths),
                         "database": "patch" if ref.patch else "whole",
-                        "files": len(manifest.files)}
+                        "files": len(manifest.files),
+                        "blobs": sorted({b for f in manifest.files.values()
+                                         for b in f.blobs()})}
         except FileNotFoundError:  # collected between the listing and the read
             pass
         except Exception as exc:  # noqa: BLE001 - a benchmark records and goes on
@@ -247,9 +253,11 @@ def scan_bytes(run: Run, endpoint: str, bucket: str, caches: list[Path]) -> None
                     except client.exceptions.NoSuchKey:  # collected since the listing
                         continue
                     known[key] = tokens_in(body)
-                    if "/blobs/" in key and not body.startswith((MAGIC, b"SQLite format 3")):
+                    if "/blobs/" in key:
                         with run.lock:
-                            run.seen_in_lance |= known[key]
+                            run.blob_tokens[key.rsplit("/", 1)[-1]] = known[key]
+                            if not body.startswith((MAGIC, b"SQLite format 3")):
+                                run.seen_in_lance |= known[key]
                 found["bucket"] |= known[key]
             for cache in caches:
                 for path in cache.rglob("*"):
@@ -381,8 +389,9 @@ def analyse(run: Run, args: argparse.Namespace, logs: dict[str, Path]) -> dict[s
         if gone is not None:
             row["publish_after_change_s"] = round(gone["published_at"] - c.removed_at, 2)
             for i in range(len(args.ports)):
-                probes = [(t, ok) for t, r, k, ok in run.probes if r == i and k == c.k]
-                held = [t for t, ok in probes if ok and t >= c.removed_at]
+                probes = [(t, ok) for t, r, k, ok in run.probes
+                          if r == i and k == c.k and t >= c.removed_at]
+                held = [t for t, ok in probes if ok]
                 last = max(held, default=None)
                 first_without = min((t for t, ok in probes
                                      if not ok and (last is None or t > last)), default=None)
@@ -398,8 +407,12 @@ def analyse(run: Run, args: argparse.Namespace, logs: dict[str, Path]) -> dict[s
                 # reported (an upper bound, 2 s resolution), from the deleting manifest and
                 # from the first manifest after it that re-based the database (the update's
                 # own, whose predecessors' copies are the ones collected grace_s later).
-                rebased = next((m for m in after if m["seq"] > gone["seq"]
-                                and m["database"] == "whole"), None)
+                # The first manifest none of whose files holds the token (every blob scanned):
+                # from its publish on, only superseded manifests name copies of it.
+                rebased = next((m for m in after if m["seq"] >= gone["seq"] and all(
+                    b in run.blob_tokens and c.k not in run.blob_tokens[b]
+                    for b in m["blobs"])), None)
+                row["clean_manifest"] = rebased and rebased["seq"]
                 for where in ("bucket", "caches"):
                     last_seen = run.seen.get(where, {}).get(c.k)
                     clear = next((t for t in run.scans if last_seen is not None
@@ -438,7 +451,8 @@ def analyse(run: Run, args: argparse.Namespace, logs: dict[str, Path]) -> dict[s
             "slope_second_half_mb_min": slope([p for p in points if half <= p[0] <= 2 * half])}
     live_found = {}
     for i in range(len(args.ports)):
-        hits = [ok for t, r, k, ok in run.probes if r == i and _live_and_published(run, k, t)]
+        hits = [ok for t, r, k, ok in run.probes
+                if r == i and _live_and_published(run, k, t, args.bound)]
         live_found[f"replica{i + 1}"] = (round(sum(hits) / len(hits), 3) if hits else None)
     delays = {f"replica{i + 1}": sorted(r[f"replica{i + 1}_delay_s"] for r in removed
                                          if f"replica{i + 1}_delay_s" in r)
@@ -454,13 +468,14 @@ def analyse(run: Run, args: argparse.Namespace, logs: dict[str, Path]) -> dict[s
             "canaries": len(run.canaries), "manifests": len(manifests)}
 
 
-def _live_and_published(run: Run, k: int, t: float) -> bool:
-    """Whether canary k was in the newest manifest at t - bound (so every replica serves it)."""
+def _live_and_published(run: Run, k: int, t: float, bound: float) -> bool:
+    """Whether canary k was in a manifest published by t - bound and not yet removed (so
+    every replica serves it)."""
     c = run.canaries[k]
     if c.removed_at is not None and t >= c.removed_at:
         return False
     published = [m for m in run.manifests.values() if c.path in m["paths"]]
-    return bool(published) and t >= min(m["published_at"] for m in published) + 30.0
+    return bool(published) and t >= min(m["published_at"] for m in published) + bound
 
 
 def _erasure(removed: list[dict[str, Any]], grace: float) -> dict[str, Any]:
@@ -555,7 +570,9 @@ def main() -> None:
         stop(moto)
     report = {"machine": machine(args.repo), "args": {k: (str(v) if isinstance(v, Path) else v)
                                                      for k, v in vars(args).items()},
-              **analyse(run, args, logs)}
+              **analyse(run, args, logs),
+              "raw": {"manifests": run.manifests, "samples": run.samples,
+                      "canaries": [vars(c) for c in run.canaries.values()]}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print_summary(report)
@@ -578,7 +595,8 @@ def print_summary(r: dict[str, Any]) -> None:
     print(f"answers holding a removed canary later than the bound: {len(r['violations'])}")
     e = r["erasure"]
     print(f"deleted text gone (grace_s {e['grace_s']:g}; the scan after the last that saw it, "
-          f"every 2 s), seconds after its deleting manifest / after the re-based manifest:")
+          f"every 2 s), seconds after its deleting manifest / after the first manifest none of "
+          f"whose files holds it:")
     for where in ("bucket", "caches"):
         print(f"  {where}: {e[f'{where}_clear_s']} / {e[f'{where}_clear_after_rebase_s']}")
     print(f"  deleted canaries never seen gone: {e['never_cleared']}")

@@ -240,7 +240,9 @@ class PublishSettings(BaseModel):
     grace_s: float = Field(
         600.0, ge=0, description="Seconds a superseded generation stays at the URI after a "
         "newer one is published (replicas still switching or answering from it), then the "
-        "writer deletes it and every file no kept generation names")
+        "writer deletes it and every file no kept generation names; replicas drop their "
+        "copies by then, so deleted text leaves every published and cached byte this long "
+        "after the first generation without it is published")
     poll_s: float = Field(
         2.0, gt=0, description="Replicas: seconds between checks for a newer generation")
     revocation_bound_s: float = Field(
