@@ -4,7 +4,10 @@ replica's switch cost, and the two designs not chosen, measured side by side.
 On moto's S3 server on 127.0.0.1 (started here), with N MultiHop-RAG articles indexed by the
 builtin provider:
 1. publish the first generation, then (after a one-article edit and an incremental update) the
-   second: time, files and bytes uploaded (content-addressed: unchanged files are not sent);
+   second, then (after one more article is added) the third: time, files and bytes uploaded
+   (content-addressed: unchanged files are not sent). The edit drops text (the edited unit's
+   old version), so its database goes whole, as a new base (canopy.publish.erasure); the
+   addition drops none, and its database goes as a page patch against that base;
 2. a replica's local copy of each generation (`canopy.publish.reader.materialize`): time and
    bytes downloaded;
 3. not chosen, the writer's LanceDB living on the object store: the indexer's writes to the
@@ -109,7 +112,10 @@ def main() -> None:
     out: dict[str, Any] = {"articles": args.articles, "machine": machine()}
     try:
         docs = work / "docs"
-        materialize_multihop(docs, args.articles)
+        materialize_multihop(docs, args.articles + 1)
+        added = sorted(docs.glob("*.md"))[-1]  # held back for the third generation
+        later = added.read_text(encoding="utf-8")
+        added.unlink()
         ws = open_workspace(docs, work / "index")
         began = time.perf_counter()
         build_index(ws)
@@ -127,21 +133,26 @@ def main() -> None:
         out["update_s"] = round(time.perf_counter() - began, 2)
         second = publish_index(ws, uri)
         m2 = newest_manifest(location)
-        assert m1 is not None and m2 is not None
+        added.write_text(later, encoding="utf-8")
+        build_index(ws)
+        third = publish_index(ws, uri)
+        m3 = newest_manifest(location)
+        assert m1 is not None and m2 is not None and m3 is not None
         cache = work / "replica"
-        began = time.perf_counter()
-        _, got1 = materialize(location, m1, cache)
-        load1 = time.perf_counter() - began
-        began = time.perf_counter()
-        _, got2 = materialize(location, m2, cache)
-        load2 = time.perf_counter() - began
+        loads = []
+        for m in (m1, m2, m3):
+            began = time.perf_counter()
+            _, got = materialize(location, m, cache)
+            loads.append((time.perf_counter() - began, got))
         out["publish"] = [
             {"what": name, "publish_s": round(r.elapsed_s, 3), "files": r.files,
-             "uploaded_files": r.uploaded_files, "uploaded_mb": round(r.uploaded_bytes / 1e6, 2),
+             "database": r.database, "uploaded_files": r.uploaded_files,
+             "uploaded_mb": round(r.uploaded_bytes / 1e6, 2),
              "total_mb": round(r.total_bytes / 1e6, 2), "replica_load_s": round(load, 3),
              "replica_download_mb": round(got / 1e6, 2)}
-            for name, r, load, got in (("first generation", first, load1, got1),
-                                       ("after a one-article edit", second, load2, got2))]
+            for name, r, (load, got) in zip(
+                ("first generation", "after a one-article edit", "after a one-article addition"),
+                (first, second, third), loads, strict=True)]
 
         # The designs not chosen: Lance on the object store, for the writer and for readers.
         source = lancedb.connect(str(ws.index_dir / "lance"))
@@ -162,10 +173,11 @@ def main() -> None:
 
     print(f"Published generations on moto S3 (127.0.0.1), {args.articles} MultiHop-RAG articles, "
           f"builtin provider (build {out['build_s']} s, update {out['update_s']} s)\n")
-    print("| publish | files | uploaded | of | publish s | replica download | replica load s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| publish | database | files | uploaded | of | publish s | replica download | "
+          "replica load s |")
+    print("|---|---|---|---|---|---|---|---|")
     for p in out["publish"]:
-        print(f"| {p['what']} | {p['files']} | {p['uploaded_files']} files, "
+        print(f"| {p['what']} | {p['database']} | {p['files']} | {p['uploaded_files']} files, "
               f"{p['uploaded_mb']} MB | {p['total_mb']} MB | {p['publish_s']} | "
               f"{p['replica_download_mb']} MB | {p['replica_load_s']} |")
     print("\n| not chosen | local files | on S3 | ratio |")

@@ -166,6 +166,9 @@ async def test_two_replicas_over_s3_follow_an_update_and_a_deletion_within_the_b
             got = await http.get(f"http://127.0.0.1:{replicas[0][1]}/mcp",
                                  headers={"Accept": "text/event-stream"})
             assert got.status_code == 405 and got.headers["allow"] == "POST"
+            web = await http.get(f"http://127.0.0.1:{replicas[0][1]}/ui/api/communities")
+            assert web.status_code == 200 and web.json()["index"] == "team-docs", web.text
+            assert web.json()["roots"]
 
         # An update: a new supplier appears on both replicas.
         (docs / "suppliers" / "ostravel.md").write_text(LATER_DOC, encoding="utf-8")
