@@ -51,12 +51,39 @@ __all__ = [
 CONFIG_FILENAME = "canopy.toml"
 INDEX_DIRNAME = ".canopy"
 
+# What other tools call an endpoint setting (Microsoft GraphRAG and LiteLLM: api_base; the
+# openai client: base_url): spelling matches alone would offer 'api_key' for 'api_base'.
+_SYNONYMS = {"api_base": "base_url", "base_uri": "base_url", "endpoint": "base_url",
+             "url": "base_url", "api_url": "base_url", "model_name": "model",
+             "deployment_name": "model"}
+
+
+def _endpoint_url(value: str | None) -> str | None:
+    """An endpoint URL as the openai client needs it: with its scheme (a bare host:port would be
+    read as a path, `InvalidUrlClientError: /11434/chat/completions`)."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if "://" not in value:
+        hint = value if value[:1] != "/" else "localhost" + value
+        raise ValueError(f"an endpoint URL needs its scheme: write 'http://{hint}' "
+                         "(or https://...)")
+    scheme = value.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise ValueError(f"an endpoint URL is http:// or https://, not {scheme}://")
+    return value
+
 
 class LLMSettings(BaseModel):
     base_url: str | None = Field(
         None, description="OpenAI-compatible endpoint; unset = builtin offline provider"
     )
     model: str = Field("gpt-4o-mini", description="Chat model name sent to the endpoint")
+
+    @field_validator("base_url")
+    @classmethod
+    def _has_scheme(cls, value: str | None) -> str | None:
+        return _endpoint_url(value)
     api_key: SecretStr | None = Field(
         None, description="API key (many local servers accept any value)"
     )
@@ -108,12 +135,17 @@ class EmbedSettings(BaseModel):
     model: str = Field(
         "text-embedding-3-small", description="Embedding model name sent to the endpoint"
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _has_scheme(cls, value: str | None) -> str | None:
+        return _endpoint_url(value)
     api_key: SecretStr | None = Field(
         None, description="API key of the embeddings endpoint (not taken from [llm])")
     builtin: Literal["hash", "wordllama"] = Field(
         "hash", description="The builtin embedder used when base_url is unset: hash (feature "
         "hashing of words, no dependency) or wordllama (static semantic word vectors, offline; "
-        "pip install 'canopy-graphrag[static]')")
+        "pip install 'wordllama>=0.4,<0.5')")
     dims: int = Field(384, ge=32, le=4096, description="Dimensions of the builtin hashing embedder")
     batch_size: int = Field(64, ge=1, le=2048, description="Texts per embeddings request")
     concurrency: int = Field(
@@ -518,8 +550,12 @@ def _check_prompts(settings: Settings, path: Path | None, docs_dir: Path | None)
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """"; did you mean 'x'?" for the closest of `known` to a mistyped `name`, else ""."""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    """"; did you mean 'x'?" for the closest of `known` to a mistyped `name` (or the name of
+    `known` that other tools give it, _SYNONYMS), else ""."""
+    known = list(known)
+    if _SYNONYMS.get(name.lower()) in known:
+        return f"; did you mean {_SYNONYMS[name.lower()]!r}?"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
@@ -569,6 +605,10 @@ def _invalid(exc: ValidationError, path: Path | None, table: dict[str, Any]) -> 
         loc = [str(p) for p in err["loc"]]
         key = ".".join(loc)
         env = "CANOPY_" + "__".join(loc).upper()
+        aliases = [name for name in _AliasEnvSource._ALIASES.get((loc[0], loc[-1]), ())
+                   if os.environ.get(name)] if len(loc) == 2 else []
+        if aliases and env not in os.environ:
+            env = aliases[0]  # the short name wins over the file (precedence above)
         if path is not None and loc and loc[0] in table and env not in os.environ:
             source = f"{path}: {key}"
         elif env in os.environ:
@@ -577,7 +617,7 @@ def _invalid(exc: ValidationError, path: Path | None, table: dict[str, Any]) -> 
             source = key
         got = f" (got {err['input']!r})" if "input" in err and not isinstance(
             err["input"], dict) else ""
-        parts.append(f"{source}: {err['msg']}{got}")
+        parts.append(f"{source}: {err['msg'].removeprefix('Value error, ')}{got}")
     return "; ".join(parts)
 
 

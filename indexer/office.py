@@ -13,6 +13,8 @@ import io
 import zipfile
 from dataclasses import dataclass
 
+from canopy.extras import install_hint
+
 __all__ = ["LimitExceeded", "Limits", "docx_text", "pdf_text"]
 
 
@@ -29,14 +31,14 @@ class LimitExceeded(Exception):
 
 
 class MissingDependency(Exception):
-    """The optional `docs` extra is not installed."""
+    """A loader's library (a dependency of Canopy) is missing from this environment."""
 
 
 def pdf_text(data: bytes, limits: Limits) -> str:
     try:
         from pypdf import PdfReader
     except ImportError as exc:
-        raise MissingDependency("PDF support needs `pip install canopy-graphrag[docs]`") from exc
+        raise MissingDependency(f"PDF support needs pypdf: {install_hint('pypdf')}") from exc
     reader = PdfReader(io.BytesIO(data))
     pages = len(reader.pages)
     if pages > limits.max_pages:
@@ -56,7 +58,8 @@ def docx_text(data: bytes, limits: Limits) -> str:
     try:
         import docx
     except ImportError as exc:
-        raise MissingDependency("DOCX support needs `pip install canopy-graphrag[docs]`") from exc
+        raise MissingDependency(
+            f"DOCX support needs python-docx: {install_hint('python-docx')}") from exc
     check_unpacked_size(data, limits.max_unpacked_bytes)
     paragraphs = docx.Document(io.BytesIO(data)).paragraphs
     if len(paragraphs) > limits.max_paragraphs:

@@ -20,6 +20,7 @@ message. Anything else is logged with its traceback on stderr and reaches the ag
 
 from __future__ import annotations
 
+import inspect
 import logging
 import textwrap
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,7 @@ from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -51,11 +53,12 @@ from canopy.server.first_build import ServiceSlot
 from canopy.server.results import CommunityCard, DrillResult, SearchResult
 from canopy.server.service import CanopyService, lane_for
 from canopy.server.status import IndexStatus, index_status, status_for_caller
+from canopy.server.tool_schemas import lean_input, lean_output
 from canopy.server.tool_text import drill_text, search_text, span_text, status_text
 from canopy.tokens import get_tokenizer
 
-__all__ = ["READ_ONLY", "FailureKind", "ToolFailure", "build_server", "damaged_message",
-           "report_pages", "run_stdio"]
+__all__ = ["READ_ONLY", "TOOL_RESULTS", "FailureKind", "ToolFailure", "build_server",
+           "damaged_message", "report_pages", "run_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,12 @@ LEVEL = Annotated[int | None, Field(
                 "more and narrower ones (index_status lists the levels). Omit for dynamic "
                 "selection, which descends only into communities relevant to the question")]
 DEFAULT_RESPONSE = "multiple paragraphs"
+
+# Each tool's structuredContent model (its listing publishes a trimmed schema of it).
+TOOL_RESULTS: dict[str, type[BaseModel]] = {
+    **dict.fromkeys(("search", "global_search", "local_search", "drift_search", "basic_search"),
+                    SearchResult),
+    "drill_down": DrillResult, "index_status": IndexStatus}
 
 
 def _version() -> str:
@@ -249,6 +258,8 @@ def build_server(
         auth_settings = AuthSettings(issuer_url=base, resource_server_url=f"{base}/mcp",
                                      validate_token_resource=False)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    slot = service if isinstance(service, ServiceSlot) else ServiceSlot(service)
+    gw = _Gateway(slot, principal_name)
     server = MCPServer(
         "canopy",
         title="Canopy",
@@ -257,16 +268,25 @@ def build_server(
         token_verifier=auth,
         auth=auth_settings if auth is not None else None,
         log_level=_LOG_LEVELS.get(level, "WARNING"),
+        tools=_search_tools(gw) + _navigation_tools(gw),
     )
-    slot = service if isinstance(service, ServiceSlot) else ServiceSlot(service)
-    gw = _Gateway(slot, principal_name)
-    _add_search_tools(server, gw)
-    _add_navigation(server, gw)
+    _add_resources(server, gw)
     return server
 
 
-def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
-    @server.tool(title="Search (routed)", annotations=READ_ONLY)
+def _tool(fn: Callable[..., Awaitable[CallToolResult]], title: str, output: type[BaseModel], *,
+          described: bool, nested: bool = False, name: str | None = None) -> Tool:
+    """`fn` as a read-only tool whose listing is lean (canopy.server.tool_schemas): its docstring
+    dedented, its argument schema without titles, its output schema trimmed. Results are still
+    validated against the whole `output` model before they leave."""
+    tool = Tool.from_function(fn, name=name, title=title, annotations=READ_ONLY,
+                              description=inspect.cleandoc(fn.__doc__ or ""))
+    tool.parameters = lean_input(tool.parameters)
+    tool.fn_metadata.output_schema = lean_output(output, described=described, nested=nested)
+    return tool
+
+
+def _search_tools(gw: _Gateway) -> list[Tool]:
     async def search(
         query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
     ) -> Annotated[CallToolResult, SearchResult]:
@@ -286,7 +306,6 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
             q, query, response_type=response_type))
         return _result(r, search_text(r))
 
-    @server.tool(title="Global search", annotations=READ_ONLY)
     async def global_search(
         query: QUERY,
         ctx: Context,
@@ -311,7 +330,6 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
             q, query, community_level=community_level, response_type=response_type))
         return _result(r, search_text(r))
 
-    @server.tool(title="Local search", annotations=READ_ONLY)
     async def local_search(
         query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
     ) -> Annotated[CallToolResult, SearchResult]:
@@ -328,7 +346,6 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
             q, query, response_type=response_type))
         return _result(r, search_text(r))
 
-    @server.tool(title="DRIFT search", annotations=READ_ONLY)
     async def drift_search(
         query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
     ) -> Annotated[CallToolResult, SearchResult]:
@@ -344,7 +361,6 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
             q, query, response_type=response_type))
         return _result(r, search_text(r))
 
-    @server.tool(title="Basic search", annotations=READ_ONLY)
     async def basic_search(
         query: QUERY,
         ctx: Context,
@@ -363,9 +379,15 @@ def _add_search_tools(server: MCPServer, gw: _Gateway) -> None:
             q, query, k=k, response_type=response_type))
         return _result(r, search_text(r))
 
+    # One result model for all five: its fields are described once, on `search`.
+    return [_tool(search, "Search (routed)", SearchResult, described=True, nested=True),
+            _tool(global_search, "Global search", SearchResult, described=False),
+            _tool(local_search, "Local search", SearchResult, described=False),
+            _tool(drift_search, "DRIFT search", SearchResult, described=False),
+            _tool(basic_search, "Basic search", SearchResult, described=False)]
 
-def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
-    @server.tool(title="Drill down", annotations=READ_ONLY)
+
+def _navigation_tools(gw: _Gateway) -> list[Tool]:
     async def drill_down(
         ctx: Context,
         community_id: Annotated[
@@ -423,7 +445,6 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
             offset=offset))
         return _result(r, drill_text(r))
 
-    @server.tool(name="index_status", title="Index status", annotations=READ_ONLY)
     async def index_status_tool() -> Annotated[CallToolResult, IndexStatus]:
         """Returns what the index holds: counts of documents, text units, entities, relationships,
         communities by level and reports, the provider, and skipped or failed items.
@@ -445,6 +466,13 @@ def _add_navigation(server: MCPServer, gw: _Gateway) -> None:
 
         st = await gw.call("index_status", None, status)
         return _result(st, status_text(st))
+
+    return [_tool(drill_down, "Drill down", DrillResult, described=True),
+            _tool(index_status_tool, "Index status", IndexStatus, described=True,
+                  name="index_status")]
+
+
+def _add_resources(server: MCPServer, gw: _Gateway) -> None:
 
     @server.resource("canopy://reports/{community_id}", name="report", title="Community report",
                      mime_type="text/markdown",

@@ -50,7 +50,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from canopy.server.mcp_app import FailureKind, ResourceFailure, ToolFailure
+from canopy.server.mcp_app import TOOL_RESULTS, FailureKind, ResourceFailure, ToolFailure
 
 __all__ = ["API_PREFIX", "ApiError", "mount_rest", "openapi_document"]
 
@@ -249,7 +249,8 @@ def _transport_security(host: str) -> TransportSecuritySettings | None:
 
 def openapi_document(tools: list[Tool], *, version: str, bearer: bool) -> dict[str, Any]:
     """OpenAPI 3.1 for `tools` as served by `mount_rest`: each request body is the tool's MCP
-    input schema, each 200 body its output schema; the models they share (`$defs`) become
+    input schema, each 200 body its result model's whole schema (the MCP listing publishes a
+    trimmed one, canopy.server.tool_schemas); the models they share (`$defs`) become
     components, so a client generator sees one SearchResult, not five."""
     schemas: dict[str, Any] = {}
 
@@ -279,8 +280,9 @@ def openapi_document(tools: list[Tool], *, version: str, bearer: bool) -> dict[s
     paths: dict[str, Any] = {}
     for tool in sorted(tools, key=lambda t: t.name):
         arguments = component(f"{tool.name}_arguments", tool.input_schema)
-        result = (component(str(tool.output_schema.get("title") or f"{tool.name}_result"),
-                            tool.output_schema) if tool.output_schema else None)
+        model = TOOL_RESULTS.get(tool.name)
+        result = (component(model.__name__, model.model_json_schema())
+                  if model is not None else None)
         operation = {
             "operationId": tool.name,
             "summary": tool.title or tool.name,

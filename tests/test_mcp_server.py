@@ -186,6 +186,37 @@ async def test_tools_are_listed_with_schemas_and_read_only_annotations(
         await check_listing(client)
 
 
+async def test_the_tool_listing_is_under_4k_tokens_with_dedented_descriptions(
+    mcp_server: MCPServer,
+) -> None:
+    """Hosts that forward tool schemas to the model pay for the listing on every turn: the
+    `tools/list` result as sent (compact JSON) stays under 4,000 o200k tokens (10,213 before
+    the output schemas were trimmed), with each tool's description intact and dedented, and
+    every tool's whole result model still behind it (the REST API publishes those)."""
+    from mcp.types import ListToolsResult
+
+    from canopy.server.mcp_app import TOOL_RESULTS
+    from canopy.tokens import get_tokenizer
+
+    async with Client(mcp_server) as client:
+        listing = await client.list_tools()
+    wire = ListToolsResult(tools=listing.tools).model_dump_json(by_alias=True, exclude_none=True)
+    tokens = get_tokenizer("o200k_base").count(wire)
+    print(f"tools/list: {len(wire):,} bytes, {tokens:,} o200k tokens")
+    assert tokens < 4000
+    for tool in listing.tools:
+        assert tool.description and not re.search(r"^[ \t]", tool.description, re.M), tool.name
+        assert "title" not in tool.input_schema, tool.name
+        assert not any("title" in p for p in tool.input_schema["properties"].values())
+        assert set(tool.output_schema["properties"]) == set(
+            TOOL_RESULTS[tool.name].model_fields), tool.name
+    # The search result's fields are described once, on `search`, nested fields named there.
+    search = next(t for t in listing.tools if t.name == "search").output_schema
+    assert "description" in search["properties"]["route"]
+    assert set(search["properties"]["citations"]["items"]["properties"]) == {
+        "kind", "id", "title", "document"}
+
+
 async def test_every_tool_answers_an_example_question_with_text_and_structured_content(
     mcp_server: MCPServer,
 ) -> None:

@@ -69,3 +69,30 @@ def test_the_checkout_finder_is_inert_in_an_installed_layout(tmp_path: Path) -> 
                          text=True, timeout=120, env={"PYTHONPATH": str(site), "PATH": ""})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["installed", "False"]
+
+
+def test_pdf_and_docx_load_with_the_default_install() -> None:
+    """PDF and DOCX are in Canopy's own dependencies (pypdf is pure Python, python-docx small),
+    not in an extra the Quick start does not install."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = {d.split(">")[0].split("[")[0].strip() for d in project["dependencies"]}
+    assert {"pypdf", "python-docx"} <= names
+
+
+def test_install_hints_name_the_package_itself_at_the_declared_version() -> None:
+    """`pip install 'canopy-graphrag[x]'` resolves nowhere (no registry has the name); a hint
+    names the package and the version pyproject asks for, which works from a checkout and from
+    a wheel alike."""
+    from canopy.distributed.cluster import INSTALL_HINT
+    from canopy.extras import install_hint
+    from canopy.providers.builtin.static import MISSING
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    assert INSTALL_HINT == f"pip install '{extras['ray'][0]}'"
+    assert MISSING.endswith(f"pip install '{extras['static'][0]}'")
+    assert install_hint("pypdf", "python-docx") == "pip install 'pypdf>=4' 'python-docx>=1.1'"
+    sources = [p.read_text(encoding="utf-8") for folder in ("canopy", "server", "indexer", "acl")
+               for p in (REPO / folder).rglob("*.py")]
+    assert not any("pip install 'canopy-graphrag[" in s or "pip install canopy-graphrag[" in s
+                   for s in sources)

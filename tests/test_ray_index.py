@@ -339,7 +339,7 @@ def test_without_ray_installed_the_option_says_how_to_get_it(
     result = CliRunner().invoke(main, ["index", str(example_docs), "--ray", "auto"])
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "Error: --ray needs Ray, which is not installed: pip install 'canopy-graphrag[ray]'"]
+        "Error: --ray needs Ray, which is not installed: pip install 'ray[client]>=2.60'"]
 
 
 def test_workers_running_other_canopy_code_are_refused(ray_cluster: Any) -> None:

@@ -29,7 +29,7 @@ from mcp.server import MCPServer
 from openapi_spec_validator import validate
 
 from canopy.server.first_build import ServiceSlot
-from canopy.server.mcp_app import build_server
+from canopy.server.mcp_app import TOOL_RESULTS, build_server
 from canopy.server.rest import API_PREFIX, mount_rest
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
@@ -249,8 +249,9 @@ async def test_the_openapi_document_is_valid_and_is_the_tools_own_schemas(served
         arguments = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         assert schemas[arguments.rsplit("/", 1)[1]] == tool.input_schema  # no $defs in inputs
         result = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
-        out = json.loads(json.dumps(tool.output_schema).replace("#/$defs/",
-                                                                "#/components/schemas/"))
+        # the whole result model, not the trimmed schema of the MCP listing
+        model = TOOL_RESULTS[tool.name].model_json_schema()
+        out = json.loads(json.dumps(model).replace("#/$defs/", "#/components/schemas/"))
         for name, definition in out.pop("$defs", {}).items():
             assert schemas[name] == definition
         assert schemas[result.rsplit("/", 1)[1]] == out

@@ -27,6 +27,13 @@ def _with(tmp_path: Path, toml: str) -> Path:
     ("[chunking]\nchunk_tokens = 'many'\n", "chunking.chunk_tokens: Input should be a valid "
      "integer"),
     ("[chunking\nchunk_tokens = 600\n", "not valid TOML: Expected ']'"),
+    # GraphRAG's name for the endpoint: the spelling alone would suggest 'api_key'
+    ("[llm]\napi_base = 'http://localhost:11434/v1'\n",
+     "unknown key 'llm.api_base'; did you mean 'base_url'?"),
+    ("[llm]\nbase_url = 'localhost:11434/v1'\n", "llm.base_url: an endpoint URL needs its "
+     "scheme: write 'http://localhost:11434/v1' (or https://...) (got 'localhost:11434/v1')"),
+    ("[embed]\nbase_url = 'ftp://host/v1'\n", "embed.base_url: an endpoint URL is http:// or "
+     "https://, not ftp://"),
 ])
 def test_a_bad_settings_file_is_named_with_its_key_and_what_is_allowed(
         tmp_path: Path, toml: str, expected: str) -> None:
@@ -54,6 +61,17 @@ def test_a_bad_environment_variable_is_named(tmp_path: Path,
     with pytest.raises(ConfigError, match=r"^environment variable CANOPY_CHUNKNG__CHUNK_TOKENS: "
                                           r"unknown key \[chunkng\]; did you mean 'chunking'\?"):
         load_settings(tmp_path)
+
+
+def test_an_endpoint_url_without_scheme_in_the_environment_is_one_line_naming_the_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.md").write_text("# A\n\nText.\n", encoding="utf-8")
+    monkeypatch.setenv("CANOPY_LLM_BASE_URL", "127.0.0.1:11434/v1")
+    result = CliRunner().invoke(main, ["index", str(tmp_path)])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert result.output.strip().splitlines() == [
+        "Error: environment variable CANOPY_LLM_BASE_URL: an endpoint URL needs its scheme: "
+        "write 'http://127.0.0.1:11434/v1' (or https://...) (got '127.0.0.1:11434/v1')"]
 
 
 def test_valid_files_still_load(tmp_path: Path) -> None:

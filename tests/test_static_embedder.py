@@ -56,7 +56,7 @@ def test_a_missing_package_is_one_line_saying_what_to_install(
     with pytest.raises(ConfigError) as info:
         make_embedder(_wordllama())
     assert str(info.value) == static.MISSING
-    assert "\n" not in static.MISSING and "pip install 'canopy-graphrag[static]'" in static.MISSING
+    assert "\n" not in static.MISSING and "pip install 'wordllama>=0.4,<0.5'" in static.MISSING
     # the command line shows it as its one-line error
     monkeypatch.setenv("CANOPY_EMBED__BUILTIN", "wordllama")
     done = CliRunner().invoke(main, ["index", str(EXAMPLES), "--index-dir",

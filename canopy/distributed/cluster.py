@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from canopy.errors import ConfigError
+from canopy.extras import install_hint
 
 if TYPE_CHECKING:
     from canopy.distributed.remote_endpoint import EndpointPool
@@ -38,7 +39,7 @@ __all__ = ["RayExecutor", "RayStats", "code_fingerprint", "connect_ray"]
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'canopy-graphrag[ray]'"
+INSTALL_HINT = install_hint("ray")
 # Ray's switch for single-node clusters (meant for Windows and macOS): "0" keeps every Ray
 # process of the node on 127.0.0.1.
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"

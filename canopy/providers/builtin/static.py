@@ -1,6 +1,6 @@
 """An optional offline semantic embedder: WordLlama's static token embeddings, mean-pooled.
 
-`[embed] builtin = "wordllama"` with `pip install 'canopy-graphrag[static]'`. WordLlama
+`[embed] builtin = "wordllama"` with `pip install 'wordllama>=0.4,<0.5'`. WordLlama
 (https://github.com/dleemiller/WordLlama) ships its default model in its wheel (about 19 MB, no
 torch): a 32,000-token Llama-2 vocabulary with a 256-dimension vector per token, trained so
 that the mean of a text's token vectors is a sentence embedding. Loading takes a fraction of a
@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from canopy.errors import ConfigError
+from canopy.extras import install_hint
 
 __all__ = ["MISSING", "WordLlamaEmbedder", "load_wordllama"]
 
 MISSING = ("[embed] builtin = \"wordllama\" needs the wordllama package: "
-           "pip install 'canopy-graphrag[static]'")
+           + install_hint("wordllama"))
 
 _CONFIG = "l2_supercat"
 _DIMS = 256
@@ -82,7 +83,7 @@ def load_wordllama() -> _Model:
         except (FileNotFoundError, OSError, ValueError) as exc:
             raise ConfigError(f"[embed] builtin = \"wordllama\": the installed wordllama has no "
                               f"usable {_CONFIG} model ({exc}); reinstall it with "
-                              "pip install 'canopy-graphrag[static]'") from None
+                              + install_hint("wordllama")) from None
         tokenizer = inference.tokenizer
         tokenizer.no_padding()
         tokenizer.no_truncation()
