@@ -1,10 +1,10 @@
 """Install hints for optional packages that name a command that works.
 
 An extra such as `canopy-graphrag[ray]` installs only where that name resolves, and no registry
-has it: from a checkout or a wheel the command fails. What always works is installing the package itself, at the
-version Canopy asks for: `pip install 'ray[client]>=2.60'`. The requirement comes from the
-checkout's pyproject.toml when running from one, else from the installed distribution's
-metadata, so a hint never drifts from what the project declares.
+has it: from a checkout or a wheel the command fails. What always works is installing the
+package itself, at the version Canopy asks for: `pip install 'ray[client]>=2.60'`. The
+requirement comes from the checkout's pyproject.toml when running from one, else from the
+installed distribution's metadata, so a hint never drifts from what the project declares.
 """
 
 from __future__ import annotations

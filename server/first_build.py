@@ -115,7 +115,7 @@ class ServiceSlot:
     def _build(self, open_service: Callable[[], CanopyService], ws: Workspace) -> None:
         try:
             result = build_index(ws, progress=self._progress)
-            log.warning("first index of %s built: %d documents in %.1f s", ws.docs_dir,
+            log.info("first index of %s built: %d documents in %.1f s", ws.docs_dir,
                         result.stats.get("documents", 0), result.elapsed_s)
             self._service = open_service()
         except CanopyError as exc:

@@ -82,7 +82,7 @@ class FirstBuild:
             except Exception:  # the workers keep answering "building"; the log says why
                 log.exception("the first index build of %s failed", self.ws.docs_dir)
                 return
-            log.warning("first index of %s built: %d documents in %.1f s", self.ws.docs_dir,
+            log.info("first index of %s built: %d documents in %.1f s", self.ws.docs_dir,
                         result.stats.get("documents", 0), result.elapsed_s)
             self.after()
 

@@ -6,9 +6,9 @@ the same on every run, and stable when unrelated documents are added."""
 
 from __future__ import annotations
 
-import hashlib
-
+from canopy.ids import content_hash
 from canopy.indexer.chunking import chunk_document
+from canopy.indexer.forecast import sample_key
 from canopy.indexer.loaders import LoadedDocument, scan_folder
 from canopy.model import TextUnit
 from canopy.server.runtime import Workspace
@@ -24,12 +24,15 @@ def corpus_units(ws: Workspace) -> tuple[list[LoadedDocument], list[TextUnit]]:
     tok = get_tokenizer(settings.chunking.encoding)
     docs = [d for d in scan_folder(ws.docs_dir, settings.input, ws.index_dir)
             if isinstance(d, LoadedDocument)]
+    # Ids as a first build gives them (canopy.indexer.stages.documents: a new path's document
+    # id), so the sample is the units a build's projection is made from.
     units = [u for d in docs for u in chunk_document(
-        d.path, d.text, tok, max_tokens=settings.chunking.chunk_tokens,
+        "doc-" + content_hash(d.path), d.text, tok, max_tokens=settings.chunking.chunk_tokens,
         overlap=settings.chunking.overlap_tokens)]
     return docs, units
 
 
 def spread_sample(units: list[TextUnit], n: int) -> list[TextUnit]:
-    """`n` (at least one) of `units`, by a hash of their ids."""
-    return sorted(units, key=lambda u: hashlib.sha256(u.id.encode("utf-8")).hexdigest())[:max(1, n)]
+    """`n` (at least one) of `units`, by a hash of their ids: the units a build's projection is
+    made from (canopy.indexer.forecast)."""
+    return sorted(units, key=lambda u: sample_key(u.id))[:max(1, n)]

@@ -34,13 +34,21 @@ def _number(text: str) -> int:
 
 def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_real_counts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import canopy.indexer.forecast
+
+    # The projection waits for the estimate's sample (40 units): on this 18-unit corpus, 8
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES, docs)
+    monkeypatch.setattr(canopy.indexer.forecast, "DEFAULT_SAMPLE", 8)
     index = ["index", str(docs), "--index-dir", str(tmp_path / "idx")]
     with FakeOpenAI() as fake:
         monkeypatch.setenv("CANOPY_LLM_BASE_URL", fake.base_url)
         monkeypatch.setenv("CANOPY_LLM_MODEL", "fake-model")
         monkeypatch.setenv("CANOPY_EXTRACT__MAX_GLEANINGS", "2")
+        estimate = CliRunner().invoke(main, [*index, "--estimate", "--sample", "8", "--json"])
+        assert estimate.exit_code == 0, estimate.output
+        estimated = {t["task"]: t["calls"] for t in json.loads(estimate.stdout)["tasks"]}
+        fake.reset()
         first = CliRunner().invoke(main, [*index, "--json"])
         assert first.exit_code == 0, first.output
         usage = json.loads(first.stdout)["llm_usage"]
@@ -56,14 +64,25 @@ def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_rea
         assert glean_low <= usage["glean"]["calls"] == asked["glean"] <= glean_high
         # said before the first request: ahead of the extraction progress lines
         assert first.stderr.index("plan: ") < first.stderr.index("extract: 18 to do")
+        # the merge stage says what it merges, and that it is done
+        merge = re.search(r"^merge: (\d+) to do$", first.stderr, re.MULTILINE)
+        assert merge and f"merge: {merge[1]}/{merge[1]} (100%)" in first.stderr
+        assert "summarize:" not in first.stderr
 
         projection = PROJECTION.search(first.stderr)
         assert projection, first.stderr
         sample, total, p_extract, p_glean, p_summ, p_report, p_all = map(_number,
                                                                          projection.groups())
-        assert (sample, total) == (checkpoint(18), 18) and sample < total  # a real projection
-        assert p_extract == units
+        assert (sample, total) == (checkpoint(18), 18) == (8, 18)  # a real projection
+        assert p_extract == units == estimated["extract"]
         assert abs(p_glean - usage["glean"]["calls"]) <= units // 4
+        # the estimate's method on the estimate's sample: the same summaries; reports within
+        # 30% (the sample's communities are counted from its extractions, where the estimate
+        # builds them: 45 against 41 here, which the power law widens to 81 against 63; the
+        # build made 66); the total within 10%
+        assert p_summ == estimated["summarize"]
+        assert abs(p_report - estimated["report"]) <= max(2, estimated["report"] * 3 // 10)
+        assert abs(p_all - sum(estimated.values())) <= sum(estimated.values()) // 10
         # a projection from 8 units: the right order of magnitude, not the count
         for projected, real in ((p_summ, usage["summarize"]["calls"]),
                                 (p_report, usage["report"]["calls"])):
@@ -122,29 +141,47 @@ def test_summaries_count_elements_with_several_distinct_descriptions() -> None:
     assert summaries([one, other]) == 3
 
 
-def test_the_projection_waits_for_the_first_units_in_feed_order() -> None:
-    assert [checkpoint(n) for n in (1, 5, 18, 100, 150, 800, 10_000)] == [1, 5, 8, 10, 15, 20, 20]
+def test_the_projection_waits_for_the_estimate_s_sample_in_feed_order() -> None:
+    assert [checkpoint(n) for n in (1, 5, 18, 40, 100, 10_000)] == [1, 5, 18, 40, 40, 40]
     events: list[object] = []
-    ids = [f"u{i:02d}" for i in range(18)]
+    ids = [f"u{i:02d}" for i in range(90)]
     clock = iter([0.0, 10.0, 10.0])
     forecast = Forecast(ids, Settings(llm={"base_url": "http://x", "model": "m"}), dict,
                         events.append, clock=lambda: next(clock))
     forecast.start()
-    assert events == [ExtractionPlan(18, 1, "m")]
-    for uid in reversed(ids[4:12]):  # the sample is u00-u07: half of it, and later units
+    assert events == [ExtractionPlan(90, 1, "m")]
+    for uid in reversed(ids[20:60]):  # the sample is u00-u39: half of it, and later units
         forecast.finished(uid, _extraction(uid, ["A", "B"], uid))
     assert len(events) == 1
-    for uid in ids[:4]:  # the rest of the sample
+    for uid in ids[:20]:  # the rest of the sample
         forecast.finished(uid, _extraction(uid, ["A", "B"], uid))
     assert len(events) == 2 and isinstance(events[1], Projection)
     p = events[1]
-    assert (p.sample_units, p.units, p.calls["extract"], p.calls["glean"]) == (8, 18, 18, 18)
+    assert (p.sample_units, p.units, p.calls["extract"], p.calls["glean"]) == (40, 90, 90, 90)
     # A, B and A-B have several descriptions in both halves: no growth to fit, so the flattest
     # power law the estimate allows (exponent 0.5) scales them
-    assert p.calls["summarize"] == round(3 * (18 / 8) ** 0.5)
+    assert p.calls["summarize"] == round(3 * (90 / 40) ** 0.5)
     assert p.eta_s is None  # no request went out (usage is empty): no time left to say
-    forecast.finished("u17", None)
+    forecast.finished("u89", None)
     assert len(events) == 2  # said once
+
+
+def test_the_projection_scales_by_tokens_as_the_estimate_does() -> None:
+    """Units of unequal length: the sample's share of the build is its share of the tokens."""
+    events: list[object] = []
+    ids = [f"u{i:02d}" for i in range(4)]
+    tokens = {"u00": 100, "u01": 100, "u02": 600, "u03": 1200}
+    forecast = Forecast(ids, Settings(llm={"base_url": "http://x", "model": "m"}), dict,
+                        events.append, tokens=tokens)
+    forecast.start()
+    # with 4 units the sample is all of them: measured on u00 (the half) and on all four
+    forecast.finished("u00", _extraction("u00", ["A", "B"], "one"))
+    forecast.finished("u01", _extraction("u01", ["A", "B"], "two"))
+    forecast.finished("u02", _extraction("u02", ["C"], "three"))
+    forecast.finished("u03", _extraction("u03", ["D"], "four"))
+    p = events[1]
+    assert isinstance(p, Projection) and p.calls["summarize"] == summaries(
+        [_extraction("u00", ["A", "B"], "one"), _extraction("u01", ["A", "B"], "two")])
 
 
 def test_the_plan_line_gives_exact_extraction_and_a_gleaning_range() -> None:

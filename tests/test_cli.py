@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -200,6 +202,7 @@ def test_a_restricted_caller_is_not_told_what_types_the_folder_holds(tmp_path: P
 def test_ctrl_c_says_what_was_kept_and_how_to_resume(
         example_docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import canopy.server.runtime
+    from canopy.health import DB_NAME
 
     runner = CliRunner()
     index_dir = tmp_path / "idx"
@@ -208,17 +211,23 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
+    config = tmp_path / "settings.toml"
+    config.write_text("[chunking]\nchunk_tokens = 600\n", encoding="utf-8")
     monkeypatch.setattr(canopy.server.runtime, "build_index", interrupted)
-    first = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir)])
+    given = ["index", str(example_docs), "--index-dir", str(index_dir), "--config", str(config)]
+    first = runner.invoke(main, given)
     assert first.exit_code == 1
+    resume = f"canopy index {example_docs} --index-dir {index_dir} --config {config}"
     assert first.output.strip() == (
         "Error: interrupted: no index has been committed yet. Extractions and LLM responses "
-        f"finished so far are saved; `canopy index {example_docs}` resumes without redoing them.")
+        f"finished so far are saved; `{resume}` resumes without redoing them.")
+    # the hint, followed as printed, builds the index the interrupted run was building
     monkeypatch.setattr(canopy.server.runtime, "build_index", real)
-    assert runner.invoke(main, ["index", str(example_docs), "--index-dir",
-                                str(index_dir)]).exit_code == 0
+    hinted = shlex.split(resume)[1:]
+    assert hinted == given and runner.invoke(main, hinted).exit_code == 0
+    assert (index_dir / DB_NAME).exists() and not (example_docs / ".canopy").exists()
     monkeypatch.setattr(canopy.server.runtime, "build_index", interrupted)
-    again = runner.invoke(main, ["index", str(example_docs), "--index-dir", str(index_dir)])
+    again = runner.invoke(main, given)
     assert "the index still answers from generation 1, its last commit" in again.output
 
 
@@ -303,7 +312,8 @@ def test_status_of_an_interrupted_first_build_says_how_to_resume(example_docs: P
     assert out.exit_code == 0
     assert out.output.strip() == (
         f"Index {index_dir}: nothing committed yet. A first build that was interrupted resumes "
-        f"with `canopy index {example_docs}`, keeping the extractions it saved.")
+        f"with `canopy index {example_docs} --index-dir {index_dir}`, keeping the extractions "
+        "it saved.")
 
 
 def test_eval_scores_each_tool_on_questions_with_gold_documents(
@@ -446,3 +456,35 @@ def test_index_full_after_an_embedder_of_another_width_rebuilds_and_search_works
     lance = lancedb.connect(str(docs / ".canopy" / "lance"))
     for name in lance.list_tables().tables:  # every table holds the new width
         assert lance.open_table(name).schema.field("vector").type.list_size == 384, name
+
+
+def test_serve_on_a_busy_port_says_so_in_one_line_before_printing_any_url(
+        example_docs: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = CliRunner().invoke(main, ["serve", str(example_docs), "--index-dir",
+                                         str(tmp_path / "idx"), "--http", "--port", str(port)])
+    assert done.exit_code == 1
+    assert done.output.splitlines() == [
+        f"Error: cannot listen on 127.0.0.1:{port}: Address already in use. Stop what listens "
+        "there or pass --port N (or CANOPY_PORT)"]
+    assert not (tmp_path / "idx").exists()  # nothing was built for a server that cannot start
+
+
+def test_extraction_progress_never_reads_done_before_the_endpoint_cannot_be_reached(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.net import free_port
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    monkeypatch.setenv("CANOPY_LLM_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")  # nobody
+    monkeypatch.setenv("CANOPY_LLM__MAX_RETRIES", "0")
+    done = CliRunner().invoke(main, ["index", str(docs), "--index-dir", str(tmp_path / "idx")])
+    assert done.exit_code == 1
+    assert "cannot be reached" in done.output.splitlines()[-1]
+    units = int(re.search(r"^extract: (\d+) to do$", done.stderr, re.M)[1])  # type: ignore[index]
+    assert f"extract: {units}/{units}" not in done.stderr

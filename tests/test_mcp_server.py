@@ -541,7 +541,11 @@ async def test_the_http_server_builds_a_missing_index_then_answers_every_tool(
         await check_listing(client)
         await _after_first_build(client, "basic_search", {"query": "Kestrel", "k": 3})
         await check_every_tool(client, documents=6)
-    assert "serving now, building it meanwhile" in log_path.read_text()
+    log = log_path.read_text()
+    assert "serving now, building it meanwhile" in log
+    # a first build that succeeded is news, not a warning
+    assert re.search(r"^INFO canopy\.server\.first_build: first index of .* built", log, re.M)
+    assert not re.search(r"^WARNING .*first index", log, re.M)
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -119,6 +119,11 @@ class GraphReads:
         rows = self._rows(f"SELECT * FROM {self.t.text_units} WHERE id {_IN}", _ids(ids))
         return {r[0]: UnitRow.of(r) for r in rows}
 
+    def unit_tokens(self, ids: Iterable[str]) -> dict[str, int]:
+        """Token count of each unit among `ids` (the build's projection scales by tokens)."""
+        sql = f"SELECT id, n_tokens FROM {self.t.text_units} WHERE id {_IN}"
+        return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
+
     def unit_acl(self, ids: Iterable[str]) -> dict[str, int]:
         """ACL class of each live unit among `ids` (absent: not live)."""
         sql = f"SELECT id, acl FROM {self.t.text_units} WHERE id {_IN}"

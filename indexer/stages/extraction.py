@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from canopy.errors import EndpointUnavailable, ProviderError
-from canopy.indexer.forecast import Forecast
+from canopy.indexer.forecast import Forecast, sample_key
 from canopy.indexer.stages.context import Build
 from canopy.model import Extraction, TextUnit, UnitFailure
 from canopy.providers.base import BatchExtractor
@@ -43,11 +43,17 @@ class ExtractOutcome:
 
 async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
     """Extract these units (ids of units in the new generation), `concurrency` at a time."""
-    todo = sorted(set(unit_ids))
+    # The estimate's sample order (canopy.indexer.forecast): its first units are the sample the
+    # projection is made from, as soon as they are in.
+    todo = sorted(set(unit_ids), key=sample_key)
     out = ExtractOutcome()
     forecast = None
     if b.on_plan is not None and b.settings.llm.enabled and todo:  # the builtin provider: no calls
-        forecast = Forecast(todo, b.settings, b.provider.usage, b.on_plan, fresh=b.full)
+        tokens: dict[str, int] = {}
+        for start in range(0, len(todo), _BATCH * 16):
+            tokens.update(b.reads.unit_tokens(todo[start:start + _BATCH * 16]))
+        forecast = Forecast(todo, b.settings, b.provider.usage, b.on_plan, fresh=b.full,
+                            tokens=tokens)
         forecast.start()
     advance = b.progress("extract", len(todo))
     x = b.settings.extract
@@ -65,7 +71,10 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
             if len(done) >= (1 if b.settings.llm.enabled else _SAVE_EVERY):
                 b.store.save_extractions(done)
                 done.clear()
-        advance(1)
+        if not isinstance(exc, EndpointUnavailable):
+            # A unit the endpoint never answered is not done (the next run retries it): the
+            # progress must not read 100% before "the endpoint cannot be reached".
+            advance(1)
         if forecast is not None:
             forecast.finished(unit.id, ex)
 

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from canopy.settings import AclSettings
 
 __all__ = ["CONFIG", "DISTRIBUTION", "DOCS", "INDEX_DIR", "STARTED", "CanopyGroup",
-           "canopy_version", "check_principal", "describe_batch", "duration", "tqdm_progress"]
+           "canopy_version", "check_principal", "describe_batch", "duration", "index_command",
+           "tqdm_progress"]
 
 STARTED = time.perf_counter()  # when the CLI's modules loaded: `canopy demo` times from here
 DISTRIBUTION = "canopy-graphrag"  # the name in pyproject.toml, which `canopy --version` reports
@@ -36,6 +37,20 @@ INDEX_DIR = click.option("--index-dir", type=click.Path(file_okay=False, path_ty
 CONFIG = click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
                       envvar="CANOPY_CONFIG",
                       help="Settings file (default: DOCS/canopy.toml if present).")
+
+
+def index_command(docs: Path, index_dir: Path | None, config: Path | None) -> str:
+    """The `canopy index` command line that resumes or updates this very index: the folder, and
+    the --index-dir and --config the command was given (without them it would build another
+    index beside DOCS and ignore the saved work)."""
+    import shlex
+
+    words = ["canopy", "index", str(docs)]
+    if index_dir is not None:
+        words += ["--index-dir", str(index_dir)]
+    if config is not None:
+        words += ["--config", str(config)]
+    return shlex.join(words)
 
 
 def check_principal(acl: AclSettings, name: str | None) -> None:

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 import click
 
 from canopy.server.cli.build_plan import PlanLines, calls_line
-from canopy.server.cli.common import CONFIG, DOCS, INDEX_DIR, duration, tqdm_progress
+from canopy.server.cli.common import (
+    CONFIG,
+    DOCS,
+    INDEX_DIR,
+    duration,
+    index_command,
+    tqdm_progress,
+)
 
 if TYPE_CHECKING:
     from canopy.server.runtime import Workspace
@@ -81,7 +88,8 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
         result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline,
                              on_revoked=on_revoked, on_plan=plans, ray=cluster)
     except KeyboardInterrupt:
-        raise click.ClickException(_interrupted(ws.index_dir, docs)) from None
+        raise click.ClickException(
+            _interrupted(ws.index_dir, index_command(docs, index_dir, config))) from None
     finally:
         if cluster is not None:
             cluster.close()
@@ -187,7 +195,7 @@ def _print_estimate(ws: Workspace, docs: Path, sample: int, as_json: bool) -> No
                f"{est.spent_calls:,} calls (two samples, half and whole) were real.")
 
 
-def _interrupted(index_dir: Path, docs: Path) -> str:
+def _interrupted(index_dir: Path, resume: str) -> str:
     """What Ctrl-C kept: the last committed generation, and every extraction already saved."""
     from canopy.health import check_database
 
@@ -199,7 +207,7 @@ def _interrupted(index_dir: Path, docs: Path) -> str:
     kept = (f"the index still answers from generation {generation}, its last commit"
             if generation else "no index has been committed yet")
     return (f"interrupted: {kept}. Extractions and LLM responses finished so far are saved; "
-            f"`canopy index {docs}` resumes without redoing them.")
+            f"`{resume}` resumes without redoing them.")
 
 
 @click.command()
@@ -232,7 +240,8 @@ def status(docs: Path, index_dir: Path | None, config: Path | None, as_json: boo
         return
     if st.generation == 0:
         click.echo(f"Index {st.index_dir}: nothing committed yet. A first build that was "
-                   f"interrupted resumes with `canopy index {docs}`, keeping the extractions "
+                   f"interrupted resumes with `{index_command(docs, index_dir, config)}`, "
+                   "keeping the extractions "
                    "it saved.")
         return
     configured = ("builtin (offline, no LLM endpoint configured)" if st.provider == "builtin"

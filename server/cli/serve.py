@@ -23,6 +23,7 @@ from canopy.server.cli.common import (
     INDEX_DIR,
     check_principal,
     describe_batch,
+    index_command,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +129,8 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
                         docs, host, principal or "the local user")
     if verifier is None:  # the caller is --principal (HTTP callers are named by their tokens)
         check_principal(ws.settings.acl, principal)
+    if use_http:  # before printing where it serves, and before any build starts
+        _check_port_free(host, port)
     fresh = not index_committed(ws.index_dir)  # none yet, or a first build that never committed
     # A server answers at once, also on a folder with no index: the first build runs behind
     # it (canopy.server.first_build) and the watcher starts once that build has committed.
@@ -141,6 +144,11 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
     if fresh:
         click.echo(f"No index at {ws.index_dir} yet: serving now, building it meanwhile "
                    "(tools answer with its progress until it commits).", err=True)
+        # "first index of DOCS built" is news, not a warning: an INFO line, shown (as the
+        # watcher's are) whatever -v says
+        for name in ("canopy.server.first_build", "canopy.server.http"):
+            logging.getLogger(name).setLevel(min(logging.INFO,
+                                                 logging.getLogger().getEffectiveLevel()))
     try:
         if use_http:
             from canopy.server.http import FirstBuild
@@ -188,14 +196,31 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
             if slot.building:  # the host closed stdin (went away) before the build committed
                 click.echo(f"The client went away during the first build of {docs} "
                            f"({slot.progress()}): stopping it. What it saved is kept: "
-                           f"`canopy index {docs}` (or the next `canopy serve`) resumes from "
-                           "there.", err=True)
+                           f"`{index_command(docs, index_dir, config)}` (or the next `canopy "
+                           "serve`) resumes from there.", err=True)
             slot.close()
             for w in holder:
                 w.stop()
     finally:
         if watcher is not None:
             watcher.stop()
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A one-line error when something already listens on host:port: the server would print
+    its URLs and then fail to bind. (A server of the same user that joined the port with
+    SO_REUSEPORT is caught too: this probe does not set it.)"""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}. Stop what listens "
+                "there or pass --port N (or CANOPY_PORT)") from None
 
 
 def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> Watcher:
