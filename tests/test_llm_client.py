@@ -252,9 +252,11 @@ def test_json_schema_rejection_falls_back_to_json_mode_for_good(fake_openai):
     first = asyncio.run(client.json("extract", EXTRACT, ExtractionOut))
     second = asyncio.run(client.json("map", [{"role": "user", "content": "Task: map"}], MapOut))
     assert first.entities and isinstance(second, MapOut)
-    assert client.json_mode == "json_object"
+    # JSON mode with the schema beside it: schema-constrained where json_schema is refused
+    assert client.json_mode == "json_object_schema"
     formats = [r.body["response_format"]["type"] for r in fake_openai.requests]
     assert formats == ["json_schema", "json_object", "json_object"]
+    assert all("schema" in r.body["response_format"] for r in fake_openai.requests[1:])
     system = fake_openai.requests[1].body["messages"][0]
     assert system["role"] == "system" and '"entities"' in system["content"]
 

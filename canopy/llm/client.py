@@ -39,7 +39,13 @@ from canopy.limiter import AdaptiveLimiter, LimiterStats
 from canopy.llm.accounting import UsageCounter
 from canopy.llm.loops import PerLoop
 from canopy.llm.request import ChatRequest, ResponseCache
-from canopy.llm.retries import RetryPolicy, call_with_retries, describe, note_failure
+from canopy.llm.retries import (
+    RetryPolicy,
+    call_with_retries,
+    describe,
+    invalid_request,
+    note_failure,
+)
 from canopy.llm.structured import (
     JSON_MODES,
     explain,
@@ -258,7 +264,7 @@ class ChatClient:
             message = exc.message
             if (
                 request.fmt_json is not None
-                and exc.status in (400, 422)
+                and invalid_request(exc)
                 and re.search(
                     r"response_format|json_schema|json_object|structured", message, re.IGNORECASE
                 )

@@ -24,6 +24,7 @@ import asyncio
 import email.utils
 import json
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ from canopy.endpoint import ConnectFailed, EndpointError, RequestTimeout, Status
 from canopy.errors import EndpointUnavailable
 from canopy.limiter import Permit
 
-__all__ = ["RetryPolicy", "call_with_retries", "describe", "note_failure", "retry_after"]
+__all__ = ["RetryPolicy", "call_with_retries", "describe", "invalid_request", "note_failure",
+           "retry_after"]
 
 T = TypeVar("T")
 
@@ -84,11 +86,27 @@ def _out_of_quota(exc: BaseException | None) -> bool:
     return _status(exc) == 429 and _error_code(exc) in _QUOTA_CODES
 
 
+# A request body the server's validator refused, said in a 5xx: llama-cpp-python's server answers
+# FastAPI's validation errors with HTTP 500 ("1 validation error: ... Input should be 'text' or
+# 'json_object'"). The same bytes get the same answer: retrying it is only waiting.
+_VALIDATION = re.compile(r"validation error|Input should be|literal_error|Field required")
+
+
+def invalid_request(exc: BaseException | None) -> bool:
+    """The endpoint refused the request itself (400, 422, or a 5xx that is a validation error
+    of the request body), so no retry can succeed."""
+    status = _status(exc)
+    if status in (400, 422):
+        return True
+    return (status is not None and status >= 500 and isinstance(exc, StatusError)
+            and _VALIDATION.search(exc.message) is not None)
+
+
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectFailed, RequestTimeout)):
         return True
     status = _status(exc)
-    if status is None or _out_of_quota(exc):
+    if status is None or _out_of_quota(exc) or invalid_request(exc):
         return False
     return status in _RETRY_STATUSES or status >= 500
 

@@ -26,7 +26,10 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 # JSON modes from most to least constrained; the client moves down the list when rejected.
-JSON_MODES = ("json_schema", "json_object", "prompt")
+# json_object_schema is JSON mode with the schema beside it (`{"type": "json_object", "schema":
+# ...}`): what llama-cpp-python's server (and Anyscale/Together-style endpoints) take for
+# schema-constrained output where OpenAI's json_schema type is refused.
+JSON_MODES = ("json_schema", "json_object_schema", "json_object", "prompt")
 
 
 @functools.lru_cache(maxsize=64)
@@ -121,6 +124,8 @@ def format_json(mode: str, task: str, model: type[BaseModel]) -> str | None:
             "type": "json_schema",
             "json_schema": {"name": task, "schema": spec, "strict": False},
         }
+    elif mode == "json_object_schema":
+        fmt = {"type": "json_object", "schema": json_schema_for(model)}
     elif mode == "json_object":
         fmt = {"type": "json_object"}
     else:

@@ -1,5 +1,5 @@
 """`canopy` command line: index, status, query, export, import-graphrag, warm, serve, watch,
-publish, token, demo, prompts.
+publish, token, demo, prompts, mcp-config.
 
 Progress goes to stderr; stdout carries results only (and is the MCP protocol under `serve`).
 
@@ -23,6 +23,7 @@ from canopy.server.cli import (
     import_graphrag,
     index,
     init,
+    mcp_config,
     prompts,
     publish,
     query,
@@ -52,6 +53,6 @@ def main(verbose: int) -> None:
 for _command in (index.index, index.status, query.query, warm.warm, serve.serve, watch.watch,
                  tokens.token, demo.demo, evaluate.eval_command, init.init, tidy.tidy,
                  export.export, import_graphrag.import_graphrag, prompts.prompts,
-                 publish.publish):
+                 publish.publish, mcp_config.mcp_config):
     main.add_command(_command)
 del _command
