@@ -25,6 +25,31 @@ CAROL = SHARED / "books" / "christmas_carol_pg24022.txt"
 NEWS = SHARED / "multihop-rag" / "corpus.json"
 
 
+# Fixtures that bring what only the [heavy] extra or a browser has (Ray, moto's S3 server,
+# chromium, llama-cpp-python's server): a test that uses one is `heavy`, run by the second test
+# command (`python -m pytest -m heavy`, which .ci/run runs too), not by the default one.
+HEAVY_FIXTURES = frozenset({"ray_cluster", "s3", "chromium", "tiny_model"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.heavy)
+
+
+def require_heavy(module: str) -> None:
+    """Import `module` (a package of the [heavy] extra) or skip; under REQUIRE_HEAVY=1 (.ci/run)
+    fail instead: a skip there would hide the test."""
+    try:
+        __import__(module)
+    except ImportError:
+        if os.environ.get("REQUIRE_HEAVY"):
+            pytest.fail(f"{module} is not installed, and REQUIRE_HEAVY is set (.ci/run "
+                        "installs the [heavy] extra)")
+        pytest.skip(f"{module} is not installed: pip install -e '.[heavy]'")
+
+
 @contextmanager
 def offline_env() -> Iterator[None]:
     """No CANOPY_ or OPENAI_ variable (no real endpoint can leak in), and `canopy index` and

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 import pytest
 
 from canopy.publish.pages import MAGIC
+from tests.conftest import require_heavy
 from tests.net import free_port
 
 AWS = {"AWS_ACCESS_KEY_ID": "canopy-test", "AWS_SECRET_ACCESS_KEY": "canopy-test-secret",
@@ -23,6 +24,7 @@ _PATCH_HEADER = struct.calcsize("<IQ")  # canopy.publish.pages: page size, page 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[str]:
     """moto's S3 server on 127.0.0.1; yields its endpoint URL."""
+    require_heavy("moto")  # the [heavy] extra: tests using it run under `pytest -m heavy`
     import logging
 
     from moto.server import ThreadedMotoServer

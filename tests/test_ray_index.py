@@ -36,7 +36,7 @@ from canopy.settings import DistributedSettings
 from canopy.store import Store
 from canopy.store.export import load_graph
 from canopy.vectors import TABLES
-from tests.conftest import EXAMPLES, REPO, offline_env, wait_until
+from tests.conftest import EXAMPLES, REPO, offline_env, require_heavy, wait_until
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -44,6 +44,7 @@ from tests.fakes.openai_server import FakeOpenAI
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A local Ray cluster of 2 CPUs for the module, on 127.0.0.1 only (LOOPBACK_ONLY: Ray
     reads it on import), its logs under the test's temporary folder; every build joins it."""
+    require_heavy("ray")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(LOOPBACK_ONLY, "0")
         import ray
@@ -284,6 +285,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.heavy
 def test_an_unreachable_cluster_is_one_line_at_once(example_docs: Path) -> None:
     port = _closed_port()
     for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
@@ -371,6 +373,7 @@ def test_the_servers_never_import_ray() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_cli_indexes_on_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
     """A cluster as an operator starts one (`ray start --head`, here on 127.0.0.1 with its own
     ports and temporary folder), and `canopy index DOCS --ray HOST:PORT` in another process: the

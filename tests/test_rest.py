@@ -33,7 +33,7 @@ from canopy.server.mcp_app import TOOL_RESULTS, build_server
 from canopy.server.rest import API_PREFIX, mount_rest
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
-from tests.conftest import offline_env
+from tests.conftest import offline_env, require_heavy
 from tests.net import free_port, wait_for_port
 from tests.test_auth import (
     DEMO,
@@ -258,6 +258,7 @@ async def test_the_openapi_document_is_valid_and_is_the_tools_own_schemas(served
     assert doc["security"] == [{"bearer": []}]
 
 
+@pytest.mark.heavy
 def test_schemathesis_finds_no_failure_against_the_openapi_document(
     served: str, tmp_path: Path
 ) -> None:
@@ -265,6 +266,7 @@ def test_schemathesis_finds_no_failure_against_the_openapi_document(
     (errors too) as documented. Arguments are validated as over MCP, by pydantic in lax mode
     (`false` passes as 0), so the check that schema-violating data is refused is left out; a
     schema-valid call may be refused by the tool (400: a level the index lacks; 404)."""
+    require_heavy("schemathesis")
     config = tmp_path / "schemathesis.toml"
     config.write_text('[checks.positive_data_acceptance]\n'
                       'expected-statuses = ["2XX", "400", "404"]\n', encoding="utf-8")

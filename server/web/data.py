@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from canopy.errors import InvalidArgument
+from canopy.ids import normalize_name
 from canopy.model import Document, Entity, TextUnit
 from canopy.server.context import QueryContext
 from canopy.server.engines.cards import community_card, entity_card, finding_cards, span_of
@@ -24,6 +25,7 @@ from canopy.server.engines.drill import (
 from canopy.server.web.models import (
     CommunityNode,
     CommunityPage,
+    EntityMatches,
     EntityPage,
     Excerpt,
     GraphEdge,
@@ -32,8 +34,9 @@ from canopy.server.web.models import (
     Neighbour,
 )
 
-__all__ = ["BUDGET", "DEPTH", "GRAPH_LIMIT", "MAX_DEPTH", "WIDTH", "bounded", "community_page",
-           "entity_page", "hierarchy", "no_community", "no_entity"]
+__all__ = ["BUDGET", "DEPTH", "GRAPH_LIMIT", "MAX_DEPTH", "MATCHES", "WIDTH", "bounded",
+           "community_page", "entity_page", "find_entities", "hierarchy", "no_community",
+           "no_entity"]
 
 DEPTH = 2  # levels below the answer's communities by default: three rings of the sunburst
 MAX_DEPTH = 4
@@ -43,6 +46,7 @@ GRAPH_LIMIT = 40  # members drawn in a community's graph: a force layout stays l
 NEIGHBOURS = 12  # relationships listed for an entity
 SOURCES = 6  # excerpts shown for an entity
 BEFORE, AFTER = 220, 380  # characters of an excerpt around the first mention
+MATCHES = 20  # entities a search of the graph explorer lists
 
 
 def bounded(name: str, raw: str | None, default: int, lo: int, hi: int) -> int:
@@ -214,3 +218,20 @@ def _excerpt(entity: Entity, unit: TextUnit, doc: Document) -> Excerpt:
     return Excerpt(text_unit_id=span.text_unit_id, document=span.document,
                    char_start=span.char_start, char_end=span.char_end,
                    text=head + text[start:end] + tail, marks=marks)
+
+
+async def find_entities(ctx: QueryContext, query: str, limit: int = MATCHES) -> EntityMatches:
+    """Entities the caller can see that a name search finds: the one named exactly so (also
+    when the caller sees only a view of it), then full-text matches over the entity rows the
+    caller may read in full (prefiltered before ranking: no hidden row moves a rank)."""
+    reader = ctx.reader
+    query = query.strip()
+    if not query:
+        return EntityMatches(query=query, entities=[])
+    ids = list(reader.entity_ids_by_key([normalize_name(query)]).values())
+    ids += [h.id for h in await reader.search("entities", vector=None, text=query,
+                                               k=2 * limit) if h.id not in ids]
+    found = await reader.entities(ids[:2 * limit])
+    nodes = [GraphNode(id=e.id, name=e.name, type=e.type, degree=reader.degree(e.id))
+             for e in (found[i] for i in ids if i in found)]
+    return EntityMatches(query=query, entities=nodes[:limit])

@@ -7,6 +7,8 @@ are visible member entities, degrees visible relationships, never a total with h
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from canopy.server.results import CommunityCard, EntityCard, FindingCard
@@ -125,3 +127,18 @@ class EntityPage(BaseModel):
     n_relationships: int
     sources: list[Excerpt]
     n_sources: int = Field(description="Source text units the caller may read")
+
+
+class EntityMatches(BaseModel):
+    """Entities the caller can see whose name matches a search of the graph explorer."""
+
+    query: str
+    entities: list[GraphNode] = Field(description="An exact name first, then by text match")
+
+
+class Ask(BaseModel):
+    """A question from the page's query box (POST /ui/api/ask)."""
+
+    query: str = Field(min_length=1, max_length=4000)
+    mode: Literal["auto", "global", "local", "drift", "basic"] = Field(
+        "auto", description="auto: the router of the `search` tool picks the engine")

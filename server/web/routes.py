@@ -22,15 +22,18 @@ from typing import TypeVar
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing, InvalidArgument, NotFound
+from canopy.server import engines
 from canopy.server.context import QueryContext
 from canopy.server.engines.drill import MAX_OFFSET
 from canopy.server.first_build import ServiceSlot
+from canopy.server.results import SearchResult, SourceSpan
+from canopy.server.service import lane_for
 from canopy.server.web.data import (
     DEPTH,
     MAX_DEPTH,
@@ -38,11 +41,12 @@ from canopy.server.web.data import (
     bounded,
     community_page,
     entity_page,
+    find_entities,
     hierarchy,
     no_community,
     no_entity,
 )
-from canopy.server.web.models import CommunityPage, Hierarchy
+from canopy.server.web.models import Ask, CommunityPage, EntityMatches, Hierarchy
 
 __all__ = ["STATIC_FILES", "WebApi", "web_routes"]
 
@@ -56,6 +60,10 @@ STATIC_FILES = {
     "d3.min.js": "text/javascript; charset=utf-8",
 }
 MAX_ID = 300  # longer ids do not exist (and are not looked up)
+MAX_BODY = 16_384  # bytes of a question's JSON body
+# The query box's modes: the tool each one is (its engine, its lane, its arguments' defaults)
+MODES = {"auto": "search", "global": "global_search", "local": "local_search",
+         "drift": "drift_search", "basic": "basic_search"}
 
 # No inline script or style, nothing from elsewhere, no framing.
 PAGE_HEADERS = {
@@ -94,14 +102,15 @@ class WebApi:
             return token.subject or token.client_id
         return self.principal
 
-    async def answer(self, request: Request, fn: Callable[[QueryContext], Awaitable[T]]
-                     ) -> Response:
-        """`fn` for the request's caller, as JSON; errors as {"error": message}."""
+    async def answer(self, request: Request, fn: Callable[[QueryContext], Awaitable[T]],
+                     tool: str = "drill_down") -> Response:
+        """`fn` for the request's caller (on the lane of `tool`, the tool it stands for), as
+        JSON; errors as {"error": message}."""
         if self.auth_required and get_access_token() is None:
             return _error(401, "A valid bearer token is required.",
                           **{"WWW-Authenticate": 'Bearer error="invalid_token"'})
         try:
-            result = await self.slot.service.run(self.caller(), fn)
+            result = await self.slot.service.run(self.caller(), fn, lane=lane_for(tool))
         except NotFound as exc:
             return _error(404, str(exc))
         except InvalidArgument as exc:
@@ -157,6 +166,53 @@ class WebApi:
         return await self.answer(request, lambda q: entity_page(q, eid))
 
 
+    async def ask(self, request: Request) -> Response:
+        """POST {"query", "mode"}: the answer of the tool `mode` stands for (`auto`: `search`,
+        whose `route` says which engine answered and why), as that tool's structuredContent."""
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return _error(413, f"A question is at most {MAX_BODY} bytes of JSON.")
+        try:
+            asked = Ask.model_validate_json(body)
+        except ValidationError as exc:
+            where = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "body"
+            return _error(400, f"Expected {{\"query\": \"...\", \"mode\": \"auto|global|local|"
+                               f"drift|basic\"}} (invalid: {where}).")
+        query = asked.query
+
+        async def run(q: QueryContext) -> SearchResult:
+            if asked.mode == "auto":
+                return await engines.routed_search(q, query)
+            if asked.mode == "global":
+                return await engines.global_search(q, query)
+            if asked.mode == "local":
+                return await engines.local_search(q, query)
+            if asked.mode == "drift":
+                return await engines.drift_search(q, query)
+            return await engines.basic_search(q, query)
+
+        return await self.answer(request, run, MODES[asked.mode])
+
+    async def unit(self, request: Request) -> Response:
+        """A cited text unit's passage: its document, span and text, as the caller may read
+        it (a hidden unit answers as a missing one)."""
+        uid = request.path_params["unit_id"]
+
+        async def span(q: QueryContext) -> SourceSpan:
+            return engines.source_span(q, uid[:MAX_ID + 1])
+
+        return await self.answer(request, span)
+
+    async def entities(self, request: Request) -> Response:
+        """`?q=NAME`: the graph explorer's search."""
+        text = request.query_params.get("q", "")[:MAX_ID]
+
+        async def matches(q: QueryContext) -> EntityMatches:
+            return await find_entities(q, text)
+
+        return await self.answer(request, matches)
+
+
 def _raise(exc: Exception) -> Callable[[QueryContext], Awaitable[BaseModel]]:
     async def fail(q: QueryContext) -> BaseModel:
         raise exc
@@ -166,16 +222,15 @@ def _raise(exc: Exception) -> Callable[[QueryContext], Awaitable[BaseModel]]:
 
 def _guarded(endpoint: Callable[[Request], Awaitable[Response]], host: str
              ) -> Callable[[Request], Awaitable[Response]]:
-    """`endpoint` behind the SDK's Host/Origin check when serving on a loopback host."""
-    if host not in LOOPBACK:
-        return endpoint
+    """`endpoint` behind the SDK's Host/Origin check when serving on a loopback host; a POST
+    must be JSON wherever it is served (no form of another site can send one)."""
     check = TransportSecurityMiddleware(TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
+        enable_dns_rebinding_protection=host in LOOPBACK,
         allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
         allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
 
     async def guarded(request: Request) -> Response:
-        refused = await check.validate_request(request)
+        refused = await check.validate_request(request, is_post=request.method == "POST")
         return refused if refused is not None else await endpoint(request)
 
     return guarded
@@ -201,8 +256,9 @@ async def _to_page(request: Request) -> Response:
 
 def web_routes(api: WebApi, host: str) -> list[Route]:
     """The routes of the page, its files and its API."""
-    def route(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
-        return Route(path, _guarded(endpoint, host), methods=["GET"])
+    def route(path: str, endpoint: Callable[[Request], Awaitable[Response]],
+              method: str = "GET") -> Route:
+        return Route(path, _guarded(endpoint, host), methods=[method])
 
     return [
         route("/ui", _to_page),
@@ -211,4 +267,7 @@ def web_routes(api: WebApi, host: str) -> list[Route]:
         route("/ui/api/communities", api.communities),
         route("/ui/api/community/{community_id:path}", api.community),
         route("/ui/api/entity/{entity_id:path}", api.entity),
+        route("/ui/api/entities", api.entities),
+        route("/ui/api/unit/{unit_id:path}", api.unit),
+        route("/ui/api/ask", api.ask, "POST"),
     ]

@@ -23,11 +23,17 @@
     constructor(status, message) { super(message); this.status = status; }
   }
 
-  async function api(path) {
+  async function api(path, body) {
     const token = sessionStorage.getItem(TOKEN_KEY);
     const headers = { Accept: "application/json" };
     if (token) headers.Authorization = "Bearer " + token;
-    const response = await fetch(path, { headers, cache: "no-store", credentials: "omit" });
+    const init = { headers, cache: "no-store", credentials: "omit" };
+    if (body !== undefined) {
+      init.method = "POST";
+      init.body = JSON.stringify(body);
+      headers["Content-Type"] = "application/json";
+    }
+    const response = await fetch(path, init);
     let body = null;
     try { body = await response.json(); } catch (e) { body = null; }
     if (!response.ok) {
@@ -641,6 +647,108 @@
       });
     }
   }
+
+  // ---- the query box: an answer with its router's choice and clickable citations -------------
+
+  const ENGINES = { basic: "basic_search", local: "local_search", global: "global_search",
+                    drift: "drift_search" };
+
+  $("ask-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const query = $("question").value.trim();
+    if (!query) return;
+    const mode = $("mode").value;
+    const box = $("answer");
+    box.hidden = false;
+    box.dataset.state = "asking";
+    $("route").textContent = "Asking…";
+    $("answer-text").textContent = "";
+    $("citations").replaceChildren();
+    $("passage").hidden = true;
+    let result;
+    try {
+      result = await api("/ui/api/ask", { query, mode });
+    } catch (e) {
+      $("route").textContent = "";
+      $("answer-text").textContent = e.message;
+      box.dataset.state = "error";
+      return;
+    }
+    renderAnswer(result);
+    box.dataset.state = "answered";
+  });
+
+  function renderAnswer(result) {
+    const r = result.route;
+    const how = result.usage.provider === "builtin" ? "extractive answer (no LLM)"
+                                                    : result.usage.provider;
+    $("route").textContent = r
+      ? `Routed to ${ENGINES[r.engine] || r.engine} by ${r.by === "llm" ? "the LLM" : "rules"}: `
+        + `${r.reason} · ${how}`
+      : `${ENGINES[result.method] || result.method} · ${how}`;
+    $("answer-text").textContent = result.answer;
+    const list = d3.select("#citations");
+    list.selectAll("*").remove();
+    const li = list.selectAll("li").data(result.citations).join("li")
+      .attr("data-kind", (c) => c.kind).attr("data-id", (c) => c.id);
+    li.append("span").attr("class", "chip").text((c) => c.kind.replace("_", " "));
+    li.append("button").attr("type", "button").attr("class", "link")
+      .text((c) => c.document || c.title || c.id)
+      .on("click", (event, c) => openCitation(c));
+    if (result.truncated && result.note) {
+      list.append("li").attr("class", "hint").text(result.note);
+    }
+  }
+
+  async function openCitation(c) {
+    if (c.kind === "report") { go(c.id, null); return; }
+    if (c.kind === "entity") { go(state.selected, c.id); return; }
+    if (c.kind !== "text_unit") return;  // relationships and claims show in their community
+    const box = $("passage");
+    box.hidden = false;
+    box.dataset.id = c.id;
+    box.replaceChildren();
+    let span;
+    try {
+      span = await api("/ui/api/unit/" + encodeURIComponent(c.id));
+    } catch (e) {
+      box.textContent = e.message;
+      return;
+    }
+    if (box.dataset.id !== c.id) return;
+    const doc = document.createElement("div");
+    doc.className = "doc";
+    doc.textContent = `${span.document} · characters ${span.char_start}–${span.char_end}`;
+    const quote = document.createElement("blockquote");
+    quote.textContent = span.text;
+    box.replaceChildren(doc, quote);
+  }
+
+  // ---- entity search in the graph explorer ---------------------------------------------------
+
+  $("entity-search").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const query = $("entity-query").value.trim();
+    const list = d3.select("#entity-matches");
+    list.selectAll("*").remove();
+    if (!query) return;
+    let found;
+    try {
+      found = await api("/ui/api/entities?q=" + encodeURIComponent(query));
+    } catch (e) {
+      list.append("li").attr("class", "error").text(e.message);
+      return;
+    }
+    if (!found.entities.length) {
+      list.append("li").attr("class", "hint").text(`No entity you can see is named like "${query}".`);
+    }
+    const li = list.selectAll("li.match").data(found.entities).join("li").attr("class", "match");
+    li.append("button").attr("type", "button").attr("class", "link").attr("data-id", (n) => n.id)
+      .text((n) => n.name).on("click", (event, n) => go(state.selected, n.id));
+    li.append("span").attr("class", "meta")
+      .text((n) => ` ${n.type} · ${n.degree} relationships`);
+    $("entity-search").dataset.state = "found";
+  });
 
   start();
 })();
