@@ -125,7 +125,10 @@ def test_the_examples_index_through_a_real_server_and_every_tool_answers(
                 if name.endswith("search"):
                     data = answer.structured_content
                     assert data["usage"]["provider"] == f"openai:{MODEL}", name
-                    assert data["usage"]["llm_calls"] >= 1 or data["citations"], name
+                    assert isinstance(data["answer"], str), name
+                if name == "basic_search":  # passages always exist: the model wrote from them
+                    data = answer.structured_content
+                    assert data["citations"] and data["usage"]["llm_calls"] == 1, data
 
     service = CanopyService(open_workspace(docs, tmp_path / "idx"))
     try:

@@ -487,3 +487,60 @@ def test_the_wheel_carries_every_static_file() -> None:
     static = {p.resolve() for p in (package / "static").iterdir()}
     assert {package / "static" / n for n in [*STATIC_FILES, "index.html", "d3-LICENSE.txt"]} \
         <= static == shipped
+
+
+# ---- the query box, cited passages and entity search ----------------------------------------
+
+
+def ask(base: str, who: str | None, body: Any, **headers: str) -> httpx2.Response:
+    if who is not None:
+        headers["Authorization"] = f"Bearer {DEMO[who]}"
+    headers.setdefault("Content-Type", "application/json")
+    return httpx2.post(base + "/ui/api/ask", content=json.dumps(body), headers=headers,
+                       timeout=120)
+
+
+def test_the_query_box_answers_each_caller_from_what_they_may_read(base: str) -> None:
+    question = "What was the revenue in 2024, and what is the 2025 budget?"
+    answers = {}
+    for who in ("alice", "bob"):
+        r = ask(base, who, {"query": question, "mode": "basic"})
+        assert r.status_code == 200, r.text
+        assert r.headers["cache-control"] == "no-store"
+        answers[who] = r.json()
+    docs = {who: {c["document"] for c in a["citations"] if c["kind"] == "text_unit"}
+            for who, a in answers.items()}
+    assert any(d.startswith("restricted/finance/") for d in docs["alice"])
+    assert not any(d.startswith("restricted/") for d in docs["bob"])
+    assert "11.07" not in json.dumps(answers["bob"])
+    routed = ask(base, "bob", {"query": question}).json()  # mode auto: the router's choice
+    assert routed["route"]["engine"] in ("basic", "local", "global") and routed["route"]["reason"]
+
+
+def test_a_cited_passage_opens_for_its_reader_and_is_missing_for_everyone_else(base: str) -> None:
+    alice = ask(base, "alice", {"query": "What is the 2025 budget?", "mode": "basic"}).json()
+    unit = next(c["id"] for c in alice["citations"] if c["kind"] == "text_unit"
+                and c["document"].startswith("restricted/finance/"))
+    shown = get(base, f"/ui/api/unit/{unit}", "alice")
+    assert shown.status_code == 200 and shown.json()["document"].startswith("restricted/")
+    hidden, missing = get(base, f"/ui/api/unit/{unit}", "bob"), get(
+        base, "/ui/api/unit/tu-0000000000000000", "bob")
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["error"].replace(unit, "X") == missing.json()["error"].replace(
+        "tu-0000000000000000", "X")
+
+
+def test_entity_search_lists_only_entities_the_caller_can_see(base: str) -> None:
+    found = get(base, "/ui/api/entities?q=Juniper", "carol").json()  # hr/ only
+    assert any("juniper" in e["name"].lower() for e in found["entities"]), found
+    assert get(base, "/ui/api/entities?q=Juniper", "bob").json()["entities"] == []
+    assert get(base, "/ui/api/entities?q=", "bob").json()["entities"] == []
+
+
+def test_a_question_must_be_json_with_a_known_mode(base: str) -> None:
+    assert ask(base, "bob", {"query": "x", "mode": "psychic"}).status_code == 400
+    assert ask(base, "bob", {"mode": "auto"}).status_code == 400
+    assert ask(base, "bob", {"query": "x"}, **{"Content-Type": "text/plain"}).status_code == 400
+    assert ask(base, None, {"query": "x"}).status_code == 401
+    too_long = ask(base, "bob", {"query": "x" * 20_000})
+    assert too_long.status_code == 413

@@ -360,7 +360,7 @@ def test_the_query_box_answers_bob_and_alice_each_from_what_they_may_read(
                                ".map(x => x.textContent)")
             assert names and all("tern" in n.lower() for n in names[:1]), names
             b.click("#entity-matches .match button")
-            b.wait_for("document.querySelector('#entity h2')")
+            b.wait_for("!!document.querySelector('#entity h2')")
             assert b.evaluate("document.querySelector('#entity h2').textContent") == names[0]
     alice, bob = seen["alice"], seen["bob"]
     documents = {who: {c["label"] for c in seen[who]["citations"] if c["kind"] == "text_unit"}

@@ -28,4 +28,4 @@ def mount_web(server: MCPServer, slot: ServiceSlot, *, docs: str, principal: str
 
     api = WebApi(slot, Path(docs).resolve().name, principal, auth_required)
     for route in web_routes(api, host):
-        server.custom_route(route.path, methods=["GET"])(route.endpoint)
+        server.custom_route(route.path, methods=sorted(route.methods or {"GET"}))(route.endpoint)

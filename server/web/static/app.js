@@ -23,14 +23,14 @@
     constructor(status, message) { super(message); this.status = status; }
   }
 
-  async function api(path, body) {
+  async function api(path, payload) {
     const token = sessionStorage.getItem(TOKEN_KEY);
     const headers = { Accept: "application/json" };
     if (token) headers.Authorization = "Bearer " + token;
     const init = { headers, cache: "no-store", credentials: "omit" };
-    if (body !== undefined) {
+    if (payload !== undefined) {
       init.method = "POST";
-      init.body = JSON.stringify(body);
+      init.body = JSON.stringify(payload);
       headers["Content-Type"] = "application/json";
     }
     const response = await fetch(path, init);
