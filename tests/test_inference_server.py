@@ -141,10 +141,12 @@ def test_the_examples_index_through_a_real_server_and_every_tool_answers(
 
 def test_malformed_replies_a_cut_connection_and_a_slow_first_byte_lose_nothing(
         server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through a proxy in front of the real server: the first reply's JSON is cut short (the
-    repair turn fixes it or the unit is a recorded failure), the next closes its connection
-    halfway through the body (retried), the next comes 2 s late (waited for). The build
-    commits every document; a second run, without faults, retries whatever failed."""
+    """Through a proxy in front of the real server: the first two replies' JSON is cut short
+    (the repair turn fixes it or the unit is a recorded failure), the next two close their
+    connection halfway through the body (retried; before the endpoint ever answered whole, one
+    retry only, so a unit may be recorded as unavailable), the next comes 2 s late (waited
+    for). The build commits every document; a second run, without faults, retries whatever
+    failed."""
     from tests.inference.server import FaultProxy
 
     docs = tmp_path / "docs"
@@ -157,8 +159,8 @@ def test_malformed_replies_a_cut_connection_and_a_slow_first_byte_lose_nothing(
         stats = first["stats"]
         assert stats["documents"] == 3 and stats["text_units"] == 3
         assert stats["units_extracted"] + stats["units_failed"] == 3
-        calls = sum(u["calls"] for u in first["llm_usage"].values())
-        assert calls >= 6  # extraction and gleaning of 3 units, repairs and retries on top
+        for f in first["failures"]:  # a unit lost to the faults is a failure that says why
+            assert f["task"] == "extract" and f["error"], f
         # the accounting adds up what the server counted in the replies that arrived whole
         # (a malformed reply's usage is counted too, by Canopy; the proxy skips it)
         counted = sum(u["prompt_tokens"] for u in first["llm_usage"].values())
@@ -191,4 +193,5 @@ def test_a_prompt_beyond_the_context_is_a_recorded_failure_with_the_server_s_rea
     assert result["stats"]["documents"] == 3 and result["stats"]["units_failed"] == 3
     assert {f["task"] for f in result["failures"]} == {"extract"}
     assert all("HTTP 400" in f["error"] for f in result["failures"]), result["failures"]
-    assert re.search(r"context window", caplog.text, re.IGNORECASE), caplog.text[-2000:]
+    # llama-cpp-python's own words, in the operator's log only
+    assert re.search(r"maximum context length is 512 tokens", caplog.text), caplog.text[-2000:]

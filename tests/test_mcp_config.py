@@ -70,7 +70,7 @@ def test_paths_are_absolute_and_the_endpoint_goes_with_the_config_but_never_the_
     env = {"CANOPY_LLM_BASE_URL": "http://127.0.0.1:11434/v1", "CANOPY_LLM_MODEL": "qwen2.5",
            "OPENAI_API_KEY": "sk-not-to-be-printed"}
     monkeypatch.chdir(tmp_path)
-    entry = _config("docs", "--index-dir", "~/idx", env=env)["mcpServers"]["canopy"]
+    entry = _config("~/docs", "--index-dir", "~/idx", env=env)["mcpServers"]["canopy"]
     assert entry["args"][-4:] == ["serve", str(docs.resolve()), "--index-dir",
                                   str((tmp_path / "idx").resolve())]
     assert entry["env"]["CANOPY_LLM_BASE_URL"] == "http://127.0.0.1:11434/v1"

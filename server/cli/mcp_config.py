@@ -112,8 +112,16 @@ _WHERE = {
 }
 
 
+def _folder(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """DOCS with `~` expanded also when no shell did (a quoted '~/docs'), then checked."""
+    folder = value.expanduser()
+    if not folder.is_dir():
+        raise click.BadParameter(f"{str(folder)!r} is not a folder.")
+    return folder
+
+
 @click.command("mcp-config")
-@click.argument("docs", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("docs", type=click.Path(file_okay=False, path_type=Path), callback=_folder)
 @INDEX_DIR
 @CONFIG
 @click.option("--principal", envvar="CANOPY_PRINCIPAL",
