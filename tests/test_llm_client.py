@@ -399,3 +399,29 @@ def test_a_used_up_quota_fails_at_once_instead_of_retrying_as_a_rate_limit(fake_
     assert fake_openai.count("hyde") == 1
     fake_openai.fail_next(1, status=429, retry_after=0.01)  # a rate limit is still retried
     assert asyncio.run(client.text("hyde", [{"role": "user", "content": "Task: hyde\nagain"}]))
+
+
+def test_a_5xx_that_is_a_validation_error_of_the_request_is_refused_not_retried():
+    """llama-cpp-python's server answers a response_format it does not know with HTTP 500 and
+    FastAPI's validation error (tests/test_inference_server.py meets it for real): the same
+    bytes get the same answer, so it is a refusal, not an outage to wait out."""
+    from canopy.endpoint import StatusError
+    from canopy.llm.retries import _is_transient, invalid_request
+
+    body = json.dumps({"error": {"message": "1 validation error:\n  {'type': 'literal_error', "
+                                 "'loc': ('body', 'response_format', 'type'), 'msg': \"Input "
+                                 "should be 'text' or 'json_object'\"}", "type":
+                                 "internal_server_error"}}).encode()
+    refused = StatusError(500, {}, body)
+    assert invalid_request(refused) and not _is_transient(refused)
+    outage = StatusError(500, {}, b'{"error": {"message": "CUDA out of memory"}}')
+    assert not invalid_request(outage) and _is_transient(outage)
+    assert invalid_request(StatusError(400, {}, b"{}"))
+
+
+def test_json_mode_with_the_schema_beside_it_sends_the_schema():
+    from canopy.llm.structured import JSON_MODES, format_json, json_schema_for
+
+    assert JSON_MODES == ("json_schema", "json_object_schema", "json_object", "prompt")
+    fmt = json.loads(format_json("json_object_schema", "extract", ExtractionOut))
+    assert fmt == {"type": "json_object", "schema": json_schema_for(ExtractionOut)}
