@@ -28,13 +28,19 @@ NEWS = SHARED / "multihop-rag" / "corpus.json"
 # Fixtures that bring what only the [heavy] extra or a browser has (Ray, moto's S3 server,
 # chromium, llama-cpp-python's server): a test that uses one is `heavy`, run by the second test
 # command (`python -m pytest -m heavy`, which .ci/run runs too), not by the default one.
+# A fixture parametrized over "folder" and "s3" reaches the S3 server at run time
+# (request.getfixturevalue): its "s3" cases are heavy too.
 HEAVY_FIXTURES = frozenset({"ray_cluster", "s3", "chromium", "tiny_model"})
+HEAVY_PARAM = "s3"
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if (HEAVY_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or any(isinstance(v, str) and v == HEAVY_PARAM for v in params)):
             item.add_marker(pytest.mark.heavy)
 
 
