@@ -26,8 +26,8 @@ from canopy.server.cli.common import DISTRIBUTION, canopy_version
 from tests.conftest import EXAMPLES, REPO
 from tests.fakes.openai_server import FakeOpenAI
 
-COMMANDS = {"demo", "eval", "export", "import-graphrag", "index", "init", "prompts", "publish",
-            "query", "serve", "status", "tidy", "token", "warm", "watch"}
+COMMANDS = {"demo", "eval", "export", "import-graphrag", "index", "init", "mcp-config", "prompts",
+            "publish", "query", "serve", "status", "tidy", "token", "warm", "watch"}
 
 
 def _pyproject_version() -> str:
