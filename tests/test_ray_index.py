@@ -44,9 +44,9 @@ from tests.fakes.openai_server import FakeOpenAI
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A local Ray cluster of 2 CPUs for the module, on 127.0.0.1 only (LOOPBACK_ONLY: Ray
     reads it on import), its logs under the test's temporary folder; every build joins it."""
-    require_heavy("ray")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(LOOPBACK_ONLY, "0")
+        require_heavy("ray")  # imports it: after LOOPBACK_ONLY, which Ray reads on import
         import ray
 
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
