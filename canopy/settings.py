@@ -314,9 +314,13 @@ class QuerySettings(BaseModel):
     map_batch_tokens: int = Field(8000, ge=500, description="Report tokens per global map call")
     reduce_tokens: int = Field(
         8000, ge=500, description="Map points, best first, that global search's reduce call reads")
-    local_context_tokens: int = Field(
-        8000, ge=500, description="Context of local search (entities, relationships, reports, "
-        "claims, text units) and of each DRIFT step")
+    local_context_tokens: int | None = Field(
+        None, ge=500, description="Context of local and basic search (text units, entities, "
+        "relationships, claims, reports) and of each DRIFT step, in tokens. None = what "
+        "result_token_limit leaves beside the answer and citations (about 3,800 of 8,000 "
+        "without an LLM, 4,600 with one), so results are delivered whole; a larger value is "
+        "cut to fit the limit, from the least specific items up, and the result says so. "
+        "DRIFT steps take 8,000 when None")
     community_level: int | None = Field(
         None, description="Fixed level for global search; None = dynamic"
     )

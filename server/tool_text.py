@@ -22,8 +22,8 @@ from canopy.server.results import (
 )
 from canopy.server.status import IndexStatus, concurrency_line
 
-__all__ = ["claim_period_text", "claim_quote_text", "drill_text", "search_text", "span_text",
-           "status_text"]
+__all__ = ["citation_line", "claim_period_text", "claim_quote_text", "drill_text", "search_text",
+           "span_text", "status_text"]
 
 MAX_CITATIONS = 25  # listed in the text; the structured result carries all of them
 CONTEXT_CHARS = 6000  # extractive answers come with this much of their context
@@ -56,7 +56,7 @@ def _how_to_open(c: Citation) -> str:
     return ""
 
 
-def _citation_line(c: Citation) -> str:
+def citation_line(c: Citation) -> str:
     label = c.title or c.id
     if c.document and c.document != label:
         label = f"{label} ({c.document})" if c.title else c.document
@@ -69,7 +69,7 @@ def search_text(r: SearchResult) -> str:
     out = [r.answer.strip() or "(no answer: nothing relevant was found)"]
     if r.citations:
         out.append("\nSources:")
-        out += [_citation_line(c) for c in r.citations[:MAX_CITATIONS]]
+        out += [citation_line(c) for c in r.citations[:MAX_CITATIONS]]
         if len(r.citations) > MAX_CITATIONS:
             more = len(r.citations) - MAX_CITATIONS
             out.append(f"- … and {more} more in structuredContent.citations")

@@ -395,3 +395,39 @@ class TestNextQuestions:
         steps.append(step(90, "ONE?", "four"))
         assert _next_questions(steps, asked, 2) == ["four", "three"]
         assert _next_questions(steps, asked, 2) == []
+
+
+# ---- local and basic search: rules of the ranking and of the result's cut ---------------------
+
+
+def test_a_documents_second_unit_raises_its_units_and_a_single_unit_document_is_unchanged() -> None:
+    from canopy.server.engines.evidence import DOC_SECOND, with_document_evidence
+
+    doc = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "c1": "C"}
+    scores = {"a1": 10.0, "a2": 4.0, "a3": 1.0, "b1": 11.0, "c1": 0.0}
+    out = with_document_evidence(scores, doc.__getitem__)
+    assert out["b1"] == 11.0 and out["c1"] == 0.0  # one unit / no match: as it was
+    assert out["a1"] == 10.0 + DOC_SECOND * 4.0 and out["a3"] == 1.0 + DOC_SECOND * 4.0
+    assert (out["a1"] > out["b1"]) == (10.0 + DOC_SECOND * 4.0 > 11.0)
+
+
+def test_the_cut_order_keeps_the_ranked_passages_head_to_the_end() -> None:
+    from canopy.providers.base import ContextBlock
+    from canopy.server.engines.common import _cut_order
+
+    kinds = ["text_unit"] * 3 + ["entity"] * 2 + ["relationship"] * 2 + ["report"] * 2
+    blocks = [ContextBlock(k, f"{k}{i}", "", "x") for i, k in enumerate(kinds)]
+    order = [blocks[i].id for i in _cut_order(blocks)]
+    # per kind from its tail, the least specific kind first; then the first of each kind; the
+    # best passage never
+    assert order == ["relationship6", "entity4", "report8", "text_unit2", "text_unit1",
+                     "relationship5", "entity3", "report7"]
+
+
+def test_names_made_only_of_numerals_honorifics_or_initials_select_no_entity() -> None:
+    from canopy.server.engines.local_engine import names_something
+
+    for key in ("ii", "xiv", "sir", "st", "jr", "2", "3rd", "j", "the"):
+        assert not names_something(key), key
+    for key in ("lothair ii", "henry viii", "civil", "mix", "t2", "the verge"):
+        assert names_something(key), key

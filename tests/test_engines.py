@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Iterator
 
@@ -31,8 +32,14 @@ from canopy.server.engines import (
     report_markdown,
     source_span,
 )
-from canopy.server.engines.common import NOTHING_FOUND, delivered_tokens, tokenizer
+from canopy.server.engines.common import (
+    NOTHING_FOUND,
+    context_budget,
+    delivered_tokens,
+    tokenizer,
+)
 from canopy.server.engines.global_engine import map_batches, reports_at_level
+from canopy.server.engines.local_engine import local_unit_ranking
 from canopy.server.results import SearchResult
 from canopy.server.runtime import Workspace, build_index, open_workspace
 from canopy.server.service import CanopyService
@@ -228,9 +235,27 @@ class TestLocalSearch:
     def test_context_mixes_every_kind_within_the_budget(self, ctx):
         result = run(local_search(ctx, "Who leads Project Kestrel?"))
         kinds = {c.kind for c in result.citations}
-        assert {"report", "entity", "relationship", "text_unit"} <= kinds
-        assert tokenizer().count(result.context) <= ctx.settings.local_context_tokens * 1.05
+        assert {"report", "entity", "text_unit"} <= kinds
+        assert "-----relationships-----\n[relationship rel-" in result.context  # by its id
+        assert "relationship" not in kinds  # no tool opens one: its id in the context does
+        budget = context_budget(ctx, configured=ctx.settings.local_context_tokens)
+        assert tokenizer().count(result.context) <= budget * 1.05 and not result.truncated
         assert result.usage.llm_calls == 1 and result.usage.provider == "builtin"
+
+    def test_citations_follow_the_ranking_text_units_first(self, ctx):
+        """The delivered order is the retrieval order: the text units of the context, in the
+        order local_search ranked them, then entities, then reports; the extractive answer
+        quotes those units from the top down, whatever words lower ones share."""
+        q = "Which supplier makes the battery cells?"
+        result = run(local_search(ctx, q))
+        kinds = [c.kind for c in result.citations]
+        assert kinds == sorted(kinds, key=["text_unit", "entity", "report"].index)
+        ranking = run(local_unit_ranking(ctx, q))
+        units = [c.id for c in result.citations if c.kind == "text_unit"]
+        assert units == ranking[:len(units)] and len(units) >= 5
+        quoted = [m for m in re.findall(r"\[text_unit (tu-[0-9a-f]+)\]", result.answer)]
+        assert quoted and quoted == [u for u in units if u in quoted]  # in rank order
+        assert result.context.index("[text_unit ") < result.context.index("[entity ")
 
     def test_exact_entity_names_in_the_question_come_first(self, ctx):
         result = run(local_search(ctx, "Who leads Project Kestrel?"))

@@ -127,9 +127,12 @@ async def test_the_largest_results_stay_within_the_default_budget(
                 cut.append(tool)
                 note = structured["note"]
                 assert note and note in _text(result)  # the agent reads it either way
-                assert re.search(r"(drill_down|local_search|basic_search)\(|basic_search with",
+                assert re.search(r"(drill_down|local_search|basic_search)\(|ask basic_search",
                                  note), note
-    assert {"drill_down", "local_search", "basic_search"} <= set(cut)  # the budget was reached
+    assert "drill_down" in cut  # the budget was reached
+    # local_search and basic_search size their contexts to what the limit leaves (basic_search's
+    # k passages share it as excerpts): delivered whole, not cut
+    assert "local_search" not in cut and "basic_search" not in cut
 
 
 async def test_a_cut_drill_down_names_the_exact_call_for_each_lists_next_page(
@@ -200,8 +203,10 @@ async def test_the_cut_keeps_the_most_items_that_fit_whatever_the_character_esti
 
 async def test_a_cut_search_result_is_measured_only_until_it_fits(
         examples: CanopyService, monkeypatch: pytest.MonkeyPatch) -> None:
-    """fit_result counts the whole result once, then once per cut of the context until one
-    fits; it does not count a result it has just measured again."""
+    """With a context budget set larger than the limit holds, fit_result cuts whole blocks: it
+    counts the whole result once, then once per round of cuts until one fits, and never counts
+    a result it has just measured again. What it cuts is the ranking's tail: the passages it
+    delivers are the first ones of the uncut result, in order."""
     from canopy.server.engines import common
 
     measured: list[str] = []
@@ -211,14 +216,25 @@ async def test_a_cut_search_result_is_measured_only_until_it_fits(
         measured.append(result.model_dump_json())
         return real_count(result)
 
+    args = {"query": "supplier battery cells recall audit budget", "k": 100}
+    monkeypatch.setattr(examples.ws.settings.query, "local_context_tokens", 20_000)
+    monkeypatch.setattr(examples.ws.settings.query, "result_token_limit", 100_000)
+    async with Client(build_server(examples)) as client:
+        whole = (await client.call_tool("basic_search", args)).structured_content
+    # a limit below what the configured context needs (the examples' units are short, so
+    # their excerpts at 20,000 / 100 tokens each are nearly whole)
+    monkeypatch.setattr(examples.ws.settings.query, "result_token_limit", LIMIT // 2)
     monkeypatch.setattr(common, "delivered_tokens", counted)
     async with Client(build_server(examples)) as client:
-        result = await client.call_tool(
-            "basic_search", {"query": "supplier battery cells recall audit budget", "k": 100})
+        result = await client.call_tool("basic_search", args)
     page = result.structured_content
-    assert page is not None and page["truncated"] and delivered(result) <= LIMIT
-    assert len(measured) >= 3  # the whole result, its bare room, at least one cut
+    assert whole is not None and not whole["truncated"]
+    assert page is not None and page["truncated"] and delivered(result) <= LIMIT // 2
+    assert 2 <= len(measured) <= 4  # the whole result, then a round of cuts or two
     assert len(set(measured)) == len(measured)  # no state was counted twice
+    kept = [c["id"] for c in page["citations"]]
+    assert 1 < len(kept) < len(whole["citations"])
+    assert kept == [c["id"] for c in whole["citations"]][:len(kept)]  # the head, in order
 
 
 async def test_the_reports_resource_pages_within_the_default_budget(

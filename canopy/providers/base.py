@@ -161,6 +161,9 @@ class ContextBlock:
     title: str
     text: str
     source: str = ""  # document path for text units
+    # the title a citation of it shows, when shorter than the header (a text unit's document
+    # title without the metadata its context header carries)
+    cite_title: str = ""
 
 
 _PLURAL = {"entity": "entities", "relationship": "relationships", "text_unit": "text units",

@@ -91,4 +91,5 @@ def span_of(unit: TextUnit, doc: Document) -> SourceSpan:
 
 
 def block_citation(block: ContextBlock) -> Citation:
-    return Citation(kind=block.kind, id=block.id, title=block.title, document=block.source or None)
+    return Citation(kind=block.kind, id=block.id, title=block.cite_title or block.title,
+                    document=block.source or None)

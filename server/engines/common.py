@@ -9,17 +9,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from canopy.errors import InvalidArgument
-from canopy.providers.base import ContextBlock, Usage, usage_scope
+from canopy.providers.base import ContextBlock, Usage, render_blocks, usage_scope
 from canopy.server.context import QueryContext
-from canopy.server.results import DrillResult, SearchResult, UsageInfo
+from canopy.server.engines.cards import block_citation
+from canopy.server.results import Citation, DrillResult, SearchResult, UsageInfo
 from canopy.server.tool_text import drill_text, search_text
 from canopy.tokens import Tokenizer, get_tokenizer
 
 __all__ = [
+    "CUT_ORDER",
     "NOTHING_FOUND",
     "Meter",
     "check_query",
     "check_response_type",
+    "citations_of",
+    "context_budget",
+    "fit_context",
     "delivered_chars",
     "delivered_tokens",
     "fit_result",
@@ -138,27 +143,158 @@ def _delivered(result: SearchResult | DrillResult) -> tuple[str, str]:
     return text, result.model_dump_json()
 
 
-def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchResult:
+# Cut order of a search result's context blocks (design §6: the head of a ranking is never what
+# a result cuts): the tail of the least question-specific kinds goes first, the ranked text units
+# last, and the first block of each kind stays until nothing else is left.
+CUT_ORDER = ("relationship", "claim", "entity", "report", "text_unit")
+CITED_KINDS = ("text_unit", "entity", "report")  # relationships and claims: ids in the context
+# What a search result carries beside its context, for sizing the context (context_budget):
+ANSWER_RESERVE = 700  # tokens of answer, delivered twice (text and structured content)
+CITATION_RATE = 0.35  # citation tokens (JSON and text line) per context token, measured
+FRAME_TOKENS = 350  # the result's other fields, usage, route and note lines, JSON keys
+
+
+def context_budget(ctx: QueryContext, *, configured: int | None) -> int:
+    """Tokens of context a search result can carry within `[query] result_token_limit`
+    beside its answer and citations, or `configured` when set (a larger one is then cut to
+    fit, and the result says so). The context is delivered in the structured content and,
+    without an LLM, again in the text (up to tool_text.CONTEXT_CHARS characters, about a
+    quarter as many tokens)."""
+    if configured is not None:
+        return configured
+    from canopy.server.tool_text import CONTEXT_CHARS
+
+    limit = ctx.settings.result_token_limit
+    text_copy = CONTEXT_CHARS // 4 if ctx.provider.name == "builtin" else 0
+    room = limit - FRAME_TOKENS - 2 * ANSWER_RESERVE - text_copy - _SLACK
+    return max(500, int(room / (1 + CITATION_RATE)))
+
+
+def citations_of(blocks: list[ContextBlock]) -> list[Citation]:
+    """The citations of a context: its text units in rank order (each with its document), then
+    its entities and reports (drill_down handles). Relationships and claims are cited by the
+    ids the context shows them under: no tool opens them on their own."""
+    return [block_citation(b) for kind in CITED_KINDS for b in blocks if b.kind == kind]
+
+
+def fit_result(ctx: QueryContext, result: SearchResult, *, more: str,
+               blocks: list[ContextBlock] | None = None, prefix: str = "",
+               left_out: str = "") -> SearchResult:
     """`result` within ctx.settings.result_token_limit tokens, text and structured content
     together (`delivered_tokens`).
 
-    Citations the answer mentions come first. When over the limit the context is cut first, then
-    citations (the answer last); `truncated` is set and `note` says what was cut and `more`: the
-    exact call that gets the rest."""
-    cited = [c for c in result.citations if c.id in result.answer]
-    result.citations = cited + [c for c in result.citations if c.id not in result.answer]
-    # The text shows the context only for extractive answers: measure as it will be rendered.
+    With `blocks` (the context the engine assembled, in delivered order) the context is
+    `prefix` + their rendering and the citations are `citations_of(blocks)`; when over the
+    limit, whole blocks go in CUT_ORDER, so what remains is still a ranking's head. Without
+    blocks (global search), or when no block is left to cut, the answer is cut to a quarter of
+    the limit, then the context from its end, then the last citations. `truncated` is set and
+    `note` says what was cut and `more`: the exact call that gets the rest. `left_out`: what
+    the engine itself left out to fit (e.g. "12 of the 100 passages asked for"), which makes the
+    result truncated however it measures."""
     result.usage = result.usage.model_copy(update={"provider": ctx.provider.name})
+    if blocks is not None:
+        result.context = _render(prefix, blocks)
+        result.citations = citations_of(blocks)
     limit = ctx.settings.result_token_limit
-    tok = tokenizer()
-    if delivered_tokens(result) <= limit:
+    if left_out:
+        result.truncated = True
+        result.note = _note(limit, 0, 0, 0, 0, more, left_out)
+    total = delivered_tokens(result)
+    if total <= limit:
         return result
+    tok = tokenizer()
     n_citations, context_tokens = len(result.citations), tok.count(result.context)
     # The note is written before measuring, in its longest form (context and citations both
     # cut), so the measured size includes it; _SLACK covers the final usage numbers and digits.
     result.truncated = True
     result.note = _note(limit, context_tokens, max(context_tokens - 1, 0), n_citations,
-                        max(n_citations - 1, 0), more)
+                        max(n_citations - 1, 0), more, left_out)
+    if blocks:
+        _, total = _cut_blocks(result, blocks, prefix, total, limit)
+    if total + _SLACK > limit:
+        _cut_text(result, limit)
+    result.note = _note(limit, context_tokens, tok.count(result.context), n_citations,
+                        len(result.citations), more, left_out)
+    return result
+
+
+def _render(prefix: str, blocks: list[ContextBlock]) -> str:
+    body = render_blocks(blocks)
+    return f"{prefix}\n\n{body}" if prefix and body else prefix or body
+
+
+def _cut_order(blocks: list[ContextBlock]) -> list[int]:
+    """Indices of `blocks` in the order they go: per CUT_ORDER kind from the last, the first
+    block of each kind kept back until the very end (the ranked units' head last of all)."""
+    firsts: list[int] = []
+    order: list[int] = []
+    for kind in CUT_ORDER:
+        of_kind = [i for i, b in enumerate(blocks) if b.kind == kind]
+        if of_kind:
+            firsts.append(of_kind[0])
+            order += reversed(of_kind[1:])
+    order += [i for i, b in enumerate(blocks) if b.kind not in CUT_ORDER and i not in firsts]
+    return order + firsts[:-1]  # the first unit (or the last kind's first block) stays
+
+
+def fit_context(ctx: QueryContext, result: SearchResult, blocks: list[ContextBlock], *,
+                prefix: str = "", answer_tokens: int = ANSWER_RESERVE) -> list[ContextBlock]:
+    """The blocks (whole, in CUT_ORDER) that `result`, its answer not yet written, delivers
+    within `[query] result_token_limit` beside an answer of `answer_tokens`: what an engine
+    answers from, so that the answer and the context the agent receives are the same."""
+    limit = ctx.settings.result_token_limit - 2 * answer_tokens  # in the text and the JSON
+    trial = result.model_copy(update={"answer": "", "usage": result.usage.model_copy(
+        update={"provider": ctx.provider.name})})
+    trial.context = _render(prefix, blocks)
+    trial.citations = citations_of(blocks)
+    total = delivered_tokens(trial)
+    if total + _SLACK <= limit:
+        return blocks
+    return _cut_blocks(trial, blocks, prefix, total, limit)[0]
+
+
+def _cut_blocks(result: SearchResult, blocks: list[ContextBlock], prefix: str, total: int,
+                limit: int) -> tuple[list[ContextBlock], int]:
+    """Drop blocks of `result`'s context in cut order until it measures within `limit`: each
+    round removes what its estimate (a block's context tokens and its citation's) says is over,
+    then measures once. Returns the blocks kept and the last measure."""
+    tok = tokenizer()
+    from canopy.server.tool_text import citation_line
+
+    cited = {c.id: c for c in result.citations}
+
+    def saving(b: ContextBlock) -> int:
+        n = block_tokens(b)
+        c = cited.get(b.id)
+        if c is not None:
+            n += tok.count(c.model_dump_json()) + tok.count(citation_line(c)) + 1
+        return n
+
+    order = _cut_order(blocks)
+    gone: set[int] = set()
+    kept = blocks
+    over = total + _SLACK - limit
+    while over > 0 and len(gone) < len(order):
+        for i in order:
+            if i in gone:
+                continue
+            gone.add(i)
+            over -= saving(blocks[i])
+            if over <= 0:
+                break
+        kept = [b for i, b in enumerate(blocks) if i not in gone]
+        result.context = _render(prefix, kept)
+        result.citations = citations_of(kept)
+        total = delivered_tokens(result)
+        over = total + _SLACK - limit
+    return kept, total
+
+
+def _cut_text(result: SearchResult, limit: int) -> None:
+    """The answer to a quarter of the limit when it is long, then the context from its end,
+    then the last citations, until `result` fits (no block structure left to cut by)."""
+    tok = tokenizer()
+    context_tokens = tok.count(result.context)
 
     def room() -> int:  # what context and citations may take
         bare = result.model_copy(update={"context": "", "citations": []})
@@ -198,14 +334,11 @@ def fit_result(ctx: QueryContext, result: SearchResult, *, more: str) -> SearchR
             result.citations.pop()
         else:
             result.context = ""
-    result.note = _note(limit, context_tokens, tok.count(result.context), n_citations,
-                        len(result.citations), more)
-    return result
 
 
 def _note(limit: int, context_was: int, context_now: int, citations_were: int,
-          citations_now: int, more: str) -> str:
-    cut = []
+          citations_now: int, more: str, left_out: str = "") -> str:
+    cut = [left_out] if left_out else []
     if context_now < context_was:
         cut.append(f"context cut from {context_was} to {context_now} tokens")
     if citations_now < citations_were:

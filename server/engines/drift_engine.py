@@ -16,9 +16,8 @@ import asyncio
 from dataclasses import dataclass, field
 
 from canopy.ids import normalize_name
-from canopy.providers.base import ContextBlock, DriftOut, MapPoint, render_blocks
+from canopy.providers.base import ContextBlock, DriftOut, MapPoint
 from canopy.server.context import QueryContext
-from canopy.server.engines.cards import block_citation
 from canopy.server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -27,13 +26,15 @@ from canopy.server.engines.common import (
     metered,
     pack_blocks,
 )
-from canopy.server.engines.evidence import vector_weight
+from canopy.server.engines.evidence import excerpt_text, vector_weight
 from canopy.server.engines.local_engine import build_local_context, report_block
 from canopy.server.results import SearchResult
 
 __all__ = ["PRIMER_REPORTS", "drift_search"]
 
 PRIMER_REPORTS = 5  # reports the primer reads
+STEP_TOKENS = 8000  # context of each step when [query] local_context_tokens is not set
+STEPS_SHARE = 0.15  # of the result limit, for the steps' own answers (the rest: their sources)
 
 
 @dataclass
@@ -88,11 +89,10 @@ async def drift_search(
             answer = NOTHING_FOUND
         await ctx.report_progress(total, total, "drift: done")
 
-        blocks = list({(b.kind, b.id): b for s in steps for b in s.blocks}.values())
-        result = SearchResult(method="drift", query=query, answer=answer,
-                              citations=[block_citation(b) for b in blocks],
-                              context=_context(steps, blocks))
-        result = fit_result(ctx, result, more=_more(steps, asked))
+        blocks = _cited_first(answer, [b for s in steps for b in s.blocks])
+        result = SearchResult(method="drift", query=query, answer=answer)
+        result = fit_result(ctx, result, blocks=blocks, prefix=_steps_text(ctx, steps),
+                            more=_more(steps, asked))
         result.usage = meter.info()
         return result
 
@@ -104,7 +104,7 @@ async def _primer(ctx: QueryContext, query: str) -> _Step:
                                    vector_weight=vector_weight(ctx))
     served = await ctx.reader.reports(h.id for h in hits)
     reports = [served[h.id] for h in hits if h.id in served]
-    blocks, _ = pack_blocks([report_block(r) for r in reports], ctx.settings.local_context_tokens)
+    blocks, _ = pack_blocks([report_block(r) for r in reports], _step_budget(ctx))
     step = _Step(query, 0, blocks=blocks)
     if blocks:
         step.take(await ctx.provider.drift(query, blocks))
@@ -112,7 +112,7 @@ async def _primer(ctx: QueryContext, query: str) -> _Step:
 
 
 async def _follow_up(ctx: QueryContext, question: str, depth: int) -> _Step:
-    local = await build_local_context(ctx, question, budget=ctx.settings.local_context_tokens)
+    local = await build_local_context(ctx, question, budget=_step_budget(ctx))
     step = _Step(question, depth, blocks=local.blocks)
     if local.blocks:
         step.take(await ctx.provider.drift(question, local.blocks))
@@ -141,12 +141,32 @@ def _next_questions(steps: list[_Step], asked: set[str], breadth: int) -> list[s
     return chosen
 
 
-def _context(steps: list[_Step], blocks: list[ContextBlock]) -> str:
+def _step_budget(ctx: QueryContext) -> int:
+    """Context tokens of one DRIFT step: the steps' contexts are not delivered whole (their
+    union is fitted to the result limit), so a step reads as much as a full local context."""
+    return ctx.settings.local_context_tokens or STEP_TOKENS
+
+
+def _cited_first(answer: str, blocks: list[ContextBlock]) -> list[ContextBlock]:
+    """The steps' blocks, each once: those the answer cites first, in the order it cites them,
+    then the rest in step order. Whole blocks are cut from the end of each kind, so what the
+    answer rests on is what the agent keeps longest."""
+    unique = list({(b.kind, b.id): b for b in blocks}.values())
+    cited = {b.id: at for b in unique if (at := answer.find(b.id)) >= 0}
+    return sorted(unique, key=lambda b: (b.id not in cited, cited.get(b.id, 0)))
+
+
+def _steps_text(ctx: QueryContext, steps: list[_Step]) -> str:
+    """Each step's question and answer, the answers cut to their best-matching sentences so
+    that all steps together take at most STEPS_SHARE of the result limit: the final answer
+    already combines them, and the rest of the limit is the sources'."""
+    per_step = int(ctx.settings.result_token_limit * STEPS_SHARE) // max(len(steps), 1)
     parts = []
     for s in steps:
         head = "Primer" if s.depth == 0 else f"Follow-up (depth {s.depth})"
-        parts.append(f"----- {head}: {s.question} (score {s.score}) -----\n{s.answer}")
-    return "\n\n".join(parts) + "\n\n" + render_blocks(blocks)
+        text = excerpt_text(ctx, s.answer, s.question, per_step)
+        parts.append(f"----- {head}: {s.question} (score {s.score}) -----\n{text}")
+    return "\n\n".join(parts)
 
 
 def _more(steps: list[_Step], asked: set[str]) -> str:

@@ -20,35 +20,41 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from canopy.ids import normalize_name
 from canopy.model import Document, Entity, Relationship, Report, TextUnit
-from canopy.providers.base import ContextBlock, render_blocks
+from canopy.providers.base import ContextBlock
 from canopy.server.context import QueryContext
-from canopy.server.engines.cards import block_citation, claim_block
+from canopy.server.engines.cards import claim_block
 from canopy.server.engines.common import (
     NOTHING_FOUND,
+    block_tokens,
     check_query,
     check_response_type,
+    context_budget,
+    fit_context,
     fit_result,
     metered,
     pack_blocks,
 )
-from canopy.server.engines.evidence import excerpt, rank_units
+from canopy.server.engines.evidence import excerpt, excerpt_text, rank_units
 from canopy.server.results import RouteInfo, SearchResult
 from canopy.store import Edge
 
-__all__ = ["LocalContext", "build_local_context", "local_search", "named_entities", "report_block",
-           "unit_block"]
+__all__ = ["LocalContext", "build_local_context", "excerpt_block", "local_search",
+           "local_unit_ranking", "names_something",
+           "named_entities", "report_block", "unit_block"]
 
 TOP_ENTITIES = 10
 SUPPORT_UNITS = 30  # units behind the selected entities and relationships that join the ranking
 DIVERSE_DOCS = 10  # the first units of the context come from this many distinct documents
 CONTEXT_UNITS = 12  # units the text-unit share is divided among (longer units are excerpted)
 MIN_EXCERPT_TOKENS = 150
+MIN_ENTITY_TOKENS = 40  # an entity's block at least: its name and a sentence of description
+MAX_RELATION_TOKENS = 80  # a relationship's block at most: merged descriptions are excerpted
 # A relationship block is at least its two names and a short description: the graph share
 # holds at most graph_budget // this many, so no more are read.
 MIN_RELATIONSHIP_TOKENS = 12
@@ -73,18 +79,21 @@ async def local_search(
     response_type = check_response_type(response_type)
     with metered(ctx) as meter:
         await ctx.report_progress(0, 2, "local search: gathering context")
-        local = await build_local_context(ctx, query, budget=ctx.settings.local_context_tokens)
-        await ctx.report_progress(1, 2, f"local search: answering from {len(local.blocks)} records")
-        if local.blocks:
-            answer = await ctx.provider.answer(query, local.blocks, response_type=response_type)
+        configured = ctx.settings.local_context_tokens
+        local = await build_local_context(ctx, query,
+                                          budget=context_budget(ctx, configured=configured))
+        result = SearchResult(method="local", query=query, answer="", route=route)
+        # With no budget configured the context is what the result delivers whole; a configured
+        # one is answered from in full and cut to the limit afterwards (the result says so).
+        blocks = local.blocks if configured else fit_context(ctx, result, local.blocks)
+        await ctx.report_progress(1, 2, f"local search: answering from {len(blocks)} records")
+        if blocks:
+            result.answer = await ctx.provider.answer(query, blocks, response_type=response_type)
         else:
-            answer = NOTHING_FOUND
+            result.answer = NOTHING_FOUND
         await ctx.report_progress(2, 2, "local search: done")
-        result = SearchResult(method="local", query=query, answer=answer,
-                              citations=[block_citation(b) for b in local.blocks],
-                              context=render_blocks(local.blocks), route=route)
         name = repr(local.entities[0].name) if local.entities else "'<entity name>'"
-        result = fit_result(ctx, result, more=(
+        result = fit_result(ctx, result, blocks=blocks, more=(
             f"call drill_down(entity={name}) for one entity's community and sources, or ask "
             "local_search a narrower question."))
         result.usage = meter.info()
@@ -94,11 +103,22 @@ async def local_search(
 @dataclass
 class LocalContext:
     entities: list[Entity]  # the selected entities, best first
-    blocks: list[ContextBlock]  # reports, entities, relationships, claims, text units
+    # text units (ranked), entities, claims, relationships, reports: the delivered order
+    blocks: list[ContextBlock]
+    ranked_units: list[str]  # the text-unit ranking the context's units are the head of
+
+
+async def local_unit_ranking(ctx: QueryContext, query: str) -> list[str]:
+    """local_search's text units in rank order before its context is cut to its budget (for
+    evaluation: what assembly starts from)."""
+    budget = context_budget(ctx, configured=ctx.settings.local_context_tokens)
+    return (await build_local_context(ctx, check_query(query), budget=budget)).ranked_units
 
 
 async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> LocalContext:
-    """The mixed local context of `query` within `budget` tokens (servable items only)."""
+    """The mixed local context of `query` within `budget` tokens (servable items only): the
+    shares of reports and of the graph are fixed (REPORT_SHARE, GRAPH_SHARE), text units take
+    the rest, and the blocks come text units first, in rank order."""
     reader = ctx.reader
     vector = await reader.embed(query)
     named = _named(ctx, query)
@@ -106,13 +126,20 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
     chosen = {e.id for e in entities}
     reports = await _reports_of(ctx, [e.id for e in entities])
 
-    report_blocks, used = pack_blocks([report_block(r) for r in reports],
-                                      int(budget * REPORT_SHARE))
+    report_budget = int(budget * REPORT_SHARE)
+    report_blocks, used = pack_blocks(
+        [_excerpted(ctx, report_block(r), query, report_budget) for r in reports], report_budget)
     graph_budget = int(budget * (REPORT_SHARE + GRAPH_SHARE)) - used
     relationships = await _relationships_of(ctx, chosen,
                                             limit=max(1, graph_budget // MIN_RELATIONSHIP_TOKENS))
-    entity_blocks, used_entities = pack_blocks(_entity_blocks(entities), graph_budget // 2)
-    relation_blocks = await _relation_blocks(ctx, entities, relationships)
+    # Each selected entity is shown, its description excerpted to its share (a long merged
+    # description would otherwise leave no room for the entities after it).
+    entity_share = max(MIN_ENTITY_TOKENS, graph_budget // 2 // max(1, len(entities)))
+    entity_blocks, used_entities = pack_blocks(
+        [_excerpted(ctx, b, query, entity_share) for b in _entity_blocks(entities)],
+        graph_budget // 2)
+    relation_blocks = [_excerpted(ctx, b, query, MAX_RELATION_TOKENS)
+                       for b in await _relation_blocks(ctx, entities, relationships)]
     graph_blocks, used_graph = pack_blocks(relation_blocks, graph_budget - used_entities)
     graph_blocks = entity_blocks + graph_blocks
     used += used_entities + used_graph
@@ -133,10 +160,17 @@ async def build_local_context(ctx: QueryContext, query: str, *, budget: int) -> 
     share = max(MIN_EXCERPT_TOKENS, text_budget // CONTEXT_UNITS)
     blocks = []
     for u in order[:max(1, text_budget // MIN_EXCERPT_TOKENS)]:
-        unit, doc = units[u]
-        blocks.append(unit_block(unit, doc, text=excerpt(ctx, unit, doc, query, share)))
+        blocks.append(excerpt_block(ctx, *units[u], query, share))
     unit_blocks, _ = pack_blocks(blocks, text_budget)
-    return LocalContext(entities, report_blocks + graph_blocks + unit_blocks)
+    return LocalContext(entities, unit_blocks + graph_blocks + report_blocks, order)
+
+
+def _excerpted(ctx: QueryContext, block: ContextBlock, query: str, max_tokens: int
+               ) -> ContextBlock:
+    """`block` with its text excerpted to about `max_tokens` (its header included)."""
+    head = len(block.title) // 4 + 8
+    text = excerpt_text(ctx, block.text, query, max(20, max_tokens - head))
+    return block if text == block.text else replace(block, text=text)
 
 
 def _diverse(ranked: list[str], units: dict[str, tuple[TextUnit, Document]]) -> list[str]:
@@ -164,7 +198,15 @@ def unit_block(unit: TextUnit, doc: Document, *, text: str | None = None) -> Con
     """A servable text unit as a block titled by its document and the document's metadata, so
     the answer can say which source and date a fact comes from (`text`: an excerpt of it)."""
     return ContextBlock("text_unit", unit.id, doc.label(), unit.text if text is None else text,
-                        source=doc.path)
+                        source=doc.path, cite_title=doc.title)
+
+
+def excerpt_block(ctx: QueryContext, unit: TextUnit, doc: Document, query: str,
+                  share: int) -> ContextBlock:
+    """A unit's block of about `share` tokens, its header (title, metadata) included: the
+    unit's text, or its sentences that best match the question (evidence.excerpt)."""
+    room = max(MIN_EXCERPT_TOKENS // 2, share - block_tokens(unit_block(unit, doc, text="")))
+    return unit_block(unit, doc, text=excerpt(ctx, unit, doc, query, room))
 
 
 def named_entities(ctx: QueryContext, query: str) -> list[str]:
@@ -195,6 +237,8 @@ def _named(ctx: QueryContext, query: str) -> list[tuple[str, bool]]:
         eid = found_names.get(name)
         if eid is None or (start >= 0 and any(a <= start and end <= b for a, b in kept)):
             continue
+        if not names_something(name):
+            continue
         if start >= 0:
             kept.append((start, end))
         if name in seen:
@@ -208,6 +252,22 @@ def _named(ctx: QueryContext, query: str) -> list[tuple[str, bool]]:
     for lower, _, eid in sorted(found):
         out.setdefault(eid, not lower)
     return list(out.items())
+
+
+# Tokens that are part of a name but name nothing alone: numerals ("II" of "Lothair II", "2" of
+# "Tern T2"), honorifics and abbreviations ("Sir", "St", "Jr"), single letters. A query span made
+# only of them matches the entities of that "name" across the corpus ("Murad II", "Amalric II").
+_AFFIX = re.compile(r"^(?:x{0,3}(?:ix|iv|v?i{0,3})|\d+(?:st|nd|rd|th)?|\w)$")  # roman to 39
+
+
+def names_something(key: str) -> bool:
+    """False for a normalized name made only of name affixes (numerals, roman numerals,
+    honorifics, abbreviations, single letters, stop words): it cannot select an entity from a
+    question on its own."""
+    from canopy.providers.builtin import lexicon as lx
+
+    affixes = lx.HONORIFICS | lx.ABBREVIATIONS | lx.STOPWORDS
+    return any(not (_AFFIX.match(t) or t in affixes) for t in key.split())
 
 
 async def _select_entities(ctx: QueryContext, query: str, vector: np.ndarray,

@@ -162,41 +162,48 @@ class BuiltinProvider:
         return self._answer(query, blocks)[0]
 
     def _answer(self, query: str, blocks: Sequence[ContextBlock]) -> tuple[str, int]:
-        """The extractive answer and a 0-100 score of how well it covers the query."""
+        """The extractive answer and a 0-100 score of how well it covers the query.
+
+        The blocks come in the engine's order, best first: the answer takes, from each block in
+        that order, its sentence that best matches the question (none from a block that shares
+        no term with it), up to MAX_ANSWER_SENTENCES; so it follows the ranking, and a
+        lower-ranked block never displaces a better one by sharing more words. A question about
+        the whole collection ("the main themes") takes each block's first sentence."""
         items: list[tuple[int, str, set[str], set[str]]] = []
         for bi, b in enumerate(blocks):
             head = set(terms(b.title)) if b.kind != "text_unit" else set()
             for s in split_sentences(b.text) or ([b.title] if b.title else []):
                 items.append((bi, s, set(terms(s)), head))
         scorer = Scorer(query, [t for _, _, t, _ in items])
-        chosen: list[int] = []
-        if scorer.generic:
-            firsts = list(dict.fromkeys(bi for bi, *_ in items))[:MAX_ANSWER_SENTENCES]
-            chosen = [next(i for i, it in enumerate(items) if it[0] == bi) for bi in firsts]
-            score = 30 if chosen else 0
-        else:
+        best_of: dict[int, tuple[float, int]] = {}  # block -> (score, item) of its best sentence
+        for i, (bi, _, t, h) in enumerate(items):
             # the block title (an entity's name) counts, the sentence's own words count more
-            ranked = sorted(
-                (-(0.7 * scorer.score(t | h) + 0.3 * scorer.score(t)), i)
-                for i, (_, _, t, h) in enumerate(items))
-            ranked = [(-neg, i) for neg, i in ranked]
-            seen: set[str] = set()
-            for sc, i in ranked:
-                key = normalize_name(items[i][1])
-                if sc <= 0 or len(chosen) >= MAX_ANSWER_SENTENCES:
-                    break
-                if key not in seen:
-                    seen.add(key)
-                    chosen.append(i)
-            union = set().union(*(items[i][2] | items[i][3] for i in chosen)) if chosen else set()
-            best = ranked[0][0] if ranked else 0.0
-            score = round(100 * (0.5 * scorer.score(union) + 0.5 * best)) if chosen else 0
+            sc = 1.0 if scorer.generic else 0.7 * scorer.score(t | h) + 0.3 * scorer.score(t)
+            if sc > 0 and (bi not in best_of or sc > best_of[bi][0]):
+                best_of[bi] = (sc, i)
+        chosen: list[int] = []
+        seen: set[str] = set()
+        for bi in sorted(best_of):
+            i = best_of[bi][1]
+            key = normalize_name(items[i][1])
+            if key in seen:
+                continue
+            seen.add(key)
+            chosen.append(i)
+            if len(chosen) >= MAX_ANSWER_SENTENCES:
+                break
         if not chosen:
             return NO_INFORMATION, 0
+        if scorer.generic:
+            score = 30
+        else:
+            union = set().union(*(items[i][2] | items[i][3] for i in chosen))
+            best = max(sc for sc, _ in best_of.values())
+            score = round(100 * (0.5 * scorer.score(union) + 0.5 * best))
         lines = [f"- {trim(items[i][1], 400)} [{blocks[items[i][0]].kind} {blocks[items[i][0]].id}]"
                  for i in chosen]
-        intro = ("Extractive answer (builtin provider, no language model): the most relevant "
-                 "passages, best first.")
+        intro = ("Extractive answer (builtin provider, no language model): the best-matching "
+                 "sentence of each of the top-ranked passages, best first.")
         return intro + "\n\n" + "\n".join(lines), max(0, min(100, score))
 
     async def hyde(self, query: str) -> str:
