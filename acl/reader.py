@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -395,6 +395,17 @@ class CallerReader:
         serving a question)."""
         readable = self.caller.readable
         return [r.document for r in self._snap.all_documents().values() if r.acl in readable]
+
+    def iter_units(self, batch: int = 2000) -> Iterator[list[tuple[TextUnit, Document]]]:
+        """Every text unit the caller may read, with its document, in batches (a full scan: for
+        evaluation baselines, not for serving a question)."""
+        readable = self.caller.readable
+        docs = {d.id: d for d in self.documents()}
+        for rows in self._snap.iter_units(batch):
+            out = [(r.unit, docs[r.unit.document_id]) for r in rows
+                   if r.acl in readable and r.unit.document_id in docs]
+            if out:
+                yield out
 
     def readable_units(self, ids: Iterable[str]) -> set[str]:
         """Which of these text units are servable (live and readable), without reading them."""

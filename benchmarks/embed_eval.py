@@ -15,12 +15,13 @@ Only DEV questions are ever loaded (canopy.server.evaluation.split_of).
 
 Per dataset and embedder: a full build with the builtin provider in a fresh process (wall time,
 the vectors stage's time, the process's peak RSS), then, in another fresh process, the tools
-scored by canopy.server.evaluation.evaluate (what `canopy eval` runs) plus `vector`: the vector
-ranking alone (the search table's vector search, no full-text), with R@2/5/10, All@10 and each
-tool's per-question latency (p50, p90; the query's embedding included) and the process's peak
-RSS. `--flip` also scores local and basic with WordLlama's `lexical` flag flipped: its ranking
-fused at full weight (`local:full-weight`, `basic:full-weight`), as the engines fuse an
-endpoint's, instead of adding candidates and weighing 0.1 as the hash embedder's does.
+scored by canopy.server.evaluation.evaluate (what `canopy eval` runs: local and basic as an MCP
+client receives their results) plus `vector`: the vector ranking alone (the search table's
+vector search, no full-text), with R@2/5/10, All@10 and each tool's per-question latency (p50,
+p90; the query's embedding included, and for local and basic the whole tool call) and the
+process's peak RSS. `--flip` also scores local and basic with WordLlama's `lexical` flag
+flipped: its ranking fused at full weight (`local:full-weight`, `basic:full-weight`), as the
+engines fuse an endpoint's, instead of adding candidates only as the hash embedder's does.
 
 Output: markdown tables on stdout and JSON in benchmarks/results/embed_eval.json.
 """
@@ -32,7 +33,6 @@ import json
 import os
 import re
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -110,8 +110,6 @@ def child_build(docs: Path, index_dir: Path) -> dict[str, Any]:
 
 def child_eval(docs: Path, index_dir: Path, questions_path: Path, fmt: str, limit: int | None,
                flip: bool) -> dict[str, Any]:
-    import asyncio
-
     import canopy.server.evaluation as ev
     from canopy.server.runtime import open_workspace
     from canopy.server.service import CanopyService
@@ -120,48 +118,21 @@ def child_eval(docs: Path, index_dir: Path, questions_path: Path, fmt: str, limi
              if ev.split_of(q.text) == "dev"][:limit]
     assert all(ev.split_of(q.text) == "dev" for q in asked)
     service = CanopyService(open_workspace(docs, index_dir=index_dir))
-    timings: dict[str, list[float]] = {}
-    cpu: dict[str, list[float]] = {}
-    original = ev.unit_ranking
-
-    def timed(ctx: Any, tool: str) -> Any:
-        if tool == "vector":
-            def rank(q: str) -> list[str]:
-                vector = asyncio.run(ctx.reader.embed(q))
-                return [h.id for h in ctx.reader.search("text_units", vector=vector, text=None,
-                                                        k=50)]
-        else:
-            rank = original(ctx, tool.split(":")[0])
-
-        def run(q: str) -> list[str]:
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = rank(q)
-            timings.setdefault(tool, []).append((time.perf_counter() - t0) * 1000)
-            cpu.setdefault(tool, []).append((time.process_time() - c0) * 1000)
-            return list(out)
-        return run
-
-    ev.unit_ranking = timed  # type: ignore[assignment]
-    out: dict[str, Any] = {"questions": len(asked), "tools": {}}
+    out: dict[str, Any] = {"questions": len(asked), "tools": {},
+                           "embedder": service.embedder.name}
     try:
-        with service.context(None) as ctx:
-            out["embedder"] = ctx.reader.embedder.name
-            scores = ev.evaluate(ctx, asked, list(TOOLS), list(KS))
-            if flip and service.embedder.name.startswith("builtin-wordllama"):
-                lexical = not getattr(service.embedder, "lexical", False)
-                service.embedder.lexical = lexical  # type: ignore[attr-defined]
-                tag = "lexical" if lexical else "full-weight"
-                scores += ev.evaluate(ctx, asked, [f"local:{tag}", f"basic:{tag}"], list(KS))
+        scores = [(s.tool, s) for s in ev.evaluate(service, asked, list(TOOLS), list(KS))]
+        if flip and service.embedder.name.startswith("builtin-wordllama"):
+            lexical = not getattr(service.embedder, "lexical", False)
+            service.embedder.lexical = lexical  # type: ignore[attr-defined]
+            tag = "lexical" if lexical else "full-weight"
+            scores += [(f"{s.tool}:{tag}", s)
+                       for s in ev.evaluate(service, asked, ["local", "basic"], list(KS))]
     finally:
-        ev.unit_ranking = original  # type: ignore[assignment]
         service.close()
-    for s in scores:
-        times = sorted(timings[s.tool])
-        out["tools"][s.tool] = {
-            **{f"R@{k}": s.recall[k] for k in KS}, "All@10": s.all[10],
-            "p50_ms": round(statistics.median(times), 1),
-            "p90_ms": round(times[int(0.9 * (len(times) - 1))], 1),
-            "cpu_p50_ms": round(statistics.median(cpu[s.tool]), 1)}
+    for name, s in scores:  # local and basic as delivered to an MCP client (canopy eval)
+        out["tools"][name] = {**{f"R@{k}": s.recall[k] for k in KS}, "All@10": s.all[10],
+                              "p50_ms": s.p50_ms, "p90_ms": s.p90_ms}
     out["peak_mb"] = _peak_mb()
     return out
 
@@ -198,14 +169,14 @@ def _child(args: list[str], embedder: str) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["| dataset | embedder | tool | R@2 | R@5 | R@10 | All@10 | p50 ms | p90 ms | "
-             "CPU p50 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| dataset | embedder | tool | R@2 | R@5 | R@10 | All@10 | p50 ms | p90 ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for dataset, by_embedder in results.items():
         for embedder, r in by_embedder.items():
             for tool, s in r["eval"]["tools"].items():
                 lines.append(f"| {dataset} | {embedder} | {tool} | {s['R@2']:.3f} | "
                              f"{s['R@5']:.3f} | {s['R@10']:.3f} | {s['All@10']:.3f} | "
-                             f"{s['p50_ms']} | {s['p90_ms']} | {s['cpu_p50_ms']} |")
+                             f"{s['p50_ms']} | {s['p90_ms']} |")
     lines += ["", "| dataset | embedder | build s | build CPU s | vectors stage s | "
               "build peak MB | query process peak MB |", "|---|---|---|---|---|---|---|"]
     for dataset, by_embedder in results.items():

@@ -42,11 +42,14 @@ def _ints(value: str) -> list[int]:
 @CONFIG
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "multihop-rag", "musique"]),
               default="jsonl", show_default=True, help="How QUESTIONS names its gold documents.")
-@click.option("--split", type=click.Choice(["dev", "test", "all"]), default="dev",
-              show_default=True, help="Questions by sha256(question) % 5: 0 is test, else dev.")
+@click.option("--split", type=click.Choice(["dev", "test", "all"]), default=None,
+              help="Questions by sha256(question) % 5: 0 is test, else dev. Default: dev for "
+                   "the benchmark formats (multihop-rag, musique), all for your own jsonl file.")
 @click.option("--tools", default="local,basic,bm25", show_default=True,
-              help="Comma-separated: local (local_search's context), basic (basic_search's), "
-                   "bm25 (the full-text index alone).")
+              help="Comma-separated: local and basic (local_search's and basic_search's results "
+                   "as an MCP client receives them, after fitting to the result limit), bm25 "
+                   "(plain BM25 over the same passages), local-ranking (local_search's ranking "
+                   "before assembly), fts (the index's full-text search alone).")
 @click.option("--k", "ks", default="2,5,10", show_default=True, help="Cut-offs, comma-separated.")
 @click.option("--limit", type=int, default=None, help="Only the first N questions of the split.")
 @click.option("--answers", is_flag=True,
@@ -67,10 +70,14 @@ def _ints(value: str) -> list[int]:
 @click.option("--principal", envvar="CANOPY_PRINCIPAL", default=None,
               help="Whose permissions apply (under an [acl] policy).")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
+@click.option("--details", "details_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write one JSON line per question to this file: its gold "
+                                 "documents and each tool's first documents, in order.")
 def eval_command(docs: Path, questions: Path | None, index_dir: Path | None,
-                 config: Path | None, fmt: str, split: str, tools: str, ks: str,
+                 config: Path | None, fmt: str, split: str | None, tools: str, ks: str,
                  limit: int | None, answers: bool, methods: str, personas: int, n_tasks: int,
-                 n_questions: int, repeats: int, principal: str | None, as_json: bool) -> None:
+                 n_questions: int, repeats: int, principal: str | None, as_json: bool,
+                 details_path: Path | None) -> None:
     """Score the tools' retrieval on QUESTIONS against the index of DOCS: R@k, Hits@k, All@k;
     or, with --answers, compare two methods' answers with an LLM judge.
 
@@ -97,12 +104,21 @@ def eval_command(docs: Path, questions: Path | None, index_dir: Path | None,
       canopy eval ~/docs --answers --methods global:1,basic --repeats 3 --json
     """
     from canopy.server.cli.common import check_principal
-    from canopy.server.evaluation import evaluate, load_questions, split_of
+    from canopy.server.evaluation import (
+        as_dict,
+        default_split,
+        details,
+        evaluate,
+        load_questions,
+        score_table,
+        split_of,
+    )
     from canopy.server.runtime import open_workspace
     from canopy.server.service import CanopyService
 
     ws = open_workspace(docs, index_dir, config)
     check_principal(ws.settings.acl, principal)
+    split = split or default_split(fmt)
     if answers:
         from canopy.server.answer_eval import read_questions
 
@@ -125,23 +141,23 @@ def eval_command(docs: Path, questions: Path | None, index_dir: Path | None,
         raise click.ClickException(f"no {split} question in {questions}")
     service = CanopyService(ws)
     try:
-        with service.context(principal) as ctx:
-            scores = evaluate(ctx, asked, chosen, cutoffs,
-                              progress=lambda m: click.echo(m, err=True))
+        scores = evaluate(service, asked, chosen, cutoffs, principal=principal,
+                          progress=lambda m: click.echo(m, err=True))
     finally:
         service.close()
+    if details_path is not None:
+        details_path.write_text("".join(line + "\n" for line in details(asked, scores)),
+                                encoding="utf-8")
     if as_json:
         click.echo(json.dumps({"questions": len(asked), "split": split, "format": fmt,
-                               "scores": [asdict(s) for s in scores]}, indent=2))
+                               "result_token_limit": ws.settings.query.result_token_limit,
+                               "scores": [as_dict(s) for s in scores]}, indent=2))
         return
-    click.echo(f"{len(asked)} {split} questions from {questions} ({fmt}), index {ws.index_dir}")
-    head = " | ".join(f"R@{k} | Hits@{k} | All@{k}" for k in cutoffs)
-    click.echo(f"| tool | {head} | ms/question |")
-    click.echo("|---|" + "---|" * (3 * len(cutoffs) + 1))
-    for s in scores:
-        cells = " | ".join(f"{s.recall[k]:.3f} | {s.hits[k]:.3f} | {s.all[k]:.3f}"
-                           for k in cutoffs)
-        click.echo(f"| {s.tool} | {cells} | {s.ms_per_question:.0f} |")
+    click.echo(f"{len(asked)} {split} questions from {questions} ({fmt}), index {ws.index_dir}, "
+               f"provider {service.provider.name}, results fitted to "
+               f"{ws.settings.query.result_token_limit} tokens")
+    for line in score_table(scores, cutoffs):
+        click.echo(line)
     if scores and scores[0].unmatched_gold:
         click.echo(f"Note: {scores[0].unmatched_gold} gold entries name no document you may read "
                    "in this index (by path or title); they count as not found.", err=True)
