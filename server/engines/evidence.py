@@ -21,7 +21,7 @@ vector search, and the units behind the graph items the caller passes (local sea
 and relationships); every candidate is scored alike: a source adds candidates, not votes. With a
 semantic embedder (an endpoint) the vector ranking is then fused in by reciprocal rank fusion;
 the builtin embedder is lexical (signed feature hashing) and any weight of its ranking lowered
-Hits@10, so it only contributes candidates.
+R@10, so it only contributes candidates.
 
 Multi-hop evidence (server/engines/propagation.py): a Personalized PageRank over the entity-unit
 graph, seeded with the entities the question names and the best-scored units, reaches units
@@ -118,7 +118,7 @@ PAGE_WEIGHT = 0.5
 DOC_SECOND = 0.3
 _K1, _B = 1.2, 0.75
 # RRF weight of a lexical embedder's ranking against full-text search's (hybrid searches): with
-# the builtin embedder, equal fusion loses 0.11 Hits@10 on MultiHop-RAG against BM25 alone, and
+# the builtin embedder, equal fusion loses 0.11 R@10 on MultiHop-RAG against BM25 alone, and
 # 0.1 costs nothing while keeping vector-only rows (e.g. CJK text) after the full-text ones.
 LEXICAL_VECTOR_WEIGHT = 0.1
 

@@ -2,7 +2,7 @@
 
 It needs no model file and no download, is deterministic, and embeds tens of thousands of short
 texts per second. It is lexical, not semantic, and at 384 dimensions hash collisions blur long
-texts: on MultiHop-RAG (benchmarks/retrieval_eval.py) its vectors alone reach Hits@10 0.49 over
+texts: on MultiHop-RAG (benchmarks/retrieval_eval.py) its vectors alone reach R@10 0.49 over
 text units against 0.85 for LanceDB's BM25, and equal-weight fusion with BM25 drops to 0.74. So
 the query engines give its ranking a small weight next to full-text search, or use it for
 candidates only (`lexical = True`; server/engines/evidence.py). Configure an embeddings endpoint

@@ -17,9 +17,9 @@ segmented two ways:
 `stem` and lexicon.STOPWORDS replace an index stemmer and stop list and a relevance stemmer;
 `stem` is the one whose conflations are right (plurals: "says"/"say", "features"/"feature"; no
 "business" -> "busines" or "based" -> "bas"). Against the two analyses it replaces, on DEV
-questions only: local_search Hits@10 0.879 -> 0.878 (Hits@4 0.732 -> 0.734) on MultiHop-RAG
-(benchmarks/retrieval_eval.py, 1,802 questions; with --front-matter 0.906 -> 0.904, Hits@4
-0.786 -> 0.780), and Hits@10 of gold paragraphs 0.583 -> 0.605 on eval-data's MuSiQue sample
+questions only: local_search R@10 0.879 -> 0.878 (R@4 0.732 -> 0.734) on MultiHop-RAG
+(benchmarks/retrieval_eval.py, 1,802 questions; with --front-matter 0.906 -> 0.904, R@4
+0.786 -> 0.780), and R@10 of gold paragraphs 0.583 -> 0.605 on eval-data's MuSiQue sample
 (82 questions, one document per paragraph). Changing what `lexical_terms` returns changes
 stored statistics and builtin vectors: bump TERMS_VERSION, and the indexer rebuilds them
 (indexer/pipeline.py).
@@ -176,7 +176,7 @@ def terms(text: str) -> list[str]:
 # `split_sentences` reads like a person, for text that is shown or parsed for names; and
 # `split_at_stops` cuts finer, for local_search's scoring windows (server/engines/evidence.py).
 # On the DEV split of MultiHop-RAG, windows made of `split_sentences` lower local_search's
-# Hits@4 from 0.7335 to 0.7319 (Hits@10 0.8783 -> 0.8779; with the terms of TERMS_VERSION 1 it
+# R@4 from 0.7335 to 0.7319 (R@10 0.8783 -> 0.8779; with the terms of TERMS_VERSION 1 it
 # was 0.7325 -> 0.7303, 16 questions lost and 4 won). The chunker's cut points are a third rule
 # on purpose (indexer/chunking.py: unit ids derive from them).
 
