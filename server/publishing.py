@@ -17,6 +17,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from filelock import FileLock
 
@@ -38,13 +39,14 @@ __all__ = ["check_publish_target", "collect_published", "describe_publish", "pub
 
 log = logging.getLogger("canopy.publish")  # `canopy watch` shows canopy.* at INFO
 
+_STAGING = "publish-staging-"  # + pid-thread: a publish's snapshot (canopy.publish.snapshot)
+
 
 def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False,
-                  defer_erasure: bool = False, label: str = "") -> PublishResult:
+                  label: str = "") -> PublishResult:
     """Publish the committed generation of `ws` to `uri` (default `[publish] uri`).
-    `locked`: the caller already holds the writer lock. `defer_erasure`: the revocation
-    generation of an update, which publishes its own at once (canopy.publish.writer).
-    `label`: what the logged line starts with."""
+    `locked`: the caller already holds the writer lock. `label`: what the logged line starts
+    with."""
     settings = ws.settings.publish
     target = uri or settings.uri
     if not target:
@@ -54,7 +56,8 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
         raise IndexMissing(f"no committed index at {ws.index_dir} to publish: run "
                            f"`canopy index {ws.docs_dir}` first")
     location = open_location(target, endpoint_url=settings.endpoint_url, region=settings.region)
-    staging = ws.index_dir / f"publish-staging-{os.getpid()}-{threading.get_ident()}"
+    _remove_stale_staging(ws.index_dir)
+    staging = ws.index_dir / f"{_STAGING}{os.getpid()}-{threading.get_ident()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
         if locked:
@@ -64,14 +67,32 @@ def publish_index(ws: Workspace, uri: str | None = None, *, locked: bool = False
                 staged = stage_snapshot(ws.index_dir, staging)
         with FileLock(ws.index_dir / "publish.lock"):
             tag = hashlib.sha256(location.uri.encode()).hexdigest()[:12]
+            for old in (f"publish-base-{tag}.pages", f"publish-base-{tag}.held"):
+                (ws.index_dir / old).unlink(missing_ok=True)  # an earlier Canopy's page base
             result = publish_staged(location, staged, ws.settings, grace_s=settings.grace_s,
                                     hash_cache=ws.index_dir / "publish-hashes.json",
-                                    page_base=ws.index_dir / f"publish-base-{tag}.pages",
-                                    defer_erasure=defer_erasure)
+                                    page_state=ws.index_dir / f"publish-pages-{tag}.state")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log.info("%s%s", label, describe_publish(result, target))
     return result
+
+
+def _remove_stale_staging(index_dir: Path) -> None:
+    """Delete the staging folders of publishes whose process is gone (killed mid-publish): each
+    holds a copy of the database as it was, deleted text included."""
+    if os.name == "nt":  # os.kill(pid, 0) would end the process there
+        return
+    for folder in index_dir.glob(f"{_STAGING}*"):
+        pid = folder.name[len(_STAGING):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # alive, someone else's
+            continue
 
 
 def check_publish_target(ws: Workspace, uri: str) -> None:
@@ -107,7 +128,7 @@ def revocation_publisher(ws: Workspace, uri: str | None,
     def publish_now() -> None:
         try:
             first = "deletions and relabels first: "
-            result = publish_index(ws, uri, locked=True, defer_erasure=True, label=first)
+            result = publish_index(ws, uri, locked=True, label=first)
             if report is not None:
                 report(first + describe_publish(result, uri or ""))
         except CanopyError as exc:  # written for people: no traceback
@@ -130,11 +151,11 @@ def describe_publish(r: PublishResult, uri: str) -> str:
     if r.outcome == "superseded":
         return (f"Generation {r.generation} not published at {uri}: manifest {r.seq} holds a "
                 "newer snapshot")
-    erasing = ("; the database whole, as a new base without the deleted text"
-               if r.database == "erasing" else "")
+    database = (f"; the database: {r.database_written:,} of {r.database_pages:,} pages written "
+                f"({_mb(r.database_uploaded)})" if r.database_pages else "")
     return (f"Published generation {r.generation} to {uri} as manifest {r.seq}: {r.files} files "
             f"({_mb(r.total_bytes)}), uploaded {r.uploaded_files} ({_mb(r.uploaded_bytes)}) "
-            f"in {r.elapsed_s:.2f}s{erasing}{gc}")
+            f"in {r.elapsed_s:.2f}s{database}{gc}")
 
 
 def _mb(n: int) -> str:

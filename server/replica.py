@@ -23,8 +23,9 @@ plus the time to download a new generation's changed files must stay below B.
 A request's snapshot is taken when it starts: one that began before the bound ran out finishes
 on its generation, as requests do on one machine while an update commits.
 
-What a replica keeps of a superseded generation goes with the URI's copies: its folder and the
-blobs only it used are deleted once its calls have drained, `_DRAIN_S` after the switch or
+What a replica keeps of a superseded generation goes with the URI's copies: its folder, its
+assembled database, its page map (the keys of its pages) and the blobs only it used are
+deleted once its calls have drained, `_DRAIN_S` after the switch or
 sooner, so that it is gone by the writer's `grace_s` after the generation that superseded it
 was published (the replica switched within B of that: it drains for `grace_s` - B at most).
 A replica that starts deletes whatever a previous run left in its cache but the generation it
@@ -48,7 +49,7 @@ from canopy.acl.policy import Policy
 from canopy.errors import IndexMissing, IndexStale
 from canopy.publish.location import Location, open_location
 from canopy.publish.manifest import Manifest
-from canopy.publish.reader import materialize, prune_blobs, remove_generation
+from canopy.publish.reader import materialize, prune_cache, remove_generation
 from canopy.publish.writer import newest_manifest, published_seqs
 from canopy.server.first_build import ServiceSlot
 from canopy.server.runtime import Workspace
@@ -226,8 +227,7 @@ class ReplicaSlot(ServiceSlot):
         for r in done:
             remove_generation(self.cache_dir, r.manifest.seq)
         if done:
-            prune_blobs(self.cache_dir, {b for m in still for f in m.files.values()
-                                         for b in f.blobs()})
+            prune_cache(self.cache_dir, still)
 
     def _sweep(self) -> None:
         """Delete what a previous run of this replica left in the cache (no download runs:
@@ -237,8 +237,7 @@ class ReplicaSlot(ServiceSlot):
         for folder in sorted((self.cache_dir / "generations").glob("*")):
             if serving is None or folder.name != f"{serving.seq:012d}":
                 shutil.rmtree(folder, ignore_errors=True)
-        prune_blobs(self.cache_dir, set() if serving is None
-                    else {b for f in serving.files.values() for b in f.blobs()}, partial=True)
+        prune_cache(self.cache_dir, [] if serving is None else [serving], partial=True)
 
     def start(self) -> ReplicaSlot:
         """Check now and then every poll_s, on a daemon thread: the server listens meanwhile,

@@ -1,9 +1,10 @@
 """An S3-compatible server (moto) on 127.0.0.1 for the publishing tests, and every byte a URI
-stores. Test modules import the fixtures they use (`from tests.object_store import bucket, s3`)."""
+stores, read as an attacker holding all of it would: every page record any stored page map
+opens. Test modules import the fixtures they use (`from tests.object_store import bucket, s3`)."""
 
 from __future__ import annotations
 
-import struct
+import hashlib
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -12,13 +13,12 @@ from urllib.parse import urlparse
 
 import pytest
 
-from canopy.publish.pages import MAGIC
+from canopy.publish.pagestore import MAP_MAGIC, PACK_MAGIC, PageMap, open_record
 from tests.conftest import require_heavy
 from tests.net import free_port
 
 AWS = {"AWS_ACCESS_KEY_ID": "canopy-test", "AWS_SECRET_ACCESS_KEY": "canopy-test-secret",
        "AWS_REGION": "us-east-1"}
-_PATCH_HEADER = struct.calcsize("<IQ")  # canopy.publish.pages: page size, page count
 
 
 @pytest.fixture(scope="module")
@@ -72,17 +72,35 @@ def stored_objects(uri: str) -> dict[str, bytes]:
     return found
 
 
-def readable(data: bytes) -> bytes:
-    """The bytes a grep should see: a page patch's pages decompressed, others as they are."""
-    if data.startswith(MAGIC):
-        return zlib.decompress(data[len(MAGIC) + _PATCH_HEADER:])
-    return data
+def readable(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The bytes a grep should see in each of `files`: a pack as it is plus its records opened
+    with every key any page map among `files` holds for them (a record no map opens stays
+    ciphertext: what cryptographic erasure leaves), a page map decompressed, any other file as
+    it is."""
+    keys: dict[str, set[tuple[int, int, bytes]]] = {}
+    for data in files.values():
+        if data.startswith(MAP_MAGIC):
+            page_map = PageMap.from_bytes(data)
+            for i in range(page_map.pages):
+                keys.setdefault(page_map.packs[int(page_map.pack[i])], set()).add(
+                    (int(page_map.offset[i]), int(page_map.length[i]), page_map.key(i)))
+    out = {}
+    for name, data in files.items():
+        if data.startswith(PACK_MAGIC):
+            known = keys.get(hashlib.sha256(data).hexdigest(), set())
+            out[name] = data + b"".join(open_record(data[at:at + n], key)
+                                        for at, n, key in sorted(known))
+        elif data.startswith(MAP_MAGIC):
+            out[name] = zlib.decompress(data[len(MAP_MAGIC):])
+        else:
+            out[name] = data
+    return out
 
 
 def holders(files: dict[str, bytes], needle: str) -> list[str]:
     """Keys of `files` whose readable bytes contain `needle` (UTF-8)."""
     data = needle.encode()
-    return sorted(k for k, v in files.items() if data in readable(v))
+    return sorted(k for k, v in readable(files).items() if data in v)
 
 
 def folder_files(root: Path) -> dict[str, bytes]:

@@ -1,6 +1,6 @@
-"""Page patches of the index database (canopy.publish.pages): a patch against a base rebuilds
-exactly the new file, whatever happened between (updates, inserts, deletes, growth, shrinking),
-and what is not a patch or not a database is refused."""
+"""Canonical pages of the index database (canopy.publish.pages): the file they make is the same
+database, and holds none of what SQLite leaves of deleted rows (in a page's unallocated space,
+freeblocks and free pages); pages publishing cannot be sure of are left as they are."""
 
 from __future__ import annotations
 
@@ -10,135 +10,154 @@ from pathlib import Path
 
 import pytest
 
-from canopy.publish.pages import (
-    REBASE_SHARE,
-    PageDigests,
-    apply_patch,
-    page_digests,
-    page_size,
-    write_patch,
-)
+from canopy.publish.pages import canonical_page, iter_pages, page_size, read_layout
 
 
-def _database(path: Path, rows: int, *, page: int = 4096, seed: int = 0) -> None:
+def _canonical(db: Path, out: Path) -> Path:
+    layout = read_layout(db)
+    out.write_bytes(b"".join(canonical_page(p, i, layout)
+                             for i, p in enumerate(iter_pages(db, layout.page_size))))
+    return out
+
+
+def _rows(db: Path) -> list[str]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        tables = [t for (t,) in con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return sorted(f"{t}:{row!r}" for t in tables
+                      for row in con.execute(f'SELECT * FROM "{t}"'))  # noqa: S608 - own names
+    finally:
+        con.close()
+
+
+def _integrity(db: Path) -> str:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return str(con.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        con.close()
+
+
+def _churn(path: Path, seed: int, *, secure_delete: bool) -> list[str]:
+    """A table with an index, grown by random inserts and updates in batches (B-tree
+    balancing moves cells between pages), then 600 random rows deleted. Returns the markers
+    of the deleted rows."""
     rng = random.Random(seed)
-    con = sqlite3.connect(path)
-    con.execute(f"PRAGMA page_size={page}")
-    con.execute("CREATE TABLE t (id TEXT PRIMARY KEY, body TEXT)")
-    con.executemany("INSERT INTO t VALUES (?, ?)",
-                    [(f"{rng.getrandbits(64):016x}", "x" * rng.randrange(50, 400))
-                     for _ in range(rows)])
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"PRAGMA secure_delete={'ON' if secure_delete else 'OFF'}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE t (id TEXT PRIMARY KEY, name TEXT, body TEXT)")
+    db.execute("CREATE INDEX t_name ON t(name)")
+    ids: list[str] = []
+    for _ in range(30):
+        db.execute("BEGIN")
+        for _ in range(100):
+            key = f"{rng.getrandbits(64):016x}"
+            ids.append(key)
+            db.execute("INSERT OR REPLACE INTO t VALUES (?, ?, ?)",
+                       (key, f"name-{key}", f"marker-{key} " + "y" * rng.randrange(50, 900)))
+        for key in rng.sample(ids, 30):
+            db.execute("UPDATE t SET body = ? WHERE id = ?",
+                       (f"marker-{key} " + "z" * rng.randrange(50, 900), key))
+        db.execute("COMMIT")
+    gone = rng.sample(ids, 600)
+    db.executemany("DELETE FROM t WHERE id = ?", [(key,) for key in gone])
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    return [f"{prefix}-{key}" for key in gone for prefix in ("marker", "name")]
+
+
+def _left(data: bytes, markers: list[str]) -> list[str]:
+    return [m for m in markers if m.encode() in data]
+
+
+def test_sqlite_leaves_deleted_rows_in_pages_with_secure_delete_and_canonical_pages_do_not(
+        tmp_path: Path) -> None:
+    """`secure_delete=ON` (the store's setting) zeroes deleted cells, yet a page rebuilt by
+    balancing keeps bytes of cells that lived there in its unallocated space: some deleted
+    rows stay in the file. Its canonical pages make the same database without them."""
+    left_by_sqlite = 0
+    for seed in range(3):
+        db = tmp_path / f"secure-{seed}.sqlite"
+        markers = _churn(db, seed, secure_delete=True)
+        left_by_sqlite += len(_left(db.read_bytes(), markers))
+        out = _canonical(db, tmp_path / f"canonical-{seed}.sqlite")
+        assert _left(out.read_bytes(), markers) == []
+        assert _integrity(out) == "ok"
+        assert _rows(out) == _rows(db)
+    assert left_by_sqlite > 0  # what makes canonical pages necessary (module doc)
+
+
+def test_without_secure_delete_freeblocks_and_free_pages_are_zeroed_too(tmp_path: Path) -> None:
+    """An index written before the store turned `secure_delete` on keeps deleted cells in
+    freeblocks and whole deleted pages on the freelist: canonical pages hold none of them."""
+    db = tmp_path / "plain.sqlite"
+    markers = _churn(db, 7, secure_delete=False)
+    con = sqlite3.connect(db)
+    gone = [f"marker-{key}" for (key,) in con.execute("SELECT id FROM t WHERE rowid % 3 = 0")]
+    con.execute("DELETE FROM t WHERE rowid % 3 = 0")  # whole pages go to the freelist
     con.commit()
     con.close()
+    layout = read_layout(db)
+    assert layout.free_leaves and layout.free_trunks
+    assert len(_left(db.read_bytes(), markers)) > 100
+    out = _canonical(db, tmp_path / "canonical.sqlite")
+    assert _left(out.read_bytes(), markers + gone) == []
+    assert _integrity(out) == "ok"
+    assert _rows(out) == _rows(db)
+    for leaf in layout.free_leaves:
+        assert not any(out.read_bytes()[leaf * layout.page_size:(leaf + 1) * layout.page_size])
 
 
-def _copy(src: Path, dst: Path) -> Path:
-    """What publishing stages: an online backup, page for page."""
-    a, b = sqlite3.connect(src), sqlite3.connect(dst)
-    a.backup(b)
-    b.execute("PRAGMA journal_mode=DELETE")
-    b.close()
-    a.close()
-    return dst
-
-
-def _roundtrip(tmp_path: Path, base: Path, new: Path) -> int:
-    patch, out = tmp_path / "p", tmp_path / "out.sqlite"
-    carried, digests = write_patch(page_digests(base), new, patch)
-    assert carried is not None
-    assert digests == page_digests(new)  # taken in the same read
-    apply_patch(base, patch, out)
-    assert out.read_bytes() == new.read_bytes()
-    return carried
-
-
-def test_a_few_random_inserts_patch_a_few_pages_and_rebuild_the_file(tmp_path: Path) -> None:
-    live = tmp_path / "live.sqlite"
-    _database(live, 20_000)
-    base = _copy(live, tmp_path / "base.sqlite")
-    con = sqlite3.connect(live)
-    con.executemany("INSERT INTO t VALUES (?, ?)", [(f"k{i:05d}", "y" * 120) for i in range(20)])
-    con.execute("UPDATE t SET body = 'z' WHERE rowid % 997 = 0")
+def test_a_page_left_as_sqlite_wrote_it_when_nothing_is_left_behind(tmp_path: Path) -> None:
+    """A freshly written file's pages are already canonical: the same bytes come back."""
+    db = tmp_path / "fresh.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+    con.executemany("INSERT INTO t (body) VALUES (?)", [("x" * 200,) for _ in range(2000)])
     con.commit()
     con.close()
-    new = _copy(live, tmp_path / "new.sqlite")
-    carried = _roundtrip(tmp_path, base, new)
-    assert 0 < carried < new.stat().st_size / 10
-    assert (tmp_path / "p").stat().st_size < carried  # compressed
+    assert _canonical(db, tmp_path / "out.sqlite").read_bytes() == db.read_bytes()
 
 
-def test_growth_and_shrinking_rebuild_exactly(tmp_path: Path) -> None:
-    live = tmp_path / "live.sqlite"
-    _database(live, 3_000, seed=1)
-    base = _copy(live, tmp_path / "base.sqlite")
-    con = sqlite3.connect(live)
-    con.executemany("INSERT INTO t VALUES (?, ?)", [(f"g{i:05d}", "w" * 300) for i in range(400)])
+def test_pages_publishing_cannot_be_sure_of_are_left_as_they_are(tmp_path: Path) -> None:
+    """With auto_vacuum its pointer-map pages could pass for b-tree pages: nothing is touched.
+    A b-tree page whose freeblock chain does not add up is left as it is too."""
+    db = tmp_path / "auto.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA auto_vacuum=FULL")
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+    con.executemany("INSERT INTO t (body) VALUES (?)", [("x" * 300,) for _ in range(500)])
     con.commit()
-    grown = _copy(live, tmp_path / "grown.sqlite")
-    assert grown.stat().st_size > base.stat().st_size
-    _roundtrip(tmp_path, base, grown)
-    con.execute("DELETE FROM t WHERE rowid % 2 = 0")
-    con.commit()
-    con.execute("VACUUM")
     con.close()
-    shrunk = _copy(live, tmp_path / "shrunk.sqlite")
-    assert shrunk.stat().st_size < base.stat().st_size
-    patch = tmp_path / "shrink.patch"
-    if write_patch(page_digests(grown), shrunk, patch)[0] is not None:  # VACUUM moved most pages
-        apply_patch(grown, patch, tmp_path / "s.sqlite")
-        assert (tmp_path / "s.sqlite").read_bytes() == shrunk.read_bytes()
+    layout = read_layout(db)
+    assert not layout.canonical
+    page = next(iter_pages(db, layout.page_size))
+    assert canonical_page(page, 0, layout) is page
 
-
-def test_a_patch_that_would_carry_most_of_the_file_is_not_written(tmp_path: Path) -> None:
-    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
-    _database(a, 2_000, seed=2)
-    _database(b, 2_000, seed=3)  # other keys: nearly every page differs
-    carried, digests = write_patch(page_digests(a), b, tmp_path / "p")
-    assert carried is None and not (tmp_path / "p").exists()
-    assert digests == page_digests(b)  # b becomes the next base
-    assert write_patch(None, b, tmp_path / "p")[0] is None  # no base: nothing to patch
-    assert REBASE_SHARE < 1
+    plain = tmp_path / "plain.sqlite"
+    _churn(plain, 3, secure_delete=False)
+    layout = read_layout(plain)
+    pages = list(iter_pages(plain, layout.page_size))
+    number, page = next((i, p) for i, p in enumerate(pages)
+                        if i and p[0] == 13 and int.from_bytes(p[1:3], "big"))
+    assert canonical_page(page, number, layout) != page  # its freeblocks hold deleted cells
+    broken = bytearray(page)
+    broken[1:3] = (layout.usable - 2).to_bytes(2, "big")  # a freeblock past the page's end
+    assert canonical_page(bytes(broken), number, layout) == bytes(broken)
 
 
 def test_page_size_of_the_header_including_64_kib(tmp_path: Path) -> None:
     big = tmp_path / "big.sqlite"
-    _database(big, 200, page=65536)
+    con = sqlite3.connect(big)
+    con.execute("PRAGMA page_size=65536")
+    con.execute("CREATE TABLE t (body TEXT)")
+    con.execute("INSERT INTO t VALUES ('x')")
+    con.commit()
+    con.close()
     assert page_size(big) == 65536  # stored as 1 in the header
-    other = tmp_path / "other.sqlite"
-    _database(other, 200, page=1024)
-    assert write_patch(page_digests(big), other, tmp_path / "p")[0] is None  # page sizes differ
+    assert read_layout(big).pages == big.stat().st_size // 65536
     (tmp_path / "text").write_text("not a database" * 20)
     with pytest.raises(ValueError, match="not an SQLite database"):
         page_size(tmp_path / "text")
-
-
-def test_a_damaged_patch_is_refused(tmp_path: Path) -> None:
-    live = tmp_path / "live.sqlite"
-    _database(live, 5_000, seed=4)
-    base = _copy(live, tmp_path / "base.sqlite")
-    con = sqlite3.connect(live)
-    con.execute("UPDATE t SET body = 'changed' WHERE rowid % 50 = 0")
-    con.commit()
-    con.close()
-    new = _copy(live, tmp_path / "new.sqlite")
-    patch = tmp_path / "p"
-    assert write_patch(page_digests(base), new, patch)[0] is not None
-    raw = patch.read_bytes()
-    (tmp_path / "cut").write_bytes(raw[:-40])
-    with pytest.raises(ValueError):
-        apply_patch(base, tmp_path / "cut", tmp_path / "o1")
-    (tmp_path / "foreign").write_bytes(b"PK\x03\x04" + raw[4:])
-    with pytest.raises(ValueError, match="not a page patch"):
-        apply_patch(base, tmp_path / "foreign", tmp_path / "o2")
-
-
-def test_digests_survive_a_save_and_a_damaged_file_reads_as_none(tmp_path: Path) -> None:
-    db = tmp_path / "a.sqlite"
-    _database(db, 1_000, seed=5)
-    digests = page_digests(db)
-    digests.save(tmp_path / "d")
-    again = PageDigests.load(tmp_path / "d")
-    assert again == digests and again.pages == db.stat().st_size // 4096
-    (tmp_path / "d").write_bytes((tmp_path / "d").read_bytes()[:-3])
-    assert PageDigests.load(tmp_path / "d") is None
-    assert PageDigests.load(tmp_path / "missing") is None

@@ -2,13 +2,20 @@
 they cached (issue 34, items 1-2).
 
 A deleted document's canary is looked for in every byte the URI's store holds (the whole
-folder, or every object and object version of the bucket, read through boto3; page patches
-decompressed) and every byte under a replica's cache, `grace_s` after the deletion was
-published: on a local folder and on an S3-compatible server (moto) on 127.0.0.1. The writer is
+folder, or every object and object version of the bucket, read through boto3; every page
+record opened with every key any stored page map holds, as someone holding the whole bucket
+would) and every byte under a replica's cache, `grace_s` after the deletion was published: on
+a local folder and on an S3-compatible server (moto) on 127.0.0.1. The writer is
 `canopy index --publish` (its revocation generation, then its own), collected by `canopy
 publish` as cron would run it; the replica is the one `canopy serve --index-uri` runs, driven
 check by check. Search tables keep no old versions and tidy inline (`keep_versions_s = 0`), so
-what is measured is publishing's part: the database's patch base, manifests, blobs and caches.
+what is measured is publishing's part: the database's pages and maps, manifests, blobs and
+caches.
+
+What erasure costs: on 80 news articles a one-article edit and a one-article deletion each
+publish exactly the database pages they changed (plus the generation's page map), a fraction
+of what the first publish uploaded, and still leave no key that opens the deleted text once
+the generations before are collected.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from canopy.server.mcp_app import build_server
 from canopy.server.replica import ReplicaSlot, build_replica
 from canopy.settings import load_settings
 from tests import object_store
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, news_articles
 from tests.object_store import folder_files, holders, stored_objects
 
 pytestmark = pytest.mark.anyio
@@ -123,17 +130,21 @@ async def test_a_deleted_canary_leaves_every_published_and_cached_byte_after_the
     docs = corpus(tmp_path)
     index = ["index", str(docs), "--index-dir", str(tmp_path / "index"), "--publish", uri]
     await run(*index)
+    location = open_location(uri)
+    first = newest_manifest(location)
+    assert first is not None and first.format == 3
     cache = tmp_path / "cache"
     slot = replica(uri, cache)
     try:
         assert CANARY in await served(slot)
-        # An addition: the database goes as a page patch against the first, whole, copy,
-        # the base, which holds the canary (and which the newest manifest then names).
+        # An addition: the database goes as its changed pages; the canary's pages keep their
+        # records, in the first generation's pack, which the newest manifest then names.
         (docs / "suppliers" / "ostravel.md").write_text(LATER_DOC, encoding="utf-8")
         await run(*index)
-        location = open_location(uri)
         patched = newest_manifest(location)
-        assert patched is not None and patched.files["canopy.sqlite"].patch
+        assert patched is not None
+        assert set(first.files["canopy.sqlite"].packs) <= set(
+            patched.files["canopy.sqlite"].packs)
         one_poll(slot)
         published = stored_objects(uri)
         assert any("blobs/" in k for k in holders(published, CANARY))
@@ -143,22 +154,24 @@ async def test_a_deleted_canary_leaves_every_published_and_cached_byte_after_the
 
         (docs / "suppliers" / "quillmarsh.md").unlink()
         out = await run(*index)
-        assert "deletions and relabels first" in out
-        assert "the database whole, as a new base without the deleted text" in out
+        assert "deletions and relabels first" in out and "pages written" in out
         deleted_at = time.time()
         one_poll(slot)
         assert CANARY not in await served(slot)
         newest = newest_manifest(location)
         assert newest is not None and newest.grace_s == GRACE_S
         # A replica that starts now downloads none of it, and the newest generation's files
-        # hold none of it: the database is a new base, not a patch of the old one.
+        # reveal none of it: its packs still hold the canary's old records, but its page map
+        # has no key that opens them.
         fresh = replica(uri, tmp_path / "fresh-cache")
         fresh.close()
         assert holders(folder_files(tmp_path / "fresh-cache"), CANARY) == []
         named = {b for f in newest.files.values() for b in f.blobs()}
         now = stored_objects(uri)
-        assert not [k for k in holders(now, CANARY) if k.split("/")[-1].split("@")[0] in named]
-        # Within the grace period the superseded generations are still there for readers.
+        assert holders({k: v for k, v in now.items()
+                        if k.split("/")[-1].split("@")[0] in named}, CANARY) == []
+        # Within the grace period the superseded generations are still there for readers:
+        # their maps open those records.
         assert holders(now, CANARY)
 
         await anyio.sleep(max(0.0, deleted_at + GRACE_S + 0.2 - time.time()))
@@ -196,6 +209,79 @@ def test_a_watcher_collects_the_deleted_generations_when_their_grace_ends(
         assert time.time() - published_at >= GRACE_S - 0.5
     finally:
         watcher.stop()
+
+
+def _changed_pages(a: Path, b: Path) -> int:
+    """Pages of the database `b` that differ from `a`'s (both staged snapshots)."""
+    from canopy.publish.pages import iter_pages, page_size
+
+    size = page_size(b)
+    old = list(iter_pages(a, size))
+    return sum(1 for i, page in enumerate(iter_pages(b, size)) if i >= len(old) or old[i] != page)
+
+
+def test_a_one_article_edit_or_deletion_publishes_only_the_pages_it_changed(
+        tmp_path: Path) -> None:
+    from canopy.publish.reader import materialize
+    from canopy.publish.snapshot import stage_snapshot
+    from canopy.publish.writer import collect_garbage
+    from canopy.server.publishing import publish_index
+    from canopy.server.runtime import build_index, open_workspace
+
+    docs, uri = tmp_path / "docs", str(tmp_path / "published")
+    docs.mkdir()
+    articles = news_articles(0, 80)
+    for i, (title, body) in enumerate(articles):
+        (docs / f"{i:04d}.md").write_text(f"# {title}\n\n{body}\n", encoding="utf-8")
+    (docs / "canopy.toml").write_text(SETTINGS, encoding="utf-8")
+    # The deleted article's opening sentence, found in no other article.
+    gone = articles[20][1].split(". ")[0]
+    assert len(gone) > 40 and all(gone not in body for _, body in articles[:20] + articles[21:])
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    snapshots = [stage_snapshot(ws.index_dir, tmp_path / "s0").folder / "canopy.sqlite"]
+    first = publish_index(ws, uri)
+    assert first.database_written == first.database_pages > 5000
+    location = open_location(uri)
+    cache = tmp_path / "cache"
+    materialize(location, newest_manifest(location) or pytest.fail("nothing published"), cache)
+
+    def edit() -> None:
+        edited = docs / "0040.md"
+        edited.write_text(edited.read_text(encoding="utf-8") + "\nA paragraph added later.\n",
+                          encoding="utf-8")
+
+    for step, change in (("edit", edit), ("deletion", (docs / "0020.md").unlink)):
+        change()
+        build_index(ws)
+        snapshots.append(stage_snapshot(ws.index_dir, tmp_path / step).folder / "canopy.sqlite")
+        size = snapshots[-1].stat().st_size
+        result = publish_index(ws, uri)
+        # Exactly the pages that changed go up (no pack was due for compaction yet).
+        assert result.database_compacted == 0
+        assert result.database_written == _changed_pages(snapshots[-2], snapshots[-1]) > 0
+        assert result.database_uploaded < 0.3 * first.database_uploaded, step
+        assert result.database_uploaded < 0.1 * size, step
+        # A replica holding the generation before downloads that and the changed Lance files.
+        previous = {f.sha256 for f in (newest_manifest(location, [result.seq - 1]) or
+                                       pytest.fail("no manifest before")).files.values()}
+        manifest = newest_manifest(location)
+        assert manifest is not None
+        _, fetched = materialize(location, manifest, cache)
+        lance = sum({f.sha256: f.size for rel, f in manifest.files.items()
+                     if rel != "canopy.sqlite" and f.sha256 not in previous}.values())
+        assert fetched == result.database_uploaded + lance, step
+
+    # The deleted article: what the newest map opens does not hold it; the maps before it do,
+    # until they are collected.
+    newest = newest_manifest(location)
+    assert newest is not None
+    named = {b for f in newest.files.values() for b in f.blobs()}
+    now = stored_objects(uri)
+    assert holders({k: v for k, v in now.items() if k.rsplit("/", 1)[-1] in named}, gone) == []
+    assert holders(now, gone)
+    collect_garbage(location, grace_s=GRACE_S, now=time.time() + GRACE_S + 1)
+    assert holders(stored_objects(uri), gone) == []
 
 
 def _wait(predicate: Any, timeout: float) -> bool:
@@ -236,18 +322,21 @@ async def test_a_replica_restarted_on_a_damaged_cache_downloads_the_damaged_file
     manifest = newest_manifest(open_location(uri))
     assert manifest is not None
     lance = cached_lance_blob(cache, manifest)
-    db = cache / "blobs" / manifest.files["canopy.sqlite"].sha256
+    ref = manifest.files["canopy.sqlite"]
+    assert ref.pages
+    page_map = cache / "blobs" / ref.pages
+    db = cache / "databases" / ref.sha256  # assembled from the published pages
     folder_db = cache / "generations" / f"{manifest.seq:012d}" / "canopy.sqlite"
-    for path in (lance, db, folder_db):
+    for path in (lance, page_map, db, folder_db):
         damage(path)
 
     restarted = replica(uri, cache)  # a new process on the same cache
     try:
         assert restarted.health()[0]
-        for path in (lance, db):
+        for path in (lance, page_map, db):
             assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name
-        # The generation's database is made again from its blob (the server has opened it
-        # since, which rewrites its header: it is compared page by page past that).
+        # The generation's database is made again from the published pages (the server has
+        # opened it since, which rewrites its header: it is compared page by page past that).
         assert folder_db.read_bytes()[100:] == db.read_bytes()[100:]
         assert await served(restarted) == answer
         # The next generation names the same search-table file: opening it checks it again.

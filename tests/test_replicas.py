@@ -351,7 +351,8 @@ def test_the_manifest_holds_no_credentials_and_blobs_are_checked(
     assert b"canary-secret" not in raw and b'"auth"' not in raw
     manifest = Manifest.model_validate_json(raw)
     db = manifest.files["canopy.sqlite"]
-    (Path(uri) / blob_path(db.sha256)).write_bytes(b"tampered")
+    assert db.pages and db.packs
+    (Path(uri) / blob_path(db.packs[0])).write_bytes(b"tampered")
     with pytest.raises(ValueError, match="does not match its content"):
         materialize(location, manifest, tmp_path / "cache")
 
@@ -438,8 +439,13 @@ def test_a_superseded_generation_is_closed_and_deleted_after_its_drain(
         assert [p.name for p in (cache / "generations").iterdir()] == ["000000000002"]
         newest = newest_manifest(open_location(uri))
         assert newest is not None
+        # What the generation serves from: its files, its page map and its assembled database
+        # (the packs were read to assemble it).
         assert {p.name for p in (cache / "blobs").iterdir()} == {
-            b for f in newest.files.values() for b in f.blobs()}  # a patch's base stays
+            b for f in newest.files.values() for b in f.cached_blobs()}
+        ref = newest.files["canopy.sqlite"]
+        assert {p.name for p in (cache / "databases").iterdir()} == {
+            ref.sha256, f"{ref.sha256}.map"}
         assert slot.service.store.generation == newest.generation
     finally:
         slot.close()
@@ -454,43 +460,43 @@ def test_serve_needs_docs_or_an_index_uri_but_not_both(tmp_path: Path) -> None:
     assert both.exit_code == 2 and "--index-uri serves a published index" in both.output
 
 
-def test_the_database_is_published_as_a_page_patch_and_rebuilt_exactly(tmp_path: Path) -> None:
-    """After the first publish, a one-document update sends the database as a patch against
-    the first blob (a fraction of it); a replica rebuilds the file byte for byte and, holding
-    the base already, downloads only what changed. Garbage collection keeps the base."""
+def test_the_database_is_published_as_its_changed_pages_and_assembled_exactly(
+        tmp_path: Path) -> None:
+    """After the first publish, a one-document update sends the pages that changed (a fraction
+    of the database) and a new page map; a replica holding the previous generation downloads
+    only those, assembles the file byte for byte, and deletes the packs it read. A replica
+    with an empty cache assembles the same file from all the packs."""
     docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
     ws = open_workspace(docs, tmp_path / "index")
     build_index(ws)
-    publish_index(ws, uri)
+    first_result = publish_index(ws, uri)
     location = open_location(uri)
     first = newest_manifest(location)
-    assert first is not None and first.format == 1
-    base = first.files["canopy.sqlite"]
-    assert base.patch is None
+    assert first is not None and first.format == 3
+    assert first_result.database_written == first_result.database_pages > 0
     cache = tmp_path / "cache"
     materialize(location, first, cache)
     (docs / "suppliers" / "later.md").write_text(LATER_DOC, encoding="utf-8")
     build_index(ws)
-    staged = publish_index(ws, uri)
-    assert staged.outcome == "published"
+    result = publish_index(ws, uri)
+    assert result.outcome == "published"
+    assert 0 < result.database_written < result.database_pages / 2
+    assert 0 < result.database_uploaded < first_result.database_uploaded
     second = newest_manifest(location)
-    assert second is not None and second.format == 2
+    assert second is not None
     db = second.files["canopy.sqlite"]
-    assert db.base == base.sha256 and db.patch and db.patch_size
-    assert db.patch_size < db.size / 2
-    assert db.sha256 not in {o.path.rsplit("/", 1)[-1] for o in location.list("blobs")}
+    assert db.pages and set(first.files["canopy.sqlite"].packs) <= set(db.packs)
     folder, fetched = materialize(location, second, cache)
     rebuilt = folder / "canopy.sqlite"
     assert rebuilt.stat().st_size == db.size  # and its sha256 was checked by materialize
     had = {g.sha256 for g in first.files.values()}
     others = sum({f.sha256: f.size for rel, f in second.files.items()
                   if rel != "canopy.sqlite" and f.sha256 not in had}.values())
-    assert fetched == db.patch_size + others
-    assert collect_garbage(location, grace_s=0, now=time.time() + 1).manifests == 1
-    assert base.sha256 in {o.path.rsplit("/", 1)[-1] for o in location.list("blobs")}
-    again, _ = materialize(location, second, tmp_path / "fresh-cache")  # base + patch from zero
+    assert fetched == result.database_uploaded + others  # the new map and pack, not the rest
+    assert not set(db.packs) & {p.name for p in (cache / "blobs").iterdir()}
+    again, _ = materialize(location, second, tmp_path / "fresh-cache")  # from every pack
     assert again.joinpath("canopy.sqlite").read_bytes() == rebuilt.read_bytes()
-    (Path(uri) / blob_path(db.patch)).write_bytes(b"tampered")
+    (Path(uri) / blob_path(db.packs[-1])).write_bytes(b"tampered")
     with pytest.raises(ValueError, match="does not match its content"):
         materialize(location, second, tmp_path / "third-cache")
 

@@ -5,7 +5,8 @@
     URI/manifests/<seq:012d>.json      one published generation: which blob is which file of an
                                        index folder (canopy.sqlite, lance/...), written last
 
-The database is usually a page patch against an earlier blob of it (`canopy.publish.pages`).
+The database is published as pages: a page map and the packs of encrypted page records it
+names (`canopy.publish.pagestore`), blobs like the others.
 
 A manifest is written only after every blob it names is in place, with a create-only put, so
 a reader that finds a manifest finds a complete generation, and two publishers can never both
@@ -33,27 +34,38 @@ MANIFESTS = "manifests"
 
 
 class FileRef(BaseModel):
-    """One file of a published index folder. The database may be published as a page patch
-    against an earlier whole-file blob (canopy.publish.pages): then `base` and `patch` are the
-    blobs to fetch, and `sha256` is still the content of the file they make."""
+    """One file of a published index folder: a blob named by its content, or, for the database,
+    a page map (`pages`) and the packs it names (canopy.publish.pagestore). `sha256` is the
+    content of the file either way."""
 
     sha256: str
     size: int
+    pages: str | None = None
+    packs: list[str] = Field(default_factory=list)
+    # A page patch against a base blob (format 2, written by Canopy before pages): read only
+    # so that garbage collection keeps what such a manifest names; replicas refuse it.
     base: str | None = None
     patch: str | None = None
-    patch_size: int | None = None
 
     def blobs(self) -> set[str]:
-        """The blobs a reader needs for this file."""
+        """The blobs at the URI this file is made of (what garbage collection keeps)."""
+        if self.pages:
+            return {self.pages, *self.packs}
         return {self.base, self.patch} if self.base and self.patch else {self.sha256}
+
+    def cached_blobs(self) -> set[str]:
+        """The blobs a replica keeps for this file: packs only while it assembles the
+        database (canopy.publish.reader)."""
+        return {self.pages} if self.pages else self.blobs()
 
 
 class Manifest(BaseModel):
     """One published generation of an index."""
 
-    format: Literal[1, 2] = Field(
-        default=1, description="2 when a file is published as a page patch (readers of format "
-        "1 would not know how to rebuild it)")
+    format: Literal[1, 2, 3] = Field(
+        default=1, description="3 when the database is published as pages "
+        "(canopy.publish.pagestore); 2 was a page patch, written by Canopy before pages and "
+        "no longer read; 1 has whole files only")
     seq: int = Field(description="Publication number at the URI: the newest is the highest")
     generation: int = Field(description="The index generation it holds (the writer's)")
     snapshot_ns: int = Field(

@@ -1,40 +1,46 @@
-"""Page patches of the index database: publish what changed in `canopy.sqlite`, not all of it.
+"""The index database page by page, as publishing reads it: its layout, and each page in its
+canonical form, holding no byte SQLite left behind.
 
-A one-article update rewrites a few thousand rows spread over the database's B-trees (ids are
-hashes, so inserts land on pages all over the file): at 100 articles about a fifth of the
-pages, at 10k articles a few thousand pages of a 3.5 GB file. Whole-file blobs re-sent all of
-it on every generation. SQLite's backup API copies a database page for page, so the staged copy
-of a generation has the same page numbers as the one before it, and what changed is a set of
-pages.
+SQLite's `secure_delete` (which the store turns on) zeroes a cell when it is deleted and a page
+when it is freed, but not everything: a page rebuilt by B-tree balancing keeps, in the
+unallocated space between its cell pointers and its cell content, bytes of cells that lived
+there before. Measured on the 100-article benchmark index after a one-article deletion: an
+entity description quoting the deleted article still sat in the unallocated space of an
+`entities` page; and on a small table with an index (tests/test_pages.py), 1-2 of 600 deleted
+rows. Such bytes outlive the rows they came from, so a page is published canonical: every byte
+SQLite never reads is zero, namely
 
-A published database is then a base (a whole-file blob, published once) plus one patch against
-that base: the pages that differ, compressed. Patches are always against the base, never
-against the previous patch, so a replica needs two blobs however many generations passed, and
-the writer starts a new base when a patch would carry more than `REBASE_SHARE` of the file.
+- a b-tree page's unallocated space (between the cell pointer array and the cell content
+  area) and the bodies of its freeblocks (their 4-byte headers stay: SQLite walks them);
+- a freelist leaf page, whole;
+- a freelist trunk page past its list of leaves.
 
-Patch file: `MAGIC`, then page size and page count of the result (two little-endian u32/u64),
-then zlib-compressed records of (page number u64, page bytes). Page numbers count from 0.
+Cells, page headers and cell pointers are left as SQLite wrote them, so the canonical file is
+the same database (`integrity_check` passes, every row reads the same: tests/test_pages.py),
+byte for byte where nothing was left behind. What else a file holds needs no cleaning:
+overflow pages carry a payload and the zeros of a freed page; the first 100 bytes are the
+file's header.
+
+Which pages are b-tree pages is read from the page itself (its first byte 2, 5, 10 or 13): an
+overflow or freelist trunk page starts with a page number, whose first byte is 0 in a file
+of fewer than 2^24 pages (64 GiB at 4 KiB pages). A file that is larger, or has pointer-map
+pages (auto_vacuum, which Canopy never turns on), or a page whose header and freeblocks do
+not add up, is left as it is: canonical pages are then not guaranteed, and `Layout.canonical`
+says so.
 """
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["REBASE_SHARE", "PageDigests", "apply_patch", "page_digests", "page_size",
-           "write_patch"]
+__all__ = ["Layout", "canonical_page", "iter_pages", "page_size", "read_layout"]
 
-MAGIC = b"canopy-pages\x00\x01"
-REBASE_SHARE = 0.5  # a patch larger than this share of the database: publish a new base
-_HEADER = struct.Struct("<IQ")  # page size, page count of the patched file
-_RECORD = struct.Struct("<Q")  # page number
-_DIGEST = 8  # bytes of blake2b per page: collisions are checked away by the file's sha256
+_BTREE = frozenset((2, 5, 10, 13))  # interior index, interior table, leaf index, leaf table
+_MAX_PAGES = 1 << 24  # below this, overflow and trunk pages start with a 0 byte
+_READ = 1 << 20  # bytes read at once
 
 
 def page_size(db: Path) -> int:
@@ -48,123 +54,112 @@ def page_size(db: Path) -> int:
 
 
 @dataclass(frozen=True)
-class PageDigests:
-    """A short digest of every page of one database file, and the file's sha256."""
+class Layout:
+    """What canonical pages need to know of one database file."""
 
     page_size: int
-    digests: bytes  # _DIGEST bytes per page, in page order
-    sha256: str
-
-    @property
-    def pages(self) -> int:
-        return len(self.digests) // _DIGEST
-
-    def digest(self, page: int) -> bytes:
-        return self.digests[page * _DIGEST:(page + 1) * _DIGEST]
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(_HEADER.pack(self.page_size, self.pages) + self.sha256.encode()
-                        + self.digests)
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: Path) -> PageDigests | None:
-        try:
-            raw = path.read_bytes()
-            size, pages = _HEADER.unpack_from(raw)
-            sha = raw[_HEADER.size:_HEADER.size + 64].decode()
-            digests = raw[_HEADER.size + 64:]
-        except (OSError, struct.error, UnicodeDecodeError):
-            return None
-        return cls(size, digests, sha) if len(digests) == pages * _DIGEST else None
+    usable: int  # page size less the bytes reserved at the end of each page
+    pages: int
+    canonical: bool  # whether pages are made canonical (module doc)
+    free_leaves: frozenset[int]  # freelist leaf pages (0-based)
+    free_trunks: dict[int, int]  # freelist trunk page (0-based) -> the leaves it lists
 
 
-def _pages(db: Path, size: int) -> Iterator[bytes]:
-    with open(db, "rb") as fh:
-        while page := fh.read(size):
-            yield page
-
-
-def page_digests(db: Path) -> PageDigests:
-    """Digests of every page of `db` and its sha256, in one read."""
-    size = page_size(db)
-    whole = hashlib.sha256()
-    parts = []
-    for page in _pages(db, size):
-        whole.update(page)
-        parts.append(hashlib.blake2b(page, digest_size=_DIGEST).digest())
-    return PageDigests(size, b"".join(parts), whole.hexdigest())
-
-
-def write_patch(base: PageDigests | None, db: Path,
-                out: Path) -> tuple[int | None, PageDigests]:
-    """Write the patch that turns the base file into `db`, in one read of `db` that also takes
-    its digests. Returns (the size of the pages the patch carries, the digests of `db`); the
-    size is None, and `out` absent, when no patch applies: no base, another page size, or more
-    than REBASE_SHARE of `db` changed."""
+def read_layout(db: Path) -> Layout:
+    """The layout of the database file `db` (its header, and its freelist's trunk pages)."""
     size = page_size(db)
     total = db.stat().st_size
-    pages = -(-total // size)
-    limit = REBASE_SHARE * total
-    patching = base is not None and base.page_size == size
-    carried = 0
-    whole = hashlib.sha256()
-    parts = []
-    squeeze = zlib.compressobj(level=1)
-    with open(out, "wb") as fh:
-        fh.write(MAGIC + _HEADER.pack(size, pages))
-        for number, page in enumerate(_pages(db, size)):
-            whole.update(page)
-            digest = hashlib.blake2b(page, digest_size=_DIGEST).digest()
-            parts.append(digest)
-            if not patching or (base is not None and number < base.pages
-                                and digest == base.digest(number)):
-                continue
-            carried += len(page)
-            if carried > limit:
-                patching = False  # read on for the digests: this file becomes the base
-                continue
-            fh.write(squeeze.compress(_RECORD.pack(number) + page))
-        fh.write(squeeze.flush())
-    digests = PageDigests(size, b"".join(parts), whole.hexdigest())
-    if not patching:
-        out.unlink()
-        return None, digests
-    return carried, digests
+    if total % size:
+        raise ValueError(f"{db} is not a whole number of {size}-byte pages")
+    pages = total // size
+    with open(db, "rb") as fh:
+        header = fh.read(100)
+        usable = size - header[20]
+        autovacuum = int.from_bytes(header[52:56], "big") != 0
+        leaves, trunks = _freelist(fh, header, size, usable, pages)
+    return Layout(size, usable, pages, not autovacuum and pages < _MAX_PAGES, leaves, trunks)
 
 
-def apply_patch(base: Path, patch: Path, out: Path) -> None:
-    """Write the database `patch` makes of `base` to `out`. A patch that is not one raises
-    ValueError (callers check the result's sha256 against the manifest)."""
-    with open(patch, "rb") as fh:
-        head = fh.read(len(MAGIC) + _HEADER.size)
-        if not head.startswith(MAGIC) or len(head) < len(MAGIC) + _HEADER.size:
-            raise ValueError(f"{patch.name} is not a page patch")
-        size, pages = _HEADER.unpack_from(head, len(MAGIC))
-        shutil.copyfile(base, out)
-        record = _RECORD.size + size
-        expand = zlib.decompressobj()
-        pending = b""
-        with open(out, "r+b") as db:
-            db.truncate(min(db.seek(0, 2), pages * size))
-            try:
-                while chunk := fh.read(1 << 20):
-                    pending += expand.decompress(chunk)
-                    pending = _write_records(db, pending, record, size)
-                pending += expand.flush()
-            except zlib.error as exc:
-                raise ValueError(f"{patch.name} is damaged: {exc}") from None
-            if _write_records(db, pending, record, size) or not expand.eof:
-                raise ValueError(f"{patch.name} ends inside a page")
-            db.truncate(pages * size)
+def _freelist(f: BinaryIO, header: bytes, size: int, usable: int,
+              pages: int) -> tuple[frozenset[int], dict[int, int]]:
+    """The freelist's leaf pages and trunk pages (0-based); none when the chain does not hold
+    together (its pages are then published as they are)."""
+    trunk = int.from_bytes(header[32:36], "big")
+    leaves: set[int] = set()
+    trunks: dict[int, int] = {}
+    while trunk:
+        if not 1 <= trunk <= pages or trunk - 1 in trunks:
+            return frozenset(), {}
+        f.seek((trunk - 1) * size)
+        page = f.read(size)
+        count = int.from_bytes(page[4:8], "big")
+        if 8 + 4 * count > usable:
+            return frozenset(), {}
+        listed = [int.from_bytes(page[8 + 4 * i:12 + 4 * i], "big") for i in range(count)]
+        if not all(1 <= n <= pages for n in listed):
+            return frozenset(), {}
+        trunks[trunk - 1] = count
+        leaves.update(n - 1 for n in listed)
+        trunk = int.from_bytes(page[0:4], "big")
+    if leaves & trunks.keys():
+        return frozenset(), {}
+    return frozenset(leaves), trunks
 
 
-def _write_records(db: BinaryIO, data: bytes, record: int, size: int) -> bytes:
-    """Write the whole records at the start of `data`; return the incomplete rest."""
-    whole = len(data) - len(data) % record
-    for at in range(0, whole, record):
-        (number,) = _RECORD.unpack_from(data, at)
-        db.seek(number * size)
-        db.write(data[at + _RECORD.size:at + record])
-    return data[whole:]
+def iter_pages(db: Path, size: int) -> Iterator[bytes]:
+    """The pages of `db`, in order."""
+    with open(db, "rb") as fh:
+        while block := fh.read(_READ - _READ % size or size):
+            for at in range(0, len(block), size):
+                yield block[at:at + size]
+
+
+def canonical_page(page: bytes, number: int, layout: Layout) -> bytes:
+    """Page `number` (0-based) of a file of `layout`, with every byte SQLite never reads set to
+    zero (module doc); the page itself when it has none, or is not understood."""
+    if not layout.canonical:
+        return page
+    if number in layout.free_leaves:
+        return bytes(len(page))
+    listed = layout.free_trunks.get(number)
+    if listed is not None:
+        end = 8 + 4 * listed
+        return page if not any(page[end:]) else page[:end] + bytes(len(page) - end)
+    return _canonical_btree(page, 100 if number == 0 else 0, layout.usable)
+
+
+def _canonical_btree(page: bytes, h: int, usable: int) -> bytes:
+    """A b-tree page whose header starts at `h` with its unallocated space and freeblock bodies
+    zeroed; any other page, or one whose header or freeblocks do not hold together, as it is."""
+    kind = page[h]
+    if kind not in _BTREE:
+        return page
+    cells = int.from_bytes(page[h + 3:h + 5], "big")
+    content = int.from_bytes(page[h + 5:h + 7], "big") or 65536
+    pointers_end = h + (12 if kind in (2, 5) else 8) + 2 * cells
+    if not pointers_end <= content <= usable:
+        return page
+    zero: list[tuple[int, int]] = []
+    if content > pointers_end and any(page[pointers_end:content]):
+        zero.append((pointers_end, content))
+    block, end = int.from_bytes(page[h + 1:h + 3], "big"), content
+    for _ in range(usable // 4):  # freeblocks ascend and do not touch: at most this many
+        if not block:
+            break
+        if block < end or block + 4 > usable:
+            return page
+        length = int.from_bytes(page[block + 2:block + 4], "big")
+        if length < 4 or block + length > usable:
+            return page
+        if any(page[block + 4:block + length]):
+            zero.append((block + 4, block + length))
+        end = block + length
+        block = int.from_bytes(page[block:block + 2], "big")
+    else:
+        return page
+    if not zero:
+        return page
+    out = bytearray(page)
+    for start, stop in zero:
+        out[start:stop] = bytes(stop - start)
+    return bytes(out)

@@ -2,17 +2,29 @@
 
 `materialize` makes sure the cache holds every blob a manifest names, each checked against its
 sha256 (downloaded when missing, downloaded again when the cached copy no longer matches, and
-refused when the store's copy does not match either), rebuilds a database published as a page
-patch from its base blob (canopy.publish.pages; the base stays cached, so the next generation
-downloads only its patch), then lays out `generations/<seq>/` (canopy.sqlite, lance/...) afresh
-with hard links to them, so a generation that changed a few files downloads a few files, and
-the server opens the folder like any local index: the query path is the same code on one
-machine and on N replicas. The database is copied rather than linked (the server writes its
-views into it); blobs are read-only and Lance only reads them.
+refused when the store's copy does not match either), assembles the database from its pages
+(canopy.publish.pagestore), then lays out `generations/<seq>/` (canopy.sqlite, lance/...)
+afresh with hard links to the blobs, so a generation that changed a few files downloads a few
+files, and the server opens the folder like any local index: the query path is the same code
+on one machine and on N replicas. The database is copied rather than linked (the server writes
+its views into it); blobs are read-only and Lance only reads them.
+
+The database is assembled into `databases/<sha256>` (read-only, named by its content like a
+blob) from the database assembled for the generation before, whose unchanged pages are
+copied, and the records of the pages that changed, read from the packs that hold them: a
+generation downloads its page map and the packs of its changed pages, not the database. Packs
+are only read while assembling and are deleted after; the assembled file is checked against
+the manifest's sha256, and assembled again from the published pages alone when it does not
+match.
 
 Nothing cached is trusted: every opening of a generation (a replica's start included) reads
-every cached blob it names once, so a file damaged on disk, or changed by hand, is replaced
+every cached file it uses once, so a file damaged on disk, or changed by hand, is replaced
 before it is served.
+
+What a replica keeps goes with the generations it serves (`prune_cache`): the assembled
+database, the page map (the keys of the generation's pages) and the files of every generation
+no longer open are deleted, so the cache holds nothing that opens a page the open generations
+do not have.
 
 Reading the Lance tables in place from the object store was measured and not chosen
 (benchmarks/publish_bench.py): every search becomes several dependent range requests, which
@@ -29,49 +41,66 @@ from pathlib import Path
 from canopy.health import DB_NAME
 from canopy.publish.location import Location
 from canopy.publish.manifest import FileRef, Manifest, blob_path, sha256_file
-from canopy.publish.pages import apply_patch
+from canopy.publish.pagestore import PageMap, assemble
 
-__all__ = ["generation_folder", "materialize", "prune_blobs", "remove_generation"]
+__all__ = ["generation_folder", "materialize", "prune_cache", "remove_generation"]
 
 log = logging.getLogger(__name__)
+
+DATABASES = "databases"
 
 
 def generation_folder(cache_dir: Path, seq: int) -> Path:
     return cache_dir / "generations" / f"{seq:012d}"
 
 
+def _checked(location: Location, blobs: Path, sha: str) -> int:
+    """Make `blobs/<sha>` a checked copy of the published blob; the bytes downloaded. A blob
+    the store holds whose content does not match its name raises ValueError."""
+    blob = blobs / sha
+    if blob.exists():
+        if sha256_file(blob) == sha:
+            return 0
+        log.warning("cached file %s no longer matches its content: downloading it again",
+                    sha[:12])
+        blob.unlink()
+    location.download(blob_path(sha), blob)
+    if sha256_file(blob) != sha:
+        blob.unlink()
+        raise ValueError(f"published file {sha[:12]} does not match its content")
+    blob.chmod(0o444)
+    return blob.stat().st_size
+
+
 def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tuple[Path, int]:
     """The index folder of `manifest` under `cache_dir`, built from checked blobs (module doc),
     and the bytes downloaded to build it. A blob the store holds whose content does not match
-    its name raises ValueError."""
+    its name, or a database that cannot be assembled to its published content, raises
+    ValueError."""
+    if manifest.format == 2:
+        raise ValueError(
+            f"manifest {manifest.seq} was published by an earlier Canopy, as a page patch, which "
+            "this version does not read: publish the index again with this version (`canopy "
+            "publish`, or restart `canopy watch --publish`)")
     folder = generation_folder(cache_dir, manifest.seq)
     blobs = cache_dir / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
     fetched = 0
-    for sha in sorted({b for f in manifest.files.values() for b in f.blobs()}):
-        blob = blobs / sha
-        if blob.exists():
-            if sha256_file(blob) == sha:
-                continue
-            log.warning("cached file %s no longer matches its content: downloading it again",
-                        sha[:12])
-            blob.unlink()
-        location.download(blob_path(sha), blob)
-        if sha256_file(blob) != sha:
-            blob.unlink()
-            raise ValueError(f"published file {sha[:12]} does not match its content")
-        blob.chmod(0o444)
-        fetched += blob.stat().st_size
+    for sha in sorted({b for f in manifest.files.values() for b in f.cached_blobs()}):
+        fetched += _checked(location, blobs, sha)
     building = folder.with_name(folder.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     try:
         for rel, ref in manifest.files.items():
             target = building / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            if ref.patch:
-                _rebuild(blobs, ref, target)
+            if ref.pages:
+                database, got = _database(location, cache_dir, ref)
+                fetched += got
+                shutil.copyfile(database, target)  # written to: a copy of its own
+                target.chmod(0o644)
             elif rel == DB_NAME:
-                shutil.copyfile(blobs / ref.sha256, target)  # written to: a copy of its own
+                shutil.copyfile(blobs / ref.sha256, target)
                 target.chmod(0o644)
             else:
                 try:
@@ -87,26 +116,95 @@ def materialize(location: Location, manifest: Manifest, cache_dir: Path) -> tupl
     return folder, fetched
 
 
-def _rebuild(blobs: Path, ref: FileRef, target: Path) -> None:
-    """The file a page patch makes of its base (a copy of its own: the server writes to the
-    database), checked against the manifest's sha256."""
-    assert ref.base and ref.patch
-    apply_patch(blobs / ref.base, blobs / ref.patch, target)
-    target.chmod(0o644)
-    if sha256_file(target) != ref.sha256:
-        raise ValueError(f"the database rebuilt from {ref.base[:12]} and {ref.patch[:12]} does "
-                         "not match its published content")
+def _database(location: Location, cache_dir: Path, ref: FileRef) -> tuple[Path, int]:
+    """`databases/<sha256>`, the database `ref` publishes as pages, checked (assembled when it
+    is missing or damaged); and the bytes of packs downloaded to assemble it."""
+    assert ref.pages
+    folder = cache_dir / DATABASES
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / ref.sha256
+    if target.exists():
+        if sha256_file(target) == ref.sha256:
+            return target, 0
+        log.warning("cached database %s no longer matches its content: assembling it again",
+                    ref.sha256[:12])
+        target.unlink()
+    blobs = cache_dir / "blobs"
+    page_map = PageMap.from_bytes((blobs / ref.pages).read_bytes())  # checked by materialize
+    fetched = 0
+    used: set[str] = set()
+
+    def pack_file(sha: str) -> Path:
+        nonlocal fetched
+        fetched += _checked(location, blobs, sha)
+        used.add(sha)
+        return blobs / sha
+
+    building = folder / f"{ref.sha256}.building"
+    source = _assembled_before(cache_dir, ref.sha256)
+    try:
+        got = assemble(page_map, building, pack_file, source)
+        if got != ref.sha256 and source is not None:
+            log.warning("the cached database %s did not assemble %s: assembling it from the "
+                        "published pages alone", source[0].name[:12], ref.sha256[:12])
+            _forget(source[0])
+            got = assemble(page_map, building, pack_file)
+        if got != ref.sha256:
+            raise ValueError(f"the database assembled from page map {ref.pages[:12]} does not "
+                             "match its published content")
+        building.chmod(0o444)
+        building.replace(target)
+        target.with_name(f"{ref.sha256}.map").write_text(ref.pages)
+    finally:
+        building.unlink(missing_ok=True)
+        for sha in used:  # only read while assembling
+            (blobs / sha).unlink(missing_ok=True)
+    return target, fetched
+
+
+def _assembled_before(cache_dir: Path, sha: str) -> tuple[Path, PageMap] | None:
+    """The database assembled last, other than `sha`, whose page map is still cached: what a
+    new generation's unchanged pages are copied from."""
+    found = []
+    for note in (cache_dir / DATABASES).glob("*.map"):
+        database = note.with_suffix("")
+        if database.name == sha or not database.is_file():
+            continue
+        try:
+            page_map = PageMap.from_bytes((cache_dir / "blobs" / note.read_text().strip())
+                                          .read_bytes())
+        except (OSError, ValueError):
+            continue
+        found.append((database.stat().st_mtime, database, page_map))
+    if not found:
+        return None
+    _, database, page_map = max(found, key=lambda item: item[0])
+    return database, page_map
+
+
+def _forget(database: Path) -> None:
+    database.unlink(missing_ok=True)
+    database.with_name(database.name + ".map").unlink(missing_ok=True)
 
 
 def remove_generation(cache_dir: Path, seq: int) -> None:
     shutil.rmtree(generation_folder(cache_dir, seq), ignore_errors=True)
 
 
-def prune_blobs(cache_dir: Path, keep: set[str], *, partial: bool = False) -> None:
-    """Delete the cached blobs `keep` (the sha256 of the generations still open) does not name;
-    with `partial`, the parts of downloads that never finished too (only when none runs)."""
+def prune_cache(cache_dir: Path, keep: list[Manifest], *, partial: bool = False) -> None:
+    """Delete the cached blobs and assembled databases the generations `keep` (those still
+    open) do not use; with `partial`, what downloads and assemblies that never finished left
+    too (only when none runs)."""
+    blobs = {b for m in keep for f in m.files.values() for b in f.cached_blobs()}
+    databases = {f.sha256 for m in keep for f in m.files.values() if f.pages}
     for blob in (cache_dir / "blobs").glob("*"):
         if blob.name.endswith(".part") and not partial:
             continue
-        if blob.name not in keep:
+        if blob.name not in blobs:
             blob.unlink(missing_ok=True)
+    for path in (cache_dir / DATABASES).glob("*"):
+        name = path.name.split(".", 1)[0]
+        if path.name.endswith(".building") and not partial:
+            continue
+        if name not in databases:
+            path.unlink(missing_ok=True)

@@ -7,12 +7,11 @@ the other way round: a superseded manifest is deleted first, `grace_s` after the
 superseded it was written, and a blob only once no remaining manifest names it and it is older
 than `grace_s` (so the blobs of a publish still uploading are never taken).
 
-Deleted text leaves the URI that way too: a generation that no longer holds text its database's
-patch base holds is published with the database whole, as the new base (canopy.publish.erasure),
-so once the manifests before it are collected no blob holds the text. The one exception is the
-generation an update commits to revoke before it regenerates (`defer_erasure`): the update's
-own generation follows within seconds and re-bases, so the revocation goes out as a small patch
-and reaches replicas sooner.
+The database goes as pages (canopy.publish.pagestore): its changed pages as new encrypted
+records, and a page map holding the keys of the generation's own pages. Deleted text leaves
+the URI with the garbage: a superseded generation's map, the only blob holding the keys that
+open the records of pages changed since, goes with its manifest, `grace_s` after it was
+superseded, whatever the generation dropped (a deletion, an edit, a relabel).
 """
 
 from __future__ import annotations
@@ -21,13 +20,13 @@ import concurrent.futures
 import hashlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from canopy.health import DB_NAME
-from canopy.publish.erasure import HeldText
 from canopy.publish.location import Location
 from canopy.publish.manifest import (
     BLOBS,
@@ -39,7 +38,7 @@ from canopy.publish.manifest import (
     seq_of,
     sha256_file,
 )
-from canopy.publish.pages import PageDigests, write_patch
+from canopy.publish.pagestore import PagedDatabase, WriterState, write_pages
 from canopy.publish.snapshot import StagedSnapshot
 
 __all__ = ["Collected", "PublishResult", "collect_garbage", "newest_manifest", "publish_staged",
@@ -71,9 +70,13 @@ class PublishResult:
     deleted_manifests: int = 0
     deleted_blobs: int = 0
     elapsed_s: float = 0.0
-    # How the database went: "patch" (against the base), "whole" (first publish, or a patch
-    # would be too large), "erasing" (whole because its base holds text since deleted).
-    database: str = ""
+    # The database (canopy.publish.pagestore): its pages, the records written (changed pages,
+    # and live pages of compacted packs), the packs compacted, and the bytes uploaded for it
+    # (new packs and the page map; included in uploaded_bytes).
+    database_pages: int = 0
+    database_written: int = 0
+    database_compacted: int = 0
+    database_uploaded: int = 0
     next_collection: float | None = None  # Collected.next_due after this publish
 
 
@@ -131,19 +134,15 @@ class _HashCache:
 
 def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
                    grace_s: float, hash_cache: Path | None = None,
-                   page_base: Path | None = None,
-                   defer_erasure: bool = False) -> PublishResult:
+                   page_state: Path | None = None) -> PublishResult:
     """Publish `staged` at `location` as the next manifest, unless the newest one already
     serves the same content ("unchanged") or was taken from a newer snapshot ("superseded").
     Then collect garbage. Callers on one machine serialize publishes (a lock file); the
     create-only manifest put keeps two machines from writing one number.
 
-    `page_base`: where the writer keeps the page digests of the database blob it last
-    published whole at this location (and, beside them, the keys of the text it holds); with
-    it, the database goes as a page patch against that blob while the patch stays small
-    (canopy.publish.pages) and the blob holds no text the staged database has dropped, else
-    whole, as the new base. `defer_erasure`: a revocation generation whose update publishes
-    again at once (module doc)."""
+    `page_state`: where the writer keeps what it last published of the database at this
+    location (canopy.publish.pagestore.WriterState); with it, only pages changed since go up,
+    without it every page does."""
     began = time.perf_counter()
     data, digest = published_settings(settings)
     newest = newest_manifest(location)
@@ -162,8 +161,8 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
     local: dict[str, Path] = {}
     database = staged.folder / DB_NAME
     for path in staged.files():
-        if path == database and page_base is not None:
-            continue  # below, once the stored blobs are known
+        if path == database:
+            continue  # as pages, below
         sha = cache.sha256(path) if cache is not None else sha256_file(path)
         files[path.relative_to(staged.folder).as_posix()] = FileRef(sha256=sha,
                                                                    size=path.stat().st_size)
@@ -171,42 +170,57 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
     if cache is not None:
         cache.save()
     stored = {o.path.rsplit("/", 1)[-1] for o in location.list(BLOBS)}
-    new_base: tuple[PageDigests, HeldText] | None = None
-    how = "whole" if database.is_file() else ""
-    if page_base is not None and database.is_file():
-        ref, upload, new_base, how = _database_ref(database, page_base, stored,
-                                                   defer_erasure=defer_erasure)
-        files[DB_NAME] = ref
-        local.setdefault(ref.patch or ref.sha256, upload)
-    missing = {sha: p for sha, p in local.items() if sha not in stored}
-    with concurrent.futures.ThreadPoolExecutor(_UPLOADS) as pool:
-        for done in [pool.submit(location.put, blob_path(sha), p) for sha, p in missing.items()]:
-            done.result()
-    seq = (newest.seq if newest is not None else 0) + 1
-    while True:
-        manifest = probe.model_copy(update={
-            "seq": seq, "files": files, "published_at": time.time(),
-            "format": 2 if any(f.patch for f in files.values()) else 1})
-        try:
-            location.put(manifest_path(seq), manifest.model_dump_json(indent=1).encode(),
-                         create=True)
-            break
-        except FileExistsError:  # another publisher took this number
-            other = newest_manifest(location)
-            if other is not None and other.snapshot_ns >= staged.snapshot_ns:
-                return PublishResult("superseded", other.seq, staged.generation)
-            seq = max(seq, other.seq if other is not None else 0) + 1
-    if new_base is not None and page_base is not None:
-        # Its blob is stored and named by a manifest: patch against it from now on.
-        new_base[0].save(page_base)
-        new_base[1].save(_held_path(page_base))
+    work = staged.folder.with_name(staged.folder.name + ".pages")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        paged: PagedDatabase | None = None
+        if database.is_file():
+            previous = WriterState.load(page_state) if page_state is not None else None
+            paged = write_pages(database, previous, stored, work)
+            files[DB_NAME] = FileRef(sha256=paged.sha256, size=paged.size,
+                                     pages=paged.map_sha256, packs=list(paged.packs))
+            (work / "map").write_bytes(paged.map_blob)
+            local.setdefault(paged.map_sha256, work / "map")
+            for sha, path in paged.new_packs.items():
+                local.setdefault(sha, path)
+        missing = {sha: p for sha, p in local.items() if sha not in stored}
+        with concurrent.futures.ThreadPoolExecutor(_UPLOADS) as pool:
+            for done in [pool.submit(location.put, blob_path(sha), p)
+                         for sha, p in missing.items()]:
+                done.result()
+        seq = (newest.seq if newest is not None else 0) + 1
+        while True:
+            manifest = probe.model_copy(update={
+                "seq": seq, "files": files, "published_at": time.time(),
+                "format": 3 if paged is not None else 1})
+            try:
+                location.put(manifest_path(seq), manifest.model_dump_json(indent=1).encode(),
+                             create=True)
+                break
+            except FileExistsError:  # another publisher took this number
+                other = newest_manifest(location)
+                if other is not None and other.snapshot_ns >= staged.snapshot_ns:
+                    return PublishResult("superseded", other.seq, staged.generation)
+                seq = max(seq, other.seq if other is not None else 0) + 1
+        if paged is not None and page_state is not None:
+            # Its packs and map are stored and named by a manifest: build on them from now on.
+            paged.state.save(page_state)
+        uploaded = {sha: p.stat().st_size for sha, p in missing.items()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     gc = collect_garbage(location, grace_s=grace_s)
+    db_blobs = {paged.map_sha256, *paged.new_packs} if paged is not None else set()
     return PublishResult("published", seq, staged.generation, files=len(files),
-                         uploaded_files=len(missing),
-                         uploaded_bytes=sum(p.stat().st_size for p in missing.values()),
+                         uploaded_files=len(missing), uploaded_bytes=sum(uploaded.values()),
                          total_bytes=sum(f.size for f in files.values()),
                          deleted_manifests=gc.manifests, deleted_blobs=gc.blobs,
-                         elapsed_s=time.perf_counter() - began, database=how,
+                         elapsed_s=time.perf_counter() - began,
+                         database_pages=paged.pages if paged is not None else 0,
+                         database_written=paged.pages_written if paged is not None else 0,
+                         database_compacted=paged.compacted if paged is not None else 0,
+                         database_uploaded=sum(n for sha, n in uploaded.items()
+                                               if sha in db_blobs),
                          next_collection=gc.next_due)
 
 
@@ -242,36 +256,3 @@ def collect_garbage(location: Location, *, grace_s: float,
     waiting = [at + grace_s for seq, at in superseded.items() if seq not in expired]
     waiting += [o.modified.timestamp() + grace_s for o in unnamed if o.path not in old]
     return Collected(len(expired), len(old), min(waiting, default=None))
-
-
-def _held_path(page_base: Path) -> Path:
-    return page_base.with_suffix(".held")
-
-
-def _database_ref(database: Path, page_base: Path, stored: set[str], *,
-                  defer_erasure: bool) -> tuple[FileRef, Path,
-                                                tuple[PageDigests, HeldText] | None, str]:
-    """How to publish the staged database: (its file entry, the file to upload, the page
-    digests and held text to keep as the next base once it is published, or None to keep the
-    current one, and how it goes: "patch", "whole" or "erasing"). A page patch against the
-    last base when that blob is still stored, holds no text the database has dropped (unless
-    `defer_erasure`) and the patch is small; the whole file otherwise."""
-    size = database.stat().st_size
-    held = HeldText.of_database(database)
-    base = PageDigests.load(page_base)
-    base_held = HeldText.load(_held_path(page_base))
-    if base is not None and base.sha256 not in stored:
-        base = None  # collected, or another URI's: publish whole
-    # A base whose text is not known (kept by an older Canopy) is replaced too.
-    erasing = base is not None and base_held is not None and base_held.dropped_by(held)
-    if base_held is None or (erasing and not defer_erasure):
-        base = None
-    patch = database.with_name(database.name + ".patch")
-    carried, now = write_patch(base, database, patch)
-    if base is not None and carried is not None and base.sha256 != now.sha256:
-        ref = FileRef(sha256=now.sha256, size=size, base=base.sha256,
-                      patch=sha256_file(patch), patch_size=patch.stat().st_size)
-        return ref, patch, None, "patch"
-    patch.unlink(missing_ok=True)
-    return (FileRef(sha256=now.sha256, size=size), database, (now, held),
-            "erasing" if erasing and not defer_erasure else "whole")
