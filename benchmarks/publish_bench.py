@@ -3,11 +3,14 @@ replica's switch cost, and the two designs not chosen, measured side by side.
 
 On moto's S3 server on 127.0.0.1 (started here), with N MultiHop-RAG articles indexed by the
 builtin provider:
-1. publish the first generation, then (after a one-article edit and an incremental update) the
-   second, then (after one more article is added) the third: time, files and bytes uploaded
-   (content-addressed: unchanged files are not sent). The edit drops text (the edited unit's
-   old version), so its database goes whole, as a new base (canopy.publish.erasure); the
-   addition drops none, and its database goes as a page patch against that base;
+1. publish the first generation, then after each of three one-article changes and an
+   incremental update a generation more: an edit (a paragraph added to the first article), a
+   deletion (the second), an addition (an article held back): time, files and bytes uploaded
+   (content-addressed: unchanged files are not sent), and of those the database's (its
+   changed pages and page map, canopy.publish.pagestore), next to how the change spread over
+   the database file: the share of its 4 KiB pages, and of runs of 16 and 256 pages (64 KiB,
+   1 MiB: what content-addressed chunks of the file would be), that differ from the
+   generation before;
 2. a replica's local copy of each generation (`canopy.publish.reader.materialize`): time and
    bytes downloaded;
 3. not chosen, the writer's LanceDB living on the object store: the indexer's writes to the
@@ -18,6 +21,7 @@ builtin provider:
 
     python benchmarks/publish_bench.py                 # 100 articles
     python benchmarks/publish_bench.py --articles 300
+    python benchmarks/publish_bench.py --repo ../main  # another checkout's publishing
 
 A real object store answers each request in 10-100 ms where moto on loopback takes about 1 ms,
 so (3) and (4) understate what the object store costs, and (1) and (2) are dominated by bytes.
@@ -41,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.index_bench import RESULTS, machine, materialize_multihop  # noqa: E402
 from tests.net import free_port  # noqa: E402
 
+STEPS = ("first generation", "after a one-article edit", "after a one-article deletion",
+         "after a one-article addition")
 QUERIES = ["election results", "stock market rally", "artificial intelligence regulation",
            "football transfer", "interest rates inflation", "cryptocurrency fraud trial",
            "climate summit", "smartphone launch", "merger acquisition", "court ruling appeal"]
@@ -82,11 +88,26 @@ def search_ms(db: Any, embedder: Any, table_names: list[str]) -> float:
     return statistics.median(took)
 
 
+def spread(before: Path, after: Path) -> dict[str, float]:
+    """Shares of `after`'s 4 KiB pages, and of its runs of 16 and 256 of them, that differ
+    from `before` (two staged databases, page for page)."""
+    size = 4096
+    a, b = before.read_bytes(), after.read_bytes()
+    pages = -(-len(b) // size)
+    changed = [i for i in range(pages) if a[i * size:(i + 1) * size] != b[i * size:(i + 1) * size]]
+    return {f"{run * 4}_kib": round(len({i // run for i in changed}) / -(-pages // run), 3)
+            for run in (1, 16, 256)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--articles", type=int, default=100)
+    ap.add_argument("--repo", type=Path, default=None,
+                    help="measure the publishing of this checkout (default: this one)")
     ap.add_argument("--out", type=Path, default=RESULTS / "publish_bench.json")
     args = ap.parse_args()
+    if args.repo is not None:
+        sys.path.insert(0, str(args.repo.resolve()))
     for key in [k for k in os.environ if k.startswith(("CANOPY_", "OPENAI_"))]:
         del os.environ[key]
     os.environ["CANOPY_STORAGE__TIDY"] = "inline"
@@ -100,6 +121,7 @@ def main() -> None:
     from canopy.providers import make_embedder
     from canopy.publish.location import open_location
     from canopy.publish.reader import materialize
+    from canopy.publish.snapshot import stage_snapshot
     from canopy.publish.writer import newest_manifest
     from canopy.server.publishing import publish_index
     from canopy.server.runtime import build_index, open_workspace
@@ -113,7 +135,8 @@ def main() -> None:
                       AWS_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
     boto3.client("s3").create_bucket(Bucket="bench")
     work = Path(tempfile.mkdtemp(prefix="publish-bench-"))
-    out: dict[str, Any] = {"articles": args.articles, "machine": machine()}
+    out: dict[str, Any] = {"articles": args.articles, "machine": machine(),
+                           "repo": str(args.repo or Path(__file__).resolve().parents[1])}
     try:
         docs = work / "docs"
         materialize_multihop(docs, args.articles + 1)
@@ -127,44 +150,64 @@ def main() -> None:
         print(f"built {args.articles} articles in {out['build_s']} s", file=sys.stderr)
         uri = "s3://bench/idx"
         location = open_location(uri)
-        first = publish_index(ws, uri)
-        m1 = newest_manifest(location)
-        edited = sorted(docs.glob("*.md"))[0]
-        edited.write_text(edited.read_text(encoding="utf-8") + "\n\nA paragraph added later.\n",
-                          encoding="utf-8")
-        began = time.perf_counter()
-        build_index(ws)
-        out["update_s"] = round(time.perf_counter() - began, 2)
-        second = publish_index(ws, uri)
-        m2 = newest_manifest(location)
-        added.write_text(later, encoding="utf-8")
-        build_index(ws)
-        third = publish_index(ws, uri)
-        m3 = newest_manifest(location)
-        assert m1 is not None and m2 is not None and m3 is not None
+        edited, deleted = sorted(docs.glob("*.md"))[:2]
+        changes = [lambda: None,
+                   lambda: edited.write_text(edited.read_text(encoding="utf-8")
+                                             + "\n\nA paragraph added later.\n",
+                                             encoding="utf-8"),
+                   deleted.unlink, lambda: added.write_text(later, encoding="utf-8")]
+        results, manifests, staged, database_mb = [], [], [], []
+        sizes = {o.path: o.size for o in location.list("blobs")}
+        for step, change in enumerate(changes):
+            if step:
+                change()
+                began = time.perf_counter()
+                build_index(ws)
+                out.setdefault("update_s", []).append(round(time.perf_counter() - began, 2))
+            staged.append(stage_snapshot(ws.index_dir, work / f"staged-{step}").folder
+                          / "canopy.sqlite")
+            results.append(publish_index(ws, uri))
+            manifests.append(newest_manifest(location))
+            # The database's blobs this publish stored (any checkout's layout: whole file,
+            # page patch, or packs and page map).
+            now = {o.path: o.size for o in location.list("blobs")}
+            ref = manifests[-1].files["canopy.sqlite"]
+            database_mb.append(round(sum(n for path, n in now.items() if path not in sizes
+                                         and path.rsplit("/", 1)[-1] in ref.blobs()) / 1e6, 2))
+            sizes = now
+        assert all(m is not None for m in manifests)
         cache = work / "replica"
         loads = []
-        for m in (m1, m2, m3):
+        for m in manifests:
             began = time.perf_counter()
             _, got = materialize(location, m, cache)
             loads.append((time.perf_counter() - began, got))
         # A restart on that cache: nothing to download, every cached file read and checked.
         began = time.perf_counter()
-        _, again = materialize(location, m3, cache)
+        _, again = materialize(location, manifests[-1], cache)
         out["replica_reopen_s"] = round(time.perf_counter() - began, 3)
-        out["replica_reopen_checked_mb"] = round(
-            sum({b: (cache / "blobs" / b).stat().st_size for f in m3.files.values()
-                 for b in f.blobs()}.values()) / 1e6, 2)
+        checked = [cache / "databases" / f.sha256 for f in manifests[-1].files.values()
+                   if getattr(f, "pages", None)]  # assembled from pages (this checkout)
+        checked += [cache / "blobs" / b for f in manifests[-1].files.values()
+                    for b in (f.cached_blobs() if hasattr(f, "cached_blobs") else f.blobs())]
+        out["replica_reopen_checked_mb"] = round(sum(p.stat().st_size for p in checked) / 1e6, 2)
         assert again == 0
-        out["publish"] = [
-            {"what": name, "publish_s": round(r.elapsed_s, 3), "files": r.files,
-             "database": r.database, "uploaded_files": r.uploaded_files,
-             "uploaded_mb": round(r.uploaded_bytes / 1e6, 2),
-             "total_mb": round(r.total_bytes / 1e6, 2), "replica_load_s": round(load, 3),
-             "replica_download_mb": round(got / 1e6, 2)}
-            for name, r, (load, got) in zip(
-                ("first generation", "after a one-article edit", "after a one-article addition"),
-                (first, second, third), loads, strict=True)]
+        out["publish"] = []
+        for i, (name, r, (load, got)) in enumerate(zip(STEPS, results, loads, strict=True)):
+            row = {"what": name, "publish_s": round(r.elapsed_s, 3), "files": r.files,
+                   "uploaded_files": r.uploaded_files,
+                   "uploaded_mb": round(r.uploaded_bytes / 1e6, 2),
+                   "total_mb": round(r.total_bytes / 1e6, 2), "replica_load_s": round(load, 3),
+                   "replica_download_mb": round(got / 1e6, 2),
+                   "database_mb": round(staged[i].stat().st_size / 1e6, 2),
+                   "database_uploaded_mb": database_mb[i]}
+            # How the database went: pages written (this checkout) or whole / patch (before).
+            for key in ("database", "database_pages", "database_written"):
+                if hasattr(r, key):
+                    row[key] = getattr(r, key)
+            if i:
+                row["changed"] = spread(staged[i - 1], staged[i])
+            out["publish"].append(row)
 
         # The designs not chosen: Lance on the object store, for the writer and for readers.
         source = lancedb.connect(str(ws.index_dir / "lance"))
@@ -184,17 +227,27 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"Published generations on moto S3 (127.0.0.1), {args.articles} MultiHop-RAG articles, "
-          f"builtin provider (build {out['build_s']} s, update {out['update_s']} s)\n")
-    print("| publish | database | files | uploaded | of | publish s | replica download | "
-          "replica load s |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"builtin provider (build {out['build_s']} s, updates {out['update_s']} s; "
+          f"{out['repo']})\n")
+    print("| publish | database | database uploaded | files | uploaded | of | publish s | "
+          "replica download | replica load s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for p in out["publish"]:
-        print(f"| {p['what']} | {p['database']} | {p['files']} | {p['uploaded_files']} files, "
+        how = (f"{p['database_written']:,} of {p['database_pages']:,} pages"
+               if "database_written" in p else p.get("database", "?"))
+        print(f"| {p['what']} | {how} | {p['database_uploaded_mb']} MB | {p['files']} | "
+              f"{p['uploaded_files']} files, "
               f"{p['uploaded_mb']} MB | {p['total_mb']} MB | {p['publish_s']} | "
               f"{p['replica_download_mb']} MB | {p['replica_load_s']} |")
+    print("\n| change | database | pages changed | 64 KiB runs changed | 1 MiB runs changed |")
+    print("|---|---|---|---|---|")
+    for p in out["publish"][1:]:
+        c = p["changed"]
+        print(f"| {p['what'].removeprefix('after ')} | {p['database_mb']} MB | "
+              f"{c['4_kib']:.1%} | {c['64_kib']:.1%} | {c['1024_kib']:.1%} |")
     print(f"\nA replica reopening the last generation from its cache (a restart): "
-          f"{out['replica_reopen_s']} s, checking {out['replica_reopen_checked_mb']} MB of "
-          "cached files against the manifest")
+          f"{out['replica_reopen_s']} s, checking the {out['replica_reopen_checked_mb']} MB of "
+          "cached files it opens against the manifest")
     print("\n| not chosen | local files | on S3 | ratio |")
     print("|---|---|---|---|")
     print(f"| writer: search-table writes of a build + an update (s) | "

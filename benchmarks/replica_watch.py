@@ -23,18 +23,21 @@ random regular document, delete the oldest canary, add one, edit, move the oldes
   for each canary added or removed within the last bound + 60 s, round after round, and notes
   whether the answer (its citations and answer text, not the echoed query) holds the token;
 - a manifest follower lists the bucket's manifests every 0.5 s and reads each new one's
-  database (canopy.publish.reader, into a cache of its own) to learn which canaries it holds
-  and when the writer wrote it (`published_at`; same machine, same clock);
+  files (canopy.publish.reader, into a cache of its own) to learn which canaries it serves,
+  which tokens its files hold, and when the writer wrote it (`published_at`; same machine,
+  same clock);
 - a scanner lists every object of the bucket every 2 s (boto3; content-addressed objects are
-  read once, page patches decompressed) and every file under both replicas' caches, and notes
-  which canary tokens each holds;
+  read once) and every file under both replicas' caches, and notes which canary tokens they
+  hold, as someone holding all of them would read them: every page record opened with every
+  key any page map there holds (canopy.publish.pagestore), every other file as it is;
 - a sampler records the RSS of the writer's and each replica's process tree every 5 s.
 After the changes stop it waits --grace + 20 s (so the last deletions' grace periods end) and
 reports, per removed canary and replica, the revocation delay (first answer without it, after
 which none had it, minus the writer's time for the first manifest without it), every answer
 that held it later than the bound (must be none), publish sizes per generation (the writer's
 log lines), when each deleted canary's token had left every published byte and every cached
-byte (against its deleting manifest, next to grace_s), memory slopes, and errors (REST
+byte (against its deleting manifest and against the first manifest whose files hold none of
+it, next to grace_s), memory slopes, and errors (REST
 answers other than 200, failed requests, ERROR or Traceback lines in the writer's or the
 replicas' logs). JSON to --out.
 
@@ -58,7 +61,7 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,7 +79,8 @@ PUBLISHED = re.compile(
     r"(?P<first>deletions and relabels first: )?Published generation (?P<generation>\d+) to "
     r"\S+ as manifest (?P<seq>\d+): (?P<files>\d+) files \((?P<total>[\d.]+ (?:MB|B))\), "
     r"uploaded (?P<uploaded_files>\d+) \((?P<uploaded>[\d.]+ (?:MB|B))\) in (?P<s>[\d.]+)s"
-    r"(?P<erasing>; the database whole, as a new base without the deleted text)?"
+    r"(?:; the database: (?P<written>[\d,]+) of (?P<pages>[\d,]+) pages written "
+    r"\((?P<database>[\d.]+ (?:MB|B))\))?"
     r"(?:; removed (?P<gc_manifests>\d+) superseded generations, (?P<gc_files>\d+) files)?")
 SETTINGS = """
 [acl]
@@ -133,7 +137,6 @@ class Run:
     seen: dict[str, dict[int, float]] = field(default_factory=dict)  # where -> k -> last seen
     scans: list[float] = field(default_factory=list)  # when each byte scan began
     seen_in_lance: set[int] = field(default_factory=set)
-    blob_tokens: dict[str, set[int]] = field(default_factory=dict)  # sha -> tokens it holds
     samples: list[dict[str, Any]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -185,12 +188,13 @@ def rss_mb(pid: int) -> float:
 
 
 def follow_manifests(run: Run, endpoint: str, bucket: str, cache: Path) -> None:
-    """Record each new manifest: when it was written and which canaries its database holds."""
+    """Record each new manifest: when it was written, which canaries it serves and which
+    tokens its files hold (its database as assembled, its search-table files)."""
     import sqlite3
 
     from canopy.publish.location import open_location
     from canopy.publish.manifest import Manifest, manifest_path
-    from canopy.publish.reader import materialize, remove_generation
+    from canopy.publish.reader import materialize, prune_cache, remove_generation
     from canopy.publish.writer import published_seqs
 
     location = open_location(f"s3://{bucket}/{PREFIX}", endpoint_url=endpoint)
@@ -207,16 +211,18 @@ def follow_manifests(run: Run, endpoint: str, bucket: str, cache: Path) -> None:
                 paths = {p for p, labels in db.execute("SELECT path, labels FROM documents")
                          if "restricted" not in json.loads(labels)}
                 db.close()
+                with run.lock:
+                    ks = list(run.canaries)
+                held = {k for path in folder.rglob("*") if path.is_file()
+                        for k in _tokens(path.read_bytes(), ks)}
                 remove_generation(cache, seq)
-                ref = manifest.files["canopy.sqlite"]
+                prune_cache(cache, [manifest])
                 with run.lock:
                     run.manifests[seq] = {
                         "seq": seq, "generation": manifest.generation,
                         "published_at": manifest.published_at, "paths": sorted(paths),
-                        "database": "patch" if ref.patch else "whole",
-                        "files": len(manifest.files),
-                        "blobs": sorted({b for f in manifest.files.values()
-                                         for b in f.blobs()})}
+                        "files": len(manifest.files), "tokens": sorted(held),
+                        "packs": len(manifest.files["canopy.sqlite"].packs)}
         except FileNotFoundError:  # collected between the listing and the read
             pass
         except Exception as exc:  # noqa: BLE001 - a benchmark records and goes on
@@ -225,58 +231,107 @@ def follow_manifests(run: Run, endpoint: str, bucket: str, cache: Path) -> None:
         run.stop.wait(0.5)
 
 
+def _tokens(data: bytes, ks: list[int]) -> set[int]:
+    return {k for k in ks if token(k).encode() in data}
+
+
+class Readable:
+    """The canary tokens a set of files reveals to someone holding all of them: every page
+    record opened with every key any page map among them holds, every other file as it is
+    (canopy.publish.pagestore). Files are named by an identity that changes with their
+    content (an object key, a cache file's inode, size and mtime): each is read once, and
+    each record opened once."""
+
+    def __init__(self) -> None:
+        self.plain: dict[str, set[int]] = {}  # identity -> tokens, for files not packs or maps
+        self.maps: dict[str, Any] = {}  # identity -> PageMap
+        self.packs: dict[str, tuple[str, bytes]] = {}  # identity -> (sha256, bytes)
+        self.records: dict[tuple[str, int], set[int]] = {}  # (pack, offset) -> tokens
+
+    def tokens(self, files: dict[str, Callable[[], bytes]],
+               ks: list[int]) -> tuple[set[int], set[int]]:
+        """(tokens `files` reveal, tokens in their search-table files); `files` maps each
+        identity to what reads its bytes."""
+        import hashlib
+
+        from canopy.publish.pagestore import MAP_MAGIC, PACK_MAGIC, PageMap, open_record
+
+        lance: set[int] = set()
+        for ident, read in files.items():
+            if ident in self.plain or ident in self.maps or ident in self.packs:
+                continue
+            data = read()
+            if data.startswith(PACK_MAGIC):
+                self.packs[ident] = (hashlib.sha256(data).hexdigest(), data)
+            elif data.startswith(MAP_MAGIC):
+                self.maps[ident] = PageMap.from_bytes(data)
+            else:
+                self.plain[ident] = _tokens(data, ks)
+                if not data.startswith(b"SQLite format 3") and ".json" not in ident:
+                    lance |= self.plain[ident]
+        found = {k for ident in files for k in self.plain.get(ident, set())}
+        packs = {sha: data for ident, (sha, data) in self.packs.items() if ident in files}
+        for ident, page_map in self.maps.items():
+            if ident not in files:
+                continue
+            for i in range(page_map.pages):
+                sha = page_map.packs[int(page_map.pack[i])]
+                at, n = int(page_map.offset[i]), int(page_map.length[i])
+                if sha not in packs:
+                    continue
+                if (sha, at) not in self.records:
+                    self.records[(sha, at)] = _tokens(
+                        open_record(packs[sha][at:at + n], page_map.key(i)), ks)
+                found |= self.records[(sha, at)]
+        # What left (collected, or replaced) is read no more.
+        self.plain = {i: v for i, v in self.plain.items() if i in files}
+        self.maps = {i: v for i, v in self.maps.items() if i in files}
+        self.packs = {i: v for i, v in self.packs.items() if i in files}
+        return found, lance
+
+
 def scan_bytes(run: Run, endpoint: str, bucket: str, caches: list[Path]) -> None:
-    """Record, every 2 s, which canary tokens each object of the bucket and each cached file
-    holds (module doc)."""
-    from canopy.publish.pages import MAGIC
-
+    """Record, every 2 s, which canary tokens the bucket and the replicas' caches reveal
+    (module doc)."""
     client = s3_client(endpoint)
-    known: dict[str, set[int]] = {}  # object key or (cache file identity) -> tokens it holds
+    bucket_view, cache_view = Readable(), Readable()
 
-    def tokens_in(data: bytes) -> set[int]:
-        if data.startswith(MAGIC):
-            data = zlib.decompress(data[len(MAGIC) + 12:])
-        with run.lock:
-            ks = list(run.canaries)
-        return {k for k in ks if token(k).encode() in data}
+    def body(key: str) -> Callable[[], bytes]:
+        return lambda: bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
     while not run.stop.is_set():
         now = time.time()
         found: dict[str, set[int]] = {"bucket": set(), "caches": set()}
+        with run.lock:
+            ks = list(run.canaries)
         try:
-            keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket) for o in page.get("Contents", [])]
-            for key in keys:
-                if key not in known or key.endswith(".json"):
-                    try:
-                        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-                    except client.exceptions.NoSuchKey:  # collected since the listing
-                        continue
-                    known[key] = tokens_in(body)
-                    if "/blobs/" in key:
-                        with run.lock:
-                            run.blob_tokens[key.rsplit("/", 1)[-1]] = known[key]
-                            if not body.startswith((MAGIC, b"SQLite format 3")):
-                                run.seen_in_lance |= known[key]
-                found["bucket"] |= known[key]
+            objects = {}
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                for o in page.get("Contents", []):
+                    # Blobs never change; a manifest is read afresh (it is small).
+                    ident = o["Key"] + (f"@{now}" if o["Key"].endswith(".json") else "")
+                    objects[ident] = body(o["Key"])
+            found["bucket"], lance = bucket_view.tokens(objects, ks)
+            with run.lock:
+                run.seen_in_lance |= lance
+            cached: dict[str, Callable[[], bytes]] = {}
             for cache in caches:
                 for path in cache.rglob("*"):
-                    if not path.is_file():
-                        continue
-                    st = path.stat()
-                    ident = f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-                    if ident not in known:
-                        known[ident] = tokens_in(path.read_bytes())
-                    found["caches"] |= known[ident]
+                    if path.is_file():
+                        st = path.stat()
+                        cached[f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"] = (
+                            path.read_bytes)
+            found["caches"], _ = cache_view.tokens(cached, ks)
         except (FileNotFoundError, OSError):
-            pass  # a cache file replaced while read: the next scan reads it
-        except Exception as exc:  # noqa: BLE001
-            with run.lock:
-                run.rest_errors.append(f"scanner: {exc}")
+            pass  # a file replaced or collected while read: the next scan reads it
+        except Exception as exc:  # noqa: BLE001 - a benchmark records and goes on
+            if "NoSuchKey" not in str(exc):  # collected since the listing
+                with run.lock:
+                    run.rest_errors.append(f"scanner: {exc}")
         with run.lock:
             run.scans.append(now)
-            for where, ks in found.items():
-                for k in ks:
+            for where, tokens in found.items():
+                for k in tokens:
                     run.seen.setdefault(where, {})[k] = now
         run.stop.wait(2.0)
 
@@ -405,14 +460,12 @@ def analyse(run: Run, args: argparse.Namespace, logs: dict[str, Path]) -> dict[s
             if c.how == "delete":
                 # Gone between the last scan that saw it and the next one: the latter is
                 # reported (an upper bound, 2 s resolution), from the deleting manifest and
-                # from the first manifest after it that re-based the database (the update's
-                # own, whose predecessors' copies are the ones collected grace_s later).
-                # The first manifest none of whose files holds the token (every blob scanned):
-                # from its publish on, only superseded manifests name copies of it.
-                rebased = next((m for m in after if m["seq"] >= gone["seq"] and all(
-                    b in run.blob_tokens and c.k not in run.blob_tokens[b]
-                    for b in m["blobs"])), None)
-                row["clean_manifest"] = rebased and rebased["seq"]
+                # from the first manifest none of whose files holds the token (its database as
+                # its own page map opens it, its search-table files): from its publish on,
+                # only superseded manifests name what reveals it.
+                clean = next((m for m in after if m["seq"] >= gone["seq"]
+                              and c.k not in m["tokens"]), None)
+                row["clean_manifest"] = clean and clean["seq"]
                 for where in ("bucket", "caches"):
                     last_seen = run.seen.get(where, {}).get(c.k)
                     clear = next((t for t in run.scans if last_seen is not None
@@ -420,9 +473,9 @@ def analyse(run: Run, args: argparse.Namespace, logs: dict[str, Path]) -> dict[s
                     row[f"{where}_clear_s"] = (None if clear is None else
                                                round(clear - gone["published_at"], 1))
                     row[f"{where}_still_held"] = last_seen is not None and clear is None
-                    if rebased is not None and clear is not None:
-                        row[f"{where}_clear_after_rebase_s"] = round(
-                            clear - rebased["published_at"], 1)
+                    if clean is not None and clear is not None:
+                        row[f"{where}_clear_after_clean_s"] = round(
+                            clear - clean["published_at"], 1)
         removed.append(row)
     publishes = []
     for line in logs["writer"].read_text(errors="replace").splitlines():
@@ -431,8 +484,9 @@ def analyse(run: Run, args: argparse.Namespace, logs: dict[str, Path]) -> dict[s
             publishes.append({
                 "manifest": int(m["seq"]), "generation": int(m["generation"]),
                 "kind": "revocation" if m["first"] else "update",
-                "database": "erasing" if m["erasing"] else
-                (run.manifests.get(int(m["seq"]), {}).get("database") or "?"),
+                "database_pages": int((m["pages"] or "0").replace(",", "")),
+                "database_written": int((m["written"] or "0").replace(",", "")),
+                "database_bytes": size_bytes(m["database"]) if m["database"] else 0,
                 "files": int(m["files"]), "total_bytes": size_bytes(m["total"]),
                 "uploaded_files": int(m["uploaded_files"]),
                 "uploaded_bytes": size_bytes(m["uploaded"]), "seconds": float(m["s"]),
@@ -481,7 +535,7 @@ def _live_and_published(run: Run, k: int, t: float, bound: float) -> bool:
 def _erasure(removed: list[dict[str, Any]], grace: float) -> dict[str, Any]:
     out: dict[str, Any] = {"grace_s": grace}
     for where in ("bucket", "caches"):
-        for suffix in ("clear_s", "clear_after_rebase_s"):
+        for suffix in ("clear_s", "clear_after_clean_s"):
             values = sorted(r[f"{where}_{suffix}"] for r in removed
                             if r.get(f"{where}_{suffix}") is not None)
             out[f"{where}_{suffix}"] = {"n": len(values), "min": values[0] if values else None,
@@ -586,6 +640,17 @@ def _ready(httpx2: Any, port: int) -> bool:
         return False
 
 
+def publish_kinds(publishes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The publishes by kind: the first generation, revocation generations (an update's
+    deletions and relabels, published before it regenerates), updates."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for i, p in enumerate(publishes):
+        kind = ("first generation" if i == 0 else
+                "revocation generation" if p["kind"] == "revocation" else "update")
+        kinds.setdefault(kind, []).append(p)
+    return kinds
+
+
 def print_summary(r: dict[str, Any]) -> None:
     print(f"\n{r['canaries']} canaries, {r['manifests']} manifests, {r['probes']} probes; "
           f"canaries found while live and published: {r['live_canaries_found']}")
@@ -598,12 +663,28 @@ def print_summary(r: dict[str, Any]) -> None:
           f"every 2 s), seconds after its deleting manifest / after the first manifest none of "
           f"whose files holds it:")
     for where in ("bucket", "caches"):
-        print(f"  {where}: {e[f'{where}_clear_s']} / {e[f'{where}_clear_after_rebase_s']}")
+        print(f"  {where}: {e[f'{where}_clear_s']} / {e[f'{where}_clear_after_clean_s']}")
     print(f"  deleted canaries never seen gone: {e['never_cleared']}")
-    print("publishes (manifest, kind, database, uploaded / total bytes, seconds):")
+    print("publishes (manifest, kind, database pages written / pages, database bytes, "
+          "uploaded / total bytes, seconds):")
     for p in r["publishes"]:
-        print(f"  {p['manifest']:4d} g{p['generation']:<4d} {p['kind']:10s} {p['database']:8s} "
-              f"{p['uploaded_bytes']:>10,d} / {p['total_bytes']:>10,d}  {p['seconds']:.2f}")
+        print(f"  {p['manifest']:4d} g{p['generation']:<4d} {p['kind']:10s} "
+              f"{p['database_written']:>5d} / {p['database_pages']:<5d} "
+              f"{p['database_bytes']:>9,d}  {p['uploaded_bytes']:>10,d} / "
+              f"{p['total_bytes']:>10,d}  {p['seconds']:.2f}")
+    print(f"\n| publishes ({len(r['publishes'])}) | n | database pages written (median) | "
+          "database MB (min / median / max) | uploaded MB (min / median / max) | "
+          "s (median / max) |\n|---|---|---|---|---|---|")
+    for kind, rows in publish_kinds(r["publishes"]).items():
+        def mb(key: str, rows: list[dict[str, Any]] = rows) -> str:
+            v = sorted(x[key] / 1e6 for x in rows)
+            return f"{v[0]:.2f} / {v[len(v) // 2]:.2f} / {v[-1]:.2f}"
+
+        secs = sorted(x["seconds"] for x in rows)
+        pages = sorted(x["database_written"] for x in rows)
+        print(f"| {kind} | {len(rows)} | {pages[len(pages) // 2]} of "
+              f"{rows[-1]['database_pages']} | {mb('database_bytes')} | {mb('uploaded_bytes')} "
+              f"| {secs[len(secs) // 2]:.2f} / {secs[-1]:.2f} |")
     print("memory (MB, first -> last; slope MB/min first half, second half):")
     for name, m in r["memory"].items():
         print(f"  {name}: {m['first_mb']} -> {m['last_mb']}; {m['slope_first_half_mb_min']}, "
