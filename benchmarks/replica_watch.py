@@ -237,15 +237,16 @@ def _tokens(data: bytes, ks: list[int]) -> set[int]:
 
 class Readable:
     """The canary tokens a set of files reveals to someone holding all of them: every page
-    record opened with every key any page map among them holds, every other file as it is
-    (canopy.publish.pagestore). Files are named by an identity that changes with their
-    content (an object key, a cache file's inode, size and mtime): each is read once, and
-    each record opened once."""
+    record opened with every key that a page map among them holds, or a block such a map
+    opens holds, every other file as it is (canopy.publish.pagestore). Files are named by an
+    identity that changes with their content (an object key, a cache file's inode, size and
+    mtime): each is read once, and each record opened once."""
 
     def __init__(self) -> None:
         self.plain: dict[str, set[int]] = {}  # identity -> tokens, for files not packs or maps
-        self.maps: dict[str, Any] = {}  # identity -> PageMap
+        self.maps: dict[str, Any] = {}  # identity -> PageRoot, or PageMap (a page list)
         self.packs: dict[str, tuple[str, bytes]] = {}  # identity -> (sha256, bytes)
+        self.blocks: dict[tuple[str, int], Any] = {}  # (pack, offset) -> entries
         self.records: dict[tuple[str, int], set[int]] = {}  # (pack, offset) -> tokens
 
     def tokens(self, files: dict[str, Callable[[], bytes]],
@@ -254,7 +255,15 @@ class Readable:
         identity to what reads its bytes."""
         import hashlib
 
-        from canopy.publish.pagestore import MAP_MAGIC, PACK_MAGIC, PageMap, open_record
+        from canopy.publish.pagestore import (
+            LIST_MAGIC,
+            MAP_MAGIC,
+            PACK_MAGIC,
+            PageMap,
+            PageRoot,
+            open_block,
+            open_record,
+        )
 
         lance: set[int] = set()
         for ident, read in files.items():
@@ -264,29 +273,43 @@ class Readable:
             if data.startswith(PACK_MAGIC):
                 self.packs[ident] = (hashlib.sha256(data).hexdigest(), data)
             elif data.startswith(MAP_MAGIC):
+                self.maps[ident] = PageRoot.from_bytes(data)
+            elif data.startswith(LIST_MAGIC):
                 self.maps[ident] = PageMap.from_bytes(data)
             else:
                 self.plain[ident] = _tokens(data, ks)
                 if not data.startswith(b"SQLite format 3") and ".json" not in ident:
                     lance |= self.plain[ident]
-        found = {k for ident in files for k in self.plain.get(ident, set())}
-        packs = {sha: data for ident, (sha, data) in self.packs.items() if ident in files}
-        for ident, page_map in self.maps.items():
-            if ident not in files:
-                continue
-            for i in range(page_map.pages):
-                sha = page_map.packs[int(page_map.pack[i])]
-                at, n = int(page_map.offset[i]), int(page_map.length[i])
-                if sha not in packs:
-                    continue
-                if (sha, at) not in self.records:
-                    self.records[(sha, at)] = _tokens(
-                        open_record(packs[sha][at:at + n], page_map.key(i)), ks)
-                found |= self.records[(sha, at)]
         # What left (collected, or replaced) is read no more.
         self.plain = {i: v for i, v in self.plain.items() if i in files}
         self.maps = {i: v for i, v in self.maps.items() if i in files}
         self.packs = {i: v for i, v in self.packs.items() if i in files}
+        packs = dict(self.packs.values())
+        found = {k for v in self.plain.values() for k in v}
+
+        def pages(entries: Any, table: dict[int, tuple[str, int]]) -> None:
+            for e in entries:
+                sha = table.get(int(e["pack"]), ("",))[0]
+                at, n = int(e["offset"]), int(e["length"])
+                if sha not in packs:
+                    continue
+                if (sha, at) not in self.records:
+                    self.records[(sha, at)] = _tokens(
+                        open_record(packs[sha][at:at + n], bytes(e["key"])), ks)
+                found.update(self.records[(sha, at)])
+
+        for held in self.maps.values():
+            if isinstance(held, PageMap):
+                pages(held.entries, held.packs)
+                continue
+            for e in held.blocks:
+                sha = held.packs[int(e["pack"])][0]
+                at, n = int(e["offset"]), int(e["length"])
+                if sha not in packs:
+                    continue
+                if (sha, at) not in self.blocks:
+                    self.blocks[(sha, at)] = open_block(packs[sha][at:at + n], bytes(e["key"]))
+                pages(self.blocks[(sha, at)], held.packs)
         return found, lance
 
 

@@ -9,11 +9,20 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 
-from canopy.publish.pagestore import MAP_MAGIC, PACK_MAGIC, PageMap, open_record
+from canopy.publish.pagestore import (
+    LIST_MAGIC,
+    MAP_MAGIC,
+    PACK_MAGIC,
+    PageMap,
+    PageRoot,
+    open_block,
+    open_record,
+)
 from tests.conftest import require_heavy
 from tests.net import free_port
 
@@ -74,24 +83,37 @@ def stored_objects(uri: str) -> dict[str, bytes]:
 
 def readable(files: dict[str, bytes]) -> dict[str, bytes]:
     """The bytes a grep should see in each of `files`: a pack as it is plus its records opened
-    with every key any page map among `files` holds for them (a record no map opens stays
-    ciphertext: what cryptographic erasure leaves), a page map decompressed, any other file as
-    it is."""
-    keys: dict[str, set[tuple[int, int, bytes]]] = {}
+    with every key that any page map among `files` holds, or that a block such a map opens
+    holds (a record no key opens stays ciphertext: what cryptographic erasure leaves); a page
+    map or page list decompressed; any other file as it is."""
+    packs = {hashlib.sha256(d).hexdigest(): d for d in files.values() if d.startswith(PACK_MAGIC)}
+    keys: dict[str, set[tuple[int, int, bytes]]] = {}  # pack sha256 -> (offset, length, key)
+
+    def add(entries: Any, table: dict[int, tuple[str, int]]) -> None:
+        for e in entries:
+            sha = table.get(int(e["pack"]), ("",))[0]
+            keys.setdefault(sha, set()).add((int(e["offset"]), int(e["length"]), bytes(e["key"])))
+
     for data in files.values():
         if data.startswith(MAP_MAGIC):
-            page_map = PageMap.from_bytes(data)
-            for i in range(page_map.pages):
-                keys.setdefault(page_map.packs[int(page_map.pack[i])], set()).add(
-                    (int(page_map.offset[i]), int(page_map.length[i]), page_map.key(i)))
+            root = PageRoot.from_bytes(data)
+            for e in root.blocks:
+                sha = root.packs[int(e["pack"])][0]
+                if sha in packs:
+                    at, n = int(e["offset"]), int(e["length"])
+                    add(open_block(packs[sha][at:at + n], bytes(e["key"])), root.packs)
+        elif data.startswith(LIST_MAGIC):
+            listed = PageMap.from_bytes(data)
+            add(listed.entries, listed.packs)
     out = {}
     for name, data in files.items():
         if data.startswith(PACK_MAGIC):
             known = keys.get(hashlib.sha256(data).hexdigest(), set())
             out[name] = data + b"".join(open_record(data[at:at + n], key)
                                         for at, n, key in sorted(known))
-        elif data.startswith(MAP_MAGIC):
-            out[name] = zlib.decompress(data[len(MAP_MAGIC):])
+        elif data.startswith((MAP_MAGIC, LIST_MAGIC)):
+            out[name] = zlib.decompress(data[len(MAP_MAGIC if data.startswith(MAP_MAGIC)
+                                                 else LIST_MAGIC):])
         else:
             out[name] = data
     return out

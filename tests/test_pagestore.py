@@ -1,8 +1,9 @@
 """The published database as encrypted page records (canopy.publish.pagestore): a generation
-writes exactly the pages that changed; the file assembles byte for byte from the records,
-with or without the database assembled before; a superseded generation's pages open only with
-its own map (so they are erased with it); packs are compacted so the store stays near the
-database's size; and what is damaged or foreign is refused."""
+writes exactly the pages that changed and the blocks of entries they fall in; the file
+assembles byte for byte from the records, with or without the database assembled before; a
+superseded generation's pages open only with its own page map (so they are erased with it);
+packs are compacted so the store stays near the database's size; and what is damaged or
+foreign is refused."""
 
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ import pytest
 
 from canopy.publish.pages import canonical_page, iter_pages, read_layout
 from canopy.publish.pagestore import (
+    BLOCK,
     PACK_MAGIC,
     PagedDatabase,
     PageMap,
+    PageRoot,
     WriterState,
     assemble,
+    open_block,
     open_record,
+    read_map,
     write_pages,
 )
+from tests.object_store import holders
 
 
 class Store:
@@ -33,6 +39,7 @@ class Store:
         self.blobs: dict[str, bytes] = {}
         self.state: WriterState | None = None
         self.n = 0
+        self.fetched: list[str] = []
 
     def publish(self, db: Path) -> PagedDatabase:
         self.n += 1
@@ -41,11 +48,12 @@ class Store:
         paged = write_pages(db, self.state, set(self.blobs), work)
         for sha, path in paged.new_packs.items():
             self.blobs[sha] = path.read_bytes()
-        self.blobs[paged.map_sha256] = paged.map_blob
+        self.blobs[paged.root_sha256] = paged.root_blob
         self.state = paged.state
         return paged
 
     def pack_file(self, sha: str) -> Path:
+        self.fetched.append(sha)
         path = self.root / "packs" / sha
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(self.blobs[sha])
@@ -79,17 +87,14 @@ def _canonical_bytes(db: Path) -> bytes:
                     for i, p in enumerate(iter_pages(db, layout.page_size)))
 
 
-def _changed_pages(a: Path, b: Path) -> int:
+def _changed(a: Path, b: Path) -> list[int]:
     size = read_layout(b).page_size
     old, new = list(iter_pages(a, size)), list(iter_pages(b, size))
-    return sum(1 for i, p in enumerate(new) if i >= len(old) or old[i] != p)
+    return [i for i, p in enumerate(new) if i >= len(old) or old[i] != p]
 
 
-def _opened(blobs: dict[str, bytes], page_map: PageMap) -> bytes:
-    """Every page image `page_map` opens among `blobs`' packs."""
-    return b"".join(open_record(blobs[page_map.packs[int(page_map.pack[i])]][
-        int(page_map.offset[i]):int(page_map.offset[i] + page_map.length[i])], page_map.key(i))
-        for i in range(page_map.pages))
+def _root(paged: PagedDatabase) -> PageRoot:
+    return PageRoot.from_bytes(paged.root_blob)
 
 
 def test_an_update_writes_exactly_its_changed_pages_and_assembles_byte_for_byte(
@@ -100,41 +105,44 @@ def test_an_update_writes_exactly_its_changed_pages_and_assembles_byte_for_byte(
     v1 = _staged(live, tmp_path / "v1.sqlite")
     first = store.publish(v1)
     assert first.pages_written == first.pages == v1.stat().st_size // 4096
+    assert first.blocks_written == -(-first.pages // BLOCK)
     assert first.sha256 == hashlib.sha256(_canonical_bytes(v1)).hexdigest()
+    map1 = read_map(_root(first), store.pack_file)
+    assert map1.entries.tobytes() == first.state.map.entries.tobytes()
     out1 = tmp_path / "out1.sqlite"
-    assert assemble(PageMap.from_bytes(first.map_blob), out1, store.pack_file) == first.sha256
+    assert assemble(map1, out1, store.pack_file) == first.sha256
     assert out1.read_bytes() == _canonical_bytes(v1)
 
     con.executemany("INSERT INTO t VALUES (?, ?)", [(f"k{i:05d}", "y" * 120) for i in range(20)])
     con.execute("UPDATE t SET body = 'z' WHERE rowid % 997 = 0")
     v2 = _staged(live, tmp_path / "v2.sqlite")
     second = store.publish(v2)
-    assert second.pages_written == _changed_pages(v1, v2)
-    assert 0 < second.pages_written < second.pages / 10 and second.compacted == 0
+    changed = _changed(v1, v2)
+    assert second.pages_written == len(changed) and second.compacted == 0
+    assert 0 < second.pages_written < second.pages / 10
+    assert second.blocks_written == len({i // BLOCK for i in changed})
     new_bytes = sum(len(store.blobs[s]) for s in second.new_packs)
     assert new_bytes < 4096 * second.pages_written / 2  # compressed
-    assert len(second.map_blob) < 30 * second.pages  # the keys, mostly: 16 bytes a page
-    page_map = PageMap.from_bytes(second.map_blob)
-    fetched: list[str] = []
+    assert len(second.root_blob) < 2 * second.pages  # a root of about a byte a page
 
-    def pack_file(sha: str) -> Path:
-        fetched.append(sha)
-        return store.pack_file(sha)
-
+    # A replica holding the first generation reads the changed blocks and pages, nothing else.
+    store.fetched.clear()
+    map2 = read_map(_root(second), store.pack_file, (_root(first), map1))
     out2 = tmp_path / "out2.sqlite"
-    assert assemble(page_map, out2, pack_file, (out1, PageMap.from_bytes(first.map_blob))) == (
-        second.sha256)
-    assert set(fetched) == set(second.new_packs)  # the rest came from the file before
+    assert assemble(map2, out2, store.pack_file, (out1, map1)) == second.sha256
+    assert set(store.fetched) == set(second.new_packs)
     assert out2.read_bytes() == _canonical_bytes(v2)
-    scratch = tmp_path / "scratch.sqlite"
-    assert assemble(page_map, scratch, store.pack_file) == second.sha256
+    fresh = read_map(_root(second), store.pack_file)  # and from nothing, the same
+    assert fresh.entries.tobytes() == map2.entries.tobytes()
+    assert assemble(fresh, tmp_path / "scratch.sqlite", store.pack_file) == second.sha256
     con.close()
 
 
 def test_a_superseded_generation_s_pages_open_only_with_its_own_map(tmp_path: Path) -> None:
-    """After a deletion the old records of the changed pages are still in the first pack,
-    which the new map names for the pages that did not change; but no key of the new map
-    opens them, so once the old map is gone no blob holds what opens the deleted rows."""
+    """After a deletion the old records of the changed pages (and blocks) are still in the
+    first generation's packs, which the new map names for what did not change; but no key the
+    new map holds or opens opens them, so once the old map is gone nothing opens the deleted
+    row."""
     live = tmp_path / "live.sqlite"
     con = _database(live, 5_000, seed=1)
     con.execute("INSERT INTO t VALUES ('gone', 'Quillmarsh Instruments signed in 2023')")
@@ -142,23 +150,25 @@ def test_a_superseded_generation_s_pages_open_only_with_its_own_map(tmp_path: Pa
     first = store.publish(_staged(live, tmp_path / "v1.sqlite"))
     con.execute("DELETE FROM t WHERE id = 'gone'")
     second = store.publish(_staged(live, tmp_path / "v2.sqlite"))
-    old, new = PageMap.from_bytes(first.map_blob), PageMap.from_bytes(second.map_blob)
-    assert set(old.packs) <= set(new.packs)  # the first pack still serves unchanged pages
-    assert b"Quillmarsh" in _opened(store.blobs, old)
-    assert b"Quillmarsh" not in _opened(store.blobs, new)
-    assert b"Quillmarsh" not in b"".join(store.blobs[s] for s in new.packs)  # ciphertext
+    assert set(first.packs) <= set(second.packs)  # the first packs still serve unchanged pages
+    everything = dict(store.blobs)
+    assert holders(everything, "Quillmarsh")  # the first map opens the old record
+    without_first = {k: v for k, v in everything.items() if k != first.root_sha256}
+    assert holders(without_first, "Quillmarsh") == []
+    assert b"Quillmarsh" not in b"".join(store.blobs[s] for s in second.packs)  # ciphertext
+    old, new = first.state.map, second.state.map
 
-    def record(m: PageMap, i: int) -> tuple[str, int]:
-        return m.packs[int(m.pack[i])], int(m.offset[i])
+    def where(m: PageMap, i: int) -> tuple[str, int, int]:
+        return m.record(i)
 
-    changed = [i for i in range(old.pages) if i >= new.pages or record(old, i) != record(new, i)]
+    changed = [i for i in range(old.pages) if i >= new.pages or where(old, i) != where(new, i)]
     assert changed and not {old.key(i) for i in changed} & {new.key(i) for i in range(new.pages)}
     con.close()
 
 
 def test_packs_are_compacted_so_the_store_stays_near_the_database(tmp_path: Path) -> None:
     """Many generations, each rewriting a few hundred random rows: the packs a map names stay
-    few and hold little more than twice its live records, and every map assembles exactly."""
+    few and hold less than 2.5 times its live records, and every map assembles exactly."""
     live = tmp_path / "live.sqlite"
     con = _database(live, 20_000, seed=2)
     store = Store(tmp_path)
@@ -175,15 +185,17 @@ def test_packs_are_compacted_so_the_store_stays_near_the_database(tmp_path: Path
             con.execute("COMMIT")
         staged = _staged(live, tmp_path / f"s{generation}.sqlite")
         paged = store.publish(staged)
-        page_map = PageMap.from_bytes(paged.map_blob)
+        root = _root(paged)
         compacted += paged.compacted
-        worst = max(worst, sum(page_map.pack_sizes) / int(page_map.live_bytes().sum()))
-        assert len(page_map.packs) <= 16
+        live_bytes = (int(paged.state.map.entries["length"].sum())
+                      + int(root.blocks["length"].sum()))
+        worst = max(worst, sum(size for _, size in root.packs.values()) / live_bytes)
+        assert len(root.packs) <= 16
         staged.unlink()
     assert compacted > 10
     assert worst < 2.5
-    out = tmp_path / "last.sqlite"
-    assert assemble(page_map, out, store.pack_file) == paged.sha256
+    page_map = read_map(root, store.pack_file)
+    assert assemble(page_map, tmp_path / "last.sqlite", store.pack_file) == paged.sha256
     con.close()
 
 
@@ -196,9 +208,10 @@ def test_a_writer_state_survives_a_save_and_anything_else_starts_afresh(tmp_path
     first.state.save(tmp_path / "state")
     again = WriterState.load(tmp_path / "state")
     assert again is not None and again.digests == first.state.digests
-    assert again.map.to_bytes() == first.map_blob
+    assert again.root.to_bytes() == first.root_blob
     unchanged = write_pages(v1, again, set(store.blobs), tmp_path)
-    assert unchanged.pages_written == 0 and unchanged.map_blob == first.map_blob
+    assert (unchanged.pages_written, unchanged.blocks_written) == (0, 0)
+    assert unchanged.root_blob == first.root_blob
     # Its packs collected at the URI (or another URI's state): every page goes anew.
     assert write_pages(v1, again, set(), tmp_path).pages_written == first.pages
     (tmp_path / "state").write_bytes((tmp_path / "state").read_bytes()[:-5])
@@ -212,21 +225,27 @@ def test_damaged_or_foreign_maps_packs_and_records_are_refused(tmp_path: Path) -
     con = _database(live, 2_000, seed=5)
     store = Store(tmp_path)
     paged = store.publish(_staged(live, tmp_path / "v1.sqlite"))
-    blob = paged.map_blob
+    blob = paged.root_blob
     with pytest.raises(ValueError, match="not a page map"):
-        PageMap.from_bytes(b"PK\x03\x04" + blob[4:])
+        PageRoot.from_bytes(b"PK\x03\x04" + blob[4:])
     with pytest.raises(ValueError, match="damaged page map"):
-        PageMap.from_bytes(blob[:-7])
-    page_map = PageMap.from_bytes(blob)
-    pack = store.blobs[page_map.packs[0]]
+        PageRoot.from_bytes(blob[:-7])
+    root = _root(paged)
+    page_map = read_map(root, store.pack_file)
+    sha, at, n = page_map.record(3)
+    pack = store.blobs[sha]
     assert pack.startswith(PACK_MAGIC)
-    record = pack[int(page_map.offset[3]):int(page_map.offset[3] + page_map.length[3])]
-    assert len(open_record(record, page_map.key(3))) == 4096
+    assert len(open_record(pack[at:at + n], page_map.key(3))) == 4096
     with pytest.raises(ValueError, match="does not open with its key"):
-        open_record(record, page_map.key(4))
+        open_record(pack[at:at + n], page_map.key(4))
+    block = root.blocks[0]
+    block_pack = store.blobs[root.packs[int(block["pack"])][0]]
+    b_at, b_n = int(block["offset"]), int(block["length"])
+    assert len(open_block(block_pack[b_at:b_at + b_n], bytes(block["key"]))) == BLOCK
     damaged = bytearray(pack)
-    damaged[int(page_map.offset[3]) + 5] ^= 1
+    damaged[at + 5] ^= 1
     (tmp_path / "bad-pack").write_bytes(bytes(damaged))
     with pytest.raises(ValueError, match="does not open with its key"):
-        assemble(page_map, tmp_path / "out.sqlite", lambda sha: tmp_path / "bad-pack")
+        assemble(page_map, tmp_path / "out.sqlite",
+                 lambda s: tmp_path / "bad-pack" if s == sha else store.pack_file(s))
     con.close()

@@ -439,13 +439,13 @@ def test_a_superseded_generation_is_closed_and_deleted_after_its_drain(
         assert [p.name for p in (cache / "generations").iterdir()] == ["000000000002"]
         newest = newest_manifest(open_location(uri))
         assert newest is not None
-        # What the generation serves from: its files, its page map and its assembled database
-        # (the packs were read to assemble it).
+        # What the generation serves from: its files, its page map, its assembled database and
+        # that map opened (the packs were read to assemble it, then deleted).
         assert {p.name for p in (cache / "blobs").iterdir()} == {
             b for f in newest.files.values() for b in f.cached_blobs()}
         ref = newest.files["canopy.sqlite"]
         assert {p.name for p in (cache / "databases").iterdir()} == {
-            ref.sha256, f"{ref.sha256}.map"}
+            ref.sha256, f"{ref.sha256}.map", f"{ref.sha256}.pages"}
         assert slot.service.store.generation == newest.generation
     finally:
         slot.close()
@@ -485,7 +485,7 @@ def test_the_database_is_published_as_its_changed_pages_and_assembled_exactly(
     second = newest_manifest(location)
     assert second is not None
     db = second.files["canopy.sqlite"]
-    assert db.pages and set(first.files["canopy.sqlite"].packs) <= set(db.packs)
+    assert db.pages and set(first.files["canopy.sqlite"].packs) & set(db.packs)
     folder, fetched = materialize(location, second, cache)
     rebuilt = folder / "canopy.sqlite"
     assert rebuilt.stat().st_size == db.size  # and its sha256 was checked by materialize

@@ -41,7 +41,7 @@ from pathlib import Path
 from canopy.health import DB_NAME
 from canopy.publish.location import Location
 from canopy.publish.manifest import FileRef, Manifest, blob_path, sha256_file
-from canopy.publish.pagestore import PageMap, assemble
+from canopy.publish.pagestore import PageMap, PageRoot, assemble, read_map
 
 __all__ = ["generation_folder", "materialize", "prune_cache", "remove_generation"]
 
@@ -123,14 +123,15 @@ def _database(location: Location, cache_dir: Path, ref: FileRef) -> tuple[Path, 
     folder = cache_dir / DATABASES
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / ref.sha256
+    listing = folder / f"{ref.sha256}.pages"  # its page map opened: every page's entry
     if target.exists():
-        if sha256_file(target) == ref.sha256:
+        if sha256_file(target) == ref.sha256 and listing.is_file():
             return target, 0
         log.warning("cached database %s no longer matches its content: assembling it again",
                     ref.sha256[:12])
         target.unlink()
     blobs = cache_dir / "blobs"
-    page_map = PageMap.from_bytes((blobs / ref.pages).read_bytes())  # checked by materialize
+    root = PageRoot.from_bytes((blobs / ref.pages).read_bytes())  # checked by materialize
     fetched = 0
     used: set[str] = set()
 
@@ -143,15 +144,24 @@ def _database(location: Location, cache_dir: Path, ref: FileRef) -> tuple[Path, 
     building = folder / f"{ref.sha256}.building"
     source = _assembled_before(cache_dir, ref.sha256)
     try:
-        got = assemble(page_map, building, pack_file, source)
-        if got != ref.sha256 and source is not None:
-            log.warning("the cached database %s did not assemble %s: assembling it from the "
-                        "published pages alone", source[0].name[:12], ref.sha256[:12])
-            _forget(source[0])
-            got = assemble(page_map, building, pack_file)
+        got, page_map = "", None
+        if source is not None:
+            try:
+                page_map = read_map(root, pack_file, (source[1], source[2]))
+                got = assemble(page_map, building, pack_file, (source[0], source[2]))
+            except ValueError:  # the cached map does not fit: the published pages decide
+                got = ""
+            if got != ref.sha256:
+                log.warning("the cached database %s did not assemble %s: assembling it from "
+                            "the published pages alone", source[0].name[:12], ref.sha256[:12])
+                _forget(source[0])
         if got != ref.sha256:
+            page_map = read_map(root, pack_file)
+            got = assemble(page_map, building, pack_file)
+        if got != ref.sha256 or page_map is None:
             raise ValueError(f"the database assembled from page map {ref.pages[:12]} does not "
                              "match its published content")
+        listing.write_bytes(page_map.to_bytes())
         building.chmod(0o444)
         building.replace(target)
         target.with_name(f"{ref.sha256}.map").write_text(ref.pages)
@@ -162,29 +172,32 @@ def _database(location: Location, cache_dir: Path, ref: FileRef) -> tuple[Path, 
     return target, fetched
 
 
-def _assembled_before(cache_dir: Path, sha: str) -> tuple[Path, PageMap] | None:
-    """The database assembled last, other than `sha`, whose page map is still cached: what a
-    new generation's unchanged pages are copied from."""
+def _assembled_before(cache_dir: Path, sha: str) -> tuple[Path, PageRoot, PageMap] | None:
+    """The database assembled last, other than `sha`, with its root (still cached) and its
+    page map: what a new generation's unchanged blocks and pages are taken from."""
     found = []
     for note in (cache_dir / DATABASES).glob("*.map"):
         database = note.with_suffix("")
         if database.name == sha or not database.is_file():
             continue
         try:
-            page_map = PageMap.from_bytes((cache_dir / "blobs" / note.read_text().strip())
+            root = PageRoot.from_bytes((cache_dir / "blobs" / note.read_text().strip())
+                                       .read_bytes())
+            page_map = PageMap.from_bytes(database.with_name(database.name + ".pages")
                                           .read_bytes())
         except (OSError, ValueError):
             continue
-        found.append((database.stat().st_mtime, database, page_map))
+        found.append((database.stat().st_mtime, database, root, page_map))
     if not found:
         return None
-    _, database, page_map = max(found, key=lambda item: item[0])
-    return database, page_map
+    _, database, root, page_map = max(found, key=lambda item: item[0])
+    return database, root, page_map
 
 
 def _forget(database: Path) -> None:
-    database.unlink(missing_ok=True)
-    database.with_name(database.name + ".map").unlink(missing_ok=True)
+    for path in (database, database.with_name(database.name + ".map"),
+                 database.with_name(database.name + ".pages")):
+        path.unlink(missing_ok=True)
 
 
 def remove_generation(cache_dir: Path, seq: int) -> None:

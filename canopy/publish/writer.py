@@ -70,9 +70,9 @@ class PublishResult:
     deleted_manifests: int = 0
     deleted_blobs: int = 0
     elapsed_s: float = 0.0
-    # The database (canopy.publish.pagestore): its pages, the records written (changed pages,
-    # and live pages of compacted packs), the packs compacted, and the bytes uploaded for it
-    # (new packs and the page map; included in uploaded_bytes).
+    # The database (canopy.publish.pagestore): its pages, the page records written (changed
+    # pages, and live pages of compacted packs), the packs compacted, and the bytes uploaded
+    # for it (new packs and the page map; included in uploaded_bytes).
     database_pages: int = 0
     database_written: int = 0
     database_compacted: int = 0
@@ -179,9 +179,9 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
             previous = WriterState.load(page_state) if page_state is not None else None
             paged = write_pages(database, previous, stored, work)
             files[DB_NAME] = FileRef(sha256=paged.sha256, size=paged.size,
-                                     pages=paged.map_sha256, packs=list(paged.packs))
-            (work / "map").write_bytes(paged.map_blob)
-            local.setdefault(paged.map_sha256, work / "map")
+                                     pages=paged.root_sha256, packs=list(paged.packs))
+            (work / "map").write_bytes(paged.root_blob)
+            local.setdefault(paged.root_sha256, work / "map")
             for sha, path in paged.new_packs.items():
                 local.setdefault(sha, path)
         missing = {sha: p for sha, p in local.items() if sha not in stored}
@@ -210,7 +210,7 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
     finally:
         shutil.rmtree(work, ignore_errors=True)
     gc = collect_garbage(location, grace_s=grace_s)
-    db_blobs = {paged.map_sha256, *paged.new_packs} if paged is not None else set()
+    db_blobs = {paged.root_sha256, *paged.new_packs} if paged is not None else set()
     return PublishResult("published", seq, staged.generation, files=len(files),
                          uploaded_files=len(missing), uploaded_bytes=sum(uploaded.values()),
                          total_bytes=sum(f.size for f in files.values()),
