@@ -249,10 +249,10 @@ class Readable:
         self.blocks: dict[tuple[str, int], Any] = {}  # (pack, offset) -> entries
         self.records: dict[tuple[str, int], set[int]] = {}  # (pack, offset) -> tokens
 
-    def tokens(self, files: dict[str, Callable[[], bytes]],
+    def tokens(self, files: dict[str, Callable[[], bytes | None]],
                ks: list[int]) -> tuple[set[int], set[int]]:
         """(tokens `files` reveal, tokens in their search-table files); `files` maps each
-        identity to what reads its bytes."""
+        identity to what reads its bytes (None: it is gone since it was listed)."""
         import hashlib
 
         from canopy.publish.pagestore import (
@@ -266,10 +266,15 @@ class Readable:
         )
 
         lance: set[int] = set()
+        present = set()
         for ident, read in files.items():
             if ident in self.plain or ident in self.maps or ident in self.packs:
+                present.add(ident)
                 continue
             data = read()
+            if data is None:
+                continue
+            present.add(ident)
             if data.startswith(PACK_MAGIC):
                 self.packs[ident] = (hashlib.sha256(data).hexdigest(), data)
             elif data.startswith(MAP_MAGIC):
@@ -281,9 +286,9 @@ class Readable:
                 if not data.startswith(b"SQLite format 3") and ".json" not in ident:
                     lance |= self.plain[ident]
         # What left (collected, or replaced) is read no more.
-        self.plain = {i: v for i, v in self.plain.items() if i in files}
-        self.maps = {i: v for i, v in self.maps.items() if i in files}
-        self.packs = {i: v for i, v in self.packs.items() if i in files}
+        self.plain = {i: v for i, v in self.plain.items() if i in present}
+        self.maps = {i: v for i, v in self.maps.items() if i in present}
+        self.packs = {i: v for i, v in self.packs.items() if i in present}
         packs = dict(self.packs.values())
         found = {k for v in self.plain.values() for k in v}
 
@@ -319,8 +324,21 @@ def scan_bytes(run: Run, endpoint: str, bucket: str, caches: list[Path]) -> None
     client = s3_client(endpoint)
     bucket_view, cache_view = Readable(), Readable()
 
-    def body(key: str) -> Callable[[], bytes]:
-        return lambda: bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    def body(key: str) -> Callable[[], bytes | None]:
+        def read() -> bytes | None:
+            try:
+                return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+            except client.exceptions.NoSuchKey:  # collected since the listing
+                return None
+        return read
+
+    def cached_file(path: Path) -> Callable[[], bytes | None]:
+        def read() -> bytes | None:
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:  # deleted since the listing
+                return None
+        return read
 
     while not run.stop.is_set():
         now = time.time()
@@ -331,26 +349,30 @@ def scan_bytes(run: Run, endpoint: str, bucket: str, caches: list[Path]) -> None
             objects = {}
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
                 for o in page.get("Contents", []):
-                    # Blobs never change; a manifest is read afresh (it is small).
-                    ident = o["Key"] + (f"@{now}" if o["Key"].endswith(".json") else "")
-                    objects[ident] = body(o["Key"])
+                    if o["Key"].endswith(".json"):
+                        continue  # a manifest: settings and file names, no document text
+                    objects[o["Key"]] = body(o["Key"])  # blobs never change: read once
             found["bucket"], lance = bucket_view.tokens(objects, ks)
             with run.lock:
                 run.seen_in_lance |= lance
-            cached: dict[str, Callable[[], bytes]] = {}
+            cached: dict[str, Callable[[], bytes | None]] = {}
             for cache in caches:
-                for path in cache.rglob("*"):
-                    if path.is_file():
-                        st = path.stat()
+                # os.walk passes over folders deleted while it walks (a drained generation).
+                for folder, _, names in os.walk(cache):
+                    for name in names:
+                        path = Path(folder) / name
+                        try:
+                            st = path.stat()
+                        except FileNotFoundError:
+                            continue
                         cached[f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"] = (
-                            path.read_bytes)
+                            cached_file(path))
             found["caches"], _ = cache_view.tokens(cached, ks)
-        except (FileNotFoundError, OSError):
-            pass  # a file replaced or collected while read: the next scan reads it
         except Exception as exc:  # noqa: BLE001 - a benchmark records and goes on
-            if "NoSuchKey" not in str(exc):  # collected since the listing
-                with run.lock:
-                    run.rest_errors.append(f"scanner: {exc}")
+            with run.lock:
+                run.rest_errors.append(f"scanner: {exc}")
+            run.stop.wait(2.0)
+            continue  # an incomplete scan is no scan
         with run.lock:
             run.scans.append(now)
             for where, tokens in found.items():

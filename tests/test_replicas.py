@@ -501,6 +501,57 @@ def test_the_database_is_published_as_its_changed_pages_and_assembled_exactly(
         materialize(location, second, tmp_path / "third-cache")
 
 
+def test_a_damaged_database_assembled_before_is_not_built_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A replica copies a new generation's unchanged pages from the database it assembled
+    before. When that file was damaged on disk since (in a page the new generation keeps),
+    the assembled file misses its sha256: the replica drops the damaged file and assembles
+    the generation from the published pages alone, byte for byte what an empty cache gets."""
+    docs, uri = small_corpus(tmp_path), str(tmp_path / "published")
+    ws = open_workspace(docs, tmp_path / "index")
+    build_index(ws)
+    publish_index(ws, uri)
+    location = open_location(uri)
+    first = newest_manifest(location)
+    assert first is not None
+    cache = tmp_path / "cache"
+    materialize(location, first, cache)
+    (docs / "suppliers" / "later.md").write_text(LATER_DOC, encoding="utf-8")
+    build_index(ws)
+    publish_index(ws, uri)
+    second = newest_manifest(location)
+    assert second is not None
+    fresh_folder, _ = materialize(location, second, tmp_path / "fresh-cache")
+    expected = fresh_folder.joinpath("canopy.sqlite").read_bytes()
+
+    # A page the second generation keeps (the same record in both opened maps).
+    from canopy.publish.pagestore import PageMap
+
+    old_ref, new_ref = first.files["canopy.sqlite"], second.files["canopy.sqlite"]
+    old_map = PageMap.from_bytes((cache / "databases" / f"{old_ref.sha256}.pages").read_bytes())
+    new_map = PageMap.from_bytes(
+        (tmp_path / "fresh-cache" / "databases" / f"{new_ref.sha256}.pages").read_bytes())
+    kept = [i for i in range(1, min(old_map.pages, new_map.pages))
+            if old_map.record(i) == new_map.record(i)]
+    assert kept
+    before = cache / "databases" / old_ref.sha256
+    before.chmod(0o644)
+    with open(before, "r+b") as fh:
+        fh.seek(kept[len(kept) // 2] * old_map.page_size + 200)
+        fh.write(b"\xff" * 32)
+
+    with caplog.at_level("WARNING", logger="canopy.publish.reader"):
+        folder, fetched = materialize(location, second, cache)
+    assert "assembling it from the published pages alone" in caplog.text
+    assert folder.joinpath("canopy.sqlite").read_bytes() == expected
+    assert not before.exists()  # the damaged file is not a source any more
+    packs = sum((Path(uri) / blob_path(p)).stat().st_size for p in new_ref.packs)
+    had = {b for f in first.files.values() for b in f.cached_blobs()}
+    others = sum({b: (Path(uri) / blob_path(b)).stat().st_size for f in second.files.values()
+                  for b in f.cached_blobs() if b not in had}.values())
+    assert fetched == packs + others  # every pack, each once
+
+
 def test_publishing_to_a_missing_bucket_or_a_dead_store_is_one_line(
         tmp_path: Path, s3: str, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`canopy index --publish`, `watch --publish` and `publish` to a bucket that does not

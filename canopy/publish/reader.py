@@ -12,19 +12,23 @@ its views into it); blobs are read-only and Lance only reads them.
 The database is assembled into `databases/<sha256>` (read-only, named by its content like a
 blob) from the database assembled for the generation before, whose unchanged pages are
 copied, and the records of the pages that changed, read from the packs that hold them: a
-generation downloads its page map and the packs of its changed pages, not the database. Packs
-are only read while assembling and are deleted after; the assembled file is checked against
-the manifest's sha256, and assembled again from the published pages alone when it does not
+generation downloads its page map, its changed blocks of page entries and its changed pages,
+not the database. Beside the file, `databases/<sha256>.pages` keeps its page map opened (every
+page's entry), from which the next generation's unchanged blocks are taken. Packs are only
+read while assembling and are deleted after; the assembled file is checked against the
+manifest's sha256, and assembled again from the published pages alone when it does not
 match.
 
 Nothing cached is trusted: every opening of a generation (a replica's start included) reads
 every cached file it uses once, so a file damaged on disk, or changed by hand, is replaced
-before it is served.
+before it is served. The database assembled before and its opened map are only a source of
+unchanged pages and entries: what they give is checked with the rest, as the assembled file's
+sha256, and a file that does not match is assembled again from the published pages alone.
 
 What a replica keeps goes with the generations it serves (`prune_cache`): the assembled
-database, the page map (the keys of the generation's pages) and the files of every generation
-no longer open are deleted, so the cache holds nothing that opens a page the open generations
-do not have.
+database, the page map and its opened entries (the keys of the generation's pages) and the
+files of every generation no longer open are deleted, so the cache holds nothing that opens a
+page the open generations do not have.
 
 Reading the Lance tables in place from the object store was measured and not chosen
 (benchmarks/publish_bench.py): every search becomes several dependent range requests, which

@@ -8,10 +8,11 @@ superseded it was written, and a blob only once no remaining manifest names it a
 than `grace_s` (so the blobs of a publish still uploading are never taken).
 
 The database goes as pages (canopy.publish.pagestore): its changed pages as new encrypted
-records, and a page map holding the keys of the generation's own pages. Deleted text leaves
-the URI with the garbage: a superseded generation's map, the only blob holding the keys that
-open the records of pages changed since, goes with its manifest, `grace_s` after it was
-superseded, whatever the generation dropped (a deletion, an edit, a relabel).
+records, the blocks of page entries they fall in as new records too, and a page map (the
+root) holding the keys of the generation's own blocks. Deleted text leaves the URI with the
+garbage: a superseded generation's root, the only blob holding the keys that open its blocks,
+whose keys alone open the records of pages changed since, goes with its manifest, `grace_s`
+after it was superseded, whatever the generation dropped (a deletion, an edit, a relabel).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class PublishResult:
     elapsed_s: float = 0.0
     # The database (canopy.publish.pagestore): its pages, the page records written (changed
     # pages, and live pages of compacted packs), the packs compacted, and the bytes uploaded
-    # for it (new packs and the page map; included in uploaded_bytes).
+    # for it (new packs of pages and blocks, and the root; included in uploaded_bytes).
     database_pages: int = 0
     database_written: int = 0
     database_compacted: int = 0
