@@ -7,10 +7,11 @@ builtin provider:
    incremental update a generation more: an edit (a paragraph added to the first article), a
    deletion (the second), an addition (an article held back): time, files and bytes uploaded
    (content-addressed: unchanged files are not sent), and of those the database's (its
-   changed pages and page map, canopy.publish.pagestore), next to how the change spread over
-   the database file: the share of its 4 KiB pages, and of runs of 16 and 256 pages (64 KiB,
-   1 MiB: what content-addressed chunks of the file would be), that differ from the
-   generation before;
+   changed pages and page map, canopy.publish.pagestore: the page records written, of them
+   the live pages a compaction moved, the blocks of page entries written, the root's size),
+   next to how the change spread over the database file: the share of its 4 KiB pages, and
+   of runs of 16 and 256 pages (64 KiB, 1 MiB: what content-addressed chunks of the file
+   would be), that differ from the generation before;
 2. a replica's local copy of each generation (`canopy.publish.reader.materialize`): time and
    bytes downloaded;
 3. not chosen, the writer's LanceDB living on the object store: the indexer's writes to the
@@ -90,13 +91,16 @@ def search_ms(db: Any, embedder: Any, table_names: list[str]) -> float:
 
 def spread(before: Path, after: Path) -> dict[str, float]:
     """Shares of `after`'s 4 KiB pages, and of its runs of 16 and 256 of them, that differ
-    from `before` (two staged databases, page for page)."""
+    from `before` (two staged databases, page for page), and the pages that differ."""
     size = 4096
     a, b = before.read_bytes(), after.read_bytes()
     pages = -(-len(b) // size)
     changed = [i for i in range(pages) if a[i * size:(i + 1) * size] != b[i * size:(i + 1) * size]]
-    return {f"{run * 4}_kib": round(len({i // run for i in changed}) / -(-pages // run), 3)
-            for run in (1, 16, 256)}
+    shares: dict[str, float] = {
+        f"{run * 4}_kib": round(len({i // run for i in changed}) / -(-pages // run), 3)
+        for run in (1, 16, 256)}
+    shares["pages"] = len(changed)
+    return shares
 
 
 def main() -> None:
@@ -156,7 +160,7 @@ def main() -> None:
                                              + "\n\nA paragraph added later.\n",
                                              encoding="utf-8"),
                    deleted.unlink, lambda: added.write_text(later, encoding="utf-8")]
-        results, manifests, staged, database_mb = [], [], [], []
+        results, manifests, staged, database_mb, root_kb = [], [], [], [], []
         sizes = {o.path: o.size for o in location.list("blobs")}
         for step, change in enumerate(changes):
             if step:
@@ -174,6 +178,8 @@ def main() -> None:
             ref = manifests[-1].files["canopy.sqlite"]
             database_mb.append(round(sum(n for path, n in now.items() if path not in sizes
                                          and path.rsplit("/", 1)[-1] in ref.blobs()) / 1e6, 2))
+            root = getattr(ref, "pages", None)  # the page map's root (this checkout)
+            root_kb.append(round(now[f"blobs/{root}"] / 1e3, 1) if root else None)
             sizes = now
         assert all(m is not None for m in manifests)
         cache = work / "replica"
@@ -202,9 +208,12 @@ def main() -> None:
                    "database_mb": round(staged[i].stat().st_size / 1e6, 2),
                    "database_uploaded_mb": database_mb[i]}
             # How the database went: pages written (this checkout) or whole / patch (before).
-            for key in ("database", "database_pages", "database_written"):
+            for key in ("database", "database_pages", "database_written",
+                        "database_blocks_written"):
                 if hasattr(r, key):
                     row[key] = getattr(r, key)
+            if root_kb[i] is not None:
+                row["database_root_kb"] = root_kb[i]
             if i:
                 row["changed"] = spread(staged[i - 1], staged[i])
             out["publish"].append(row)
@@ -239,6 +248,15 @@ def main() -> None:
               f"{p['uploaded_files']} files, "
               f"{p['uploaded_mb']} MB | {p['total_mb']} MB | {p['publish_s']} | "
               f"{p['replica_download_mb']} MB | {p['replica_load_s']} |")
+    if all("database_blocks_written" in p for p in out["publish"]):
+        print("\n| publish | pages changed | page records written | of them moved by compaction "
+              "| blocks of 32 page entries written | root |")
+        print("|---|---|---|---|---|---|")
+        for i, p in enumerate(out["publish"]):
+            changed = p["changed"]["pages"] if i else p["database_pages"]
+            print(f"| {p['what']} | {changed:,} | {p['database_written']:,} | "
+                  f"{p['database_written'] - changed:,} | {p['database_blocks_written']:,} | "
+                  f"{p['database_root_kb']} kB |")
     print("\n| change | database | pages changed | 64 KiB runs changed | 1 MiB runs changed |")
     print("|---|---|---|---|---|")
     for p in out["publish"][1:]:

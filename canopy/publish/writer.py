@@ -72,10 +72,12 @@ class PublishResult:
     deleted_blobs: int = 0
     elapsed_s: float = 0.0
     # The database (canopy.publish.pagestore): its pages, the page records written (changed
-    # pages, and live pages of compacted packs), the packs compacted, and the bytes uploaded
-    # for it (new packs of pages and blocks, and the root; included in uploaded_bytes).
+    # pages, and live pages of compacted packs), the blocks of page entries written, the packs
+    # compacted, and the bytes uploaded for it (new packs of pages and blocks, and the root;
+    # included in uploaded_bytes).
     database_pages: int = 0
     database_written: int = 0
+    database_blocks_written: int = 0
     database_compacted: int = 0
     database_uploaded: int = 0
     next_collection: float | None = None  # Collected.next_due after this publish
@@ -219,6 +221,8 @@ def publish_staged(location: Location, staged: StagedSnapshot, settings: Any, *,
                          elapsed_s=time.perf_counter() - began,
                          database_pages=paged.pages if paged is not None else 0,
                          database_written=paged.pages_written if paged is not None else 0,
+                         database_blocks_written=(paged.blocks_written if paged is not None
+                                                  else 0),
                          database_compacted=paged.compacted if paged is not None else 0,
                          database_uploaded=sum(n for sha, n in uploaded.items()
                                                if sha in db_blobs),
