@@ -3,9 +3,9 @@ generation naming the record of each page and the only key that opens it.
 
 Why pages. What a generation changes in `canopy.sqlite` is a set of pages spread over the
 whole file (row ids are hashes, so inserts, updates and deletes land on B-tree pages all over
-it). On the 100-article benchmark index a one-article edit changed 942 of 12,361 pages (7.6%),
-a deletion 1,527 (12.3%), an addition 3,391 (26%); cut into runs of 16 pages (64 KiB) the same
-changes touch 40%, 56% and 61% of the runs, into 1 MiB runs 96%, 98% and 90%
+it). On the 100-article benchmark index a one-article edit changed 940 of 12,538 pages (7.5%),
+a deletion 1,528 (12.2%), an addition 3,387 (25.7%); cut into runs of 16 pages (64 KiB) the
+same changes touch 40%, 56% and 61% of the runs, into 1 MiB runs 100%, 100% and 92%
 (`benchmarks/publish_bench.py`). Content-addressed chunks of the file would re-send most of
 it; a generation here uploads the pages that changed, compressed.
 
