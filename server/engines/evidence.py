@@ -198,21 +198,21 @@ class _Query:
 
     @staticmethod
     def mass(terms: frozenset[str], weights: dict[str, float]) -> float:
-        return sum(weights[t] for t in terms & weights.keys())
+        return math.fsum(weights[t] for t in terms & weights.keys())
 
     def score(self, ev: UnitEvidence) -> tuple[float, list[float]]:
         """The unit's score, and the idf mass of each clause's terms in its best window."""
         norm = _K1 * (1 - _B + _B * ev.length / self.avg_length)
-        bm25 = sum(w * tf * (_K1 + 1) / (tf + norm)
+        bm25 = math.fsum(w * tf * (_K1 + 1) / (tf + norm)
                    for t, w in self.weights.items() if (tf := ev.tf.get(t, 0)))
         bigrams = len(self.bigrams & ev.bigrams)
         matched = [win & self.weights.keys() for win in ev.windows]
-        best = max(sum(self.weights[t] for t in m) for m in matched)
+        best = max(math.fsum(self.weights[t] for t in m) for m in matched)
         clause = 0.0
         masses: list[float] = []
         for weights in self.clauses:
-            total = sum(weights.values())
-            m = max(sum(weights.get(t, 0.0) for t in terms) for terms in matched) if total else 0.0
+            total = math.fsum(weights.values())
+            m = max(math.fsum(weights.get(t, 0.0) for t in terms) for terms in matched) if total else 0.0
             masses.append(m)
             if total > 0:
                 clause = max(clause, m * m / total)
@@ -234,7 +234,7 @@ def cover_clauses(ranked: list[str], scores: dict[str, float], masses: dict[str,
     remaining = list(ranked)
     while remaining and len(head) < docs:
         best = max(remaining, key=lambda u: (
-            scores[u] + COVER * sum(max(0.0, m - c)
+            scores[u] + COVER * math.fsum(max(0.0, m - c)
                                     for m, c in zip(masses[u], covered, strict=True)),
             -position[u]))
         remaining.remove(best)
