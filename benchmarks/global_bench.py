@@ -4,6 +4,7 @@ levels, side by side in one run.
     python benchmarks/global_bench.py                          # both parts
     python benchmarks/global_bench.py --part fake --articles 100 --questions 20
     python benchmarks/global_bench.py --part offline --index-dir /tmp/mh/idx
+    python benchmarks/global_bench.py --part fake --levels none --fake-index /tmp/gl/fake100
 
 Part `fake`: the first N MultiHop-RAG articles (default 100, one .md each, as
 benchmarks/index_bench.py writes them) indexed against the test suite's fake OpenAI-compatible
@@ -11,9 +12,14 @@ server at zero latency (tests/fakes/openai_server.py, in this process, behind th
 client); then every question is asked with dynamic selection and at each fixed level. Questions:
 the first N DEV MultiHop-RAG questions (int(sha256(q), 16) % 5 != 0; never the others) and two
 sensemaking questions. Printed per mode: LLM calls and prompt tokens per question (the fake counts
-prompt characters / 4), and for dynamic selection whether every top-level community the caller
-may read was considered. Reference: Microsoft GraphRAG 3.3.0's dynamic selection on the same 100
-articles with a zero-latency mock, 966k prompt tokens per question (measured by the project).
+prompt characters / 4), of them the rating calls and their prompt tokens (from the fake's request
+log, so the figure does not depend on what the result reports), whether every question mapped at
+least one community, and for dynamic selection whether every top-level community the caller may
+read was considered. `--fake-index DIR` keeps the built index there (built if missing) and asks
+the questions over a fresh copy each run, so that the index's response cache never answers one
+run from another. Reference: Microsoft GraphRAG 3.3.0's dynamic selection on the same 100
+articles with a zero-latency mock, 966k prompt tokens per question (measured by the project,
+issue 15).
 
 Part `offline`: the 609-article builtin index of benchmarks/retrieval_eval.py; the sensemaking
 questions with the builtin provider: how many different top-level communities the answer's
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -60,35 +67,63 @@ def root_of(ctx: Any, community_id: str) -> str:
         cid = row.parent
 
 
-async def ask(ctx: Any, question: str, level: int | None) -> dict[str, Any]:
+async def ask(ctx: Any, question: str, level: int | None, fake: Any = None) -> dict[str, Any]:
+    """One global search and what it cost and read. With `fake` (the FakeOpenAI answering it),
+    the rating calls and their prompt tokens are counted from the fake's request log."""
     from canopy.server.engines import global_search
 
+    seen = len(fake.requests) if fake is not None else 0
     t0 = time.perf_counter()
     r = await global_search(ctx, question, community_level=level)
     cov = r.coverage
     assert cov is not None
     roots = {root_of(ctx, c.id) for c in r.citations}
-    return {
+    row = {
         "question": question, "level": level, "ms": round((time.perf_counter() - t0) * 1000),
         "llm_calls": r.usage.llm_calls, "prompt_tokens": r.usage.prompt_tokens,
         "completion_tokens": r.usage.completion_tokens, "citations": len(r.citations),
         "cited_roots": len(roots), "coverage": cov.model_dump(), "coverage_line": cov.line(),
         "top_considered": cov.levels[0].considered if cov.levels and cov.levels[0].level == 0
         else 0,
+        "mapped": sum(c.mapped for c in cov.levels),
         "answered": bool(r.citations),
     }
+    if fake is not None:
+        from tests.fakes.openai_server import _prompt_tokens
+
+        rates = [q for q in fake.requests[seen:] if q.task == "rate"]
+        row["rating_calls"] = len(rates)
+        row["rating_prompt_tokens"] = sum(_prompt_tokens(q.task, q.body) for q in rates)
+    return row
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
+    out = {
         "questions": len(rows),
         "llm_calls_per_q": round(statistics.fmean(r["llm_calls"] for r in rows), 1),
         "prompt_tokens_per_q": round(statistics.fmean(r["prompt_tokens"] for r in rows)),
         "max_prompt_tokens": max(r["prompt_tokens"] for r in rows),
         "p50_ms": round(statistics.median(r["ms"] for r in rows)),
         "answered": sum(r["answered"] for r in rows),
+        "mapped_some": sum(r["mapped"] > 0 for r in rows),
         "cited_roots_mean": round(statistics.fmean(r["cited_roots"] for r in rows), 1),
     }
+    if all("rating_calls" in r for r in rows):
+        out |= {
+            "rating_calls_per_q": round(statistics.fmean(r["rating_calls"] for r in rows), 1),
+            "max_rating_calls": max(r["rating_calls"] for r in rows),
+            "rating_prompt_tokens_per_q": round(
+                statistics.fmean(r["rating_prompt_tokens"] for r in rows)),
+            "max_rating_prompt_tokens": max(r["rating_prompt_tokens"] for r in rows),
+        }
+    return out
+
+
+def communities_in(index: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(index / "canopy.sqlite") as con:
+        return int(con.execute("SELECT count(*) FROM communities").fetchone()[0])
 
 
 def part_fake(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,18 +134,27 @@ def part_fake(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"articles": args.articles}
     with tempfile.TemporaryDirectory(prefix="canopy-global-") as tmp, \
             FakeOpenAI(latency=0.0) as fake:
-        docs, index = Path(tmp) / "docs", Path(tmp) / "index"
-        materialize_multihop(docs, args.articles)
-        ws = open_workspace(docs, index_dir=index, llm={"base_url": fake.base_url, **FAKE_LLM})
-        t0 = time.perf_counter()
-        built = build_index(ws, full=True)
-        out["build_s"] = round(time.perf_counter() - t0, 1)
-        out["communities"] = built.stats.get("communities")
-        print(f"built {args.articles} articles in {out['build_s']} s", file=sys.stderr)
+        keep = args.fake_index.resolve() if args.fake_index else None
+        built_at = keep or Path(tmp) / "built"
+        docs, index = built_at / "docs", built_at / "index"
+        llm = {"base_url": fake.base_url, **FAKE_LLM}
+        if not (index / "canopy.sqlite").exists():
+            materialize_multihop(docs, args.articles)
+            t0 = time.perf_counter()
+            build_index(open_workspace(docs, index_dir=index, llm=llm), full=True)
+            out["build_s"] = round(time.perf_counter() - t0, 1)
+            print(f"built {args.articles} articles in {out['build_s']} s", file=sys.stderr)
+        if keep is not None:  # a fresh copy: no response cached by an earlier run answers
+            shutil.copytree(index, Path(tmp) / "index")
+            index = Path(tmp) / "index"
+        ws = open_workspace(docs, index_dir=index, llm=llm)
+        fake.rating_cap = args.rating_cap
+        out["rating_cap"] = args.rating_cap
         service = CanopyService(ws)
         try:
             with service.context(None) as ctx:
                 roots = len(ctx.reader.roots())
+                out["communities"] = communities_in(index)
                 levels = list(range(ctx.reader.deepest_level() + 1))
                 out["roots"] = roots
                 questions = [q["query"] for q in load_questions("dev")[:args.questions]]
@@ -122,10 +166,11 @@ def part_fake(args: argparse.Namespace) -> dict[str, Any]:
                     level = None if mode == "dynamic" else int(mode.split()[1])
                     rows = []
                     for i, q in enumerate(questions):
-                        rows.append(asyncio.run(ask(ctx, q, level)))
+                        rows.append(asyncio.run(ask(ctx, q, level, fake)))
                         print(f"  {mode} {i + 1}/{len(questions)}: {rows[-1]['llm_calls']} "
-                              f"calls, {rows[-1]['prompt_tokens']} prompt tokens",
-                              file=sys.stderr)
+                              f"calls, {rows[-1]['prompt_tokens']} prompt tokens, "
+                              f"{rows[-1]['rating_calls']} rating calls, "
+                              f"{rows[-1]['mapped']} mapped", file=sys.stderr)
                     modes[mode] = rows
                 out["modes"] = {m: summarize(rows) for m, rows in modes.items()}
                 out["every_top_considered"] = all(
@@ -154,18 +199,26 @@ def render(report: dict[str, Any]) -> str:
              ""]
     fake = report.get("fake")
     if fake:
-        lines += [f"Fake LLM, {fake['articles']} MultiHop-RAG articles: {fake['communities']} "
+        cap = fake.get("rating_cap")
+        lines += [f"Fake LLM, {fake['articles']} MultiHop-RAG articles"
+                  + (f" (every rating capped at {cap})" if cap is not None else "")
+                  + f": {fake['communities']} "
                   f"communities, {fake['roots']} top-level; every top-level community considered "
                   f"by dynamic selection for every question: {fake['every_top_considered']}", "",
                   "| mode | questions | LLM calls/q | prompt tokens/q | max prompt tokens | "
-                  "vs GraphRAG dynamic (966k/q) | answered | cited top-level communities/q | "
-                  "p50 ms |", "|---|---|---|---|---|---|---|---|---|"]
+                  "vs GraphRAG dynamic (966k/q) | rating calls/q (max) | "
+                  "rating prompt tokens/q (max) | mapped ≥ 1 | answered | "
+                  "cited top-level communities/q | p50 ms |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for mode, s in fake["modes"].items():
             ratio = s["prompt_tokens_per_q"] / GRAPHRAG_DYNAMIC_PROMPT_TOKENS
+            rating = (f"{s['rating_calls_per_q']} ({s['max_rating_calls']}) | "
+                      f"{s['rating_prompt_tokens_per_q']:,} ({s['max_rating_prompt_tokens']:,})"
+                      if "rating_calls_per_q" in s else "— | —")
             lines.append(f"| {mode} | {s['questions']} | {s['llm_calls_per_q']} | "
                          f"{s['prompt_tokens_per_q']:,} | {s['max_prompt_tokens']:,} | "
-                         f"{ratio:.3f} | {s['answered']} | {s['cited_roots_mean']} | "
-                         f"{s['p50_ms']} |")
+                         f"{ratio:.3f} | {rating} | {s.get('mapped_some', '—')} | "
+                         f"{s['answered']} | {s['cited_roots_mean']} | {s['p50_ms']} |")
         lines.append("")
     offline = report.get("offline")
     if offline:
@@ -183,14 +236,24 @@ def main() -> None:
     ap.add_argument("--part", choices=["fake", "offline", "all"], default="all")
     ap.add_argument("--articles", type=int, default=100)
     ap.add_argument("--questions", type=int, default=20, help="DEV MultiHop-RAG questions")
-    ap.add_argument("--levels", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                    help="fixed levels to compare, comma-separated (default: every level)")
+    ap.add_argument("--levels", type=lambda v: [] if v == "none" else [int(x) for x in
+                                                                        v.split(",")],
+                    default=None, help="fixed levels to compare, comma-separated, or 'none' "
+                    "for dynamic selection alone (default: every level)")
+    ap.add_argument("--rating-cap", type=int, default=None,
+                    help="the fake rates no report above this (e.g. 4: below the relevance "
+                    "threshold, as from a model that finds nothing relevant enough)")
+    ap.add_argument("--fake-index", type=Path, default=None,
+                    help="keep the fake-LLM index here (built if missing); each run queries a "
+                    "fresh copy of it")
     ap.add_argument("--index-dir", type=Path, default=None,
                     help="the 609-article builtin index (built there if missing)")
     ap.add_argument("--out", type=Path, default=RESULTS / "global_bench.json")
     args = ap.parse_args()
-    report: dict[str, Any] = {"machine": machine(), "settings": vars(args) | {
-        "index_dir": str(args.index_dir), "out": str(args.out)}}
+    report: dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv),
+                              "settings": vars(args) | {
+        "index_dir": str(args.index_dir), "out": str(args.out),
+        "fake_index": str(args.fake_index)}}
     if args.part in ("fake", "all"):
         report["fake"] = part_fake(args)
     if args.part in ("offline", "all"):

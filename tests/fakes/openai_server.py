@@ -33,7 +33,8 @@ Fault injection (each consumes the next matching requests, in order):
 - `api_key = "..."` (401 otherwise) and `models = {...}` (404 for others); each request's
   headers are recorded (`requests[i].headers`, names in lower case).
 Canned replies: `enqueue(task, content)` makes the next request of that task answer `content`
-(a string, or an object sent as JSON) instead of the synthesised reply.
+(a string, or an object sent as JSON) instead of the synthesised reply. `rating_cap = n`: every
+relevance rating (task `rate`) is at most n, as from a model that finds nothing relevant enough.
 
 Standalone, for benchmarks: `python -m tests.fakes.openai_server --port 0 --latency 0` prints
 the base URL and serves until interrupted.
@@ -79,6 +80,7 @@ class FakeOpenAI:
         self.reject_json_schema = False
         self.api_key: str | None = None
         self.models: set[str] | None = None
+        self.rating_cap: int | None = None  # every `rate` score at most this
         self.requests: list[FakeRequest] = []
         self.calls: Counter[str] = Counter()
         self.max_in_flight = 0
@@ -359,6 +361,8 @@ class FakeOpenAI:
             content = scripted
         else:
             content = responses.chat_content(task, body)
+            if task == "rate" and self.rating_cap is not None:
+                content = responses.capped_ratings(content, self.rating_cap)
         usage = {
             "prompt_tokens": _prompt_tokens(task, body),
             "completion_tokens": len(content) // 4 + 1,

@@ -411,6 +411,14 @@ def rate(prompt: str) -> dict[str, Any]:
                        for rid, text in zip(parts[1::2], parts[2::2], strict=True)]}
 
 
+def capped_ratings(content: str, cap: int) -> str:
+    """A `rate` reply with every score at most `cap`."""
+    out = json.loads(content)
+    for s in out["scores"]:
+        s["score"] = min(s["score"], cap)
+    return json.dumps(out)
+
+
 def map_points(prompt: str) -> dict[str, Any]:
     query = keywords(section(prompt, "Question"))
     body = section(prompt, "Reports")
