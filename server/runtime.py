@@ -297,10 +297,11 @@ def start_background_tidy(ws: Workspace, config: Path | None) -> int | None:
     Its output goes to `index_dir/tidy.log`. Returns its pid, or None when nothing is due."""
     if not tidy_needed(ws):
         return None
-    argv = [sys.executable, "-m", "canopy.server.cli", "tidy", str(ws.docs_dir), "--index-dir",
-            str(ws.index_dir), "--if-idle"]
+    # Absolute paths: the tidy runs from the package's parent folder, not the caller's.
+    argv = [sys.executable, "-m", "canopy.server.cli", "tidy", str(ws.docs_dir.resolve()),
+            "--index-dir", str(ws.index_dir.resolve()), "--if-idle"]
     if config is not None:
-        argv += ["--config", str(config)]
+        argv += ["--config", str(Path(config).resolve())]
     detach: dict[str, Any] = {"start_new_session": True}
     if sys.platform == "win32":  # no sessions there: a detached process of its own group
         detach = {"creationflags": getattr(subprocess, "DETACHED_PROCESS", 0)

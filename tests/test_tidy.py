@@ -108,6 +108,41 @@ def test_canopy_index_returns_before_the_tidy_which_then_erases_the_deletion(
     assert not list(index_dir.glob("write.waiting.*"))
 
 
+def test_canopy_index_given_a_relative_path_tidies_that_folders_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`canopy index mydocs` run from the folder that holds mydocs: the background tidy runs
+    from the package's folder, so it must be handed absolute paths; it tidies mydocs/.canopy
+    (its log names that index) and looks for no `mydocs` anywhere else."""
+    monkeypatch.delenv("CANOPY_STORAGE__TIDY")
+    monkeypatch.setenv("CANOPY_STORAGE__KEEP_VERSIONS_S", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO),
+                                                                   os.environ.get("PYTHONPATH")])))
+    name = f"mydocs-{os.getpid()}"  # a name no folder beside the package has
+    shutil.copytree(EXAMPLES / "suppliers", tmp_path / name)
+    index_dir = (tmp_path / name / ".canopy").resolve()
+
+    def index() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "canopy.server.cli", "index", name],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    assert index().returncode == 0
+    victim = sorted(p for p in (tmp_path / name).iterdir() if p.is_file())[0]
+    text = victim.read_text(encoding="utf-8").split("\n\n")[1][:40]
+    victim.unlink()
+    done = index()
+    assert done.returncode == 0, done.stderr
+    assert "tidying the search tables in the background" in done.stderr
+    log = index_dir / "tidy.log"
+    assert wait_until(lambda: any(end in log.read_text(encoding="utf-8")
+                                  for end in ("canopy tidy:", "Error")), 120)
+    assert f"canopy tidy: search tables of {index_dir} tidy" in log.read_text(
+        encoding="utf-8"), log.read_text(encoding="utf-8")
+    assert _stored_deleted(index_dir) == {"text_units": 0, "entities": 0, "reports": 0}
+    lance = [p for p in (index_dir / "lance").rglob("*") if p.is_file()]
+    assert not any(text.encode() in p.read_bytes() for p in lance)
+    assert not (REPO / name).exists() and not (REPO.parent / name).exists()
+
+
 def test_a_waiting_writer_is_seen_and_a_dead_ones_marker_is_cleared(tmp_path: Path) -> None:
     index_dir = tmp_path / "idx"
     index_dir.mkdir()
