@@ -330,6 +330,14 @@ class QuerySettings(BaseModel):
     dynamic_max_rated: int = Field(
         2000, ge=1, description="Reports dynamic global search rates per question at most "
         "(beyond it the most query-similar are rated, and the result's coverage says so)")
+    dynamic_max_rating_calls: int = Field(
+        16, ge=1, description="Rating calls to the endpoint dynamic global search makes per "
+        "question at most, each holding up to rate_batch_tokens of report digests: its cost "
+        "bound (16 calls: about 70k prompt tokens at the default batch, where an unbounded "
+        "search on 100 articles rated for 96k and Microsoft GraphRAG's dynamic search reads "
+        "966k). Past it the most query-similar candidates are rated, the coverage counts the "
+        "rest, and the reports already found are read. The builtin provider's ratings cost "
+        "nothing and are not bounded by it")
     router_llm: bool = Field(
         True, description="With an LLM configured, the `search` tool and `canopy query -m auto` "
         "ask it to classify the question (one short call); false = the offline rules only")

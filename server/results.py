@@ -52,16 +52,24 @@ class LevelCoverage(BaseModel):
 
 
 class Coverage(BaseModel):
-    """What global search read of the caller's hierarchy."""
+    """What global search read of the caller's hierarchy, and what rating it cost."""
 
     selection: str = Field(description="'dynamic' (rated from the top down) or 'level'")
     levels: list[LevelCoverage] = Field(default_factory=list)
     rating_calls: int = 0
+    rating_prompt_tokens: int = Field(
+        0, description="Prompt tokens of the rating calls (0 with the builtin provider)")
     map_calls: int = 0
     unrated: int = Field(0, description=(
-        "Candidates left unrated: beyond [query] dynamic_max_rated (the least similar to the "
-        "question are left), or in a rating call that failed"))
+        "Candidates left unrated: beyond [query] dynamic_max_rated or "
+        "dynamic_max_rating_calls (the least similar to the question are left), or in a "
+        "rating call that failed"))
+    rating_bound: int | None = Field(
+        None, description="The bound on rating calls, when it left candidates unrated")
     unmapped: int = Field(0, description="Selected reports lost to a failed map call")
+    note: str | None = Field(
+        None, description="Set when no community was rated relevant and the best-rated "
+        "reports were read anyway")
 
     @property
     def complete(self) -> bool:
@@ -75,14 +83,19 @@ class Coverage(BaseModel):
                      if self.selection == "dynamic" else "")
             parts.append(f"level {c.level}: {c.considered} considered{rated}, {c.mapped} read")
         out = "; ".join(parts) or "no community report"
-        calls = (f" ({self.rating_calls} rating call{'s' * (self.rating_calls != 1)}, "
+        tokens = (f" of {self.rating_prompt_tokens:,} prompt tokens"
+                  if self.rating_prompt_tokens else "")
+        calls = (f" ({self.rating_calls} rating call{'s' * (self.rating_calls != 1)}{tokens}, "
                  f"{self.map_calls} map call{'s' * (self.map_calls != 1)})")
         gaps = []
         if self.unrated:
-            gaps.append(f"{self.unrated} candidates not rated")
+            bound = (f" (the bound of {self.rating_bound} rating calls)"
+                     if self.rating_bound is not None else "")
+            gaps.append(f"{self.unrated} candidates not rated{bound}")
         if self.unmapped:
             gaps.append(f"{self.unmapped} reports lost to failed map calls")
-        return out + calls + (" — incomplete: " + ", ".join(gaps) if gaps else "")
+        note = f"; {self.note}" if self.note else ""
+        return out + calls + (" — incomplete: " + ", ".join(gaps) if gaps else "") + note
 
 
 class RouteInfo(BaseModel):

@@ -160,7 +160,9 @@ class FakeReader:
 
     embedder = None  # not lexical: the vector ranking weighs in full
 
-    def __init__(self, *, hidden: Iterable[str] = (), similar: Iterable[str] = ()) -> None:
+    def __init__(self, *, hidden: Iterable[str] = (), similar: Iterable[str] = (),
+                 words: int = 3) -> None:
+        self.words = words  # of each report's summary
         self.hidden = set(hidden)
         self.similar = list(similar)
         self.partitions: list[int] = []  # levels whose partition was asked for
@@ -170,13 +172,15 @@ class FakeReader:
         return cid.count(".")
 
     def community_rows(self, ids: Iterable[str]) -> dict[str, SimpleNamespace]:
-        return {c: SimpleNamespace(id=c, level=self.level_of(c)) for c in ids}
+        parent = {c: p for p, cs in TREE.items() for c in cs}
+        return {c: SimpleNamespace(id=c, level=self.level_of(c), parent=parent.get(c))
+                for c in ids}
 
     def roots(self) -> list[str]:
         return self.servable_tops(ROOTS)
 
     async def reports(self, ids: Iterable[str]) -> dict[str, Report]:
-        return {c: report(c) for c in ids if c not in self.hidden}
+        return {c: report(c, self.words) for c in ids if c not in self.hidden}
 
     def child_ids(self, ids: Iterable[str]) -> dict[str, list[str]]:
         return {c: TREE[c] for c in ids if c in TREE}
@@ -207,12 +211,17 @@ class ScriptedRatings:
     the calls; a call holding a report of `fail` raises InvalidOutput."""
 
     name = "scripted"
+    endpoint = False  # True: rated as by an endpoint (bounded by dynamic_max_rating_calls)
 
     def __init__(self, scores: dict[str, int], fail: Iterable[str] = ()) -> None:
         self.scores = scores
         self.fail = set(fail)
         self.rated: list[str] = []
         self.calls: list[list[str]] = []
+
+    def concurrency(self) -> object | None:
+        """Not None for an endpoint (its limiter's statistics, which selection never reads)."""
+        return SimpleNamespace() if self.endpoint else None
 
     async def rate(self, query: str, reports: list[Report]) -> list[int]:
         assert query == QUERY
@@ -225,12 +234,14 @@ class ScriptedRatings:
 
 
 def select(scores: dict[str, int], *, reader: FakeReader | None = None,
-           fail: Iterable[str] = (), **settings: int
+           fail: Iterable[str] = (), endpoint: bool = False, **settings: int
            ) -> tuple[list[str], ScriptedRatings, FakeReader, ge._Tally]:
     """The selected community ids, the ratings made, the reader and the coverage tally.
-    Each report is rated in a call of its own unless `rate_batch_tokens` says otherwise."""
+    Each report is rated in a call of its own unless `rate_batch_tokens` says otherwise;
+    `endpoint`: the provider calls an endpoint (its rating calls are bounded)."""
     reader = reader or FakeReader()
     provider = ScriptedRatings(scores, fail)
+    provider.endpoint = endpoint
     ctx = QueryContext(cast(CallerReader, reader), cast(Provider, provider),
                        QuerySettings(**{"rate_batch_tokens": 1, **settings}))
     tally = ge._Tally("dynamic")
@@ -340,12 +351,75 @@ class TestFallbackToWholeLevels:
 
     def test_levels_are_rated_down_to_the_fallback_limit_and_no_further(
             self, monkeypatch: pytest.MonkeyPatch) -> None:
-        chosen, provider, reader, _ = select({})
-        assert chosen == [] and reader.partitions == [1, 2]
+        _, provider, reader, _ = select({})
+        assert reader.partitions == [1, 2]
         assert sorted(provider.rated) == sorted(set(provider.rated))
         monkeypatch.setattr(ge, "DYNAMIC_FALLBACK_MAX_LEVEL", 1)
         _, _, reader, _ = select({})
         assert reader.partitions == [1]
+
+
+class TestNothingRelevant:
+    """No rating reaches the threshold: the best-rated reports are read anyway, and said so."""
+
+    def test_the_best_rated_are_selected_and_the_coverage_notes_it(self) -> None:
+        below = ge.RELEVANCE_THRESHOLD - 1
+        chosen, _, _, tally = select({"r1.0": below, "r2": below - 1, "r0.0.1": below - 2})
+        assert chosen[0] == "r1.0" or "r1.0" in chosen
+        cov = tally.coverage()
+        assert cov.note is not None and "read anyway" in cov.note
+        assert f"the best rating was {below}" in cov.note and cov.note in cov.line()
+
+    def test_best_first_and_never_a_report_with_its_ancestor_or_descendant(self) -> None:
+        chosen, _, _, _ = select({"r0.0.1": 4, "r0.0": 3, "r0": 2, "r1": 1},
+                                 map_batch_tokens=500)
+        assert "r0.0.1" in chosen and not {"r0.0", "r0"} & set(chosen)
+        assert {"r1", "r2"} <= set(chosen) and "r1.0" not in chosen  # ties: the broader one
+
+    def test_as_many_as_one_map_call_holds_and_at_least_one(self) -> None:
+        one = ge._map_tokens(report("r0", 400))
+        chosen, _, _, tally = select({"r2": 4, "r1": 3}, reader=FakeReader(words=400),
+                                     map_batch_tokens=one + one // 2)
+        assert one + one // 2 >= 500
+        assert chosen == ["r2"]
+        assert tally.coverage().note is not None and "1 best-rated report was" in (
+            tally.coverage().note or "")
+
+    def test_when_every_rating_fails_the_top_communities_are_read(self) -> None:
+        chosen, _, _, tally = select({}, fail=set(ROOTS) | {"r0.0", "r0.1", "r1.0",
+                                                            "r0.0.0", "r0.0.1"})
+        assert chosen and set(chosen) <= set(ROOTS)
+        assert "no rating succeeded" in (tally.coverage().note or "")
+
+    def test_a_relevant_report_means_no_note(self) -> None:
+        _, _, _, tally = select({"r2": 9})
+        assert tally.coverage().note is None
+
+
+class TestRatingCallBound:
+    """`[query] dynamic_max_rating_calls` bounds the rating calls to an endpoint per question."""
+
+    def test_the_bound_holds_and_the_most_similar_candidates_are_rated(self) -> None:
+        reader = FakeReader(similar=["r2", "r0.0", "r1.0"])
+        chosen, provider, _, tally = select({}, reader=reader, endpoint=True,
+                                            dynamic_max_rating_calls=4)
+        assert len(provider.calls) == tally.rating_calls == 4
+        assert provider.rated[:3] == ROOTS  # the roots first, then the most similar of level 1
+        assert provider.rated[3] == "r0.0"
+        cov = tally.coverage()
+        assert cov.rating_bound == 4 and cov.unrated > 0 and "bound of 4 rating calls" in (
+            cov.line())
+        assert chosen  # and still an answer: the best-rated, read anyway
+
+    def test_relevant_reports_found_before_the_bound_are_kept(self) -> None:
+        chosen, provider, _, tally = select({"r0": 9, "r0.0": 8}, endpoint=True,
+                                            dynamic_max_rating_calls=4)
+        assert len(provider.calls) == 4 and chosen == ["r0.0"]
+        assert tally.coverage().note is None
+
+    def test_without_an_endpoint_ratings_are_not_bounded_by_calls(self) -> None:
+        _, provider, _, tally = select({}, dynamic_max_rating_calls=2)
+        assert len(provider.calls) > 2 and tally.coverage().rating_bound is None
 
 
 # ---- DRIFT: which follow-ups are asked next ----------------------------------------------------

@@ -797,3 +797,37 @@ def test_dynamic_selection_rates_every_root_several_per_call_and_reports_its_cov
     assert top.level == 0 and top.considered == top.rated == len(roots)
     assert cov.rating_calls == len(calls)
     assert sum(c.mapped for c in cov.levels) >= len(result.citations) > 0
+
+
+def test_when_every_rating_is_below_the_threshold_the_best_rated_are_read_within_the_bound(
+        ctx: QueryContext, g: Graph, fake_openai) -> None:  # type: ignore[no-untyped-def]
+    """A model that finds nothing relevant enough (the fake rates every report 4 of 10): the
+    answer still comes from the best-rated reports, the coverage says so, the rating calls stay
+    within [query] dynamic_max_rating_calls and their prompt tokens are what the endpoint
+    counted."""
+    from canopy.server.engines import global_engine as ge
+    from tests.fakes.openai_server import _prompt_tokens
+
+    fake_openai.rating_cap = ge.RELEVANCE_THRESHOLD - 1
+    client = ChatClient(LLMSettings(base_url=fake_openai.base_url, model="fake"),
+                        backoff_base=0.01)
+    bound = 3
+    settings = ctx.settings.model_copy(update={"rate_batch_tokens": 200,
+                                               "dynamic_max_rating_calls": bound})
+    llm = QueryContext(ctx.reader, LLMProvider(client), settings)
+    unbounded = len(ge._rating_batches(llm, list(run(llm.reader.reports(llm.reader.roots()))
+                                                  .values())))
+    assert unbounded > bound  # the top level alone needs more calls than the bound allows
+
+    result = run(global_search(llm, SUPPLY_RISKS))
+    cov = result.coverage
+    assert cov is not None
+    rates = [r for r in fake_openai.requests if r.task == "rate"]
+    assert len(rates) == cov.rating_calls == bound
+    assert cov.rating_prompt_tokens == sum(_prompt_tokens(r.task, r.body) for r in rates) > 0
+    assert cov.rating_bound == bound and cov.unrated > 0
+    assert sum(c.mapped for c in cov.levels) >= 1 and fake_openai.count("map") >= 1
+    assert cov.note is not None and "read anyway" in cov.note and cov.note in cov.line()
+    assert "incomplete" in cov.line() and f"bound of {bound} rating calls" in cov.line()
+    assert result.answer != NOTHING_FOUND and result.citations
+    assert_citations_resolve(ctx, result)

@@ -4,8 +4,12 @@
    childless shallower ones, the paper's C0..C3), or chosen dynamically: rate every top
    community (report digests, several per call), keep the relevant ones and rate their
    children, keeping a child in place of its parent (GraphRAG's dynamic community selection,
-   `keep_parent=False`). Every result carries its coverage: per level, what was considered,
-   rated, found relevant and read.
+   `keep_parent=False`). Rating calls to an endpoint are bounded per question (`[query]
+   dynamic_max_rating_calls`); past the bound the candidates most similar to the question are
+   the ones rated. When nothing is rated relevant, the best-rated reports are read anyway (one
+   map call's worth) and the coverage says so: a question always gets an answer from the
+   reports that came closest. Every result carries its coverage: per level, what was
+   considered, rated, found relevant and read, and what the ratings cost (calls, prompt tokens).
 2. Map: reports shuffled with a fixed seed, packed into token-budgeted batches; one concurrent
    map call per batch returns points scored 0-100.
 3. Reduce: zero-score points are dropped; the best points fill the reduce context; one call
@@ -22,7 +26,7 @@ from typing import TypeVar
 
 from canopy.errors import InvalidArgument, InvalidOutput
 from canopy.model import Report
-from canopy.providers.base import MapOut, MapPoint
+from canopy.providers.base import MapOut, MapPoint, usage_scope
 from canopy.server.context import QueryContext
 from canopy.server.engines.common import (
     NOTHING_FOUND,
@@ -52,12 +56,15 @@ DYNAMIC_FALLBACK_MAX_LEVEL = 2  # when no root is relevant, rate whole levels do
 
 
 class _Tally:
-    """Coverage counts as selection and map go: per level, and calls."""
+    """Coverage counts as selection and map go: per level, calls, and what rating cost."""
 
     def __init__(self, selection: str) -> None:
         self.selection = selection
         self.levels: dict[int, LevelCoverage] = {}
         self.rating_calls = self.map_calls = self.unrated = self.unmapped = 0
+        self.rating_prompt_tokens = 0
+        self.rating_bound: int | None = None  # set when the bound left candidates unrated
+        self.note: str | None = None
 
     def at(self, level: int) -> LevelCoverage:
         return self.levels.setdefault(level, LevelCoverage(level=level))
@@ -66,7 +73,9 @@ class _Tally:
         return Coverage(selection=self.selection,
                         levels=[self.levels[k] for k in sorted(self.levels)],
                         rating_calls=self.rating_calls, map_calls=self.map_calls,
-                        unrated=self.unrated, unmapped=self.unmapped)
+                        rating_prompt_tokens=self.rating_prompt_tokens,
+                        rating_bound=self.rating_bound, unrated=self.unrated,
+                        unmapped=self.unmapped, note=self.note)
 
 
 async def global_search(
@@ -140,29 +149,44 @@ async def select_reports(ctx: QueryContext, query: str, tally: _Tally | None = N
     digests, several per call), descend into relevant reports' children; a relevant child
     replaces its parent. If no top is relevant, whole levels are rated, down to
     DYNAMIC_FALLBACK_MAX_LEVEL, until something is. Nothing is left out for want of shared
-    words: only `[query] dynamic_max_rated` caps the ratings, and then the candidates least
-    similar to the question are the ones left (counted in the coverage)."""
+    words: only `[query] dynamic_max_rated` (reports) and, for a provider that calls an
+    endpoint, `[query] dynamic_max_rating_calls` cap the ratings, and then the candidates least
+    similar to the question are the ones left (counted in the coverage). If nothing is rated
+    relevant, the best-rated reports are returned anyway (`_best_rated`, noted)."""
     tally = tally or _Tally("dynamic")
     reader = ctx.reader
     relevant: dict[str, Report] = {}
     parent_of: dict[str, str] = {}
+    scored: list[tuple[Report, int]] = []  # every report rated, with its rating
     queue = reader.roots()
+    tops = list(queue)
     rated: set[str] = set()
     rank: dict[str, int] | None = None
+    # The builtin provider's ratings cost nothing: only calls to an endpoint are bounded.
+    max_calls = ctx.settings.dynamic_max_rating_calls
+    bounded = ctx.provider.concurrency() is not None
     level = 0
     while queue:
         for row in reader.community_rows(queue).values():
             tally.at(row.level).considered += 1
-        room = max(0, ctx.settings.dynamic_max_rated - len(rated))
-        if len(queue) > room:
-            rank = rank if rank is not None else await _similarity_rank(ctx, query)
-            queue = sorted(queue, key=lambda cid: (rank.get(cid, len(rank)), cid))
-            tally.unrated += len(queue) - room
-            queue = queue[:room]
         served = await reader.reports(queue)
         reports = [served[cid] for cid in queue if cid in served]
+        room = max(0, ctx.settings.dynamic_max_rated - len(rated))
+        calls_left = max_calls - tally.rating_calls if bounded else None
+        batches = _rating_batches(ctx, reports)
+        if len(reports) > room or (calls_left is not None and len(batches) > calls_left):
+            rank = rank if rank is not None else await _similarity_rank(ctx, query)
+            reports = sorted(reports, key=lambda r: (rank.get(r.community_id, len(rank)),
+                                                     r.community_id))[:room]
+            batches = _rating_batches(ctx, reports)
+            if calls_left is not None and len(batches) > calls_left:
+                batches = batches[:calls_left]
+                tally.rating_bound = max_calls
+            kept = sum(len(b) for b in batches)
+            tally.unrated += len(served) - kept
+            reports = [r for b in batches for r in b]
         rated.update(r.community_id for r in reports)
-        scores = await _rate(ctx, query, reports, tally)
+        scores = await _rate(ctx, query, batches, tally)
         queue = []
         relevant_now = [r.community_id for r, score in zip(reports, scores, strict=True)
                         if score is not None and score >= RELEVANCE_THRESHOLD]
@@ -171,6 +195,7 @@ async def select_reports(ctx: QueryContext, query: str, tally: _Tally | None = N
             if score is None:
                 continue
             tally.at(report.level).rated += 1
+            scored.append((report, score))
             if score < RELEVANCE_THRESHOLD:
                 continue
             tally.at(report.level).relevant += 1
@@ -182,43 +207,105 @@ async def select_reports(ctx: QueryContext, query: str, tally: _Tally | None = N
                     parent_of[child] = cid
                     queue.append(child)
         level += 1
-        if not queue and not relevant and level <= DYNAMIC_FALLBACK_MAX_LEVEL:
+        spent = bounded and tally.rating_calls >= max_calls
+        if not queue and not relevant and level <= DYNAMIC_FALLBACK_MAX_LEVEL and not spent:
             queue = [c for c in reader.level_partition(level) if c not in rated]
+    if not relevant:
+        return await _best_rated(ctx, scored, tops, tally)
     return sorted(relevant.values(), key=lambda r: r.community_id)
 
 
-async def _rate(ctx: QueryContext, query: str, reports: list[Report], tally: _Tally
-                ) -> list[int | None]:
-    """Each report's 0-10 rating, several reports per call (`[query] rate_batch_tokens` of their
-    digests: title, summary, findings' headlines), calls run concurrently; None where a call
-    failed (skipped, counted)."""
+async def _best_rated(ctx: QueryContext, scored: list[tuple[Report, int]], tops: list[str],
+                      tally: _Tally) -> list[Report]:
+    """When no report reached RELEVANCE_THRESHOLD: the best-rated ones (or, if every rating
+    failed, the top communities), best first and broader first at equal ratings, then by their
+    own importance rating; never a report together with one above or below it; as many as one
+    map call holds (`[query] map_batch_tokens`, at least one). The coverage notes it."""
+    none_rated = not scored
+    if none_rated:
+        served = await ctx.reader.reports(tops)
+        scored = [(served[c], 0) for c in tops if c in served]
+        if not scored:
+            return []
+    order = sorted(scored, key=lambda rs: (-rs[1], rs[0].level, -rs[0].rating,
+                                           rs[0].community_id))
+    lines = _lineages(ctx, [r.community_id for r, _ in order])
+    chosen: list[Report] = []
+    taken: set[str] = set()
+    used = 0
+    for report, _ in order:
+        line = lines[report.community_id]
+        if taken & line:
+            continue  # an ancestor or a descendant is already read
+        n = _map_tokens(report)
+        if chosen and used + n > ctx.settings.map_batch_tokens:
+            break
+        chosen.append(report)
+        taken.add(report.community_id)
+        used += n
+    rating = "no rating succeeded" if none_rated else f"the best rating was {order[0][1]}"
+    tally.note = (f"no community was rated relevant ({RELEVANCE_THRESHOLD} of 10 or more; "
+                  f"{rating}): the {len(chosen)} best-rated report"
+                  f"{'s were' if len(chosen) != 1 else ' was'} read anyway")
+    return sorted(chosen, key=lambda r: r.community_id)
+
+
+def _lineages(ctx: QueryContext, ids: list[str]) -> dict[str, set[str]]:
+    """Each community's ancestors and itself, and the ids in `ids` below it: the communities a
+    reading of it overlaps."""
+    parent: dict[str, str | None] = {}
+    todo = set(ids)
+    while todo:
+        rows = ctx.reader.community_rows(todo)
+        parent.update({c: getattr(rows.get(c), "parent", None) for c in todo})
+        todo = {p for p in parent.values() if p is not None and p not in parent}
+    out: dict[str, set[str]] = {}
+    for cid in ids:
+        line = {cid}
+        up = parent.get(cid)
+        while up is not None:
+            line.add(up)
+            up = parent.get(up)
+        out[cid] = line
+    for cid in ids:  # descendants among `ids`: their lineage holds cid
+        for other in ids:
+            if other != cid and cid in out[other]:
+                out[cid].add(other)
+    return out
+
+
+def _rating_batches(ctx: QueryContext, reports: list[Report]) -> list[list[Report]]:
+    """`reports` in order, packed into rating calls of `[query] rate_batch_tokens` of their
+    digests (title, summary, findings' headlines)."""
     tok = tokenizer()
-    batches = _packed(list(range(len(reports))), ctx.settings.rate_batch_tokens,
-                      lambda i: tok.count(f"[Report {reports[i].community_id}] "
-                                          f"{reports[i].digest()}") + 2)
-    total = len(reports)
+    return _packed(reports, ctx.settings.rate_batch_tokens,
+                   lambda r: tok.count(f"[Report {r.community_id}] {r.digest()}") + 2)
+
+
+async def _rate(ctx: QueryContext, query: str, batches: list[list[Report]], tally: _Tally
+                ) -> list[int | None]:
+    """Each report's 0-10 rating, in batch order, one call per batch, calls run concurrently;
+    None where a call failed (skipped, counted). Their prompt tokens go to the tally."""
+    total = sum(len(b) for b in batches)
     done = 0
 
-    async def one(batch: list[int]) -> list[int | None]:
+    async def one(batch: list[Report]) -> list[int | None]:
         nonlocal done
-        try:
-            scores: list[int | None] = list(
-                await ctx.provider.rate(query, [reports[i] for i in batch]))
-        except InvalidOutput as exc:  # one unreadable rating call must not sink the search
-            log.warning("a rating call of %d reports failed: %s", len(batch), exc)
-            tally.unrated += len(batch)
-            scores = [None] * len(batch)
+        with usage_scope() as usage:
+            try:
+                scores: list[int | None] = list(await ctx.provider.rate(query, batch))
+            except InvalidOutput as exc:  # one unreadable rating call must not sink the search
+                log.warning("a rating call of %d reports failed: %s", len(batch), exc)
+                tally.unrated += len(batch)
+                scores = [None] * len(batch)
+        tally.rating_prompt_tokens += sum(u.prompt_tokens for u in usage.values())
         done += len(batch)
         await ctx.report_progress(done, total, f"rating community reports ({done}/{total})")
         return scores
 
     tally.rating_calls += len(batches)
-    out: list[int | None] = [None] * total
-    for batch, scores in zip(batches, await asyncio.gather(*(one(b) for b in batches)),
-                             strict=True):
-        for i, score in zip(batch, scores, strict=True):
-            out[i] = score
-    return out
+    outcomes = await asyncio.gather(*(one(b) for b in batches))
+    return [score for scores in outcomes for score in scores]
 
 
 async def _similarity_rank(ctx: QueryContext, query: str) -> dict[str, int]:
