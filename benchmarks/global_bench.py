@@ -25,6 +25,17 @@ Part `offline`: the 609-article builtin index of benchmarks/retrieval_eval.py; t
 questions with the builtin provider: how many different top-level communities the answer's
 citations fall under, and the coverage line.
 
+Part `themes` (issue 31, offline sensemaking): the first N MultiHop-RAG articles (default 100)
+indexed with the builtin provider (`--builtin-index DIR` keeps the index); each question of
+THEMES asked with dynamic selection, plain and with words that say nothing added ("across these
+articles"). Printed per question: the MultiHop-RAG categories (corpus metadata, one per article)
+of the articles behind the cited communities (`any`: a category one of their text units has;
+`most`: each cited community's most frequent category), the top-level communities cited, the
+map points kept that share no content word with a question that has some (a point chosen for
+a stop word, a function word or scaffolding), and whether the worded question cites what the
+plain one does. Content words here are the question's words less lexicon.STOPWORDS,
+FUNCTION_WORDS and GENERIC_QUERY_WORDS, counted by this script apart from the engine.
+
 Output: markdown on stdout (progress on stderr), JSON in benchmarks/results/global_bench.json.
 """
 
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import shutil
 import statistics
@@ -45,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.index_bench import FAKE_LLM, materialize_multihop
+from benchmarks.multihop import CORPUS
 from benchmarks.retrieval_eval import (
     RESULTS,
     load_questions,
@@ -54,6 +67,15 @@ from benchmarks.retrieval_eval import (
 )
 
 SENSEMAKING = ("What are the main themes?", "What are the top 5 topics of these documents?")
+# (plain, worded): the worded one adds only words that say nothing about what is asked.
+THEMES = (
+    ("What are the main themes?", "What are the main themes across these articles?"),
+    ("What are the top 5 topics of these documents?",
+     "What are the top 5 topics throughout these documents?"),
+    ("What antitrust cases are reported?",
+     "What antitrust cases are reported across the articles?"),
+    ("Which players were injured?", "Which players among these were injured?"),
+)
 GRAPHRAG_DYNAMIC_PROMPT_TOKENS = 966_000  # per question, 100 articles, zero-latency mock
 
 
@@ -193,6 +215,82 @@ def part_offline(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _words(text: str) -> set[str]:
+    from canopy.providers.builtin import lexicon as lx
+    from canopy.providers.builtin.text import terms
+
+    empty = lx.STOPWORDS | getattr(lx, "FUNCTION_WORDS", frozenset()) | lx.GENERIC_QUERY_WORDS
+    drop = {t for w in empty for t in terms(w)}
+    return {t for t in terms(text) if t not in drop and not t.isdigit()}
+
+
+async def ask_themes(ctx: Any, question: str, categories: list[str]) -> dict[str, Any]:
+    """One builtin global search: the categories behind what it cites, and its points chosen
+    for no content word."""
+    import collections
+
+    from canopy.server.engines import global_search
+
+    # Every kept point in the context, uncut by the result limit: the points are what is read.
+    whole = dataclasses.replace(ctx, settings=ctx.settings.model_copy(
+        update={"result_token_limit": 1_000_000}))
+    t0 = time.perf_counter()
+    r = await global_search(whole, question)
+    ms = round((time.perf_counter() - t0) * 1000)
+    ids = [c.id for c in r.citations]
+    reports = await ctx.reader.reports(ids)
+    any_cat: set[str] = set()
+    most_cat: set[str] = set()
+    for cid in ids:
+        units = ctx.reader.units(reports[cid].text_unit_ids)
+        counts = collections.Counter(categories[int(Path(d.path).name[:4])]
+                                     for _, d in units.values())
+        any_cat |= set(counts)
+        if counts:
+            most_cat.add(counts.most_common(1)[0][0])
+    asked = _words(question)
+    points = [p.split("-----", 1)[-1].strip()
+              for p in r.context.split("----- Analyst point ")[1:]]
+    empty = sum(1 for p in points if not (_words(p) & asked)) if asked else 0
+    return {"question": question, "ms": ms, "citations": ids,
+            "cited_roots": len({root_of(ctx, c) for c in ids}),
+            "categories_any": sorted(any_cat), "categories_most": sorted(most_cat),
+            "points": points, "points_without_content_word": empty,
+            "content_words": sorted(asked), "coverage_line": r.coverage.line()
+            if r.coverage else ""}
+
+
+def part_themes(args: argparse.Namespace) -> dict[str, Any]:
+    from canopy.server.runtime import build_index, open_workspace
+
+    corpus = json.loads(CORPUS.read_text(encoding="utf-8"))
+    categories = [a["category"] for a in corpus]
+    out: dict[str, Any] = {"articles": args.articles,
+                           "corpus_categories": sorted(set(categories[:args.articles]))}
+    with tempfile.TemporaryDirectory(prefix="canopy-themes-") as tmp:
+        root = args.builtin_index.resolve() if args.builtin_index else Path(tmp)
+        docs, index = root / "docs", root / "index"
+        if not (index / "canopy.sqlite").exists():
+            materialize_multihop(docs, args.articles)
+            build_index(open_workspace(docs, index_dir=index), full=True)
+        service, ctx = open_context(docs, index)
+        try:
+            out["roots"] = len(ctx.reader.roots())
+            pairs = []
+            for plain, worded in THEMES:
+                a = asyncio.run(ask_themes(ctx, plain, categories))
+                b = asyncio.run(ask_themes(ctx, worded, categories))
+                pairs.append({"plain": a, "worded": b,
+                              "same_citations": a["citations"] == b["citations"],
+                              "points_not_in_plain": len(set(b["points"]) - set(a["points"]))})
+                print(f"  {plain!r}: {len(a['categories_any'])} categories, "
+                      f"same citations worded: {pairs[-1]['same_citations']}", file=sys.stderr)
+            out["pairs"] = pairs
+        finally:
+            service.close()
+    return out
+
+
 def render(report: dict[str, Any]) -> str:
     lines = ["## Global search coverage and cost", "",
              f"Run: {report['machine']['date']}, commit {report['machine'].get('commit', '?')}",
@@ -220,6 +318,24 @@ def render(report: dict[str, Any]) -> str:
                          f"{ratio:.3f} | {rating} | {s.get('mapped_some', '—')} | "
                          f"{s['answered']} | {s['cited_roots_mean']} | {s['p50_ms']} |")
         lines.append("")
+    themes = report.get("themes")
+    if themes:
+        n = len(themes["corpus_categories"])
+        lines += [f"Builtin provider, the first {themes['articles']} MultiHop-RAG articles "
+                  f"({themes['roots']} top-level communities, {n} categories):", "",
+                  "| question | citations | top-level cited | categories (any / most) of "
+                  f"{n} | points sharing no content word | worded: points not the plain one's "
+                  "| worded: same citations |", "|---|---|---|---|---|---|---|"]
+        for pair in themes["pairs"]:
+            for key in ("plain", "worded"):
+                r = pair[key]
+                added = "" if key == "plain" else str(pair["points_not_in_plain"])
+                same = "" if key == "plain" else str(pair["same_citations"])
+                lines.append(f"| {r['question']} | {len(r['citations'])} | {r['cited_roots']} | "
+                             f"{len(r['categories_any'])} / {len(r['categories_most'])} | "
+                             f"{r['points_without_content_word']} of {len(r['points'])} | "
+                             f"{added} | {same} |")
+        lines.append("")
     offline = report.get("offline")
     if offline:
         lines += [f"Builtin provider, 609 articles ({offline['roots']} top-level communities):",
@@ -233,7 +349,7 @@ def render(report: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["fake", "offline", "all"], default="all")
+    ap.add_argument("--part", choices=["fake", "offline", "themes", "all"], default="all")
     ap.add_argument("--articles", type=int, default=100)
     ap.add_argument("--questions", type=int, default=20, help="DEV MultiHop-RAG questions")
     ap.add_argument("--levels", type=lambda v: [] if v == "none" else [int(x) for x in
@@ -246,6 +362,8 @@ def main() -> None:
     ap.add_argument("--fake-index", type=Path, default=None,
                     help="keep the fake-LLM index here (built if missing); each run queries a "
                     "fresh copy of it")
+    ap.add_argument("--builtin-index", type=Path, default=None,
+                    help="part themes: keep the builtin index of the first --articles here")
     ap.add_argument("--index-dir", type=Path, default=None,
                     help="the 609-article builtin index (built there if missing)")
     ap.add_argument("--out", type=Path, default=RESULTS / "global_bench.json")
@@ -253,11 +371,13 @@ def main() -> None:
     report: dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv),
                               "settings": vars(args) | {
         "index_dir": str(args.index_dir), "out": str(args.out),
-        "fake_index": str(args.fake_index)}}
+        "fake_index": str(args.fake_index), "builtin_index": str(args.builtin_index)}}
     if args.part in ("fake", "all"):
         report["fake"] = part_fake(args)
     if args.part in ("offline", "all"):
         report["offline"] = part_offline(args)
+    if args.part in ("themes", "all"):
+        report["themes"] = part_themes(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
     print(render(report))

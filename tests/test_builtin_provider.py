@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from pathlib import Path
@@ -13,6 +14,8 @@ from canopy.ids import normalize_name
 from canopy.model import Claim, Entity, Extraction, Finding, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock, MapPoint, ReportContext, ReportOut
 from canopy.providers.builtin import NO_INFORMATION, BuiltinProvider
+from canopy.providers.builtin import lexicon as lx
+from canopy.providers.builtin.relevance import content_terms
 from canopy.providers.builtin.text import split_sentences
 from canopy.tokens import get_tokenizer
 from tests.conftest import carol_text
@@ -403,6 +406,65 @@ class TestQueries:
     def test_a_question_naming_a_subject_is_not_about_every_report(self, question: str) -> None:
         scores = asyncio.run(BuiltinProvider().rate(question, [KESTREL, COOKING]))
         assert scores[0] != scores[1]  # the subject decides, not each report's own rating
+
+    def test_a_main_themes_question_rates_only_the_top_communities_relevant(self) -> None:
+        """A question about the whole collection is answered by its broadest communities:
+        dynamic selection stays at the top instead of trading each for its children."""
+        child = dataclasses.replace(KESTREL, community_id="c-3.1", level=1)
+        scores = asyncio.run(BuiltinProvider().rate("What are the main themes?",
+                                                    [KESTREL, child]))
+        assert scores == [round(KESTREL.rating), 0]
+
+    def test_generic_points_are_scored_by_importance(self) -> None:
+        big = dataclasses.replace(KESTREL, rating=9.0, text_unit_ids=tuple(
+            f"tu-{i}" for i in range(40)))
+        out = asyncio.run(BuiltinProvider().map("What are the main themes?", [COOKING, big],
+                                                response_type="x"))
+        score = {p.report_ids[0]: p.score for p in out.points}
+        assert score["c-3"] > score["c-9"]
+
+
+# A report that mentions "across" once, beside one about the question's subject: word overlap
+# with the question's words picks the first for "across".
+ACROSS = report("c-5", "Football", "The derby was played on Saturday. The striker's shot flew "
+                "across the face of goal. The keeper made a save.", rating=3.0)
+
+
+class TestNoPointForAWordThatSaysNothing:
+    """With the builtin provider, global search reads a question's content words only: stop
+    words, function words ("across", "within") and the scaffolding of questions about a
+    collection ("main", "themes", "articles") never select a report or a point."""
+
+    @pytest.mark.parametrize("word", ["across", "within", "throughout", "among", "regarding",
+                                      "despite", "various", "several"])
+    def test_a_function_word_changes_no_rating_and_no_point(self, word: str) -> None:
+        provider = BuiltinProvider()
+        plain = "Who supplies the battery cells?"
+        worded = f"Who supplies the battery cells, {word} all of them?"
+        reports = [KESTREL, ACROSS, COOKING]
+        assert asyncio.run(provider.rate(worded, reports)) == asyncio.run(
+            provider.rate(plain, reports))
+        assert asyncio.run(provider.map(worded, reports, response_type="x")) == asyncio.run(
+            provider.map(plain, reports, response_type="x"))
+
+    def test_the_main_themes_across_the_articles_are_not_the_reports_saying_across(
+            self) -> None:
+        question = "What are the main themes across these articles?"
+        provider = BuiltinProvider()
+        reports = [KESTREL, ACROSS, COOKING]
+        assert asyncio.run(provider.rate(question, reports)) == [5, 3, 5]  # their own ratings
+        out = asyncio.run(provider.map(question, reports, response_type="x"))
+        assert {p.report_ids[0] for p in out.points} == {"c-3", "c-5", "c-9"}
+        best = max(out.points, key=lambda p: p.score)
+        assert best.report_ids != ["c-5"] and "across" not in best.description
+        assert out == asyncio.run(provider.map("What are the main themes?", reports,
+                                               response_type="x"))
+
+    @pytest.mark.parametrize("words", [lx.STOPWORDS, lx.FUNCTION_WORDS, lx.GENERIC_QUERY_WORDS],
+                             ids=["stop words", "function words", "scaffolding"])
+    def test_no_such_word_is_ever_a_content_term(self, words: frozenset[str]) -> None:
+        assert not [w for w in sorted(words) if content_terms(w) or content_terms(w.title())]
+
 
     def test_reduce_without_points_says_nothing_relevant_was_found(self) -> None:
         provider = BuiltinProvider()

@@ -188,7 +188,8 @@ class TestGlobalSearch:
         assert result.usage.llm_calls == cov.rating_calls + cov.map_calls + 1  # and the reduce
 
     @pytest.mark.parametrize("question", ["What are the main themes?",
-                                          "What are the top 5 topics of these documents?"])
+                                          "What are the top 5 topics of these documents?",
+                                          "What are the main themes across these documents?"])
     def test_a_sensemaking_question_gets_an_overview_citing_most_of_the_top(self, ctx, g,
                                                                              question):
         """Offline: every top-level community is rated, and the answer's citations fall under
@@ -206,6 +207,16 @@ class TestGlobalSearch:
 
         cited = {root_of(c.id) for c in result.citations}
         assert len(cited) >= len(roots) // 2 + 1, (len(cited), len(roots))
+
+    def test_the_main_themes_are_the_top_communities_whatever_function_words_it_has(self, ctx,
+                                                                                   g):
+        """Offline, "main themes" cites top-level communities, and "across these documents"
+        changes nothing: no report or point is chosen for a word that says nothing."""
+        plain = run(global_search(ctx, "What are the main themes?"))
+        worded = run(global_search(ctx, "What are the main themes across these documents?"))
+        assert plain.citations and worded.citations == plain.citations
+        assert worded.answer == plain.answer
+        assert all(g.communities[c.id].parent is None for c in plain.citations)
 
     def test_a_question_about_nothing_in_the_corpus_says_nothing_relevant_was_found(self, ctx):
         for level in (None, 0):

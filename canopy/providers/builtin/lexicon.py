@@ -14,6 +14,7 @@ __all__ = [
     "CONNECTORS",
     "EVENT_WORDS",
     "FIRST_NAMES",
+    "FUNCTION_WORDS",
     "GAZETTEER",
     "GENERIC_QUERY_WORDS",
     "GEO_PREFIXES",
@@ -264,6 +265,24 @@ corpus document documents overall general major trend trends idea ideas discusse
 content contents mentioned talk about everything anything what
 top most issue issues subject subjects point points highlight highlights collection
 article articles text texts file files material materials say says give list
+""")
+
+# English closed-class words that STOPWORDS leaves out, because STOPWORDS also shapes the stored
+# lexical index and these do little harm there: prepositions, quantifiers, conjunctions and
+# degree or frequency adverbs, and the verbs of asking ("find", "know"). A question is built with
+# them; they never say what it is about, so query-time relevance (relevance.content_terms) drops
+# them with the question scaffolding of GENERIC_QUERY_WORDS.
+FUNCTION_WORDS = words("""
+across along alongside amid amidst among amongst around behind beneath beside besides beyond
+concerning despite except inside near onto outside per regarding throughout toward towards
+underneath unlike versus via within without whether whose whatever whichever whoever whomever
+wherever whenever however although though whereas thus hence therefore meanwhile moreover
+furthermore nevertheless otherwise instead indeed perhaps maybe rather quite really just even
+still already almost especially particularly mainly mostly largely generally usually often
+always never sometimes frequently typically commonly recently currently several various certain
+whole entire either neither another else anyone everyone someone somebody anybody everybody
+nobody none lot lots kind kinds sort sorts way ways thing things
+find know known regard related relating relate according based
 """)
 
 # Question grammar for routing a question (server/engines/router.py); English only, closed word

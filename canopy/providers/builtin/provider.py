@@ -29,7 +29,7 @@ from canopy.providers.base import (
 from canopy.providers.builtin import lexicon as lx
 from canopy.providers.builtin.extraction import extract_unit
 from canopy.providers.builtin.mentions import find_mentions
-from canopy.providers.builtin.relevance import Scorer
+from canopy.providers.builtin.relevance import Scorer, importance, report_fields
 from canopy.providers.builtin.reports import REPORT_INTRO, extractive_report
 from canopy.providers.builtin.summaries import summarize_descriptions
 from canopy.providers.builtin.text import split_sentences, terms, trim
@@ -90,21 +90,31 @@ class BuiltinProvider:
     # ---- query time -------------------------------------------------------------------------
 
     async def rate(self, query: str, reports: list[Report]) -> list[int]:
-        """0-10 each: the share of the query's terms found in the report (its own rating for a
-        generic question such as "what are the main themes?"). It reads whole reports, not
-        digests: lexical matching needs the words, and costs nothing here."""
+        """0-10 each, from the question's content words alone (relevance.content_terms: no
+        stop words, function words or scaffolding): the share of them the report holds, each
+        weighing the same (a report that holds one word of a topic may hold the topic below
+        it: its children are rated next). It reads whole reports, not digests: lexical matching
+        needs the words, and costs nothing here. A question with no
+        content words ("what are the main themes across these articles?") is about the whole
+        collection: its answer is the top-level communities, each rated by its own rating, and
+        the communities below them are rated 0, so dynamic selection stays at the top."""
         self._count("rate")
-        scorer = Scorer(query)
+        scorer = Scorer(query, content_only=True)
         if scorer.generic:
-            return [max(1, min(10, round(r.rating))) for r in reports]
+            return [max(1, min(10, round(r.rating))) if r.level == 0 else 0 for r in reports]
         out = []
         for r in reports:
-            cov = scorer.score(r.full_text())
+            cov = scorer.score(report_fields(r).all)
             out.append(max(1, round(10 * cov)) if cov > 0 else 0)
         return out
 
     async def map(self, query: str, reports: list[Report], *, response_type: str) -> MapOut:
-        """One point per report that shares terms with the query: its best sentences, cited."""
+        """One point per report that holds the question's content words: its two sentences
+        that match them best, cited, scored by how much the report is about them (where they
+        stand in it, how much of it they fill, relevance.Scorer.about) and by its importance
+        (rating and coverage). A question with no content words gets each report's leading
+        sentences, scored by importance alone. No point is ever chosen for a stop word, a
+        function word or the question's scaffolding."""
         self._count("map")
         per_report: list[list[tuple[str, set[str]]]] = []
         for r in reports:
@@ -120,24 +130,27 @@ class BuiltinProvider:
                     seen.add(it[0])
                     kept.append(it)
             per_report.append(kept)
-        scorer = Scorer(query, [t for items in per_report for _, t in items])
+        # Every content word weighs the same here: these reports were chosen for holding the
+        # question's words, so how often a word occurs among them says nothing of its weight.
+        scorer = Scorer(query, content_only=True)
         points: list[MapPoint] = []
         for r, items in zip(reports, per_report, strict=True):
             cite = f" [Data: Reports ({r.community_id})]"
+            weight = importance(r)
             if scorer.generic:
                 lead = [s for s, _ in items if not s.startswith(REPORT_INTRO)][:2] or [r.title]
                 points.append(MapPoint(description=trim(" ".join(lead), 600) + cite,
-                                       score=max(1, min(100, round(10 + 8 * r.rating))),
+                                       score=max(1, min(100, round(10 + 90 * weight))),
                                        report_ids=[r.community_id]))
                 continue
-            covered = scorer.score(set().union(*(t for _, t in items))) if items else 0.0
+            about = scorer.about(report_fields(r))
             scored = sorted((-scorer.score(t), i) for i, (_, t) in enumerate(items))
-            scored = [(-neg, i) for neg, i in scored]
-            best = [(sc, i) for sc, i in scored[:2] if sc > 0]
-            if covered == 0 or not best:
+            best = [(-neg, i) for neg, i in scored[:2] if neg < 0]
+            if about == 0 or not best:
                 continue
             text = " ".join(items[i][0] for _, i in sorted(best, key=lambda x: x[1]))
-            score = max(1, min(100, round(100 * (0.6 * best[0][0] + 0.4 * covered))))
+            fit = 0.5 * best[0][0] + 0.5 * about
+            score = max(1, min(100, round(100 * fit * (0.7 + 0.3 * weight))))
             points.append(MapPoint(description=trim(text, 600) + cite, score=score,
                                    report_ids=[r.community_id]))
         return MapOut(points=points)
