@@ -321,8 +321,10 @@ def _search_tools(gw: _Gateway) -> list[Tool]:
         of relevant ones, several report digests per rating call (a fixed community_level skips
         the ratings), then one map call per batch of selected reports (run concurrently) and one
         reduce call; progress notifications follow each phase. `coverage` says, per level, how
-        many communities were considered, rated, found relevant and read, and whether any were
-        left out (a rating budget or a failed call). Without an LLM the answer is extractive and
+        many communities were considered, rated, found relevant and read, what rating cost
+        (calls, prompt tokens; bounded per question), whether any were left out (a rating
+        budget or a failed call), and in `note` when none was rated relevant and the best-rated
+        were read anyway. Without an LLM the answer is extractive and
         the retrieved report text comes with it.
         Cited report ids open with drill_down(community_id=...). If `truncated` is true, `note`
         names the call that continues."""
