@@ -93,11 +93,11 @@ class BuiltinProvider:
         """0-10 each, from the question's content words alone (relevance.content_terms: no
         stop words, function words or scaffolding): the share of them the report holds, each
         weighing the same (a report that holds one word of a topic may hold the topic below
-        it: its children are rated next). It reads whole reports, not digests: lexical matching
-        needs the words, and costs nothing here. A question with no
-        content words ("what are the main themes across these articles?") is about the whole
-        collection: its answer is the top-level communities, each rated by its own rating, and
-        the communities below them are rated 0, so dynamic selection stays at the top."""
+        it: its children are rated next). It reads whole reports, not digests: lexical
+        matching needs the words, and costs nothing here. A question with no content words
+        ("what are the main themes across these articles?") is about the whole collection: its
+        answer is the top-level communities, each rated by its own rating, and the communities
+        below them are rated 0, so dynamic selection stays at the top."""
         self._count("rate")
         scorer = Scorer(query, content_only=True)
         if scorer.generic:
