@@ -968,8 +968,9 @@ async def test_global_search_busy_on_its_thread_does_not_hold_a_drill_down_behin
             time.sleep(0.4)  # holds the thread, as CPU work would: no await lets others run
             return await super().map(query, reports, response_type=response_type)
 
-    with offline_env():
-        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index), loops=1)
+    with offline_env():  # small map batches: the top-level reports take several map calls
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=example_index,
+                                           query={"map_batch_tokens": 500}), loops=1)
     svc.use_provider(BusyMap())
     try:
         done, drills = await _drills_during_a_global_search(build_server(svc))
