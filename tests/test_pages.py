@@ -1,4 +1,4 @@
-"""Canonical pages of the index database (canopy.publish.pages): the file they make is the same
+"""Canonical pages of the index database (canopy.store.pages): the file they make is the same
 database, and holds none of what SQLite leaves of deleted rows (in a page's unallocated space,
 freeblocks and free pages); pages publishing cannot be sure of are left as they are."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from canopy.publish.pages import canonical_page, iter_pages, page_size, read_layout
+from canopy.store.pages import canonical_page, iter_pages, page_size, read_layout
 
 
 def _canonical(db: Path, out: Path) -> Path:
@@ -161,3 +161,45 @@ def test_page_size_of_the_header_including_64_kib(tmp_path: Path) -> None:
     (tmp_path / "text").write_text("not a database" * 20)
     with pytest.raises(ValueError, match="not an SQLite database"):
         page_size(tmp_path / "text")
+
+
+def test_the_store_zeroes_what_sqlite_left_in_its_own_file(tmp_path: Path) -> None:
+    """Store.truncate_wal, which the writer calls after a run that removed text, makes the
+    index database's own pages canonical in place: the deleted rows' bytes SQLite left are gone,
+    the database reads the same, including to a connection that stayed open meanwhile, and a
+    write after it does not bring them back."""
+    from canopy.store.store import Store
+
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    store = Store(index_dir)
+    store.close()
+    db = index_dir / "canopy.sqlite"
+    markers: list[str] = []
+    for seed in range(3):  # some seeds leave nothing behind: churn until one does
+        churned = tmp_path / f"churn-{seed}.sqlite"
+        markers = _churn(churned, seed, secure_delete=True)
+        if _left(churned.read_bytes(), markers):
+            break
+    assert _left(churned.read_bytes(), markers)
+    db.unlink()
+    db.write_bytes(churned.read_bytes())
+    def t_rows() -> list[str]:  # the store adds its own tables when it opens the file
+        return [r for r in _rows(db) if r.startswith("t:")]
+
+    rows = t_rows()
+    reader = sqlite3.connect(db)
+    reader.execute("SELECT COUNT(*) FROM t").fetchone()  # a connection with pages cached
+    store = Store(index_dir)
+    try:
+        assert store.truncate_wal()
+        assert _left(db.read_bytes(), markers) == []
+        assert _integrity(db) == "ok" and t_rows() == rows
+        assert reader.execute("SELECT COUNT(*) FROM t").fetchone()[0] == len(rows)
+        with store.transaction() as con:
+            con.execute("UPDATE t SET name = name || '!'")
+        assert store.truncate_wal()
+        assert _left(db.read_bytes(), markers) == []
+    finally:
+        reader.close()
+        store.close()

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from canopy.publish.pages import canonical_page, iter_pages, read_layout
 from canopy.publish.pagestore import (
     BLOCK,
     PACK_MAGIC,
@@ -28,6 +27,7 @@ from canopy.publish.pagestore import (
     read_map,
     write_pages,
 )
+from canopy.store.pages import canonical_page, iter_pages, read_layout
 from tests.object_store import holders
 
 

@@ -214,7 +214,7 @@ def test_a_watcher_collects_the_deleted_generations_when_their_grace_ends(
 
 def _changed_pages(a: Path, b: Path) -> int:
     """Pages of the database `b` that differ from `a`'s (both staged snapshots)."""
-    from canopy.publish.pages import iter_pages, page_size
+    from canopy.store.pages import iter_pages, page_size
 
     size = page_size(b)
     old = list(iter_pages(a, size))

@@ -19,7 +19,7 @@ that opens it is in the maps of earlier generations, which are collected with th
 `grace_s` after those were superseded (canopy.publish.writer). From then on no blob at the URI,
 and none in a replica's cache (canopy.publish.reader), holds what opens it: the text is erased
 cryptographically (NIST SP 800-88's "cryptographic erase"), in every generation. The images
-themselves are canonical (canopy.publish.pages), so the current ones hold no byte SQLite left
+themselves are canonical (canopy.store.pages), so the current ones hold no byte SQLite left
 of deleted rows either.
 
 Why a map in two levels. A key per page is 16 bytes, 0.4% of the database: 14 MB at 10k
@@ -69,7 +69,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from canopy.publish.pages import canonical_page, iter_pages, read_layout
+from canopy.store.pages import canonical_page, iter_pages, read_layout
 
 __all__ = ["BLOCK", "COMPACT_BYTES", "LIST_MAGIC", "MAP_MAGIC", "PACK_BYTES", "PACK_MAGIC",
            "PageMap", "PageRoot", "PagedDatabase", "WriterState", "assemble", "open_block",

@@ -37,6 +37,7 @@ from canopy.errors import IndexDamaged
 from canopy.health import DB_NAME, is_corruption
 from canopy.model import Extraction, Skip, UnitFailure
 from canopy.store.instances import extraction_rows
+from canopy.store.pages import zero_left_behind
 from canopy.store.reads import COMMITTED, GraphReads
 from canopy.store.rows import dump
 from canopy.store.schema import migrate
@@ -412,12 +413,29 @@ class Store:
 
     def truncate_wal(self) -> bool:
         """Checkpoint the WAL into the database file and truncate it to zero bytes, so page
-        images of deleted rows leave the disk now; False when a reader still holds an older
-        snapshot (then the next complete checkpoint does it). Waits at most a second."""
+        images of deleted rows leave the disk now, then zero what B-tree balancing left of
+        deleted cells in the file's pages (canopy.store.pages: secure_delete does not reach
+        it); False when a reader still holds an older snapshot (then the next complete
+        checkpoint does the first, the next run that removes text the second). Waits at most a
+        second."""
         with self._lock:
             self._db.execute("PRAGMA busy_timeout=1000")
             try:
                 busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    self._db.execute("BEGIN IMMEDIATE")  # no writer while the file is scrubbed
+                    try:
+                        wal = self.path.with_name(self.path.name + "-wal")
+                        if not wal.exists() or wal.stat().st_size == 0:
+                            zero_left_behind(self.path)
+                    finally:
+                        self._db.execute("COMMIT")
+                    # this connection's cached page images still hold the old bytes: drop them,
+                    # or its next write of such a page would put them back
+                    self._db.execute("PRAGMA shrink_memory")
+            except sqlite3.OperationalError as exc:  # busy: another writer holds the lock
+                log.info("the index database was not scrubbed now: %s", exc)
+                return False
             finally:
                 self._db.execute(f"PRAGMA busy_timeout={int(_TIMEOUT_S * 1000)}")
         return not busy

@@ -212,7 +212,8 @@ class _Query:
         masses: list[float] = []
         for weights in self.clauses:
             total = math.fsum(weights.values())
-            m = max(math.fsum(weights.get(t, 0.0) for t in terms) for terms in matched) if total else 0.0
+            m = (max(math.fsum(weights.get(t, 0.0) for t in terms) for terms in matched)
+                 if total else 0.0)
             masses.append(m)
             if total > 0:
                 clause = max(clause, m * m / total)

@@ -1,5 +1,6 @@
-"""The index database page by page, as publishing reads it: its layout, and each page in its
-canonical form, holding no byte SQLite left behind.
+"""The index database page by page: its layout, and each page in its canonical form, holding
+no byte SQLite left behind. The store zeroes them in its own file after a run that removed
+text (`zero_left_behind`); publishing sends pages in this form.
 
 SQLite's `secure_delete` (which the store turns on) zeroes a cell when it is deleted and a page
 when it is freed, but not everything: a page rebuilt by B-tree balancing keeps, in the
@@ -31,12 +32,13 @@ says so.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["Layout", "canonical_page", "iter_pages", "page_size", "read_layout"]
+__all__ = ["Layout", "canonical_page", "iter_pages", "page_size", "read_layout", "zero_left_behind"]
 
 _BTREE = frozenset((2, 5, 10, 13))  # interior index, interior table, leaf index, leaf table
 _MAX_PAGES = 1 << 24  # below this, overflow and trunk pages start with a 0 byte
@@ -163,3 +165,26 @@ def _canonical_btree(page: bytes, h: int, usable: int) -> bytes:
     for start, stop in zero:
         out[start:stop] = bytes(stop - start)
     return bytes(out)
+
+
+def zero_left_behind(db: Path) -> int:
+    """Make every page of the database file `db` canonical in place; how many pages changed.
+
+    Only bytes SQLite never reads change, so the database is the same for every connection,
+    open or not. The caller holds SQLite's write lock with an empty WAL (nothing else writes
+    the file meanwhile: a checkpoint has no frame to copy)."""
+    layout = read_layout(db)
+    if not layout.canonical:
+        return 0
+    changed = 0
+    with open(db, "r+b") as fh:
+        for number, page in enumerate(iter_pages(db, layout.page_size)):
+            clean = canonical_page(page, number, layout)
+            if clean != page:
+                fh.seek(number * layout.page_size)
+                fh.write(clean)
+                changed += 1
+        if changed:
+            fh.flush()
+            os.fsync(fh.fileno())
+    return changed
