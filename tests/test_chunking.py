@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from canopy.indexer.chunking import chunk_document
 from canopy.tokens import get_tokenizer
 from tests.conftest import carol_text
@@ -75,3 +79,46 @@ def test_chinese_text_without_spaces_is_chunked_within_budget() -> None:
 
 def test_empty_text_gives_no_units() -> None:
     assert chunk_document("doc-1", "  \n\n ", TOK) == []
+
+
+def test_a_long_line_of_equal_pieces_is_split_without_recursion_and_tiles_the_text() -> None:
+    """Issue 30, finding 2: 2 MB of Markdown with no whitespace ("|-" repeated) is cut into
+    about a thousand equal pieces; splitting them recursed once per piece (RecursionError)."""
+    text = "|-" * 1_000_000
+    units = chunk_document("doc-long", text, TOK, max_tokens=1200, overlap=100)
+    assert len(units) > 1000
+    assert units[0].char_start == 0 and units[-1].char_end == len(text)
+    for a, b in zip(units, units[1:], strict=False):
+        assert a.char_end == b.char_start  # no whitespace: the bodies tile the text exactly
+    assert all(TOK.count(text[u.char_start:u.char_end]) <= 1200 for u in units)
+
+
+def _split_by_definition(run: list[Any], max_tokens: int) -> list[list[Any]]:
+    """The splitting rule as first written (recursive, rescanning each part): the reference the
+    iterative split must equal, so that unit ids, hence extractions, survive the change."""
+    total = sum(s.tokens for s in run)
+    if total <= max_tokens or len(run) < 2:
+        return [run]
+    prefix = [0]
+    for s in run:
+        prefix.append(prefix[-1] + s.tokens)
+    floor = max_tokens // 8
+    candidates = [k for k in range(1, len(run))
+                  if prefix[k] >= floor and total - prefix[k] >= floor] or list(range(1, len(run)))
+    k = min(candidates, key=lambda i: (not run[i].para_start, run[i].key))
+    return _split_by_definition(run[:k], max_tokens) + _split_by_definition(run[k:], max_tokens)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_iterative_split_makes_the_cuts_of_the_rule(seed: int) -> None:
+    """Random runs with repeated sentences (equal keys), paragraph starts and long pieces."""
+    import random
+
+    from canopy.indexer.chunking import _Seg, _split_run
+
+    rng = random.Random(seed)
+    for _ in range(40):
+        run = [_Seg(i, i + 1, rng.choice([3, 40, 200, 900]), rng.random() < 0.2, 0,
+                    rng.choice([1, 2, 3, rng.getrandbits(64)]))
+               for i in range(rng.randrange(2, 300))]
+        assert _split_run(run, 1200) == _split_by_definition(run, 1200)

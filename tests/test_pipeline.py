@@ -156,6 +156,24 @@ def test_bad_files_are_skipped_with_reasons_and_never_stop_the_rest(tmp_path: Pa
     assert "José Álvarez" in text and "x()" not in text and "Dana Reed" in text
 
 
+def test_a_2_mb_markdown_line_without_whitespace_is_indexed_beside_a_good_file(
+        tmp_path: Path) -> None:
+    """Issue 30, finding 2: the chunker recursed once per piece of such a line, so one file
+    ended the whole build with RecursionError and nothing was indexed."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("# Good\n\nAlice Smith met Bob Jones in Paris.", encoding="utf-8")
+    (docs / "table.md").write_text("|-" * 1_000_000, encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "index")
+    result = build_index(ws)
+    assert result.skips == []
+    _, units, docs_ = _graph(ws)
+    assert {d.path for d in docs_.values()} == {"good.md", "table.md"}
+    assert sum(u.document_id == next(d.id for d in docs_.values() if d.path == "table.md")
+               for u in units.values()) > 1000
+    assert any("Alice Smith" in u.text for u in units.values())
+
+
 class TestAgainstTheFakeOpenAIServer:
     def _ws(self, tmp_path: Path, base_url: str, **llm: object) -> Workspace:
         docs = tmp_path / "docs"
