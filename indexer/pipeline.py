@@ -36,7 +36,7 @@ from canopy.indexer.stages.documents import plan_documents, stage_documents
 from canopy.indexer.stages.extraction import extract_units
 from canopy.indexer.stages.graph import stage_graph
 from canopy.indexer.stages.reports import stage_reports
-from canopy.indexer.stages.revocation import revoke
+from canopy.indexer.stages.revocation import pending_revoked, revoke
 from canopy.indexer.stages.vectors import retrain_noted, stage_vectors, tidy_search_tables
 from canopy.lance import import_lancedb
 from canopy.model import Skip, UnitFailure
@@ -150,6 +150,7 @@ async def run_index(
         previous_skips = snap.skips()
         revoking = snap.meta("revoking") == "1"
         stale = bool(snap.stale_ids("entities") or snap.stale_ids("communities"))
+        misfiled = snap.misfiled_documents()
     on_disk = {r.document.path: (r.size, r.mtime_ns) for r in previous.values()}
     loaded: list[LoadedDocument] = []
     skips: list[Skip] = []
@@ -170,7 +171,10 @@ async def run_index(
         else:
             skips.append(got)
     plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels),
-                          stats=file_stats, unchanged=unchanged)
+                          stats=file_stats, unchanged=unchanged, misfiled=misfiled)
+    if misfiled:
+        log.warning("%d documents had text units of another access class than the document's "
+                    "(an index written before this release): relabelling them", len(misfiled))
     skips.sort(key=lambda s: s.path)
     ignored_types = json.dumps(dict(sorted(ignored.items())))
     if (not full and plan.unchanged and not plan.touched and not previous_failures and not revoking
@@ -195,8 +199,9 @@ async def run_index(
     # The search tables' library takes seconds to import: do it while extraction runs.
     threading.Thread(target=import_lancedb, daemon=True, name="canopy-import-lancedb").start()
 
-    # 2. deletions and relabels apply now, before any regeneration (design §2)
-    revoked = revoke(store, plan) if not full else []
+    # 2. deletions and relabels apply now, before any regeneration (design §2); with the units
+    #    an interrupted run deleted (their derived rows go at this run's commit)
+    revoked = sorted(set(revoke(store, plan)) | set(pending_revoked(store))) if not full else []
     if on_revoked is not None and not full and (plan.removed or plan.relabelled):
         on_revoked()
 
@@ -225,6 +230,9 @@ async def run_index(
                   on_plan=on_plan)
         # 3. documents and text units (edit-stable chunking: unchanged units keep their ids)
         units = stage_documents(b, plan)
+        if revoked:  # a deleted document's text restored under the same path has its ids
+            live = b.reads.unit_acl(revoked)
+            revoked = [u for u in revoked if u not in live]
         lap("documents")
         # 4. extraction of new units, and retries of units that failed before
         retry = [f.unit_id for f in previous_failures if f.task == "extract"]
@@ -235,7 +243,8 @@ async def run_index(
         extracted = await extract_units(b, todo)
         lap("extract")
         # 5. entities, relationships and claims touched by the changed units
-        changed = [*units.added, *units.removed, *units.relabelled, *live_retry]
+        # (the deleted documents' units too: their claims go with them)
+        changed = [*units.added, *units.removed, *units.relabelled, *revoked, *live_retry]
         graph = await stage_graph(b, changed)
         lap("merge")
         # 6. communities: a local update, or a fresh clustering
@@ -264,6 +273,7 @@ async def run_index(
                                   + vectors.written),
             "docs_dir": str(Path(docs_dir).resolve()),
             "revoking": "0",
+            "revoked_units": "[]",
             "settings_fingerprint": fingerprint,
             "ignored_types": ignored_types,
             **hierarchy.meta,

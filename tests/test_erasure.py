@@ -192,3 +192,58 @@ def test_versions_committed_within_the_grace_period_are_kept_for_readers() -> No
     assert kept == {"text_units": 7, "entities": 9}  # the first was superseded 700 s ago
     assert json.loads(rest) == [[1500.0, {"text_units": 7, "entities": 9}]]
     assert floor(history, current, now=2200.0, keep=600)[0] == current
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_deleted_documents_claims_go_with_its_text_and_status_counts_a_clean_build(
+        docs: Path, tmp_path: Path, interrupted: bool) -> None:
+    """Issue 30, finding 3: the regeneration after a deletion rewrote the claims of edited
+    documents only, so a deleted document's claims stayed in the database with their text,
+    counted by `canopy status` (136 against 128 in a clean build). `interrupted`: the update
+    stops after its revocation commit (reports fail) and the next run finishes it: the units
+    that revocation deleted are remembered, so their claims and extraction instances go then."""
+    from canopy.errors import EndpointUnavailable
+    from canopy.indexer.pipeline import run_index
+    from canopy.providers import make_embedder
+    from canopy.providers.builtin import BuiltinProvider
+    from canopy.server.status import index_status
+
+    class ReportsDown(BuiltinProvider):
+        async def report(self, context, *, max_tokens):  # type: ignore[no-untyped-def]
+            raise EndpointUnavailable("LLM endpoint down (test)")
+
+    claim = "Helio Cells Ltd sued Odalys Quennell of Marrowby Fen Holdings on 3 March 2025."
+    (docs / "marrowby.md").write_text(DOCUMENT + "\n" + claim + "\n", encoding="utf-8")
+    settings = {"extract": {"claims": True}, "storage": {"keep_versions_s": 0}}
+    ws = open_workspace(docs, index_dir=tmp_path / "index", **settings)
+    build_index(ws)
+    db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
+    try:
+        assert db.execute("SELECT COUNT(*) FROM claims WHERE quote LIKE ?",
+                          (f"%{SECRET}%",)).fetchone()[0] > 0
+    finally:
+        db.close()
+    (docs / "marrowby.md").unlink()
+    if interrupted:
+        store = ws.store()
+        try:
+            with pytest.raises(EndpointUnavailable):
+                asyncio.run(run_index(docs, store, ws.settings, ReportsDown(),
+                                      make_embedder(ws.settings), labeler=ws.policy.labels_for))
+        finally:
+            store.close()
+    build_index(ws)
+    clean = open_workspace(docs, index_dir=tmp_path / "clean", **settings)
+    build_index(clean)
+
+    def counts(w: Workspace) -> dict[str, int]:  # what `canopy status` prints
+        store = w.store()
+        try:
+            s = index_status(store)
+        finally:
+            store.close()
+        return {k: getattr(s, k) for k in ("documents", "text_units", "entities",
+                                           "relationships", "claims")}
+
+    assert counts(ws) == counts(clean) and counts(clean)["claims"] > 0
+    assert holders(ws.index_dir, SECRET) == []

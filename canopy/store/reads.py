@@ -144,6 +144,15 @@ class GraphReads:
             out[doc].append(uid)
         return dict(out)
 
+    def misfiled_documents(self) -> set[str]:
+        """Documents with a unit whose ACL class is not the document's. None in an index this
+        release wrote; the planner relabels any it finds (an index written before issue 30's
+        fix, where an edit in the update that relabelled a document left its unchanged units
+        with the old class)."""
+        sql = (f"SELECT DISTINCT u.document_id FROM {self.t.text_units} u "
+               f"JOIN {self.t.documents} d ON d.id = u.document_id WHERE u.acl != d.acl")
+        return {r[0] for r in self._rows(sql)}
+
     def unit_documents(self, unit_ids: Iterable[str]) -> dict[str, tuple[UnitRow, Document]]:
         """Each live unit with its document (one join)."""
         sql = (f"SELECT {_UNIT_COLUMNS}, d.* FROM {self.t.text_units} u JOIN {self.t.documents} d "

@@ -338,3 +338,11 @@ def m009_sentence_terms(db: sqlite3.Connection) -> None:
         db.executemany("UPDATE text_units SET sentence_terms = ? WHERE id = ?",
                        [(sentence_terms(text), uid) for uid, text in batch])
         after = batch[-1][0]
+
+
+@migration
+def m010_orphan_claims(db: sqlite3.Connection) -> None:
+    """Claims of deleted text units. Before issue 30 the regeneration after a deletion rewrote
+    only the claims of edited documents' units, so a deleted document's claims stayed, stale
+    (never served) but stored with their text and counted by `canopy status`."""
+    db.execute("DELETE FROM claims WHERE unit_id NOT IN (SELECT id FROM text_units)")

@@ -31,7 +31,8 @@ class DocumentPlan:
     texts: dict[str, str]  # the text of every document the scan read
     changed: set[str] = field(default_factory=set)  # new, or its content changed
     moved: set[str] = field(default_factory=set)  # same content; path, title or metadata changed
-    relabelled: set[str] = field(default_factory=set)  # same content, other ACL labels
+    # committed documents whose stored access is not the policy's (edited or not)
+    relabelled: set[str] = field(default_factory=set)
     removed: set[str] = field(default_factory=set)  # committed documents that are gone
     touched: set[str] = field(default_factory=set)  # same content, new size/mtime on disk
 
@@ -43,14 +44,21 @@ class DocumentPlan:
 def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, DocumentRow],
                    labeler: Labeler, acl_class: AclClass, *,
                    stats: dict[str, tuple[int, int]] | None = None,
-                   unchanged: Iterable[str] = ()) -> DocumentPlan:
+                   unchanged: Iterable[str] = (),
+                   misfiled: Iterable[str] = ()) -> DocumentPlan:
     """The new generation's documents with stable ids, and what changed.
 
     `loaded` are the documents the scan read; `unchanged` the paths it did not read because
-    their size and modification time are the committed ones (their rows carry over, relabelled
-    if the policy now labels them otherwise); `stats` the (size, mtime_ns) of every file.
-    A path seen before keeps its id; a new path whose content equals a vanished document's keeps
-    that document's id (a rename: its units, extractions and reports carry over untouched)."""
+    their size and modification time are the committed ones (their rows carry over); `stats`
+    the (size, mtime_ns) of every file. A path seen before keeps its id; a new path whose
+    content equals a vanished document's keeps that document's id (a rename: its units,
+    extractions and reports carry over untouched).
+
+    A document that keeps its id is relabelled whenever what is stored of its access differs
+    from what the policy gives it now: other labels, another class, or a unit of another class
+    than the document (`misfiled`, GraphReads.misfiled_documents), whether or not its content
+    changed too. Relabels commit first (revocation), for every committed unit of the document,
+    so the units an edit keeps never keep the old class (issue 30, finding 1)."""
     stats = stats or {}
     by_path = {r.document.path: r for r in previous.values()}
     loaded = list(loaded)
@@ -58,13 +66,19 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
     seen_paths = {d.path for d in loaded} | {r.document.path for r in kept}
     vanished = {r.document.content_hash: r for r in previous.values()
                 if r.document.path not in seen_paths}
+    misfiled = set(misfiled)
     plan = DocumentPlan({}, {})
+
+    def relabel(old: DocumentRow, new: DocumentRow) -> bool:
+        return (old.document.labels != new.document.labels or old.acl != new.acl
+                or old.document.id in misfiled)
+
     old: DocumentRow | None
     for old in kept:
         labels = labeler(old.document.path)
         doc = replace(old.document, labels=labels)
         plan.documents[doc.id] = DocumentRow(doc, acl_class(labels), old.size, old.mtime_ns)
-        if old.document.labels != labels:
+        if relabel(old, plan.documents[doc.id]):
             plan.relabelled.add(doc.id)
     for ld in loaded:
         h = text_hash(ld.text)
@@ -77,11 +91,12 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
         size, mtime = stats.get(ld.path, (0, 0))
         plan.documents[doc_id] = DocumentRow(doc, acl_class(labels), size, mtime)
         plan.texts[doc_id] = ld.text
-        if old is None or old.document.id != doc_id or old.document.content_hash != h:
+        same_id = old is not None and old.document.id == doc_id
+        if old is not None and same_id and relabel(old, plan.documents[doc_id]):
+            plan.relabelled.add(doc_id)  # its committed units too, edited or not
+        if old is None or not same_id or old.document.content_hash != h:
             plan.changed.add(doc_id)
             continue
-        if old.document.labels != labels:
-            plan.relabelled.add(doc_id)
         if (old.document.path, old.document.title, old.document.metadata) != (
                 doc.path, doc.title, doc.metadata):
             plan.moved.add(doc_id)
@@ -101,7 +116,7 @@ def unit_terms(doc: Document, unit: TextUnit) -> list[str]:
 class UnitChange:
     added: list[str]  # units that are new in this generation
     removed: list[str]  # committed units that are not in it
-    relabelled: list[str]  # committed units whose document's ACL labels changed
+    relabelled: list[str]  # committed units restaged with their document's new ACL class
     retouched: list[str]  # committed units searched by other text or labels (header, ACL)
 
 
@@ -181,8 +196,37 @@ def stage_documents(b: Build, plan: DocumentPlan) -> UnitChange:
                                       row.sentence_terms or sentence_terms(row.unit.text)))
     b.staging.put("text_units", [r.values() for r in reheadered])
     b.staging.delete("text_units", removed)
+    relabelled = [] if b.full else _restage_relabelled(
+        b, plan, counts, skip=gone | {r.unit.id for r in reheadered} | set(added))
     counts.flush(b)
-    relabelled = sorted(u for us in committed.unit_ids_of_documents(plan.relabelled).values()
-                        for u in us) if not b.full else []
     retouched = sorted({r.unit.id for r in reheadered} | set(relabelled))
     return UnitChange(added, sorted(removed), relabelled, retouched)
+
+
+def _restage_relabelled(b: Build, plan: DocumentPlan, counts: _TermCounts, *,
+                        skip: set[str]) -> list[str]:
+    """Stage every committed unit of the relabelled documents (but those in `skip`: gone, or
+    staged already) with its document's new class: the generation's units and their search
+    rows (which the revocation dropped) then all carry it. The revocation moved the lexical
+    statistics of these units already; a unit still of another class is moved here."""
+    out: list[str] = []
+    relabelled = sorted(plan.relabelled)
+    for start in range(0, len(relabelled), 200):
+        batch = relabelled[start:start + 200]
+        docs = b.committed.documents(batch)
+        rows: list[UnitRow] = []
+        for doc_id, units in b.committed.units_of_documents(batch).items():
+            new = plan.documents[doc_id]
+            for row in units:
+                if row.unit.id in skip:
+                    continue
+                n_terms = row.n_terms
+                if row.acl != new.acl:
+                    counts.count(docs[doc_id].document, row.unit, row.acl, -1)
+                    n_terms = counts.count(new.document, row.unit, new.acl, 1)
+                rows.append(replace(row, acl=new.acl, n_terms=n_terms,
+                                    sentence_terms=row.sentence_terms
+                                    or sentence_terms(row.unit.text)))
+        b.staging.put("text_units", [r.values() for r in rows])
+        out += [r.unit.id for r in rows]
+    return sorted(out)

@@ -23,15 +23,23 @@ from canopy.store.rows import dump
 from canopy.store.sources import purge
 from canopy.vectors import TABLES, VectorStore, merge_scrub, superseded
 
-__all__ = ["revoke"]
+__all__ = ["pending_revoked", "revoke"]
 
 log = logging.getLogger(__name__)
 
 _IN = "IN (SELECT value FROM json_each(?))"
 
 
+def pending_revoked(store: Store) -> list[str]:
+    """Units a revocation deleted whose derived rows the regeneration has not dropped yet."""
+    return sorted(json.loads(store.get_meta("revoked_units", "[]") or "[]"))
+
+
 def revoke(store: Store, plan: DocumentPlan) -> list[str]:
-    """Commit the deletions and relabels of `plan` at once; returns the units deleted."""
+    """Commit the deletions and relabels of `plan` at once; returns the units deleted. They
+    are also recorded (meta `revoked_units`) until the regeneration commits: what still derives
+    from them (extraction instances, claims, cached responses) goes then, even if this run is
+    interrupted and the next one finishes it."""
     if not (plan.removed or plan.relabelled) or store.generation == 0:
         return []
     reads = GraphReads(store.writer)
@@ -99,6 +107,7 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
         history = superseded(store.get_meta("lance_history"), before, time.time())
         db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
             ("generation", str(generation)), ("revoking", "1"),
+            ("revoked_units", dump(sorted(set(pending_revoked(store)) | set(deleted)))),
             ("lance_versions", json.dumps(versions)), ("lance_history", history),
             ("lance_scrub", merge_scrub(store.get_meta("lance_scrub"), vectors.scrub))])
     log.info("revoked %d documents and relabelled %d at once (generation %d): %d entities and %d "
