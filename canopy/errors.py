@@ -8,6 +8,8 @@ text from libraries never reaches a caller.
     │                          generation within its revocation bound
     ├── IndexDamaged           the index's files are unreadable or inconsistent: only
     │                          `canopy index --full` brings it back
+    ├── IndexUnwritable        the index folder cannot be written now (disk full, read-only,
+    │                          no permission, locked by another process): nothing is damaged
     ├── ProviderError          an LLM/embedding endpoint failed
     │   ├── EndpointUnavailable   unreachable / auth failure / retries exhausted
     │   └── InvalidOutput         output failed validation after repair (per-unit failure)
@@ -18,6 +20,8 @@ text from libraries never reaches a caller.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 __all__ = [
     "CanopyError",
     "ConfigError",
@@ -25,6 +29,7 @@ __all__ = [
     "IndexDamaged",
     "IndexMissing",
     "IndexStale",
+    "IndexUnwritable",
     "InvalidArgument",
     "InvalidOutput",
     "NotFound",
@@ -58,19 +63,44 @@ class IndexDamaged(CanopyError):
     (those go to the operator's log). `docs` is the documents folder when the code that raises
     knows it; the message then names the exact command that rebuilds the index."""
 
-    def __init__(self, reason: str, docs: str | None = None) -> None:
+    def __init__(self, reason: str, docs: str | None = None,
+                 index_dir: str | None = None) -> None:
         self.reason = reason
         self.docs = docs
+        self.index_dir = index_dir
         super().__init__(reason)
 
     def __str__(self) -> str:
         command = f"canopy index --full {self.docs}" if self.docs else "canopy index --full <docs>"
-        return (f"The index is damaged ({self.reason}). Rebuild it from the documents with "
+        where = "The index"
+        if self.index_dir:
+            where = f"The index at {self.index_dir}"
+            if self.docs and Path(self.index_dir) != Path(self.docs) / ".canopy":
+                command += f" --index-dir {self.index_dir}"  # the rebuild must go there too
+        return (f"{where} is damaged ({self.reason}). Rebuild it from the documents with "
                 f"`{command}`.")
 
-    def for_docs(self, docs: object) -> IndexDamaged:
-        """The same error, naming the documents folder in its remedy."""
-        return IndexDamaged(self.reason, str(docs))
+    def for_docs(self, docs: object, index_dir: object | None = None) -> IndexDamaged:
+        """The same error, naming the documents folder and the index folder: the remedy is
+        then the exact command (with --index-dir when the index is not DOCS/.canopy)."""
+        return IndexDamaged(self.reason, str(docs),
+                            str(index_dir) if index_dir is not None else self.index_dir)
+
+
+class IndexUnwritable(CanopyError):
+    """What a write to the index folder met instead of damage: a full disk, a read-only
+    folder, a missing permission, a lock held by another process. The message is one line
+    naming the path and what to do; a run stopped by it resumes when it is run again (what was
+    committed or saved stays). Never reaches an MCP caller with its path: the server logs it."""
+
+    def __init__(self, problem: str, path: str, remedy: str) -> None:
+        self.problem = problem
+        self.path = path
+        self.remedy = remedy
+        super().__init__(problem)
+
+    def __str__(self) -> str:
+        return f"{self.problem}: {self.path}. {self.remedy}"
 
 
 class ProviderError(CanopyError):

@@ -16,21 +16,30 @@ Three depths, by cost:
   and `canopy status --check` does.
 
 Reasons are short phrases with no paths and no library text: they reach callers of every kind.
+
+A failed write is not damage: `write_failure` tells a full disk, a read-only folder, a missing
+permission and a database another process holds locked from damage (SQLite reports some of
+them as I/O errors, LanceDB as its own), so that an operator is told to free space or fix the
+folder, not to rebuild (issue 30: a disk-full first build read as "damaged ... rebuild with
+--full", which moved the database and its LLM cache aside).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from canopy.errors import IndexDamaged
+from canopy.errors import IndexDamaged, IndexUnwritable
 
 __all__ = [
     "DAMAGED_PREFIX",
@@ -41,8 +50,11 @@ __all__ = [
     "check_search_tables",
     "index_committed",
     "is_corruption",
+    "never_written",
     "quarantine",
     "raise_if_damaged",
+    "write_failure",
+    "writes_to",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,6 +68,112 @@ _MAGIC = {".lance": b"LANC", ".manifest": b"LANC", ".arrow": b"ARROW1"}
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR")
 # Tables whose search rows are one per database row when no revocation is pending.
 _COUNTED = {"text_units": "text_units", "entities": "entities", "reports": "reports"}
+
+
+# Free space under which an I/O error SQLite cannot explain is taken for a full disk.
+_NEARLY_FULL = 16 << 20
+_OS_ERROR = re.compile(r"os error (\d+)")  # how LanceDB (Rust) reports an errno
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_REMEDY = {
+    "full": "Free space on that disk (or give --index-dir a folder on another one) and run the "
+            "command again: it resumes where it stopped, and nothing already indexed is lost",
+    "read-only": "Canopy writes its lock, database and search tables there: make the folder "
+                 "writable, or give --index-dir a writable folder",
+    "denied": "Give the user running canopy write permission on the index folder, or give "
+              "--index-dir a folder it may write",
+    "locked": "Another process holds the index database locked: let it finish (or stop it), "
+              "then run the command again",
+    "nolock": "The file system of the index folder does not support file locks: give "
+              "--index-dir a folder on a local disk",
+}
+_PROBLEM = {
+    "full": "no space left on the disk holding the index folder",
+    "read-only": "the index folder is on a read-only file system",
+    "denied": "permission denied writing to the index folder",
+    "locked": "the index database stayed locked by another process past the wait for it",
+    "nolock": "file locks are not supported in the index folder",
+}
+
+
+def _existing(path: Path) -> Path:
+    """`path` or its nearest ancestor that exists (a folder a failed run did not create)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _read_only(path: Path) -> bool:
+    where = _existing(path)
+    try:
+        return bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # Windows has no statvfs
+        return not os.access(where, os.W_OK)
+
+
+def _nearly_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(_existing(path)).free < _NEARLY_FULL
+    except OSError:
+        return False
+
+
+def _kind_of(exc: BaseException, index_dir: Path) -> str | None:
+    """What kept a write to `index_dir` from happening, if it is not damage (see module doc)."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None and not isinstance(exc, sqlite3.Error):
+        m = _OS_ERROR.search(str(exc))  # LanceDB: "No space left on device (os error 28)"
+        code = int(m.group(1)) if m else None
+    if code in _FULL:
+        return "full"
+    if code == errno.EROFS:
+        return "read-only"
+    if code in (errno.EACCES, errno.EPERM):
+        return "read-only" if _read_only(index_dir) else "denied"
+    if code == errno.ENOLCK:
+        return "nolock"
+    if isinstance(exc, sqlite3.Error):
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name.startswith("SQLITE_FULL"):
+            return "full"
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return "locked"
+        if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_PERM")):
+            # SQLite says "I/O error" or "unable to open" for what the file system refused
+            if _read_only(index_dir):
+                return "read-only"
+            if _nearly_full(index_dir):
+                return "full"
+            if name.startswith(("SQLITE_READONLY", "SQLITE_PERM")):
+                return "denied"
+    return None
+
+
+def write_failure(exc: BaseException, index_dir: Path) -> IndexUnwritable | None:
+    """The IndexUnwritable that `exc` means for `index_dir` (disk full, read-only, no
+    permission, locked by another process), or None: `exc` is something else (damage, or a
+    bug), to be handled as it was."""
+    if isinstance(exc, IndexUnwritable):
+        return exc
+    kind = _kind_of(exc, Path(index_dir))
+    if kind is None:
+        return None
+    return IndexUnwritable(_PROBLEM[kind], str(Path(index_dir)), _REMEDY[kind])
+
+
+@contextmanager
+def writes_to(index_dir: Path) -> Iterator[None]:
+    """Within the block, an error that `write_failure` recognizes for `index_dir` becomes that
+    IndexUnwritable (one line naming the folder and what to do; the library's own text goes to
+    the log); every other error passes as it is."""
+    try:
+        yield
+    except (OSError, sqlite3.Error, RuntimeError, ValueError) as exc:
+        failure = write_failure(exc, index_dir)
+        if failure is None:
+            raise
+        log.info("writing the index at %s failed: %s: %s", index_dir, type(exc).__name__, exc)
+        raise failure from None
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -74,23 +192,50 @@ class DatabaseFacts:
     revoking: bool  # a revocation committed and its regeneration has not (search rows differ)
 
 
+def never_written(index_dir: Path) -> bool:
+    """Whether the index folder holds an empty database file and nothing else of an index (no
+    search tables, no write-ahead log): a first build that stopped before SQLite wrote its
+    first page (a full disk), not an index that lost its database."""
+    index_dir = Path(index_dir)
+    try:
+        if (index_dir / DB_NAME).stat().st_size != 0:
+            return False
+        wal = index_dir / f"{DB_NAME}-wal"
+        if wal.exists() and wal.stat().st_size > 0:
+            return False
+    except OSError:
+        return False
+    lance = index_dir / LANCE_DIR
+    return not (lance.is_dir() and any(lance.iterdir()))
+
+
 def check_database(index_dir: Path, *, thorough: bool = False) -> DatabaseFacts | str:
     """The facts of a readable database, or why it cannot be read. `thorough` adds
-    `PRAGMA quick_check` (reads every page)."""
+    `PRAGMA quick_check` (reads every page). An empty file that `never_written` explains is a
+    database at generation 0."""
     path = Path(index_dir) / DB_NAME
     try:
         if path.stat().st_size == 0:
+            if never_written(index_dir):
+                return DatabaseFacts(0, {}, dict.fromkeys(("documents", *_COUNTED.values()), 0),
+                                     False)
             return "its database file is empty"
     except FileNotFoundError:
         return "its database file is missing"
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
     except sqlite3.Error as exc:
+        failure = write_failure(exc, index_dir)
+        if failure is not None:
+            raise failure from None
         log.info("cannot open the index database: %s", exc)
         return "its database cannot be read"
     try:
         return _facts(db, thorough)
     except sqlite3.OperationalError as exc:
+        failure = write_failure(exc, index_dir)  # a read-only folder, a full disk: not damage
+        if failure is not None:
+            raise failure from None
         if is_corruption(exc):
             log.info("the index database is damaged: %s", exc)
             return "its database cannot be read"

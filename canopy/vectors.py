@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from canopy.errors import IndexDamaged
+from canopy.health import write_failure
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -242,7 +243,8 @@ class VectorStore:
                 t.checkout(version)
         except Exception as exc:  # lancedb raises RuntimeError/ValueError/OSError with paths
             log.info("search table %s cannot be opened at version %d: %s", name, version, exc)
-            raise IndexDamaged("a search table cannot be opened at its committed version") from None
+            raise (write_failure(exc, self.path.parent) or IndexDamaged(
+                "a search table cannot be opened at its committed version")) from None
         if t is None:
             log.info("search table %s is missing from %s", name, self.path)
             raise IndexDamaged("a search table is missing")
@@ -258,7 +260,9 @@ class VectorStore:
         for name in TABLES:
             version = versions.get(name)
             if version is None:
-                if self._table(name) is not None:
+                # (dropped by name, not opened: a creation a full disk stopped leaves a table
+                # LanceDB lists but cannot open)
+                if name in self._db.list_tables().tables:
                     self._db.drop_table(name)
                 continue
             t = self._table(name)
@@ -269,11 +273,11 @@ class VectorStore:
             if t.version != version:
                 try:
                     t.restore(version)
-                except Exception as exc:
+                except Exception as exc:  # restoring writes a manifest: a full disk is no damage
                     log.info("search table %s cannot be restored to version %d: %s",
                                 name, version, exc)
-                    raise IndexDamaged("a search table cannot be opened at its committed "
-                                       "version") from None
+                    raise (write_failure(exc, self.path.parent) or IndexDamaged(
+                        "a search table cannot be opened at its committed version")) from None
 
     def clear(self) -> None:
         """Empty every table before this writer's first write to it (a full rebuild). Rows are

@@ -64,7 +64,9 @@ class Watcher:
     """Runs `apply()` after file activity settles (`debounce` s of quiet, at most `max_wait` s).
 
     `apply` returns any summary object; it is logged. Exceptions from it are logged and the
-    watcher keeps going (the next batch retries: the pipeline resumes from stored work).
+    watcher keeps going: the failed batch is tried again `retry_s` later (doubling up to
+    `max_retry_s` while it keeps failing), or sooner with the next change, and the pipeline
+    resumes from stored work (a full disk freed meanwhile needs no edit to be caught up).
 
     `idle(busy)`, if given, is the background work of a quiet watcher (tidying the search
     tables): it runs after each applied batch once nothing is pending, and every `idle_every`
@@ -81,6 +83,8 @@ class Watcher:
         on_applied: Callable[[set[Path], Any], None] | None = None,
         idle: Callable[[Callable[[], bool]], Any] | None = None,
         idle_every: float = 600.0,
+        retry_s: float = 5.0,
+        max_retry_s: float = 300.0,
     ) -> None:
         self.docs_dir = docs_dir
         self.index_dir = index_dir
@@ -91,6 +95,10 @@ class Watcher:
         self.idle = idle
         self.idle_every = idle_every
         self._idle_at = time.monotonic() + idle_every
+        self.retry_s = retry_s
+        self.max_retry_s = max_retry_s
+        self._retry = retry_s  # the wait before retrying a failed batch (doubles)
+        self._not_before = 0.0  # a failed batch is not retried before then (a change is)
         self._pending: set[Path] = set()
         self._first = 0.0
         self._last = 0.0
@@ -107,6 +115,7 @@ class Watcher:
                 self._first = now
             self._pending.add(path)
             self._last = now
+            self._not_before = 0.0  # a change is applied at once, a failed batch with it
             self._cv.notify()
 
     def start(self) -> Watcher:
@@ -129,7 +138,8 @@ class Watcher:
             while not self._stop.is_set():
                 now = time.monotonic()
                 if self._pending:
-                    due = min(self._last + self.debounce, self._first + self.max_wait)
+                    due = max(self._not_before,
+                              min(self._last + self.debounce, self._first + self.max_wait))
                     if now >= due:
                         batch, self._pending = self._pending, set()
                         return batch
@@ -139,6 +149,16 @@ class Watcher:
                 else:
                     self._cv.wait(timeout=0.5)
             return None
+
+    def _again(self, batch: set[Path]) -> None:
+        """Queue a failed batch again, to be retried after the current wait (then doubled)."""
+        with self._cv:
+            now = time.monotonic()
+            if not self._pending:
+                self._first = self._last = now
+            self._pending |= batch
+            self._not_before = now + self._retry
+            self._retry = min(self._retry * 2, self.max_retry_s)
 
     def _busy(self) -> bool:
         return bool(self._pending) or self._stop.is_set()
@@ -155,15 +175,17 @@ class Watcher:
                 continue
             try:
                 result = self.apply()
-            except CanopyError as exc:  # written for people (e.g. a damaged index): no traceback
-                log.error("update after %d changed path(s) failed: %s", len(batch), exc)
+            except CanopyError as exc:  # written for people (e.g. a full disk): no traceback
+                log.error("update after %d changed path(s) failed: %s (retrying in %.0f s)",
+                          len(batch), exc, self._retry)
+                self._again(batch)
                 continue
             except Exception:
-                log.exception(
-                    "update after %d changed path(s) failed; will retry on the next change",
-                    len(batch),
-                )
+                log.exception("update after %d changed path(s) failed; retrying in %.0f s",
+                              len(batch), self._retry)
+                self._again(batch)
                 continue
+            self._retry = self.retry_s
             self.batches += 1
             self._idle_at = time.monotonic()  # tidy once the changes stop
             if self.on_applied:

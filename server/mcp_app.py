@@ -42,6 +42,7 @@ from canopy.errors import (
     EndpointUnavailable,
     IndexDamaged,
     IndexMissing,
+    IndexUnwritable,
     InvalidArgument,
     NotFound,
     ProviderError,
@@ -146,6 +147,13 @@ def damaged_message(exc: IndexDamaged) -> str:
             "rebuilt. Tell the operator to run `canopy index --full` on the documents folder.")
 
 
+def unwritable_message(exc: IndexUnwritable) -> str:
+    """What an agent reads when the index folder cannot be used (a full disk, a read-only
+    folder): the problem without its path (the server log has it), and who can fix it."""
+    return (f"Canopy cannot use its index right now ({exc.problem}). Tell the operator: the "
+            "server log names the folder and what to do.")
+
+
 def _result(model: BaseModel, text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=model.model_dump(mode="json"))
@@ -210,6 +218,9 @@ class _Gateway:
         except IndexDamaged as exc:
             log.error("%s: %s", tool, exc)
             raise ToolFailure(damaged_message(exc), "unavailable") from None
+        except IndexUnwritable as exc:  # the log names the folder; the agent is told the kind
+            log.error("%s: %s", tool, exc)
+            raise ToolFailure(unwritable_message(exc), "unavailable") from None
         except _FORWARDED as exc:
             raise ToolFailure(str(exc), _kind(exc)) from None
         except ProviderError:  # its text may quote model output: keep it in the log
@@ -227,6 +238,9 @@ class _Gateway:
         except IndexDamaged as exc:
             log.error("reading %s: %s", uri, exc)
             raise ResourceFailure(damaged_message(exc), "unavailable") from None
+        except IndexUnwritable as exc:
+            log.error("reading %s: %s", uri, exc)
+            raise ResourceFailure(unwritable_message(exc), "unavailable") from None
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from None
         except _FORWARDED as exc:

@@ -43,6 +43,7 @@ from canopy.health import (
     check_search_tables,
     quarantine,
     raise_if_damaged,
+    writes_to,
 )
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.pipeline import IndexResult, Progress, run_index
@@ -77,7 +78,7 @@ class Workspace:
         try:
             return Store(self.index_dir)
         except IndexDamaged as exc:
-            raise exc.for_docs(self.docs_dir) from None
+            raise exc.for_docs(self.docs_dir, self.index_dir) from None
 
 
 def open_workspace(docs_dir: Path, index_dir: Path | None = None, config: Path | None = None,
@@ -103,10 +104,11 @@ def writer_lock(index_dir: Path, *, wait: bool = True) -> Iterator[bool]:
     (`writer_waiting`). With `wait=False` a busy lock yields False at once instead (the caller
     leaves the work to the writer that holds it). OS file locks (filelock: flock on POSIX,
     LockFileEx on Windows): a crashed writer holds nothing."""
-    index_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(index_dir / "write.lock")
     try:
-        lock.acquire(timeout=0)
+        with writes_to(index_dir):  # a read-only folder, a full disk: one line, not OSError
+            index_dir.mkdir(parents=True, exist_ok=True)
+            lock.acquire(timeout=0)
     except Timeout:
         if not wait:
             yield False
@@ -154,13 +156,15 @@ def build_index(
     provider's CPU work fan out to (`canopy.distributed.connect_ray`; the caller closes it);
     what the cluster did is in `stats["ray"]`."""
     limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
-    with writer_lock(ws.index_dir):
+    # A full disk, a read-only folder: one line naming the folder and what to do (it resumes
+    # when run again), never "damaged" (canopy.health.write_failure).
+    with writes_to(ws.index_dir), writer_lock(ws.index_dir):
         if not full:
             _require_intact(ws)
             try:
                 result = _build(ws, full, progress, tidy, on_revoked, on_plan, ray)
             except IndexDamaged as exc:
-                raise exc.for_docs(ws.docs_dir) from None
+                raise exc.for_docs(ws.docs_dir, ws.index_dir) from None
         else:
             recovered = _set_aside_damage(ws)
             try:
@@ -186,7 +190,7 @@ def _require_intact(ws: Workspace) -> None:
     try:
         raise_if_damaged(ws.index_dir)
     except IndexDamaged as exc:
-        raise exc.for_docs(ws.docs_dir) from None
+        raise exc.for_docs(ws.docs_dir, ws.index_dir) from None
 
 
 def _set_aside_damage(ws: Workspace) -> str | None:

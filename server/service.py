@@ -174,11 +174,11 @@ class CanopyService:
         self.ws = ws
         self._warming: threading.Thread | None = None
         try:
-            with damage_as_index_damaged():
+            with damage_as_index_damaged(ws.index_dir):
                 self._open(ws, config, loops or call_loops(cache_share),
                            max(1, cache_share), warm)
         except IndexDamaged as exc:
-            raise exc.for_docs(ws.docs_dir) from None
+            raise exc.for_docs(ws.docs_dir, ws.index_dir) from None
         finally:
             if self._warming is not None:  # the first caller then finds the indexes loaded
                 self._warming.join()
@@ -232,7 +232,7 @@ class CanopyService:
                         len(stale), stale[0])
         damage = self.search_damage()
         if damage is not None:
-            log.error("%s", IndexDamaged(damage, str(ws.docs_dir)))
+            log.error("%s", IndexDamaged(damage).for_docs(ws.docs_dir, ws.index_dir))
 
     def search_damage(self) -> str | None:
         """Why the committed search tables cannot be read, judged from their files (None:
@@ -258,10 +258,10 @@ class CanopyService:
         committed generation, on this thread. A damaged index, found while the context is open,
         raises IndexDamaged naming the documents folder."""
         try:
-            with damage_as_index_damaged(), self._context(who, progress) as ctx:
+            with damage_as_index_damaged(self.ws.index_dir), self._context(who, progress) as ctx:
                 yield ctx
         except IndexDamaged as exc:
-            raise exc.for_docs(self.ws.docs_dir) from None
+            raise exc.for_docs(self.ws.docs_dir, self.ws.index_dir) from None
 
     @contextmanager
     def _context(self, who: str | Principal | None,

@@ -78,8 +78,10 @@ def assert_one_line_saying_damaged(done: Result, root: Path) -> None:
     assert done.exit_code == 1, done.output
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert "damaged" in lines[0] and f"canopy index --full {root / 'docs'}" in lines[0]
-    assert "Traceback" not in done.output and str(root / "index") not in done.output
+    # the index folder, and the exact command: with --index-dir, since it is not DOCS/.canopy
+    assert f"The index at {root / 'index'} is damaged" in lines[0]
+    assert f"canopy index --full {root / 'docs'} --index-dir {root / 'index'}`" in lines[0]
+    assert "Traceback" not in done.output and f"{root / 'index'}/" not in done.output
     assert "lance" not in done.output and "sqlite" not in done.output.lower()
 
 

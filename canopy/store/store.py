@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from canopy.errors import IndexDamaged
-from canopy.health import DB_NAME, is_corruption
+from canopy.health import DB_NAME, is_corruption, never_written, write_failure, writes_to
 from canopy.model import Extraction, Skip, UnitFailure
 from canopy.store.instances import extraction_rows
 from canopy.store.pages import zero_left_behind
@@ -62,11 +62,17 @@ def connect(path: Path, cache_kib: int = 8192) -> sqlite3.Connection:
 
 
 @contextmanager
-def damage_as_index_damaged() -> Iterator[None]:
-    """SQLite's "the file is damaged" errors become IndexDamaged (the raw text goes to the log)."""
+def damage_as_index_damaged(index_dir: Path | None = None) -> Iterator[None]:
+    """SQLite's "the file is damaged" errors become IndexDamaged (the raw text goes to the log).
+    With `index_dir`, what the folder did (a full disk, a read-only file system, no permission:
+    SQLite reports some of these as I/O errors too) becomes IndexUnwritable instead."""
     try:
         yield
     except sqlite3.DatabaseError as exc:
+        failure = write_failure(exc, index_dir) if index_dir is not None else None
+        if failure is not None:
+            log.info("the index database at %s cannot be written: %s", index_dir, exc)
+            raise failure from None
         if not is_corruption(exc):
             raise
         log.info("the index database is damaged: %s", exc)
@@ -121,11 +127,14 @@ class Store:
 
     def __init__(self, index_dir: Path) -> None:
         self.index_dir = Path(index_dir)
-        self.index_dir.mkdir(parents=True, exist_ok=True)
+        with writes_to(self.index_dir):
+            self.index_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.index_dir / DB_NAME
-        if self.path.exists() and self.path.stat().st_size == 0:
+        if self.path.exists() and self.path.stat().st_size == 0 and not never_written(
+                self.index_dir):
             # SQLite would take an empty file for a new database and build an empty index in
-            # it, hiding that the real one was lost.
+            # it, hiding that the real one was lost. (An empty file with nothing else beside it
+            # is a first build that stopped before its first write, e.g. on a full disk.)
             raise IndexDamaged("its database file is empty")
         self._lock = threading.RLock()
         # Responses cached but not yet written (`batch_cache_writes`): one transaction per
@@ -134,7 +143,7 @@ class Store:
         self._cache_batch = 0
         self._readers: list[sqlite3.Connection] = []
         self._idle: list[sqlite3.Connection] = []
-        with damage_as_index_damaged():
+        with damage_as_index_damaged(self.index_dir), writes_to(self.index_dir):
             self._db = connect(self.path, cache_kib=32768)  # the writer's: 32 MB of page cache
             try:
                 with self._lock:

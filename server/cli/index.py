@@ -281,4 +281,4 @@ def _check_health(index_dir: Path, docs: Path, *, thorough: bool) -> None:
     try:
         raise_if_damaged(index_dir, thorough=thorough)
     except IndexDamaged as exc:
-        raise exc.for_docs(docs) from None
+        raise exc.for_docs(docs, index_dir) from None
