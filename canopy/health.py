@@ -34,6 +34,7 @@ import re
 import shutil
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -288,6 +289,36 @@ def _files(table: Path) -> Iterator[Path]:
                 yield Path(root, name)
 
 
+def _committed_files(table: Path, manifest: Path) -> Iterator[Path]:
+    """The files of `table` its committed version (`manifest`) may read. A write that failed
+    (a full disk) leaves a partial file of a version that was never committed, which the next
+    writer rolls back: that is no damage. A data file belongs when the manifest names it, an
+    index when the manifest holds its id; other manifests never do; any other file (deletion
+    vectors, which the manifest records by number) when it is no newer than the manifest."""
+    body = manifest.read_bytes()
+    made = manifest.stat().st_mtime_ns
+    for path in _files(table):
+        part = path.relative_to(table).parts
+        if part[0] == "data":
+            if path.name.encode() in body:
+                yield path
+        elif part[0] == "_indices" and len(part) > 2:
+            try:
+                if uuid.UUID(part[1]).bytes in body:
+                    yield path
+            except ValueError:
+                yield path
+        elif part[0] == "_versions":
+            if path == manifest:
+                yield path
+        else:
+            try:
+                if path.stat().st_mtime_ns <= made:
+                    yield path
+            except FileNotFoundError:  # removed by a concurrent cleanup
+                continue
+
+
 def _intact(path: Path) -> bool:
     magic = _MAGIC[path.suffix]
     try:
@@ -311,9 +342,10 @@ def check_search_files(index_dir: Path, versions: dict[str, int]) -> str | None:
         table = lance / f"{name}.lance"
         if not table.is_dir():
             return "a search table is missing"
-        if _manifest(table, version) is None:
+        manifest = _manifest(table, version)
+        if manifest is None:
             return "a search table lacks its committed version"
-        if not all(_intact(path) for path in _files(table)):
+        if not all(_intact(path) for path in _committed_files(table, manifest)):
             return "a search table's files are truncated"
     return None
 

@@ -224,3 +224,24 @@ def test_the_watcher_retries_a_failed_batch_without_another_change(tmp_path: Pat
         watcher.stop()
     assert len(calls) == 3
     assert calls[2] - calls[1] >= calls[1] - calls[0] >= 0.2  # waits, doubling
+
+
+def test_a_partial_file_of_a_write_that_never_committed_is_no_damage(docs: Path,
+                                                                     tmp_path: Path) -> None:
+    """A full disk can stop LanceDB mid-file: the partial data file belongs to a version the
+    index never committed (the next writer rolls the table back). It read as "a search
+    table's files are truncated ... damaged"; a truncated file of the committed version still
+    does (tests/test_recovery.py)."""
+    import uuid
+
+    index_dir = tmp_path / "index"
+    build_index(open_workspace(docs, index_dir=index_dir))
+    table = index_dir / "lance" / "text_units.lance"
+    (table / "data" / f"{uuid.uuid4().hex}.lance").write_bytes(b"LANC" + b"\0" * 500)
+    partial_index = table / "_indices" / str(uuid.uuid4())
+    partial_index.mkdir(parents=True)
+    (partial_index / "part_0_docs.lance").write_bytes(b"\0" * 300)
+    assert canopy(docs, index_dir, "status", "--check").exit_code == 0
+    (docs / "projects" / "tern.md").unlink()
+    done = canopy(docs, index_dir, "index")
+    assert done.exit_code == 0, done.output
