@@ -195,6 +195,10 @@ class _Endpoint:
             return _error(404, "not_found", f"Unknown tool: {name}")  # the SDK's words
         try:
             arguments = json.loads(body) if body.strip() else {}
+        except RecursionError:  # nested deeper than the parser's stack (issue 30, finding 6)
+            return _error(400, "invalid_request",
+                          f"the request body is nested too deeply: the arguments of {name} "
+                          "are a flat JSON object")
         except ValueError:
             arguments = None
         if not isinstance(arguments, dict):

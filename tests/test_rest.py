@@ -89,12 +89,16 @@ def multi_tenant(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def served(multi_tenant: tuple[Path, Path],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the `served` server writes its log."""
+    return tmp_path_factory.mktemp("rest-log") / "server.log"
+
+
+@pytest.fixture(scope="module")
+def served(multi_tenant: tuple[Path, Path], server_log: Path) -> Iterator[str]:
     """`canopy serve --http` with the example's bearer tokens; yields the base URL."""
     docs, index_dir = multi_tenant
-    log_path = tmp_path_factory.mktemp("rest-log") / "server.log"
-    with offline_env(), canopy_serve_http(docs, index_dir, log_path) as url:
+    with offline_env(), canopy_serve_http(docs, index_dir, server_log) as url:
         yield url.removesuffix("/mcp")
 
 
@@ -233,6 +237,31 @@ async def test_a_body_that_is_not_json_arguments_is_400_and_a_foreign_host_421(
     assert rebound.status_code == 421 and rebound.json()["error"] == "invalid_request"
     assert no_body.status_code == 200 and no_body.json()["documents"] == DOCUMENTS["bob"]
     assert wrong_method.status_code == 405
+
+
+@pytest.mark.parametrize("depth", [100_000, 3_000, 900])
+async def test_a_deeply_nested_body_is_a_400_or_422_and_no_traceback(
+        served: str, server_log: Path, depth: int) -> None:
+    """Issue 30, finding 6: a body nested 100,000 deep got a 500 and a RecursionError
+    traceback in the log (MCP answered cleanly). Too deep to parse: 400; parsed but not the
+    arguments' shape: 422, as any wrong argument; deep in an argument the tool does not take:
+    ignored, as over MCP."""
+    deep = b"[" * depth + b"]" * depth
+    parses = depth < 1000  # within the JSON parser's stack
+    async with httpx2.AsyncClient(timeout=60, headers=bearer("bob")) as http:
+        url = f"{served}{API_PREFIX}/local_search"
+        got = [await http.post(url, content=body, headers={"Content-Type": "application/json"})
+               for body in (deep, b'{"query": ' + deep + b"}",
+                            b'{"query": "x", "filters": ' + deep + b"}")]
+        after = await http.post(f"{served}{API_PREFIX}/index_status")
+    expected = [400, 422, 200] if parses else [400, 400, 400]
+    assert [r.status_code for r in got] == expected, [r.text[:200] for r in got]
+    for r in got[:2] if parses else got:
+        assert r.json()["error"] in ("invalid_request", "invalid_argument")
+        assert len(r.text) < 2000  # the rejected value is not echoed back
+    assert after.status_code == 200
+    log_text = server_log.read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in log_text and "RecursionError" not in log_text
 
 
 # ---- the OpenAPI document ----------------------------------------------------------------------
