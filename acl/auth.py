@@ -128,8 +128,11 @@ class JwtVerifier:
         scopes = claims.get("scope", claims.get("scp", []))
         scopes = scopes.split() if isinstance(scopes, str) else [str(s) for s in scopes or []]
         client = claims.get("client_id") or claims.get("azp") or principal
+        # The SDK's bearer middleware refuses a token whose `expires_at` has passed, with no
+        # leeway of its own: it gets the moment the leeway ends (issue 30, finding 7).
         return AccessToken(token=token, client_id=str(client), subject=principal, scopes=scopes,
-                           expires_at=int(claims["exp"]), claims={"iss": claims["iss"]})
+                           expires_at=int(claims["exp"] + self.leeway_s),
+                           claims={"iss": claims["iss"]})
 
     async def verify_token(self, token: str) -> AccessToken | None:
         if self._jwks is not None:  # may fetch the key set over the network: off the event loop

@@ -272,7 +272,8 @@ async def test_a_valid_rs256_jwt_names_its_principal(rsa_key: rsa.RSAPrivateKey)
     found = await rs_verifier(rsa_key).verify_token(token)
     assert found is not None
     assert found.subject == "alice" and found.scopes == ["read", "search"]
-    assert found.expires_at == jwt.decode(token, options={"verify_signature": False})["exp"]
+    # accepted until its expiry plus the leeway (30 s by default), as the SDK reads expires_at
+    assert found.expires_at == jwt.decode(token, options={"verify_signature": False})["exp"] + 30
     assert found.claims == {"iss": ISSUER}
 
 
@@ -568,6 +569,14 @@ async def test_a_jwt_caller_over_http_is_identified_by_its_claim(
         assert (
             await post_initialize(url, {"Authorization": f"Bearer {expired}"})
         ).status_code == 401
+        # Issue 30, finding 7: within `[auth] jwt_leeway_s` (30 s) of its expiry a token is
+        # still accepted end to end (the SDK's middleware checked expiry with no leeway).
+        skewed = jwt.encode(claims(sub="carol", exp=int(time.time()) - 10), HS_KEY,
+                            algorithm="HS256")
+        assert await documents_seen(url, skewed) == DOCUMENTS["carol"]
+        past = jwt.encode(claims(sub="carol", exp=int(time.time()) - 45), HS_KEY,
+                          algorithm="HS256")
+        assert (await post_initialize(url, {"Authorization": f"Bearer {past}"})).status_code == 401
         assert (
             await post_initialize(url, {"Authorization": f"Bearer {unsigned()}"})
         ).status_code == 401
