@@ -211,19 +211,59 @@ class _WorkersConfig(uvicorn.Config):
         return no_delay_listener(super().bind_socket())
 
 
-def serve_in_process(server: MCPServer, host: str, port: int) -> None:
-    """Streamable HTTP at http://host:port/mcp (DNS-rebinding protection on for loopback hosts)."""
-    server.run("streamable-http", host=host, port=port, streamable_http_path=MCP_PATH)
+class _Announcing(uvicorn.Server):
+    """uvicorn's server, telling `on_listening()` once its socket listens (not before: a
+    "listening at" line printed earlier sent clients to a port that refused them)."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self.on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_listening is not None:
+            self.on_listening()
 
 
-def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None) -> None:
+def serve_in_process(server: MCPServer, host: str, port: int, *,
+                     on_listening: Callable[[], None] | None = None) -> None:
+    """Streamable HTTP at http://host:port/mcp (DNS-rebinding protection on for loopback hosts),
+    as the SDK's `server.run("streamable-http")` serves it; `on_listening()` runs once the port
+    accepts connections."""
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    config = uvicorn.Config(app, host=host, port=port,
+                            log_level=server.settings.log_level.lower())
+    _Announcing(config, on_listening).run()
+
+
+def _announce_when_accepting(host: str, port: int, on_listening: Callable[[], None]) -> None:
+    """Call `on_listening()` from a thread once a connection to the port succeeds (the workers
+    listen only once every one of them has opened the index: `wait_for_siblings`; the
+    supervisor's own socket holds the port but never listens, so nothing else answers)."""
+    probe = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+    def wait() -> None:
+        while True:
+            try:
+                with socket.create_connection((probe, port), timeout=1.0):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        on_listening()
+
+    threading.Thread(target=wait, daemon=True, name="canopy-listening").start()
+
+
+def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None,
+             on_listening: Callable[[], None] | None = None) -> None:
     """Serve until interrupted: in this process (one worker), or in `workers` processes.
     `first`: the folder has no index yet; it is built on a thread of this process while
-    the server answers (each worker's slot opens once the build commits)."""
+    the server answers (each worker's slot opens once the build commits). `on_listening()`:
+    called once the port accepts connections."""
     if workers <= 1:
         server, slot = build(spec, first=first)
         try:
-            serve_in_process(server, spec.host, spec.port)
+            serve_in_process(server, spec.host, spec.port, on_listening=on_listening)
         finally:
             slot.close()
         return
@@ -234,7 +274,7 @@ def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None) -
     config = _WorkersConfig("canopy.server.http:create_app", factory=True, host=spec.host,
                             port=spec.port, workers=workers, log_level=spec.log_level)
     try:
-        _supervise(config)
+        _supervise(config, on_listening)
     except KeyboardInterrupt:
         pass
     finally:
@@ -304,11 +344,13 @@ def _bind(config: uvicorn.Config) -> socket.socket:
     return sock
 
 
-def _supervise(config: uvicorn.Config) -> None:
+def _supervise(config: uvicorn.Config, on_listening: Callable[[], None] | None = None) -> None:
     """What `uvicorn.run` does for several workers, each on a listening socket of its own."""
     from uvicorn.supervisors import Multiprocess
 
     sock = _bind(config)
+    if on_listening is not None:  # the port is ours now: whatever answers on it is a worker
+        _announce_when_accepting(config.host, config.port, on_listening)
     if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn 0.50 and older
         Multiprocess(config, target=uvicorn.Server(config).run,  # type: ignore[call-arg]
                      sockets=[sock]).run()

@@ -607,9 +607,13 @@ def test_serve_wires_the_token_file_and_the_insecure_flag_as_asked(
     plain = tmp_path / "plain"
     shutil.copytree(docs, plain, ignore=shutil.ignore_patterns("canopy.toml", ".canopy"))
     calls: list[tuple[Any, str]] = []
-    monkeypatch.setattr(
-        http, "serve_in_process", lambda server, host, port: calls.append((server, host))
-    )
+
+    def serving(server: Any, host: str, port: int, *, on_listening: Any = None) -> None:
+        calls.append((server, host))
+        if on_listening is not None:  # the port "accepts": the banner follows
+            on_listening()
+
+    monkeypatch.setattr(http, "serve_in_process", serving)
     tokens = tmp_path / "t.jsonl"
     add_token(tokens, "alice")
     args = ["serve", str(plain), "--index-dir", str(index_dir), "--http", "--host", "0.0.0.0"]

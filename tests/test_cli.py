@@ -492,3 +492,38 @@ def test_extraction_progress_never_reads_done_before_the_endpoint_cannot_be_reac
     assert "cannot be reached" in done.output.splitlines()[-1]
     units = int(re.search(r"^extract: (\d+) to do$", done.stderr, re.M)[1])  # type: ignore[index]
     assert f"extract: {units}/{units}" not in done.stderr
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_http_says_where_it_listens_once_the_port_accepts(
+        examples_index: Path, tmp_path: Path, workers: int) -> None:
+    """Issue 30, finding 8: `serve --http` printed its address before the port accepted
+    connections (while the service was still opening the index), so a client started on that
+    line was refused. The line now comes once the port accepts: a connection made the moment
+    it appears succeeds."""
+    import os
+    import socket
+
+    from tests.net import free_port
+
+    index = tmp_path / "index"
+    shutil.copytree(examples_index, index)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "canopy.server.cli", "serve", str(EXAMPLES), "--index-dir",
+         str(index), "--http", "--port", str(port), "--workers", str(workers)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("Canopy MCP server for"):
+                with socket.create_connection(("127.0.0.1", port), timeout=2):
+                    pass  # accepted at once
+                assert f"http://127.0.0.1:{port}/mcp" in line
+                break
+        else:
+            pytest.fail(f"serve exited ({proc.wait()}) without saying where it listens")
+    finally:
+        proc.terminate()
+        proc.wait(20)

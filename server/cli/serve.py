@@ -155,10 +155,13 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
 
             how = "bearer tokens required" if verifier is not None else "no authentication"
             procs = f", {workers} processes" if workers > 1 else ""
-            click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp ({how}{procs})"
-                       f"\nREST API at http://{host}:{port}/api/v1 (OpenAPI: /api/v1/openapi.json)",
-                       err=True)
-            click.echo(f"Web view at http://{host}:{port}/ui/", err=True)
+
+            def listening() -> None:  # once the port accepts connections, not before
+                click.echo(f"Canopy MCP server for {docs} at http://{host}:{port}/mcp "
+                           f"({how}{procs})\nREST API at http://{host}:{port}/api/v1 (OpenAPI: "
+                           f"/api/v1/openapi.json)\nWeb view at http://{host}:{port}/ui/",
+                           err=True)
+
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             if level not in ("debug", "info", "warning", "error"):
                 level = "warning"
@@ -167,7 +170,8 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
                                   str(config) if config else None, principal,
                                   str(tokens_file.resolve()) if tokens_file else None, host,
                                   port, level),
-                         workers, first=FirstBuild(ws, after_first_build) if fresh else None)
+                         workers, first=FirstBuild(ws, after_first_build) if fresh else None,
+                         on_listening=listening)
             finally:
                 for w in holder:
                     w.stop()
