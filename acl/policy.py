@@ -5,6 +5,15 @@ path (relative, POSIX) decides its labels; a path no rule matches gets `default`
 readable by a principal holding at least one of its labels; a document with no labels is
 readable by nobody (deny by default). With no `[acl]` section there is no policy: the single local
 user reads everything.
+
+Names are compared in Unicode NFC, so a name stored decomposed (as macOS writes it) is the name
+written composed: every file system that tells them apart at all treats them as one name.
+Letter case (and compatibility forms: full-width letters, ligatures, "ß" and "ss") is
+different: `Finance/` and `finance/` are one folder on macOS and Windows and two on Linux. So
+the index refuses to build when a path would be labelled otherwise if case and compatibility
+forms were ignored (`labels_checked`: a `Finance/` folder under a `finance/**` rule would fall to
+the catch-all), naming the path and the rule; a rule written as the path is spelled (or one
+for each spelling) settles it (issue 30, finding 9).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from wcmatch import glob as wcglob
 from canopy.errors import ConfigError
 from canopy.settings import AclSettings
 
-__all__ = ["Policy", "Principal", "compile_glob"]
+__all__ = ["Policy", "Principal", "compile_glob", "fold"]
 
 _LABEL = re.compile(r"^[A-Za-z0-9_.:@-]+$")
 
@@ -38,6 +47,11 @@ class Principal:
 _GLOB_FLAGS = wcglob.GLOBSTAR | wcglob.DOTGLOB | wcglob.FORCEUNIX
 
 
+def fold(name: str) -> str:
+    """`name` with letter case and Unicode compatibility forms ignored (NFKC, case folding)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFKC", name).casefold())
+
+
 def compile_glob(pattern: str) -> Callable[[str], bool]:
     """A matcher of relative POSIX paths for one rule glob. Both sides are compared in Unicode
     NFC, so a folder name stored decomposed (as macOS writes it) still meets the rule written
@@ -54,18 +68,45 @@ class Policy:
             if not _LABEL.match(label):
                 raise ConfigError(f"invalid ACL label {label!r}: use letters, digits and _ . : @ -")
         self._rules = [(compile_glob(r.glob), tuple(sorted(set(r.labels)))) for r in settings.rules]
+        self._folded = [(compile_glob(fold(r.glob)), labels)
+                        for r, (_, labels) in zip(settings.rules, self._rules, strict=True)]
 
     @property
     def enabled(self) -> bool:
         return self.settings.enabled
 
     def labels_for(self, path: str) -> tuple[str, ...]:
+        return self._decide(self._rules, path)[0]
+
+    def _decide(self, rules: list[tuple[Callable[[str], bool], tuple[str, ...]]],
+                path: str) -> tuple[tuple[str, ...], int | None]:
+        """(labels, index of the deciding rule; None: the default)."""
         if not self.enabled:
-            return ()
-        for matches, labels in self._rules:
+            return (), None
+        for i, (matches, labels) in enumerate(rules):
             if matches(path):
-                return labels
-        return tuple(sorted(set(self.settings.default)))
+                return labels, i
+        return tuple(sorted(set(self.settings.default))), None
+
+    def labels_checked(self, path: str) -> tuple[str, ...]:
+        """`labels_for(path)`, or ConfigError naming the path and the rule when ignoring letter
+        case and compatibility forms would label it otherwise (see the module doc): what the
+        indexer labels documents with."""
+        labels, rule = self._decide(self._rules, path)
+        folded, other = self._decide(self._folded, fold(path))
+        if folded == labels:
+            return labels
+        def name(i: int | None) -> str:
+            if i is None:
+                return "the default"
+            return f"rule {i + 1} (glob {self.settings.rules[i].glob!r})"
+
+        raise ConfigError(
+            f"[acl] {name(other)} would decide the labels of {path!r} if letter case were "
+            f"ignored, as macOS and Windows ignore it, but as spelled {name(rule)} does "
+            f"({list(labels)} instead of {list(folded)}): write the rule as the path is "
+            "spelled, or add a rule for each spelling; nothing is indexed until every path is "
+            "labelled alike either way")
 
     def principal(self, name: str | None) -> Principal:
         """The caller's principal. Unknown names get no labels (they see nothing), which is

@@ -227,7 +227,7 @@ def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
         embedder = make_embedder(ws.settings, ray=ray)
         freeze_imports()  # the SDK they may have imported, out of the GC's way (canopy.collector)
         return asyncio.run(run_index(ws.docs_dir, store, ws.settings, provider, embedder,
-                                     labeler=ws.policy.labels_for, full=full, progress=progress,
+                                     labeler=ws.policy.labels_checked, full=full, progress=progress,
                                      tidy=tidy, on_revoked=on_revoked,
                                      on_plan=on_plan))
     finally:
@@ -252,7 +252,7 @@ def import_graphrag_index(ws: Workspace, output_dir: Path, *,
             provider = make_provider(ws.settings, store)
             embedder = make_embedder(ws.settings)
             return asyncio.run(import_graphrag(out, output_dir, ws.docs_dir, store, ws.settings,
-                                               provider, embedder, labeler=ws.policy.labels_for,
+                                               provider, embedder, labeler=ws.policy.labels_checked,
                                                progress=progress))
         finally:
             store.close()

@@ -8,6 +8,7 @@ Semantics kept from the README: the first matching rule wins, `**` spans any num
 from __future__ import annotations
 
 import unicodedata
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,3 +94,84 @@ def test_a_decomposed_folder_name_meets_a_rule_written_composed() -> None:
     rules = [{"glob": "finanças/**", "labels": ["finance"]}]
     policy = Policy(AclSettings(enabled=True, rules=rules))
     assert policy.labels_for(nfd + "/q3.txt") == ("finance",)
+
+
+# ---- letter case and Unicode forms (issue 30, finding 9) ---------------------------------------
+
+
+def test_a_folder_spelled_in_another_case_than_its_rule_refuses_to_index() -> None:
+    """`Finance/` under a `finance/**` rule fell to the catch-all: on macOS and Windows, where
+    they are one folder, a policy written for one spelling served the other to everyone. The
+    indexer's labels (`labels_checked`) refuse, naming the path and the rule."""
+    import pytest
+
+    from canopy.errors import ConfigError
+
+    policy = finance_policy()
+    assert policy.labels_for("Finance/q3.md") == ("staff",)  # what the rules say as spelled
+    for path in ("Finance/q3.md", "FINANCE/sub/x.txt", "ｆｉｎａｎｃｅ/q3.md"):
+        with pytest.raises(ConfigError) as refused:
+            policy.labels_checked(path)
+        assert repr(path) in str(refused.value) and "'finance/**'" in str(refused.value)
+    assert policy.labels_checked("finance/q3.md") == ("finance",)
+    assert policy.labels_checked("notes/q3.md") == ("staff",)
+    sharp = Policy(AclSettings(enabled=True, default=["staff"], rules=[
+        {"glob": "strasse/**", "labels": ["legal"]}]))
+    with pytest.raises(ConfigError):
+        sharp.labels_checked("Straße/akte.md")
+
+
+def test_a_rule_for_each_spelling_or_the_same_labels_either_way_index() -> None:
+    both = Policy(AclSettings(enabled=True, default=[], rules=[
+        {"glob": "finance/**", "labels": ["finance"]},
+        {"glob": "Finance/**", "labels": ["finance"]},
+        {"glob": "**", "labels": ["staff"]},
+    ]))
+    assert both.labels_checked("Finance/q3.md") == ("finance",)
+    same = Policy(AclSettings(enabled=True, default=["staff"], rules=[
+        {"glob": "public/**", "labels": ["staff"]}]))
+    assert same.labels_checked("Public/a.md") == ("staff",)  # labelled alike either way
+    nfd = unicodedata.normalize("NFD", "finanças")
+    composed = Policy(AclSettings(enabled=True, rules=[
+        {"glob": "finanças/**", "labels": ["finance"]}]))
+    assert composed.labels_checked(nfd + "/q3.txt") == ("finance",)  # one name in NFC
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(COMPONENT, min_size=1, max_size=4),
+       st.sampled_from(["finance", "Finance", "FINANCE", "fInance", "ｆｉｎａｎｃｅ", "finance2"]))
+def test_the_indexers_labels_are_the_rules_or_a_refusal(parts: list[str], top: str) -> None:
+    """Whatever the path: the labels the rules give it as spelled, or a refusal when its case
+    or compatibility form would change them, never a third answer."""
+    import pytest
+
+    from canopy.errors import ConfigError
+
+    path = "/".join([top, *parts])
+    policy = finance_policy()
+    if top in ("finance", "finance2"):
+        assert policy.labels_checked(path) == policy.labels_for(path)
+    else:
+        with pytest.raises(ConfigError):
+            policy.labels_checked(path)
+
+
+def test_canopy_index_refuses_a_case_ambiguous_policy_in_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from canopy.health import check_database
+    from canopy.server.cli import main
+
+    docs = tmp_path / "docs"
+    (docs / "Finance").mkdir(parents=True)
+    (docs / "Finance" / "q3.md").write_text("Q3 revenue fell.", encoding="utf-8")
+    (docs / "notes.md").write_text("Lunch is at noon.", encoding="utf-8")
+    (docs / "canopy.toml").write_text(
+        '[acl]\ndefault = ["staff"]\n[[acl.rules]]\nglob = "finance/**"\nlabels = ["finance"]\n',
+        encoding="utf-8")
+    done = CliRunner().invoke(main, ["index", str(docs), "--index-dir", str(tmp_path / "idx")])
+    assert done.exit_code == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'Finance/q3.md'" in lines[0] and "'finance/**'" in lines[0]
+    facts = check_database(tmp_path / "idx")
+    assert not isinstance(facts, str) and facts.generation == 0  # nothing indexed
