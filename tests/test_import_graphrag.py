@@ -14,6 +14,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -359,3 +360,133 @@ def test_edit_then_index_rederives_the_edited_units_claims_and_keeps_the_others(
         assert any(normalize_name(names[c.subject]) == "ingrid vasquez" for c in new)
     else:
         assert new == []
+
+
+# ---- crafted output folders (issue 30) -------------------------------------------------------
+
+CANARY = "CANARY-gr-51f0"
+
+
+def _rewrite(out: Path, table: str, column: str, fn: Any) -> None:
+    """Rewrite one column of `out/table.parquet` as fn(value, row) of each row."""
+    import pyarrow as pa
+
+    t = pq.read_table(out / f"{table}.parquet")
+    rows = t.to_pylist()
+    values = [fn(r[column], r) for r in rows]
+    t = t.set_column(t.schema.get_field_index(column), column, pa.array(values))
+    pq.write_table(t, out / f"{table}.parquet")
+
+
+def _restricted_names(out: Path) -> tuple[set[str], set[str]]:
+    """(GraphRAG entity ids, unit ids) known only from the supplier profile."""
+    docs = pq.read_table(out / "documents.parquet").to_pylist()
+    helio = {d["id"] for d in docs if "helio" in str(d["title"])}
+    units = {u["id"] for u in pq.read_table(out / "text_units.parquet").to_pylist()
+             if u["document_id"] in helio}
+    only = {e["id"] for e in pq.read_table(out / "entities.parquet").to_pylist()
+            if set(e["text_unit_ids"]) <= units}
+    return only, units
+
+
+def test_a_crafted_output_folder_leaks_no_restricted_canary(tmp_path: Path) -> None:
+    """GraphRAG's texts planted with a canary where only the restricted document (the supplier
+    profile) justifies them: an entity known only from it, the reports of communities with such
+    a member; its document and unit ids rewritten as path traversals ("../../../etc/passwd"),
+    its weights and ranks written as numeric strings. The import takes it (ids are never
+    paths), and `staff`, who may not read the supplier profile, meets the canary in no answer,
+    citation or drill_down; `buyer`, who may, does (the check is not vacuous)."""
+    docs = _fresh_docs(tmp_path)
+    (docs / "canopy.toml").write_text(
+        '[acl]\ndefault = ["staff"]\n\n[[acl.rules]]\nglob = "suppliers/**"\n'
+        'labels = ["procurement"]\n\n[acl.principals]\nbuyer = ["staff", "procurement"]\n'
+        'staff = ["staff"]\n', encoding="utf-8")
+    out = tmp_path / "output"
+    shutil.copytree(OUTPUT, out)
+    only, _ = _restricted_names(out)
+    assert only
+    _rewrite(out, "entities", "description",
+             lambda v, r: f"{v} {CANARY} is its code." if r["id"] in only else v)
+    marked = {c["community"] for c in pq.read_table(out / "communities.parquet").to_pylist()
+              if only & set(c["entity_ids"])}
+    _rewrite(out, "community_reports", "summary",
+             lambda v, r: f"{v} The file is {CANARY}." if r["community"] in marked else v)
+    traversal = {d["id"]: f"../../../etc/passwd/{i}" for i, d in
+                 enumerate(pq.read_table(out / "documents.parquet").to_pylist())}
+    _rewrite(out, "documents", "id", lambda v, r: traversal[v])
+    _rewrite(out, "text_units", "document_id", lambda v, r: traversal[v])
+    _rewrite(out, "relationships", "weight", lambda v, r: str(v))
+    _rewrite(out, "community_reports", "rank", lambda v, r: str(v))
+    summary = _import(docs, output=out)
+    assert summary["documents_matched"] == 2
+    assert not (tmp_path / "etc").exists() and not Path("/etc/passwd/0").exists()
+
+    def seen(principal: str) -> str:
+        with offline_env(), Index.open(docs) as ix:
+            results: list[Any] = [
+                ix.global_search("What are the main risks across suppliers and projects?",
+                                 principal=principal),
+                ix.local_search("Which code is Hannah Whitcombe's? Who is she?",
+                                principal=principal),
+                ix.basic_search("the file code of Helio Cells Ltd", principal=principal),
+                ix.search("What is the code of the supplier file?", principal=principal)]
+            roots = ix.drill_down(principal=principal, limit=100)
+            results.append(roots)
+            queue = [c.id for c in roots.children]
+            opened: set[str] = set()
+            while queue:
+                cid = queue.pop()
+                if cid in opened:
+                    continue
+                opened.add(cid)
+                card = ix.drill_down(community_id=cid, principal=principal, limit=100)
+                results.append(card)
+                queue += [c.id for c in card.children]
+                for e in card.entities:
+                    results.append(ix.drill_down(entity=e.name, principal=principal, limit=100))
+        return "\n".join(r.model_dump_json() for r in results)
+
+    assert CANARY in seen("buyer")
+    staff = seen("staff")
+    assert CANARY not in staff
+
+
+@pytest.mark.parametrize(("craft", "expected"), [
+    ("ids_not_a_list", "entities.parquet row 0: text_unit_ids 7 is not a list of ids"),
+    ("weight_not_a_number", "relationships.parquet row 0: weight 'heavy' is not a finite number"),
+    ("weight_nan", "relationships.parquet row 0: weight nan is not a finite number"),
+    ("huge_description", "description holds 5,000,000 characters, more than the 200,000"),
+    ("findings_nested", "findings '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[... is JSON nested too"),
+    ("parent_loop", "a parent is one level up"),
+    ("community_twice", "communities.parquet: community 0 appears twice"),
+])
+def test_a_malformed_output_folder_is_one_line_naming_the_file_row_and_column(
+        tmp_path: Path, craft: str, expected: str) -> None:
+    """Wrong types, a huge field, findings nested 100,000 deep, a parent chain that loops (it
+    made the import grow one list until memory ran out) and a community listed twice: one
+    line naming the file, row and column, nothing written, no traceback."""
+    docs = _fresh_docs(tmp_path)
+    out = tmp_path / "output"
+    shutil.copytree(OUTPUT, out)
+    if craft == "ids_not_a_list":
+        _rewrite(out, "entities", "text_unit_ids", lambda v, r: 7)
+    elif craft == "weight_not_a_number":
+        _rewrite(out, "relationships", "weight", lambda v, r: "heavy")
+    elif craft == "weight_nan":
+        _rewrite(out, "relationships", "weight", lambda v, r: float("nan"))
+    elif craft == "huge_description":
+        first = pq.read_table(out / "entities.parquet").column("id")[0].as_py()
+        _rewrite(out, "entities", "description",
+                 lambda v, r: "A" * 5_000_000 if r["id"] == first else v)
+    elif craft == "findings_nested":
+        _rewrite(out, "community_reports", "findings", lambda v, r: "[" * 100_000 + "]" * 100_000)
+    elif craft == "parent_loop":
+        _rewrite(out, "communities", "parent", lambda v, r: (r["community"] + 1) % 3)
+        _rewrite(out, "communities", "level", lambda v, r: 0)
+    else:
+        _rewrite(out, "communities", "community", lambda v, r: 0)
+    result = CliRunner().invoke(main, ["import-graphrag", str(out), str(docs)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
+    assert expected in result.output and "Traceback" not in result.output
+    assert not (docs / ".canopy").exists()
