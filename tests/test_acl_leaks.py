@@ -564,15 +564,25 @@ def test_between_a_deletion_and_its_regeneration_no_count_includes_deleted_membe
     exist for the caller (not its stored size, which counts members known only through the
     deleted text); the same for a caller who reads everything."""
     docs, index_dir = fresh_copy(leak_index, tmp_path)
-    gone = "restricted/board/zephyr.md"
+    gone = ("restricted/board/zephyr.md", "restricted/board/island.md")
+    # a document whose names occur nowhere else: its communities exist only through its text
+    (docs / gone[1]).write_text(
+        "# Island notes\n\nTobiah Fernweather met Quillon Ashgrove at Marrowhaven Quay. "
+        "Quillon Ashgrove and Tobiah Fernweather founded Brackenmoor Salvage at Marrowhaven "
+        "Quay. Brackenmoor Salvage hired Ysolde Penhallow of Marrowhaven Quay.\n",
+        encoding="utf-8")
+    build_index(open_workspace(docs, index_dir=index_dir))
     svc = service_for(docs, index_dir)
     try:
         before = load_graph(svc.store)
-        dead = {u.id for u in before.units.values() if before.documents[u.document_id].path == gone}
+        dead = {u.id for u in before.units.values() if before.documents[u.document_id].path in gone}
         only_dead = {e.id for e in before.entities.values() if set(e.text_unit_ids) <= dead}
         touched = {c.id for c in before.communities.values() if only_dead & set(c.entity_ids)}
-        assert only_dead and touched
-        (docs / gone).unlink()
+        # communities that exist only through the deleted text: none of them is served at all
+        all_dead = {c.id for c in before.communities.values() if set(c.entity_ids) <= only_dead}
+        assert only_dead and touched and all_dead
+        for path in gone:
+            (docs / path).unlink()
         ws = open_workspace(docs, index_dir=index_dir)
         store = ws.store()
         try:
@@ -592,6 +602,11 @@ def test_between_a_deletion_and_its_regeneration_no_count_includes_deleted_membe
                     assert not only_dead & set(members), (principal, cid)
                     assert reader.visible_size(cid) == len(members), (principal, cid)
                     checked += bool(members)
+                states = reader.community_states(all_dead)
+                assert all(st == State.NONE for st in states.values()), (principal, states)
+                served = reader.community_states(reader.inventory.community_ids())
+                assert reader.served_report_count() == sum(1 for st in served.values() if st)
+                assert not all_dead & {c for c, st in served.items() if st}
 
             async def sizes(who: str = principal) -> dict[str, int]:
                 async with Client(build_server(svc, principal_name=who)) as client:
@@ -602,7 +617,9 @@ def test_between_a_deletion_and_its_regeneration_no_count_includes_deleted_membe
                             out[cid] = got.structured_content["community"]["size"]
                     return out
 
-            for cid, size in asyncio.run(sizes()).items():
+            got = asyncio.run(sizes())
+            assert not all_dead & set(got), principal  # answered like a missing id
+            for cid, size in got.items():
                 with svc.context(principal) as ctx:
                     assert size == len(ctx.reader.members(cid)), (principal, cid)
         assert checked  # some touched community still has members: the check is not vacuous
