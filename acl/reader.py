@@ -290,9 +290,21 @@ class CallerReader:
         for task, u in usage.items():
             self.view_usage.setdefault(task, Usage()).add(u)
 
+    def _live_classes(self, units: Iterable[str]) -> list[str]:
+        """What a stale artifact's view is keyed by besides its gate, which a revocation leaves
+        as it was: `unit:class` of each live unit among these, and which of those classes the
+        caller reads. (Unit ids and the gate's classes the caller reads were not enough: a
+        relabelled unit stays live in a class outside the gate, so a caller who may not read it
+        met the view of one who may, cached under the same key, between the relabel and the
+        regeneration; issue 30.)"""
+        live = self._snap.unit_acl(units)
+        readable = sorted({a for a in live.values() if a in self.caller.readable})
+        return [*(f"{u}:{a}" for u, a in sorted(live.items())),
+                "reads:" + ",".join(map(str, readable))]
+
     async def _entity_view(self, eid: str) -> None:
         row = self.entity_rows([eid])[eid]
-        extra = sorted(self._snap.unit_acl(row.entity.text_unit_ids)) if row.gate.stale else []
+        extra = self._live_classes(row.entity.text_unit_ids) if row.gate.stale else []
         key = view_key("entity", eid, row.hash, row.gate, self.caller.readable,
                        self.views.provider.name, self.views.params, *extra)
 
@@ -332,7 +344,7 @@ class CallerReader:
         ends_rows = self.entity_rows([r.source, r.target])
         extra = [f"{e.hash}:{e.gate.sig}" for e in ends_rows.values()]
         if row.gate.stale:
-            extra += sorted(self._snap.unit_acl(r.text_unit_ids))
+            extra += self._live_classes(r.text_unit_ids)
         key = view_key("relationship", rid, row.hash, row.gate, self.caller.readable,
                        self.views.provider.name, self.views.params, *extra)
 
@@ -365,7 +377,11 @@ class CallerReader:
 
     async def _report_view(self, cid: str) -> None:
         row = self.community_rows([cid])[cid]
-        extra = sorted(self.members(cid)) if row.gate.stale else []
+        extra: list[str] = []
+        if row.gate.stale:  # its visible members, and the classes of their live units
+            members = sorted(self.members(cid))
+            units = {u for e in self.entity_rows(members).values() for u in e.entity.text_unit_ids}
+            extra = members + self._live_classes(units)
         key = view_key("report", cid, row.fingerprint, row.gate, self.caller.readable,
                        self.views.provider.name, self.views.params, *extra)
 

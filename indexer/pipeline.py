@@ -36,7 +36,7 @@ from canopy.indexer.stages.documents import plan_documents, stage_documents
 from canopy.indexer.stages.extraction import extract_units
 from canopy.indexer.stages.graph import stage_graph
 from canopy.indexer.stages.reports import stage_reports
-from canopy.indexer.stages.revocation import pending_revoked, revoke
+from canopy.indexer.stages.revocation import pending_relabelled, pending_revoked, revoke
 from canopy.indexer.stages.vectors import retrain_noted, stage_vectors, tidy_search_tables
 from canopy.lance import import_lancedb
 from canopy.model import Skip, UnitFailure
@@ -151,6 +151,8 @@ async def run_index(
         revoking = snap.meta("revoking") == "1"
         stale = bool(snap.stale_ids("entities") or snap.stale_ids("communities"))
         misfiled = snap.misfiled_documents()
+    # relabelled by a revocation whose regeneration did not commit: restaged by this run
+    unfinished = set(pending_relabelled(store))
     on_disk = {r.document.path: (r.size, r.mtime_ns) for r in previous.values()}
     loaded: list[LoadedDocument] = []
     skips: list[Skip] = []
@@ -171,7 +173,7 @@ async def run_index(
         else:
             skips.append(got)
     plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels),
-                          stats=file_stats, unchanged=unchanged, misfiled=misfiled)
+                          stats=file_stats, unchanged=unchanged, misfiled=misfiled | unfinished)
     if misfiled:
         log.warning("%d documents had text units of another access class than the document's "
                     "(an index written before this release): relabelling them", len(misfiled))
@@ -274,6 +276,7 @@ async def run_index(
             "docs_dir": str(Path(docs_dir).resolve()),
             "revoking": "0",
             "revoked_units": "[]",
+            "relabelled_documents": "[]",
             "settings_fingerprint": fingerprint,
             "ignored_types": ignored_types,
             **hierarchy.meta,

@@ -105,6 +105,7 @@ class Watcher:
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self._observer = Observer()
+        self._observing = False
         self._thread = threading.Thread(target=self._loop, name="canopy-watcher", daemon=True)
         self.batches = 0
 
@@ -118,9 +119,22 @@ class Watcher:
             self._not_before = 0.0  # a change is applied at once, a failed batch with it
             self._cv.notify()
 
-    def start(self) -> Watcher:
-        self._observer.schedule(_Handler(self), str(self.docs_dir), recursive=True)
-        self._observer.start()
+    def observe(self) -> Watcher:
+        """Start recording file activity (not applying it yet): a caller that indexes first and
+        then starts the watcher observes first, so a change made meanwhile is not missed."""
+        if not self._observing:
+            self._observer.schedule(_Handler(self), str(self.docs_dir), recursive=True)
+            self._observer.start()
+            self._observing = True
+        return self
+
+    def start(self, *, catch_up: bool = False) -> Watcher:
+        """Observe (if not yet) and apply batches from now on. `catch_up`: apply one batch
+        first whatever happens, for what changed while nobody watched (a server restarted after
+        it was stopped or killed)."""
+        self.observe()
+        if catch_up:
+            self.notify(self.docs_dir)
         self._thread.start()
         return self
 
@@ -128,9 +142,11 @@ class Watcher:
         self._stop.set()
         with self._cv:
             self._cv.notify()
-        self._observer.stop()
-        self._observer.join(timeout=5)
-        self._thread.join(timeout=30)
+        if self._observing:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
 
     def _next_batch(self) -> set[Path] | None:
         """The next batch of changed paths; an empty set when it is time for `idle`."""

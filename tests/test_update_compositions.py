@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
@@ -110,3 +111,34 @@ def test_a_no_change_run_repairs_units_whose_class_disagrees_with_the_policy(
     check_stored_access(index, corpus.policy, "repaired")
     check_served(corpus.root, index, corpus.policy, "repaired")
     assert build_index(workspace(corpus.root, index)).stats.get("noop")  # and stays repaired
+
+
+def test_a_relabel_interrupted_after_its_revocation_gets_its_search_rows_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The revocation commit drops the search rows of a relabelled document's units; the
+    regeneration writes them with the new class. When it was interrupted (kill -9, a failing
+    endpoint), the next run saw the labels already stored and restaged nothing: the document
+    was never found by search again. The relabelled documents are remembered until the
+    regeneration commits."""
+    import canopy.indexer.pipeline as pipeline
+
+    corpus = Corpus(tmp_path / "docs", 5)
+    index = tmp_path / "index"
+    build_index(workspace(corpus.root, index))
+    moved = next(p for p in corpus.files() if p.startswith("pub/"))
+    corpus.policy = PolicyModel(corpus.policy.folders, ((moved, ("y",)),))
+    corpus.write_policy()
+
+    async def killed(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # the run stops right after its revocation commit
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "stage_graph", killed)
+        with pytest.raises(KeyboardInterrupt):
+            build_index(workspace(corpus.root, index))
+    # revocation first: before any regeneration, the units already carry the new class
+    check_served(corpus.root, index, corpus.policy, "between revocation and regeneration",
+                 complete=False)
+    build_index(workspace(corpus.root, index))
+    check_stored_access(index, corpus.policy, "after the interrupted relabel")
+    check_served(corpus.root, index, corpus.policy, "after the interrupted relabel")

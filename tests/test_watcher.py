@@ -6,6 +6,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from canopy.indexer.watcher import Watcher, is_ignored
 from canopy.server.runtime import build_index, open_workspace
 from canopy.store import Store
@@ -132,3 +134,98 @@ def test_the_watcher_applies_an_edit_while_the_server_keeps_answering(tmp_path: 
         service.close()
     assert seen_edit, "the edit never became visible to queries"
     assert answered > 3
+
+
+def test_kill_9_of_canopy_watch_mid_batch_resumes_loses_nothing_and_leaks_nothing(
+        tmp_path: Path) -> None:
+    """`canopy watch` killed with SIGKILL in the middle of a batch that edits a document,
+    adds a restricted one (a canary), deletes one and edits the policy so that a public
+    document becomes restricted: at the kill nothing is served against the new policy (the
+    relabel committed first); a restarted `canopy watch` resumes, and the index then equals a
+    clean build of the final state, access classes included, and serves every principal only
+    what the policy lets it read."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.compositions import (
+        CHUNKING,
+        Corpus,
+        PolicyModel,
+        canonical_with_access,
+        check_served,
+        check_stored_access,
+        workspace,
+    )
+    from tests.conftest import REPO
+    from tests.fakes.openai_server import FakeOpenAI
+
+    corpus = Corpus(tmp_path / "docs", 7)
+    index = tmp_path / "index"
+    canary = "CANARY-w9-3c1d"
+    with FakeOpenAI() as fake:
+        llm = {"base_url": fake.base_url, "concurrency": 1, "max_retries": 2, "backoff_s": 0.01}
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))},
+               "CANOPY_LLM_BASE_URL": fake.base_url, "CANOPY_LLM__CONCURRENCY": "1",
+               "CANOPY_LLM__MAX_RETRIES": "2", "CANOPY_LLM__BACKOFF_S": "0.01",
+               "CANOPY_EXTRACT__CLAIMS": "true", "CANOPY_EXTRACT__MAX_GLEANINGS": "0",
+               "CANOPY_CHUNKING__CHUNK_TOKENS": str(CHUNKING["chunk_tokens"]),
+               "CANOPY_CHUNKING__OVERLAP_TOKENS": str(CHUNKING["overlap_tokens"]),
+               "CANOPY_STORAGE__TIDY": "inline"}
+
+        def watch() -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                [sys.executable, "-m", "canopy.server.cli", "watch", str(corpus.root),
+                 "--index-dir", str(index), "--debounce", "0.2"],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+        def until_watching(proc: subprocess.Popen[str]) -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if "watching" in line:
+                    return
+            pytest.fail(f"canopy watch exited ({proc.wait()}) before watching")
+
+        proc = watch()
+        try:
+            until_watching(proc)
+            fake.latency = 0.3  # the batch is slow enough to be killed in its middle
+            before = fake.count("extract")
+            # one batch: an edit, a restricted canary document, a deletion, a relabel
+            public = sorted(p for p in corpus.files() if p.startswith("pub/"))
+            corpus.apply(("edit", corpus.files().index(public[0]), 1))
+            (corpus.root / "fx" / "secret.md").write_text(
+                f"# Secret\n\nMaria Okafor filed {canary} with Helio Cells Ltd.\n\n"
+                + "\n\n".join(f"Tomas Reyes signed ledger {canary}-{i} in Porto."
+                              for i in range(6)),
+                encoding="utf-8")
+            (corpus.root / public[1]).unlink()
+            corpus.policy = PolicyModel(corpus.policy.folders, ((public[0], ("x",)),))
+            corpus.write_policy()
+            assert wait_until(lambda: fake.count("extract") >= before + 2, timeout=60), (
+                before, fake.count("extract"), [r.task for r in fake.requests[-5:]])
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            fake.latency = 0.0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        # killed mid-batch: whatever is committed is served by the new policy
+        check_served(corpus.root, index, corpus.policy, "killed mid-batch", complete=False,
+                     llm=llm)
+        proc = watch()
+        try:
+            until_watching(proc)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+        g = check_stored_access(index, corpus.policy, "after the restart")
+        assert any(canary in u.text for u in g.units.values())
+        check_served(corpus.root, index, corpus.policy, "after the restart", llm=llm)
+        fresh = tmp_path / "fresh"
+        from canopy.server.runtime import build_index as build
+
+        build(workspace(corpus.root, fresh, llm=llm))
+        assert canonical_with_access(index) == canonical_with_access(fresh)

@@ -23,7 +23,7 @@ from canopy.store.rows import dump
 from canopy.store.sources import purge
 from canopy.vectors import TABLES, VectorStore, merge_scrub, superseded
 
-__all__ = ["pending_revoked", "revoke"]
+__all__ = ["pending_relabelled", "pending_revoked", "revoke"]
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,18 @@ def pending_revoked(store: Store) -> list[str]:
     return sorted(json.loads(store.get_meta("revoked_units", "[]") or "[]"))
 
 
+def pending_relabelled(store: Store) -> list[str]:
+    """Documents a revocation relabelled whose units the regeneration has not restaged yet
+    (their search rows were dropped with the old class): the next run relabels them again."""
+    return sorted(json.loads(store.get_meta("relabelled_documents", "[]") or "[]"))
+
+
 def revoke(store: Store, plan: DocumentPlan) -> list[str]:
     """Commit the deletions and relabels of `plan` at once; returns the units deleted. They
     are also recorded (meta `revoked_units`) until the regeneration commits: what still derives
     from them (extraction instances, claims, cached responses) goes then, even if this run is
-    interrupted and the next one finishes it."""
+    interrupted and the next one finishes it. So are the relabelled documents (meta
+    `relabelled_documents`), whose units' search rows come back only with the regeneration."""
     if not (plan.removed or plan.relabelled) or store.generation == 0:
         return []
     reads = GraphReads(store.writer)
@@ -108,6 +115,8 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
         db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
             ("generation", str(generation)), ("revoking", "1"),
             ("revoked_units", dump(sorted(set(pending_revoked(store)) | set(deleted)))),
+            ("relabelled_documents",
+             dump(sorted(set(pending_relabelled(store)) | plan.relabelled))),
             ("lance_versions", json.dumps(versions)), ("lance_history", history),
             ("lance_scrub", merge_scrub(store.get_meta("lance_scrub"), vectors.scrub))])
     log.info("revoked %d documents and relabelled %d at once (generation %d): %d entities and %d "

@@ -233,9 +233,10 @@ def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> W
     from canopy.server.runtime import workspace_watcher
 
     log.setLevel(logging.INFO)  # one line per applied batch, on stderr
+    # catch_up: what changed while no server watched (stopped, or killed) is applied at once
     return workspace_watcher(docs, index_dir, config,
                              on_applied=lambda paths, r: log.info("%s", describe_batch(paths, r))
-                             ).start()
+                             ).start(catch_up=True)
 
 
 def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host: str,

@@ -44,6 +44,7 @@ def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: flo
                                 on_applied=lambda paths, r: click.echo(describe_batch(paths, r),
                                                                        err=True),
                                 publish=publish_uri)
+    watcher.observe()  # before the first update: a change made while it runs is applied next
     first = watcher.apply()
     click.echo(f"Indexed {first.stats['documents']} documents (generation {first.generation}); "
                f"watching {docs} - Ctrl-C to stop", err=True)
