@@ -39,7 +39,11 @@ class Mutation:
     old: str
     new: str
     what: str
+    also: tuple[tuple[str, str, str], ...] = ()  # more (path, old, new) edits of one mutation
 
+
+_REVOKE_CLASS = ('            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?",\n'
+                 "                       (doc_row.acl, doc_id))\n")
 
 MUTATIONS = [
     Mutation("stale-gate", "canopy/store/rows.py",
@@ -123,11 +127,24 @@ MUTATIONS = [
     Mutation("no-repair", "indexer/stages/documents.py",
              "or old.document.id in misfiled)", ")",
              "a no-change run leaves units whose class disagrees with the policy"),
-    Mutation("revocation-keeps-class", "indexer/stages/revocation.py",
-             '            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?",\n'
-             "                       (doc_row.acl, doc_id))\n",
-             "",
+    Mutation("revocation-keeps-class", "indexer/stages/revocation.py", _REVOKE_CLASS, "",
              "a relabel does not apply to the units at once (revocation first)"),
+    Mutation("relabel-keeps-old-class-and-revocation-too", "indexer/stages/documents.py",
+             "rows.append(replace(row, acl=new.acl, n_terms=n_terms,",
+             "rows.append(replace(row, acl=row.acl, n_terms=n_terms,",
+             "both rules that give a relabelled document's units their class, off together",
+             also=(("indexer/stages/revocation.py", _REVOKE_CLASS, ""),)),
+    Mutation("relabel-forgotten-after-interruption", "indexer/pipeline.py",
+             "misfiled=misfiled | unfinished)", "misfiled=misfiled)",
+             "a relabel whose regeneration was interrupted is not finished by the next run"),
+    Mutation("deleted-claims-kept", "indexer/pipeline.py",
+             "*units.relabelled, *revoked, *live_retry]", "*units.relabelled, *live_retry]",
+             "the regeneration after a deletion keeps the deleted units' claims (finding 3)"),
+    Mutation("stale-view-keyed-by-ids", "acl/reader.py",
+             '        return [*(f"{u}:{a}" for u, a in sorted(live.items())),\n'
+             '                "reads:" + ",".join(map(str, readable))]',
+             "        return sorted(live)",
+             "a stale artifact's view is keyed by its live units' ids alone"),
     Mutation("entity-gate-first-unit", "indexer/graph.py",
              "gate = Gate(frozenset(a for _, a in d.unit_acl), acl_signature(d.unit_acl), False)",
              "gate = Gate(frozenset(a for _, a in d.unit_acl[:1]), acl_signature(d.unit_acl), "
@@ -149,12 +166,15 @@ def run(m: Mutation, tests: list[str], timeout: float) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="canopy-mutation-") as tmp:
         root = Path(tmp) / "repo"
         _copy(root)
-        source = root / m.path
-        text = source.read_text(encoding="utf-8")
-        found = text.count(m.old)
-        if found == 0:
-            return {"name": m.name, "what": m.what, "outcome": "NOT APPLIED (text not found)"}
-        source.write_text(text.replace(m.old, m.new), encoding="utf-8")
+        found = 0
+        for path, old, new in ((m.path, m.old, m.new), *m.also):
+            source = root / path
+            text = source.read_text(encoding="utf-8")
+            if old not in text:
+                return {"name": m.name, "what": m.what,
+                        "outcome": f"NOT APPLIED (text not found in {path})"}
+            found += text.count(old)
+            source.write_text(text.replace(old, new), encoding="utf-8")
         began = time.monotonic()
         try:
             done = subprocess.run(

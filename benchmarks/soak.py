@@ -18,6 +18,11 @@ as a subprocess of its own (loopback, no token) for --minutes while
     --edit-every s, adds the next article of growth_bench's stream every --add-every s and
     deletes a random document every --delete-every s, so the watcher applies real updates,
     deletions included;
+  - with --probe-edit-every S, one more document (`soak-probe.md`, an article whose title holds
+    the word "Quorvexian") is edited every S s, and a prober calls basic_search for it every
+    --probe-check-every s in a session of its own: an edited document is served in its old
+    version until its new one commits, so every check must find it (a miss is counted with
+    its time; the issue-30 run: `--probe-edit-every 3`);
   - every --sample-every s a sampler records the RSS of the server's process tree (psutil when
     installed, else /proc), calls and errors so far, and the generation and document count from
     the index_status tool, and prints a row.
@@ -28,8 +33,9 @@ with ERROR, CRITICAL, Traceback or "failed" are printed as they appear; "applied
 lines count the updates the watcher applied.
 
 At the end: the RSS at the end of each minute, the least-squares slope of RSS (MB/min) over the
-first and the second half of the run, calls, errors, p50/p95 latency (overall and by tool), updates
-applied; JSON to --out (rewritten after every sample, so a stopped run keeps what it measured).
+first and the second half of the run and over its last five minutes, calls, errors, p50/p95
+latency (overall and by tool), updates applied, probe checks and misses; JSON to --out (rewritten
+after every sample, so a stopped run keeps what it measured).
 """
 
 from __future__ import annotations
@@ -275,7 +281,7 @@ class Editor:
         self.docs, self.base, self.next_article = docs, base, first_new
         self.args = args
         self.rng = random.Random(args.seed)
-        self.done = {"edits": 0, "adds": 0, "deletes": 0}
+        self.done = {"edits": 0, "adds": 0, "deletes": 0, "probe_edits": 0}
         self.failures: list[str] = []
 
     def files(self) -> list[Path]:
@@ -283,13 +289,15 @@ class Editor:
 
     def step(self, what: str) -> None:
         try:
-            if what == "edits":
-                edit_one_paragraph(self.rng.choice(self.files()))
+            if what == "probe_edits":
+                edit_one_paragraph(self.docs / PROBE)
+            elif what == "edits":
+                edit_one_paragraph(self.rng.choice([f for f in self.files() if f.name != PROBE]))
             elif what == "adds":
                 write_article(self.docs, self.base, self.next_article)
                 self.next_article += 1
             else:
-                self.rng.choice(self.files()).unlink()
+                self.rng.choice([f for f in self.files() if f.name != PROBE]).unlink()
             self.done[what] += 1
         except Exception as exc:  # noqa: BLE001 - the editor's own fault: shown, the run goes on
             self.failures.append(f"{what}: {exc_text(exc)}")
@@ -299,6 +307,8 @@ class Editor:
         t0 = time.monotonic()
         every = {"edits": self.args.edit_every, "adds": self.args.add_every,
                  "deletes": self.args.delete_every}
+        if self.args.probe_edit_every:
+            every["probe_edits"] = self.args.probe_edit_every
         due = dict(every)
         while not stop.is_set():
             now = time.monotonic() - t0
@@ -311,6 +321,51 @@ class Editor:
                 await asyncio.wait_for(stop.wait(), timeout=wait)
             except TimeoutError:
                 pass
+
+
+PROBE = "soak-probe.md"
+PROBE_WORD = "Quorvexian"
+
+
+def write_probe(docs: Path, base: list[dict[str, str]], i: int) -> Path:
+    """The probe document: article `i`'s text under a title holding PROBE_WORD."""
+    title, body = base[i]["title"], base[i]["body"]
+    path = docs / PROBE
+    path.write_text(f"# {PROBE_WORD} probe: {title}\n\n{body}\n", encoding="utf-8")
+    return path
+
+
+class Prober:
+    """Checks, in a session of its own, that the probe document is always served."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.checks = 0
+        self.misses: list[float] = []
+        self.errors: list[str] = []
+
+    async def run(self, url: str, timeout: float, stop: asyncio.Event, t0: float) -> None:
+        while not stop.is_set():
+            try:
+                async with session(url, timeout) as client:
+                    while not stop.is_set():
+                        result = await client.call_tool(
+                            "basic_search", {"query": f"{PROBE_WORD} probe", "k": 5})
+                        t = round(time.monotonic() - t0, 1)
+                        self.checks += 1
+                        found = [c for c in (result.structured_content or {}).get("citations", [])
+                                 if c.get("document") == PROBE]
+                        if result.is_error or not found:
+                            self.misses.append(t)
+                            log(f"probe document missing at {t} s: {result_text(result)[:200]}")
+                        try:
+                            await asyncio.wait_for(stop.wait(), timeout=self.every)
+                        except TimeoutError:
+                            pass
+            except Exception as exc:  # noqa: BLE001 - counted, then a new session
+                self.errors.append(exc_text(exc))
+                log(f"prober: {exc_text(exc)}")
+                await asyncio.sleep(1.0)
 
 
 class ServerLog:
@@ -417,6 +472,9 @@ async def soak(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str
         workers = [asyncio.create_task(client_loop(i, url, tools, questions, timeout, stop,
                                                    tally, args.seed)) for i in range(args.clients)]
         edits = asyncio.create_task(editor.run(stop))
+        prober = Prober(args.probe_check_every)
+        probing = (asyncio.create_task(prober.run(url, timeout, stop, t0))
+                   if args.probe_edit_every else None)
         end = t0 + args.minutes * 60
         next_t = t0 + args.sample_every
         while next_t <= end + 1e-6:
@@ -428,6 +486,8 @@ async def soak(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str
             next_t += args.sample_every
         stop.set()
         await edits
+        if probing is not None:
+            await probing
         _, pending = await asyncio.wait(workers, timeout=timeout + 10)
         for task in pending:  # a client still waiting after the call timeout: a stall
             task.cancel()
@@ -439,6 +499,7 @@ async def soak(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str
         await sample("after load")
     report["tally"] = tally
     report["editor"] = editor
+    report["prober"] = prober
 
 
 def summarize(report: dict[str, Any], args: argparse.Namespace,
@@ -446,6 +507,7 @@ def summarize(report: dict[str, Any], args: argparse.Namespace,
     samples = [s for s in report["samples"] if s["phase"] in ("start", "load")]
     tally: Tally = report.pop("tally")
     editor: Editor = report.pop("editor")
+    prober: Prober = report.pop("prober")
     per_minute = []
     for m in range(1, int(args.minutes) + 1):
         at = [s for s in samples if s["t_s"] <= m * 60 + 1]
@@ -468,6 +530,13 @@ def summarize(report: dict[str, Any], args: argparse.Namespace,
         "slope_first_half_mb_per_min": slope(first),
         "slope_second_half_mb_per_min": slope(second),
         "slope_after_minute_1_mb_per_min": slope([p for p in points if p[0] >= 1 - 1 / 60]),
+        "slope_last_5_min_mb_per_min": slope([p for p in points
+                                              if p[0] >= args.minutes - 5 - 1 / 60]),
+        "rss_growth_last_5_min_mb": (round(rss[-1] - next(
+            s["rss_mb"] for s in samples if s["t_s"] >= (args.minutes - 5) * 60 - 1), 1)
+            if rss and args.minutes >= 5 else None),
+        "probe_checks": prober.checks, "probe_misses": len(prober.misses),
+        "probe_miss_times_s": prober.misses[:50], "probe_errors": prober.errors[:20],
         "threads_start_end": [samples[0]["threads"], samples[-1]["threads"]] if samples else None,
         "fds_start_end": [samples[0]["fds"], samples[-1]["fds"]] if samples else None,
         "threads_by_name_end": samples[-1]["threads_by_name"] if samples else None,
@@ -502,6 +571,12 @@ def print_summary(s: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"slope of RSS: first half {f} MB/min, second half {g} MB/min (minute 1 to the end: "
           f"{s['slope_after_minute_1_mb_per_min']} MB/min); threads {s['threads_start_end']}, "
           f"open fds {s['fds_start_end']} (start, end of load)")
+    print(f"last five minutes: slope {s['slope_last_5_min_mb_per_min']} MB/min, "
+          f"{s['rss_growth_last_5_min_mb']} MB from their first sample to the last")
+    if args.probe_edit_every:
+        print(f"probe document: {s['probe_checks']} checks, {s['probe_misses']} missing "
+              f"({s['probe_miss_times_s']}), {len(s['probe_errors'])} prober errors, "
+              f"{s['edits']['probe_edits']} probe edits")
     print(f"threads by name at the end of the load: {s['threads_by_name_end']}")
     print(f"calls {s['calls']} ok, {s['errors']} errors, {s['stale_drill_ids']} stale drill_down "
           f"ids; p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms, slowest {s['max_ms']} ms "
@@ -534,6 +609,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--edit-every", type=float, default=20.0, help="seconds between edits")
     p.add_argument("--add-every", type=float, default=60.0, help="seconds between new articles")
     p.add_argument("--delete-every", type=float, default=120.0, help="seconds between deletions")
+    p.add_argument("--probe-edit-every", type=float, default=0.0,
+                   help="seconds between edits of the probe document (0: no probe)")
+    p.add_argument("--probe-check-every", type=float, default=1.0,
+                   help="seconds between checks that the probe document is served")
     p.add_argument("--sample-every", type=float, default=10.0)
     p.add_argument("--serve-args", default="",
                    help="extra `serve` flags: --serve-args='--workers 2'")
@@ -582,9 +661,11 @@ def main(argv: list[str] | None = None) -> None:
 
     def save() -> None:
         args.out.write_text(json.dumps({k: v for k, v in report.items()
-                                        if k not in ("tally", "editor")}, indent=2))
+                                        if k not in ("tally", "editor", "prober")}, indent=2))
 
     materialize(docs, base, args.articles)
+    if args.probe_edit_every:  # an article the stream of additions never reaches
+        write_probe(docs, base, len(base) - 1)
     env = child_env(args.repo)
     log(f"indexing {args.articles} articles (builtin provider) in {work}")
     t = time.perf_counter()
