@@ -196,8 +196,9 @@ def stage_documents(b: Build, plan: DocumentPlan) -> UnitChange:
                                       row.sentence_terms or sentence_terms(row.unit.text)))
     b.staging.put("text_units", [r.values() for r in reheadered])
     b.staging.delete("text_units", removed)
-    relabelled = [] if b.full else _restage_relabelled(
-        b, plan, counts, skip=gone | {r.unit.id for r in reheadered} | set(added))
+    relabelled = [] if b.full else sorted(set(_restage_relabelled(
+        b, plan, counts, skip=gone | {r.unit.id for r in reheadered} | set(added))) | {
+        r.unit.id for r in reheadered if r.unit.document_id in plan.relabelled})
     counts.flush(b)
     retouched = sorted({r.unit.id for r in reheadered} | set(relabelled))
     return UnitChange(added, sorted(removed), relabelled, retouched)
