@@ -239,7 +239,8 @@ def serve_in_process(server: MCPServer, host: str, port: int, *,
 def _announce_when_accepting(host: str, port: int, on_listening: Callable[[], None]) -> None:
     """Call `on_listening()` from a thread once a connection to the port succeeds (the workers
     listen only once every one of them has opened the index: `wait_for_siblings`; the
-    supervisor's own socket holds the port but never listens, so nothing else answers)."""
+    supervisor's own socket holds the port but never listens, and `serve` checked that nothing
+    else did, so what answers is a worker)."""
     probe = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
     def wait() -> None:
@@ -273,8 +274,10 @@ def run_http(spec: HttpSpec, workers: int, *, first: FirstBuild | None = None,
     ready = os.environ[READY_ENV] = tempfile.mkdtemp(prefix="canopy-workers-")
     config = _WorkersConfig("canopy.server.http:create_app", factory=True, host=spec.host,
                             port=spec.port, workers=workers, log_level=spec.log_level)
+    if on_listening is not None:  # serve checked the port is free: what answers is a worker
+        _announce_when_accepting(spec.host, spec.port, on_listening)
     try:
-        _supervise(config, on_listening)
+        _supervise(config)
     except KeyboardInterrupt:
         pass
     finally:
@@ -344,13 +347,11 @@ def _bind(config: uvicorn.Config) -> socket.socket:
     return sock
 
 
-def _supervise(config: uvicorn.Config, on_listening: Callable[[], None] | None = None) -> None:
+def _supervise(config: uvicorn.Config) -> None:
     """What `uvicorn.run` does for several workers, each on a listening socket of its own."""
     from uvicorn.supervisors import Multiprocess
 
     sock = _bind(config)
-    if on_listening is not None:  # the port is ours now: whatever answers on it is a worker
-        _announce_when_accepting(config.host, config.port, on_listening)
     if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn 0.50 and older
         Multiprocess(config, target=uvicorn.Server(config).run,  # type: ignore[call-arg]
                      sockets=[sock]).run()
