@@ -86,6 +86,25 @@ def test_a_relabel_and_an_edit_in_one_update_relabel_every_unit(tmp_path: Path) 
     g = check_stored_access(tmp_path / "index", corpus.policy, "relabel + edit")
     assert sum(g.documents[u.document_id].path == path for u in g.units.values()) > 3
     check_served(corpus.root, tmp_path / "index", corpus.policy, "relabel + edit")
+    # serving and `canopy export --principal` agree: the units each principal may read
+    import csv
+
+    from click.testing import CliRunner
+
+    from canopy.server.cli import main
+    from tests.compositions import PRINCIPALS
+
+    for who in PRINCIPALS:
+        out = tmp_path / f"export-{who}"
+        done = CliRunner().invoke(main, ["export", str(corpus.root), str(out), "--format", "csv",
+                                         "--principal", who, "--index-dir",
+                                         str(tmp_path / "index")])
+        assert done.exit_code == 0, done.output
+        with (out / "text_units.csv").open(encoding="utf-8") as f:
+            exported = {row["id"] for row in csv.DictReader(f)}
+        may = {u for u, unit in g.units.items()
+               if corpus.policy.readable(who, g.documents[unit.document_id].path)}
+        assert exported == may, who
 
 
 def test_a_no_change_run_repairs_units_whose_class_disagrees_with_the_policy(
