@@ -229,3 +229,90 @@ def test_kill_9_of_canopy_watch_mid_batch_resumes_loses_nothing_and_leaks_nothin
 
         build(workspace(corpus.root, fresh, llm=llm))
         assert canonical_with_access(index) == canonical_with_access(fresh)
+
+
+def _documents(index: Path) -> set[str]:
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{index / 'canopy.sqlite'}?mode=ro", uri=True)
+    try:
+        return {p for (p,) in db.execute("SELECT path FROM documents")}
+    finally:
+        db.close()
+
+
+def test_canopy_watch_applies_a_change_made_during_its_first_update(tmp_path: Path) -> None:
+    """`canopy watch` indexes, then watches: a file written while that first update runs (after
+    its scan) is applied next with no further change, since it observes before it indexes (it
+    started observing after, so the change waited for the next one)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.fakes.openai_server import FakeOpenAI
+
+    docs, index = tmp_path / "docs", tmp_path / "index"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    with FakeOpenAI(latency=0.3) as fake:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))},
+               "CANOPY_LLM_BASE_URL": fake.base_url, "CANOPY_LLM__CONCURRENCY": "1",
+               "CANOPY_EXTRACT__MAX_GLEANINGS": "0", "CANOPY_STORAGE__TIDY": "inline"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "canopy.server.cli", "watch", str(docs), "--index-dir",
+             str(index), "--debounce", "0.2"],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            # the first update has scanned the folder: it is extracting
+            assert wait_until(lambda: fake.count("extract") >= 1, timeout=60)
+            (docs / "late.md").write_text(
+                "# Late\n\nPerpetua Lindgren joined Helio Cells Ltd as CFO.", encoding="utf-8")
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if "watching" in line:
+                    assert "Indexed 3 documents" in line, line  # late.md came after the scan
+                    break
+            else:
+                pytest.fail(f"canopy watch exited ({proc.wait()}) before watching")
+            fake.latency = 0.0
+            assert wait_until(lambda: "late.md" in _documents(index), timeout=30)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def test_serve_watch_catches_up_on_changes_made_while_no_server_watched(
+        tmp_path: Path) -> None:
+    """`canopy serve --watch` on an index that exists: a document added while the server was
+    stopped (or killed) is applied at start, not only after the next change."""
+    import sys
+
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    from tests.conftest import REPO
+
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "suppliers", docs)
+    build_index(open_workspace(docs, index_dir=tmp_path / "idx"))
+    (docs / "new_hire.md").write_text(
+        "# New hire\n\nPerpetua Lindgren joined Helio Cells Ltd as CFO.", encoding="utf-8")
+    params = StdioServerParameters(
+        command=sys.executable, cwd=str(REPO), env={"PYTHONPATH": str(REPO)},
+        args=["-m", "canopy.server.cli", "serve", str(docs), "--index-dir",
+              str(tmp_path / "idx"), "--watch"])
+
+    async def seen() -> bool:
+        async with Client(params) as client:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                result = await client.call_tool("basic_search",
+                                                {"query": "Who is Perpetua Lindgren?", "k": 3})
+                assert not result.is_error
+                if "Perpetua Lindgren" in "\n".join(getattr(b, "text", "")
+                                                     for b in result.content):
+                    return True
+                await anyio.sleep(0.5)
+        return False
+
+    assert anyio.run(seen), "the change made while no server watched was not applied at start"

@@ -8,7 +8,10 @@ of an update that deletes a canary, and a publish is cut off between its uploads
 manifest. Whatever the moment: a replica serves only complete generations and stays
 answerable while the store answers (nothing newer is published: what it serves is the newest
 state there is); the restarted writer publishes what it committed, and the replica follows
-within the bound; with the store gone too, the replica refuses within the bound.
+within the bound; with the store gone too, the replica refuses within the bound. A
+restriction (a policy edit: revocation for some) published by a writer killed the same way is
+honoured within the bound of its restarted writer's manifest, for a restricted canary that the
+principal who may read it still finds.
 """
 
 from __future__ import annotations
@@ -210,4 +213,85 @@ def test_a_publish_cut_off_before_its_manifest_changes_nothing_replicas_see(
                               ws.settings, grace_s=60).outcome == "published"
         assert slot.check() and slot.health()[1]["manifest"] == 2 and not serves_canary(slot)
     finally:
+        slot.close()
+
+
+# ---- a restriction published by a writer that dies (a restricted canary) ---------------------
+
+ACL = """[acl]
+default = ["staff"]
+
+[acl.principals]
+staff = ["staff"]
+buyer = ["staff", "procurement"]
+"""
+RESTRICTED = ACL + """
+[[acl.rules]]
+glob = "suppliers/quillmarsh.md"
+labels = ["procurement"]
+"""
+QUESTION = "Who makes torque sensors for Northwind Robotics, and who signed the sensor contract?"
+
+
+def canary_seen(slot: ReplicaSlot, who: str) -> bool:
+    """Whether the replica's answers to `who` (basic_search and local_search: text units,
+    entities, relationships, reports) hold the canary; a refused call fails the test."""
+    import asyncio
+
+    from mcp import Client
+
+    from canopy.server.mcp_app import build_server
+
+    async def seen() -> bool:
+        async with Client(build_server(slot, principal_name=who)) as client:
+            out = []
+            for tool, args in (("basic_search", {"query": QUESTION, "k": 8}),
+                               ("local_search", {"query": QUESTION})):
+                got = await client.call_tool(tool, args)
+                assert not got.is_error, (who, tool, got.content)
+                out += [getattr(b, "text", "") for b in got.content]
+                out.append(str(got.structured_content))
+        return CANARY in "\n".join(out)
+
+    return asyncio.run(seen())
+
+
+def test_a_restriction_the_dying_writer_leaves_unpublished_is_honoured_within_the_bound_of_its_restart(  # noqa: E501
+        tmp_path: Path) -> None:
+    """A policy edit restricts the canary document (revocation for some, not a deletion) and
+    the writer is killed with SIGKILL while it applies and publishes it. Whatever the moment:
+    the replica stays on a complete generation, confirmed, and answers; the restarted writer
+    publishes the restriction and, within the bound of that, `staff` (who lost the document)
+    meets the canary in no answer while `buyer` (who may read it) still does."""
+    docs, index, uri = corpus(tmp_path), tmp_path / "index", str(tmp_path / "published")
+    (docs / "canopy.toml").write_text(ACL, encoding="utf-8")
+    log = tmp_path / "writer.log"
+    writer = start_writer(docs, index, uri, log)
+    slot = replica(uri, tmp_path / "cache")
+    try:
+        assert wait_until(lambda: slot.health()[0], timeout=90), log.read_text()
+        assert canary_seen(slot, "staff") and canary_seen(slot, "buyer")  # not vacuous
+
+        (docs / "canopy.toml").write_text(RESTRICTED, encoding="utf-8")
+        time.sleep(0.4)
+        kill(writer)
+        # A complete generation, confirmed, answering (the restriction or the state before it:
+        # what the writer had not published, no replica can know of).
+        assert wait_until(lambda: slot.health()[1]["manifest"] == newest_seq(uri),
+                          timeout=BOUND_S + 2)
+        assert slot.health()[0] and canary_seen(slot, "buyer")
+
+        writer = start_writer(docs, index, uri, log)
+        # `canopy watch --publish` says it is watching once its first update (this one,
+        # resumed) has committed and been published: the manifest is written by then.
+        assert wait_until(lambda: log.read_text().count("watching") >= 2, timeout=90), (
+            log.read_text())
+        published = time.monotonic()
+        assert wait_until(lambda: not canary_seen(slot, "staff"), timeout=BOUND_S + 2)
+        assert time.monotonic() - published <= BOUND_S + 2
+        assert slot.health()[0] and slot.health()[1]["manifest"] == newest_seq(uri)
+        assert canary_seen(slot, "buyer")
+    finally:
+        if writer.poll() is None:
+            kill(writer)
         slot.close()
