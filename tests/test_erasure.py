@@ -247,3 +247,64 @@ def test_a_deleted_documents_claims_go_with_its_text_and_status_counts_a_clean_b
 
     assert counts(ws) == counts(clean) and counts(clean)["claims"] > 0
     assert holders(ws.index_dir, SECRET) == []
+
+
+def test_an_index_written_before_the_fix_loses_its_deleted_claims_when_opened(
+        docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration m010: an index whose deletion ran before issue 30's fix (the regeneration
+    re-merged the claims of the changed units only, not those of the deleted document's) holds
+    those claims; the first open by this release deletes them, and `canopy status` counts what
+    a clean build does."""
+    import canopy.indexer.pipeline as pipeline
+    from canopy.server.status import index_status
+    from canopy.store import Store
+
+    claim = "Helio Cells Ltd sued Odalys Quennell of Marrowby Fen Holdings on 3 March 2025."
+    (docs / "marrowby.md").write_text(DOCUMENT + "\n" + claim + "\n", encoding="utf-8")
+    settings = {"extract": {"claims": True}}
+    ws = open_workspace(docs, index_dir=tmp_path / "index", **settings)
+    build_index(ws)
+    db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
+    try:
+        gone = {u for (u,) in db.execute("SELECT u.id FROM text_units u JOIN documents d ON "
+                                         "d.id = u.document_id WHERE d.path = 'marrowby.md'")}
+    finally:
+        db.close()
+    (docs / "marrowby.md").unlink()
+    real = pipeline.stage_graph
+
+    async def as_before(b, changed):  # type: ignore[no-untyped-def]
+        return await real(b, [u for u in changed if u not in gone])
+
+    with monkeypatch.context() as m:  # the deletion as the release before the fix ran it
+        m.setattr(pipeline, "stage_graph", as_before)
+        build_index(ws)
+
+    def orphans() -> int:
+        db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM claims WHERE unit_id NOT IN "
+                                  "(SELECT id FROM text_units)").fetchone()[0])
+        finally:
+            db.close()
+
+    assert orphans() > 0  # what the bug left
+    db = sqlite3.connect(ws.index_dir / "canopy.sqlite")
+    try:
+        with db:
+            db.execute("DELETE FROM _migrations WHERE name = 'm010_orphan_claims'")
+    finally:
+        db.close()
+    store = Store(ws.index_dir)
+    try:
+        migrated = index_status(store).claims
+    finally:
+        store.close()
+    assert orphans() == 0
+    clean = open_workspace(docs, index_dir=tmp_path / "clean", **settings)
+    build_index(clean)
+    store = clean.store()
+    try:
+        assert migrated == index_status(store).claims > 0
+    finally:
+        store.close()
