@@ -10,7 +10,9 @@ Each mutation is one textual edit of one source file: the serving gate's stale c
 units and artifacts their access classes (indexer/). For each, the repository (without .git) is
 copied to a temporary folder, the edit applied there (the checkout is never touched), and the
 tests run with `-x` in the order given (fast files first); the first failing test is the one that
-caught it. A mutation no test catches is listed as SURVIVED and the script exits 1.
+caught it. A mutation no test catches is listed as SURVIVED and the script exits 1, unless it
+is marked equivalent (it changes no behaviour: another rule already does what it removes; the
+reason is printed, and a combined mutation removes both), when it is listed as "equivalent".
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Mutation:
     new: str
     what: str
     also: tuple[tuple[str, str, str], ...] = ()  # more (path, old, new) edits of one mutation
+    equivalent: str = ""  # why surviving is expected: the behaviour is unchanged
 
 
 _REVOKE_CLASS = ('            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?",\n'
@@ -118,7 +121,10 @@ MUTATIONS = [
     Mutation("relabel-keeps-old-class", "indexer/stages/documents.py",
              "rows.append(replace(row, acl=new.acl, n_terms=n_terms,",
              "rows.append(replace(row, acl=row.acl, n_terms=n_terms,",
-             "a relabelled document's restaged units keep their stored class"),
+             "a relabelled document's restaged units keep their stored class",
+             equivalent="the revocation commit has given every unit of a relabelled document "
+                        "its new class before the restage reads them (the restage is a second "
+                        "guard): see relabel-keeps-old-class-and-revocation-too"),
     Mutation("edit-hides-relabel", "indexer/stages/documents.py",
              "if old is not None and same_id and relabel(old, plan.documents[doc_id]):",
              "if old is not None and same_id and old.document.content_hash == h and "
@@ -183,8 +189,9 @@ def run(m: Mutation, tests: list[str], timeout: float) -> dict[str, object]:
         except subprocess.TimeoutExpired:
             return {"name": m.name, "what": m.what, "outcome": f"TIMEOUT after {timeout:.0f} s"}
         failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.M)
+        outcome = "caught" if done.returncode else "equivalent" if m.equivalent else "SURVIVED"
         return {"name": m.name, "what": m.what, "file": m.path, "replaced": found,
-                "outcome": "caught" if done.returncode else "SURVIVED",
+                "outcome": outcome, "equivalent": m.equivalent or None,
                 "caught_by": failed[0] if failed else None,
                 "seconds": round(time.monotonic() - began, 1)}
 
@@ -203,9 +210,11 @@ def main() -> int:
         results.append(r)
         print(f"{r['name']:<30} {r['outcome']:<10} {r.get('caught_by') or ''} "
               f"({r.get('seconds', '-')} s) - {r['what']}", flush=True)
+        if r["outcome"] == "equivalent":
+            print(f"{'':<30} (equivalent: {r['equivalent']})", flush=True)
         if args.out:
             args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    return 0 if all(r["outcome"] == "caught" for r in results) else 1
+    return 0 if all(r["outcome"] in ("caught", "equivalent") for r in results) else 1
 
 
 if __name__ == "__main__":
