@@ -16,8 +16,9 @@ from
 A view keeps the artifact's id; its provenance is exactly the units it was derived from, so it
 passes the serving rule like a canonical artifact. Keys (`view_key`) hash what a view is derived
 from: the artifact's content hash, the (unit, ACL class) signature of its sources, the caller's
-readable classes among them, the provider and the budgets; a stale artifact also hashes its live
-readable units. So a deletion, an edit or a relabel is never served a stale view.
+readable classes among them, the provider and the budgets; a stale artifact also hashes each of
+its live units with its class, and which of those classes the caller reads (CallerReader's
+`_live_classes`). So a deletion, an edit or a relabel is never served a stale view.
 """
 
 from __future__ import annotations
