@@ -94,8 +94,32 @@ def log(msg: str) -> None:
 # ---- memory of the server's process tree -------------------------------------------------------
 
 
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def forked_copy(pid: int) -> bool:
+    """Whether `pid` is a fork that has not exec'd yet (its command line is its parent's, as
+    while subprocess starts a helper): its resident pages are the parent's, shared copy-on-write,
+    so counting them again would double the tree's RSS for one sample."""
+    parent = _parent(pid)
+    mine = _cmdline(pid)
+    return parent is not None and mine is not None and mine == _cmdline(parent)
+
+
 def tree_rss(pid: int) -> tuple[float, dict[int, float]]:
-    """(total MB, MB by pid) over the server and every process below it."""
+    """(total MB, MB by pid) over the server and every process below it, but forks that have not
+    exec'd yet (`forked_copy`)."""
     by_pid: dict[int, float] = {}
     if psutil is not None:
         try:
@@ -104,12 +128,16 @@ def tree_rss(pid: int) -> tuple[float, dict[int, float]]:
         except psutil.NoSuchProcess:
             return 0.0, {}
         for p in procs:
+            if p.pid != pid and forked_copy(p.pid):
+                continue
             try:
                 by_pid[p.pid] = p.memory_info().rss / 2**20
             except psutil.NoSuchProcess:
                 pass
     else:
         for p in descendants(pid):
+            if p != pid and forked_copy(p):
+                continue
             kb = status_kb(p, "VmRSS")
             if kb:
                 by_pid[p] = kb / 1024
