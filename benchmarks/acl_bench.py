@@ -40,11 +40,9 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +53,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.multihop import machine
 from canopy.acl.access import State
 from canopy.llm import ChatClient
 from canopy.providers.llm import LLMProvider
@@ -100,18 +99,6 @@ def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * p // 100))
     return ordered[int(rank) - 1]
-
-
-def machine() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                              check=False).stdout.strip()
-
-    return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "commit": git("rev-parse", "--short", "HEAD")
-            + ("+dirty" if git("status", "--porcelain") else ""),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 # ---- the tools -----------------------------------------------------------------------------------
