@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx2
 import pytest
-from PIL import Image
 
 from canopy.server.runtime import build_index, open_workspace
 from tests.browser import Browser, require_chromium
@@ -77,6 +76,8 @@ def all_titles(nodes: list[dict[str, Any]]) -> list[str]:
 
 def hue_bins(png: bytes) -> tuple[tuple[int, int], Counter[int]]:
     """The image's size, and how many clearly coloured pixels fall in each of 12 hue bins."""
+    from PIL import Image  # the [heavy] extra's: the default suite collects this module without it
+
     image = Image.open(io.BytesIO(png)).convert("RGB")
     small = image.resize((image.width // 4, image.height // 4))  # enough to judge colours
     bins: Counter[int] = Counter()
