@@ -21,7 +21,7 @@ on the copy to relabel (no re-extraction, no report regenerated). Then, in this 
    use": views are built as questions first need them), the second is measured: p50 / p95 per
    tool and the restricted/full ratio of the p50s, the steady-state overhead of ACL filtering
    and of serving views. The questions are the first N DEV queries of MultiHopRAG.json in file
-   order (canopy.server.evaluation.split_of; the held-out fifth is never read).
+   order (canopy.server.wings.eval.retrieval.split_of; the held-out fifth is never read).
 2. `canopy warm` for `restricted` with the builtin provider, from an empty cache: views per
    kind, seconds; then the same views again from the SQLite cache after a simulated restart
    (the service's view cache forgotten) and from memory: the view-cache hit speedup.
@@ -72,7 +72,7 @@ QUESTIONS = REPO.parent / "shared" / "eval-data" / "multihop-rag" / "MultiHopRAG
 
 def dev_questions(path: Path, n: int) -> list[str]:
     """The first `n` DEV queries of a MultiHopRAG.json file, in file order (TEST ones skipped)."""
-    from canopy.server.evaluation import split_of
+    from canopy.server.wings.eval.retrieval import split_of
 
     rows = json.loads(path.read_text(encoding="utf-8"))
     return [q for q in (str(r["query"]) for r in rows) if split_of(q) == "dev"][:n]

@@ -11,11 +11,11 @@ Corpora (written once under --work, default /tmp/canopy-embed-eval):
   --limit (200) DEV questions of MultiHopRAG.json;
 - musique: the 1,890 paragraphs of ../shared/eval-data/multihop-qa/musique, one
   "# {title}\\n\\n{text}" .md each; its DEV questions (82).
-Only DEV questions are ever loaded (canopy.server.evaluation.split_of).
+Only DEV questions are ever loaded (canopy.server.wings.eval.retrieval.split_of).
 
 Per dataset and embedder: a full build with the builtin provider in a fresh process (wall time,
 the vectors stage's time, the process's peak RSS), then, in another fresh process, the tools
-scored by canopy.server.evaluation.evaluate (what `canopy eval` runs: local and basic as an MCP
+scored by canopy.server.wings.eval.retrieval.evaluate (`canopy eval`'s: local and basic as an MCP
 client receives their results) plus `vector`: the vector ranking alone (the search table's
 vector search, no full-text), with R@2/5/10, All@10 and each tool's per-question latency (p50,
 p90; the query's embedding included, and for local and basic the whole tool call) and the
@@ -110,7 +110,7 @@ def child_build(docs: Path, index_dir: Path) -> dict[str, Any]:
 
 def child_eval(docs: Path, index_dir: Path, questions_path: Path, fmt: str, limit: int | None,
                flip: bool) -> dict[str, Any]:
-    import canopy.server.evaluation as ev
+    import canopy.server.wings.eval.retrieval as ev
     from canopy.server.runtime import open_workspace
     from canopy.server.service import CanopyService
 

@@ -43,9 +43,9 @@ MIX = ("local_search", "basic_search", "drill_down")
 
 
 def dev_questions() -> list[str]:
-    """DEV questions with evidence, in file order (canopy.server.evaluation.split_of, the one
-    definition of the split; the held-out fifth is never read)."""
-    from canopy.server.evaluation import split_of
+    """DEV questions with evidence, in file order (canopy.server.wings.eval.retrieval.split_of,
+    the one definition of the split; the held-out fifth is never read)."""
+    from canopy.server.wings.eval.retrieval import split_of
 
     data = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     return [q["query"] for q in data if q["evidence_list"] and split_of(q["query"]) == "dev"]

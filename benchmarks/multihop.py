@@ -30,7 +30,7 @@ __all__ = ["CORPUS", "QUESTIONS", "RESULTS", "load_questions", "machine", "multi
 
 
 def is_dev(query: str) -> bool:
-    from canopy.server.evaluation import split_of
+    from canopy.server.wings.eval.retrieval import split_of
 
     return split_of(query) == "dev"
 

@@ -7,13 +7,13 @@ builtin provider:
    incremental update a generation more: an edit (a paragraph added to the first article), a
    deletion (the second), an addition (an article held back): time, files and bytes uploaded
    (content-addressed: unchanged files are not sent), and of those the database's (its
-   changed pages and page map, canopy.publish.pagestore: the page records written, of them
-   the live pages a compaction moved, the blocks of page entries written, the root's size),
+   changed pages and page map, canopy.server.wings.publish.pagestore: the page records written,
+   of them the live pages a compaction moved, the blocks of page entries written, the root's size),
    next to how the change spread over the database file: the share of its 4 KiB pages, and
    of runs of 16 and 256 pages (64 KiB, 1 MiB: what content-addressed chunks of the file
    would be), that differ from the generation before;
-2. a replica's local copy of each generation (`canopy.publish.reader.materialize`): time and
-   bytes downloaded;
+2. a replica's local copy of each generation (`canopy.server.wings.publish.reader.materialize`):
+   time and bytes downloaded;
 3. not chosen, the writer's LanceDB living on the object store: the indexer's writes to the
    three search tables (create, add in batches of 5,000, full-text index; then an update's
    delete + add of 20 rows), locally and on S3;
@@ -123,12 +123,12 @@ def main() -> None:
     from moto.server import ThreadedMotoServer
 
     from canopy.providers import make_embedder
-    from canopy.publish.location import open_location
-    from canopy.publish.reader import materialize
-    from canopy.publish.snapshot import stage_snapshot
-    from canopy.publish.writer import newest_manifest
-    from canopy.server.publishing import publish_index
     from canopy.server.runtime import build_index, open_workspace
+    from canopy.server.wings.publish.location import open_location
+    from canopy.server.wings.publish.publishing import publish_index
+    from canopy.server.wings.publish.reader import materialize
+    from canopy.server.wings.publish.snapshot import stage_snapshot
+    from canopy.server.wings.publish.writer import newest_manifest
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = free_port()

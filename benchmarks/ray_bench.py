@@ -68,8 +68,8 @@ SWEEP_IN_FLIGHT = (1, 8, 32, 64)
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
-    from canopy.distributed import connect_ray
     from canopy.server.runtime import build_index, open_workspace
+    from canopy.server.wings.ray import connect_ray
     from canopy.settings import DistributedSettings
 
     overrides: dict[str, Any] = {}
@@ -111,9 +111,9 @@ def sweep(spec: dict[str, Any]) -> dict[str, Any]:
 
     import ray
 
-    from canopy.distributed.cluster import LOOPBACK_ONLY
-    from canopy.distributed.remote_endpoint import EndpointPool
     from canopy.endpoint import EndpointConfig
+    from canopy.server.wings.ray.cluster import LOOPBACK_ONLY
+    from canopy.server.wings.ray.remote_endpoint import EndpointPool
 
     os.environ.setdefault(LOOPBACK_ONLY, "0")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,

@@ -23,13 +23,13 @@ random regular document, delete the oldest canary, add one, edit, move the oldes
   for each canary added or removed within the last bound + 60 s, round after round, and notes
   whether the answer (its citations and answer text, not the echoed query) holds the token;
 - a manifest follower lists the bucket's manifests every 0.5 s and reads each new one's
-  files (canopy.publish.reader, into a cache of its own) to learn which canaries it serves,
-  which tokens its files hold, and when the writer wrote it (`published_at`; same machine,
+  files (canopy.server.wings.publish.reader, in a cache of its own) to learn which canaries it
+  serves, which tokens its files hold, and when the writer wrote it (`published_at`; same machine,
   same clock);
 - a scanner lists every object of the bucket every 2 s (boto3; content-addressed objects are
   read once) and every file under both replicas' caches, and notes which canary tokens they
   hold, as someone holding all of them would read them: every page record opened with every
-  key any page map there holds (canopy.publish.pagestore), every other file as it is;
+  key any page map there holds (canopy.server.wings.publish.pagestore), every other file as it is;
 - a sampler records the RSS of the writer's and each replica's process tree every 5 s.
 After the changes stop it waits --grace + 20 s (so the last deletions' grace periods end) and
 reports, per removed canary and replica, the revocation delay (first answer without it, after
@@ -193,10 +193,10 @@ def follow_manifests(run: Run, endpoint: str, bucket: str, cache: Path) -> None:
     tokens its files hold (its database as assembled, its search-table files)."""
     import sqlite3
 
-    from canopy.publish.location import open_location
-    from canopy.publish.manifest import Manifest, manifest_path
-    from canopy.publish.reader import materialize, prune_cache, remove_generation
-    from canopy.publish.writer import published_seqs
+    from canopy.server.wings.publish.location import open_location
+    from canopy.server.wings.publish.manifest import Manifest, manifest_path
+    from canopy.server.wings.publish.reader import materialize, prune_cache, remove_generation
+    from canopy.server.wings.publish.writer import published_seqs
 
     location = open_location(f"s3://{bucket}/{PREFIX}", endpoint_url=endpoint)
     while not run.stop.is_set():
@@ -239,9 +239,9 @@ def _tokens(data: bytes, ks: list[int]) -> set[int]:
 class Readable:
     """The canary tokens a set of files reveals to someone holding all of them: every page
     record opened with every key that a page map among them holds, or a block such a map
-    opens holds, every other file as it is (canopy.publish.pagestore). Files are named by an
-    identity that changes with their content (an object key, a cache file's inode, size and
-    mtime): each is read once, and each record opened once."""
+    opens holds, every other file as it is (canopy.server.wings.publish.pagestore). Files are
+    named by an identity that changes with their content (an object key, a cache file's inode,
+    size and mtime): each is read once, and each record opened once."""
 
     def __init__(self) -> None:
         self.plain: dict[str, set[int]] = {}  # identity -> tokens, for files not packs or maps
@@ -256,7 +256,7 @@ class Readable:
         identity to what reads its bytes (None: it is gone since it was listed)."""
         import hashlib
 
-        from canopy.publish.pagestore import (
+        from canopy.server.wings.publish.pagestore import (
             LIST_MAGIC,
             MAP_MAGIC,
             PACK_MAGIC,

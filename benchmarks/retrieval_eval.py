@@ -1,6 +1,7 @@
 """Retrieval as the agent receives it, on the DEV questions of MultiHop-RAG and MuSiQue:
 local_search and basic_search as an MCP client gets their results, beside plain BM25 and
-local_search's ranking before assembly (canopy.server.evaluation, what `canopy eval` runs).
+local_search's ranking before assembly (canopy.server.wings.eval.retrieval, what `canopy eval`
+runs).
 
     python benchmarks/retrieval_eval.py                              # every data set, all DEV
     python benchmarks/retrieval_eval.py --datasets musique --limit 50
@@ -15,8 +16,8 @@ with the builtin provider and embedder, default settings):
   evidence (1,802), gold = the evidence articles' titles;
 - `multihop-rag-fm`: the same articles opening with their corpus metadata (source, author,
   date, category, url) as YAML front matter, the way exported articles usually carry it.
-Only DEV questions are ever loaded (canopy.server.evaluation.split_of): the rest is evaluated
-outside the team.
+Only DEV questions are ever loaded (canopy.server.wings.eval.retrieval.split_of): the rest is
+evaluated outside the team.
 
 Scores per tool: R@k (mean share of a question's gold documents among the first k distinct
 documents), Hits@k (any), All@k (all), bridge R@k (gold documents the question does not name),
@@ -103,7 +104,7 @@ def evaluate(name: str, docs: Path, index_dir: Path, tools: list[str], limit: in
              ) -> dict[str, Any]:
     for key in [k for k in os.environ if k.startswith(("CANOPY_", "OPENAI_"))]:
         del os.environ[key]
-    import canopy.server.evaluation as ev
+    import canopy.server.wings.eval.retrieval as ev
     from canopy.server.runtime import open_workspace
     from canopy.server.service import CanopyService
 

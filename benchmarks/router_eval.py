@@ -5,8 +5,8 @@
     python benchmarks/router_eval.py --modes offline        # the offline rules only
 
 Data sets, each routed against a builtin index of its own corpus, DEV questions only
-(canopy.server.evaluation.split_of: int(sha256(question), 16) % 5 != 0; the others are never
-loaded). Two groups:
+(canopy.server.wings.eval.retrieval.split_of: int(sha256(question), 16) % 5 != 0; the others
+are never loaded). Two groups:
 
 Held out, the rules were NOT written from these: benchmarks/data/router_heldout.jsonl, each
 question labelled basic, local or global by hand by a rule written first (benchmarks/data/README.md
@@ -84,7 +84,7 @@ ZIPS = {"podcast": "kevin_scott_podcast_transcripts.zip",
 def dev_questions(name: str) -> list[tuple[str, str | None]]:
     """(question, label) of the DEV questions of one data set, in file order (the other fifth
     is filtered out as it is read)."""
-    from canopy.server.evaluation import split_of
+    from canopy.server.wings.eval.retrieval import split_of
 
     if name in HELDOUT_SETS:
         labelled = heldout_questions(name)

@@ -21,7 +21,7 @@ than 2xx, with headers and body), `RequestTimeout`, and `ConnectFailed`.
 
 `Endpoint` is that seam as a protocol, and `EndpointFactory` how a client gets one for an
 `EndpointConfig`: `JsonEndpoint` in this process by default, or a stand-in that sends the POST
-to a worker elsewhere (`canopy.distributed`, `canopy index --ray`), behind the same client.
+to a worker elsewhere (`canopy.server.wings.ray`, `canopy index --ray`), behind the same client.
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
 
-__all__ = ["install_hint"]
+__all__ = ["extra_hint", "install_hint"]
 
 DISTRIBUTION = "canopy-graphrag"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
 
 
 def install_hint(*packages: str) -> str:
@@ -26,6 +27,13 @@ def install_hint(*packages: str) -> str:
     them, in its dependencies or an extra), each with the version Canopy asks for."""
     declared = _declared()
     wanted = [declared.get(_normal(p), p) for p in packages]
+    return "pip install " + " ".join(f"'{r}'" for r in wanted)
+
+
+def extra_hint(extra: str) -> str:
+    """`pip install '<requirement>' ...` for every package Canopy's extra `extra` declares
+    (the command `pip install 'canopy-graphrag[extra]'` stands for where that name resolves)."""
+    wanted = _extras().get(extra, [])
     return "pip install " + " ".join(f"'{r}'" for r in wanted)
 
 
@@ -57,3 +65,28 @@ def _requirements() -> list[str]:
         return requires(DISTRIBUTION) or []
     except PackageNotFoundError:
         return []
+
+
+@lru_cache(maxsize=1)
+def _extras() -> dict[str, list[str]]:
+    """Each extra's own requirements (without the marker an installed distribution's metadata
+    adds, `; extra == "ray"`), leaving out those that name Canopy itself."""
+    import canopy
+
+    out: dict[str, list[str]] = {}
+    if canopy._is_checkout():
+        pyproject = Path(canopy.__file__).resolve().parents[1] / "pyproject.toml"
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+        for extra, reqs in project.get("optional-dependencies", {}).items():
+            out[extra] = [r for r in reqs if not r.startswith(DISTRIBUTION)]
+        return out
+    try:
+        declared = requires(DISTRIBUTION) or []
+    except PackageNotFoundError:
+        return out
+    for requirement in declared:
+        spec, _, marker = requirement.partition(";")
+        extra = _EXTRA.search(marker)
+        if extra is not None and not spec.strip().startswith(DISTRIBUTION):
+            out.setdefault(extra.group(1), []).append(spec.strip())
+    return out

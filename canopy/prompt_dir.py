@@ -24,6 +24,7 @@ from canopy.prompts import (
     required,
 )
 from canopy.prompts.placeholders import bad_dollar_line, identifiers
+from canopy.suggest import did_you_mean
 
 __all__ = ["check_template", "export_prompts", "load_prompt_dir", "placeholder_guide", "task_of",
            "warn_if_indexed"]
@@ -42,8 +43,6 @@ def check_template(name: str, text: str, where: str | Path) -> None:
     """ConfigError (one line, starting with `where`) when `text` cannot serve as task `name`'s
     template: empty, a stray `$`, a placeholder the task does not fill in, or a required one
     left out."""
-    from canopy.settings import did_you_mean
-
     if not text.strip():
         raise ConfigError(f"{where}: the template is empty")
     line = bad_dollar_line(text)
@@ -66,8 +65,6 @@ def check_template(name: str, text: str, where: str | Path) -> None:
 
 def task_of(path: Path) -> str:
     """The task a template file is named for; ConfigError with a did-you-mean otherwise."""
-    from canopy.settings import did_you_mean
-
     if path.stem in TASKS:
         return path.stem
     files = [file_name(t) for t in TASKS]

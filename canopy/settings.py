@@ -9,10 +9,8 @@ CANOPY_EMBED_API_KEY.
 
 from __future__ import annotations
 
-import difflib
 import os
 import tomllib
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -25,6 +23,7 @@ from pydantic_settings import (
 )
 
 from canopy.errors import ConfigError
+from canopy.suggest import did_you_mean
 
 __all__ = [
     "AclRule",
@@ -44,19 +43,11 @@ __all__ = [
     "Settings",
     "StorageSettings",
     "commented_toml",
-    "did_you_mean",
     "load_settings",
 ]
 
 CONFIG_FILENAME = "canopy.toml"
 INDEX_DIRNAME = ".canopy"
-
-# What other tools call an endpoint setting (Microsoft GraphRAG and LiteLLM: api_base; the
-# openai client: base_url): spelling matches alone would offer 'api_key' for 'api_base'.
-_SYNONYMS = {"api_base": "base_url", "base_uri": "base_url", "endpoint": "base_url",
-             "url": "base_url", "api_url": "base_url", "model_name": "model",
-             "deployment_name": "model"}
-
 
 def _endpoint_url(value: str | None) -> str | None:
     """An endpoint URL as the openai client needs it: with its scheme (a bare host:port would be
@@ -559,16 +550,6 @@ def _check_prompts(settings: Settings, path: Path | None, docs_dir: Path | None)
         folder = settings.prompts.dir = (base / folder).resolve()
     load_prompt_dir(folder)
     warn_if_indexed(folder, docs_dir)
-
-
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """"; did you mean 'x'?" for the closest of `known` to a mistyped `name` (or the name of
-    `known` that other tools give it, _SYNONYMS), else ""."""
-    known = list(known)
-    if _SYNONYMS.get(name.lower()) in known:
-        return f"; did you mean {_SYNONYMS[name.lower()]!r}?"
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _nest(keys: list[str]) -> dict[str, Any]:

@@ -126,7 +126,7 @@ async def run_index(
     """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
     after the commit (False leaves it to `canopy.server.runtime.maintain_index`, off the update's
     path: its periodic part rewrites whole fragments, which at 10k articles takes a minute).
-    `given`: communities a fresh clustering starts from (canopy.indexer.graphrag, an import).
+    `given`: communities a fresh clustering starts from (the GraphRAG wing's import).
     `on_revoked()` runs right after deletions and relabels commit, before any regeneration
     (a writer that publishes generations publishes that one at once).
     `on_plan` is told what extraction will request and, from its first units, what the rest of

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from canopy.indexer.pipeline import IndexResult
     from canopy.server.context import QueryContext
-    from canopy.server.export import ExportResult
     from canopy.server.results import DrillResult, SearchResult
     from canopy.server.runtime import Workspace
     from canopy.server.service import CanopyService
@@ -172,19 +171,22 @@ class Index:
         return self._call(principal, status)
 
     def export(self, out_dir: str | Path, *, format: str = "parquet",
-               principal: str | None = None, overwrite: bool = False) -> ExportResult:
+               principal: str | None = None, overwrite: bool = False) -> Any:
         """`canopy export`: write what `principal` may read to `out_dir` as GraphRAG-shaped
         parquet or CSV tables, or as GraphML (`format`). `out_dir` must be new or empty, or
-        hold an earlier export with `overwrite=True`."""
+        hold an earlier export with `overwrite=True`. Returns the GraphRAG wing's
+        `ExportResult` (canopy.server.wings.graphrag.export), which the core does not import."""
         from canopy.errors import InvalidArgument
-        from canopy.server.export import FORMATS, export_tables, prepare_out_dir
+        from canopy.server.wings import wing_module
 
-        if format not in FORMATS:
-            raise InvalidArgument(f"unknown format {format!r} (one of {', '.join(FORMATS)})")
+        export = wing_module("graphrag", "export", wanted_by="Index.export")
+        if format not in export.FORMATS:
+            raise InvalidArgument(f"unknown format {format!r} (one of "
+                                  f"{', '.join(export.FORMATS)})")
         out = Path(out_dir)
         self._check(principal)
-        prepare_out_dir(out, self.docs_dir, overwrite=overwrite)
-        return self._call(principal, lambda q: export_tables(q, out, format))
+        export.prepare_out_dir(out, self.docs_dir, overwrite=overwrite)
+        return self._call(principal, lambda q: export.export_tables(q, out, format))
 
     # ---- plumbing ---------------------------------------------------------------------------
 

@@ -93,8 +93,8 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
     """The MCP server of `spec` and the slot of the service it serves (to close on shutdown).
     With no committed index yet, `first` is built in this process behind the server; without
     it the build runs elsewhere (the supervisor) and the slot opens once it commits."""
-    from canopy.server.cli.serve import http_auth
     from canopy.server.first_build import ServiceSlot
+    from canopy.server.http_auth import http_auth
     from canopy.server.mcp_app import build_server
     from canopy.server.runtime import open_workspace
     from canopy.server.service import CanopyService
@@ -130,14 +130,13 @@ def build(spec: HttpSpec, *, first: FirstBuild | None = None) -> tuple[MCPServer
 def mount_beside_mcp(server: MCPServer, slot: ServiceSlot, *, docs: str, principal: str | None,
                      auth_required: bool, host: str) -> None:
     """What every Canopy HTTP server serves beside /mcp (one process, its workers, a replica):
-    the REST API at /api/v1 (the same tools as JSON endpoints, canopy.server.rest) and the web
-    view at /ui/. `docs`: the name the web view shows for the index."""
-    from canopy.server.rest import mount_rest
-    from canopy.server.web import mount_web
+    the REST wing's API at /api/v1 (the same tools as JSON endpoints) and the web wing's view
+    at /ui/. `docs`: the name the web view shows for the index."""
+    from canopy.server.wings import wing_module
 
-    mount_rest(server, host)
-    mount_web(server, slot, docs=docs, principal=principal, auth_required=auth_required,
-              host=host)
+    wing_module("rest", "endpoints").mount_rest(server, host)
+    wing_module("web").mount_web(server, slot, docs=docs, principal=principal,
+                                 auth_required=auth_required, host=host)
 
 
 def stateless_app(server: MCPServer, host: str) -> Starlette:

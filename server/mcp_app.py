@@ -79,7 +79,7 @@ FailureKind = Literal["invalid_argument", "not_found", "unavailable", "llm_faile
 
 class ToolFailure(ToolError):
     """A tool's refusal, carrying what kind of failure it is: MCP clients read the message only;
-    the REST API (canopy.server.rest) answers with the status code the kind implies."""
+    the REST wing's API answers with the status code the kind implies."""
 
     def __init__(self, message: str, kind: FailureKind) -> None:
         super().__init__(message)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
@@ -48,17 +49,16 @@ from canopy.health import (
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.pipeline import IndexResult, Progress, run_index
 from canopy.providers import make_embedder, make_provider
+from canopy.server.wings import wing_module
 from canopy.settings import INDEX_DIRNAME, Settings, load_settings
 from canopy.store import Store
 
 if TYPE_CHECKING:
-    from canopy.distributed import RayExecutor
-    from canopy.indexer.graphrag import ImportResult
     from canopy.indexer.watcher import Watcher
+    from canopy.providers.fanout import Fanout
 
-__all__ = ["Workspace", "build_index", "import_graphrag_index", "maintain_index",
-           "open_workspace", "start_background_tidy", "tidy_needed", "workspace_watcher",
-           "writer_waiting"]
+__all__ = ["Workspace", "build_index", "maintain_index", "open_workspace",
+           "start_background_tidy", "tidy_needed", "workspace_watcher", "writer_waiting"]
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def writer_waiting(index_dir: Path) -> bool:
 def build_index(
     ws: Workspace, *, full: bool = False, progress: Progress | None = None, tidy: bool = True,
     on_revoked: Callable[[], None] | None = None, on_plan: PlanSink | None = None,
-    ray: RayExecutor | None = None,
+    ray: Fanout | None = None,
 ) -> IndexResult:
     """Index (or incrementally update) the workspace's documents; one committed generation.
     An update of a damaged index raises IndexDamaged; a full build rebuilds it (module doc).
@@ -153,7 +153,7 @@ def build_index(
     `on_revoked()` runs once deletions and relabels have committed, before regeneration, with
     the writer lock held (`run_index`). `on_plan`: told the extraction plan and the projection of
     the rest (canopy.indexer.forecast). `ray`: a cluster the endpoint requests and the builtin
-    provider's CPU work fan out to (`canopy.distributed.connect_ray`; the caller closes it);
+    provider's CPU work fan out to (the Ray wing's `connect_ray`; the caller closes it);
     what the cluster did is in `stats["ray"]`."""
     limit_arenas()  # the build's peak (canopy.allocator); a no-op after the first call
     # A full disk, a read-only folder: one line naming the folder and what to do (it resumes
@@ -220,7 +220,7 @@ def _recovered(reason: str, moved: Path) -> str:
 
 def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
            on_revoked: Callable[[], None] | None = None,
-           on_plan: PlanSink | None = None, ray: RayExecutor | None = None) -> IndexResult:
+           on_plan: PlanSink | None = None, ray: Fanout | None = None) -> IndexResult:
     store = Store(ws.index_dir)  # IndexDamaged carries no DOCS here: build_index adds it
     try:
         provider = make_provider(ws.settings, store, ray=ray)
@@ -232,30 +232,6 @@ def _build(ws: Workspace, full: bool, progress: Progress | None, tidy: bool,
                                      on_plan=on_plan))
     finally:
         store.close()
-
-
-def import_graphrag_index(ws: Workspace, output_dir: Path, *,
-                          progress: Progress | None = None) -> ImportResult:
-    """A new index of the workspace's documents from a Microsoft GraphRAG output folder
-    (canopy.indexer.graphrag). The folder is checked before anything is written; an existing index
-    is never overwritten."""
-    from canopy.indexer.graphrag import import_graphrag, read_output
-
-    out = read_output(output_dir)
-    limit_arenas()
-    with writer_lock(ws.index_dir):
-        if (ws.index_dir / DB_NAME).exists():
-            raise ConfigError(f"{ws.index_dir} already holds an index: import into a new index "
-                              "folder (--index-dir) or remove this one first")
-        store = Store(ws.index_dir)
-        try:
-            provider = make_provider(ws.settings, store)
-            embedder = make_embedder(ws.settings)
-            return asyncio.run(import_graphrag(out, output_dir, ws.docs_dir, store, ws.settings,
-                                               provider, embedder, labeler=ws.policy.labels_checked,
-                                               progress=progress))
-        finally:
-            store.close()
 
 
 def maintain_index(ws: Workspace, *, wait: bool = False,
@@ -324,7 +300,7 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
     re-reading the settings (and so the policy) each time, and with `[storage] tidy =
     "background"` tidies the search tables in its idle time instead of inside the update.
     With `publish` (or `[publish] uri`) each batch's generation is then published there
-    (canopy.server.publishing); a policy edit that changes no document is published too, and
+    (the publish wing); a policy edit that changes no document is published too, and
     the URI's garbage is collected when it falls due, so a deletion leaves the URI `grace_s`
     after it was published even if nothing is published after it."""
     from canopy.indexer.watcher import Watcher
@@ -335,11 +311,12 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
     publishing = bool(publish or first.settings.publish.uri)
     due = _IdleDue()
 
-    def published(ws: Workspace, what: str) -> None:
-        from canopy.server.publishing import publish_index
+    def publish_wing() -> ModuleType:  # the publish wing's, once a batch publishes
+        return wing_module("publish", "publishing", wanted_by="--publish / [publish] uri")
 
+    def published(ws: Workspace, what: str) -> None:
         try:
-            due.collect_at = publish_index(ws, publish).next_collection
+            due.collect_at = publish_wing().publish_index(ws, publish).next_collection
         except CanopyError as exc:  # written for people (a missing bucket...): one line
             log.error("publishing %s failed: %s; the next change (or `canopy publish`) "
                       "publishes again", what, exc)
@@ -351,9 +328,7 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
         ws = open_workspace(docs, index_dir, config)
         on_revoked = None
         if publish or ws.settings.publish.uri:
-            from canopy.server.publishing import revocation_publisher
-
-            on_revoked = revocation_publisher(ws, publish)
+            on_revoked = publish_wing().revocation_publisher(ws, publish)
         result = build_index(ws, tidy=not background, on_revoked=on_revoked)
         if publish or ws.settings.publish.uri:
             published(ws, f"generation {result.generation}")
@@ -370,13 +345,11 @@ def workspace_watcher(docs: Path, index_dir: Path | None, config: Path | None, *
                 # sent when it changed nothing), so the published copies can be collected too.
                 published(ws, "the tidied search tables")
         if due.collect_at is not None and time.time() >= due.collect_at:
-            from canopy.server.publishing import collect_published
-
             ws = open_workspace(docs, index_dir, config)
             due.collect_at = None
             if publish or ws.settings.publish.uri:
                 try:
-                    due.collect_at = collect_published(ws, publish).next_due
+                    due.collect_at = publish_wing().collect_published(ws, publish).next_due
                 except Exception as exc:  # the next publish collects again
                     log.error("collecting superseded generations at the published URI "
                               "failed: %s", _first_line(exc))

@@ -210,3 +210,144 @@ def test_no_module_imports_a_posix_only_module_at_load_time() -> None:
                     continue
                 found += [f"{path.relative_to(REPO)}: {n}" for n in names & posix_only]
     assert found == []
+
+
+# ---- the module graph: the wings hang off the core, and nothing goes round in a circle --------
+
+# Where each installed package's modules live in the checkout (pyproject's package-dir).
+PACKAGE_DIRS = {"canopy": REPO / "canopy", **{f"canopy.{n}": REPO / n for n in LAYERS}}
+WINGS_PACKAGE = "canopy.server.wings"
+# The wings a wing may import besides the core (none so far).
+WING_USES: dict[str, set[str]] = {}
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the project by its installed name (a package by its `__init__`)."""
+    out: dict[str, Path] = {}
+    for package, folder in PACKAGE_DIRS.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if package == "canopy" and parts[0] in LAYERS:
+                continue  # never there in a checkout; a wheel's layout is not read here
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            out[".".join((package, *parts))] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _type_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (never run)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
+def _module_of(name: str) -> str | None:
+    """The project module `name` names, or the nearest package above it (`canopy.x.Y`, a class
+    imported from `canopy.x`, is canopy.x); None outside the project."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported(name: str, *, type_only: bool) -> set[str]:
+    """The project modules `name` imports anywhere in it, in functions too; with
+    `type_only=False`, not those it imports only for type annotations."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = set() if type_only else _type_only(tree)
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str | None] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {_module_of(a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*here[:len(here) - node.level + 1], *filter(None, [base])])
+            for alias in node.names:  # `from canopy.server import cli` names a module
+                full = f"{base}.{alias.name}"
+                found.add(full if full in MODULES else _module_of(base))
+    return {m for m in found if m is not None and m != name}
+
+
+def _wing(module: str) -> str | None:
+    """The wing `module` belongs to; None for the core (the table canopy.server.wings too)."""
+    prefix = WINGS_PACKAGE + "."
+    return module[len(prefix):].split(".")[0] if module.startswith(prefix) else None
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_module_graph_sees_every_kind_of_import() -> None:
+    """The checks below see imports inside functions (cli.index imports runtime when it runs),
+    names imported from a package (`from canopy.server.cli import demo` is the module demo) and,
+    when asked, imports only for type annotations."""
+    assert "canopy.server.runtime" in _imported("canopy.server.cli.index", type_only=False)
+    assert "canopy.server.cli.demo" in _imported("canopy.server.cli", type_only=False)
+    assert "canopy.providers.fanout" in _imported("canopy.server.runtime", type_only=True)
+    assert "canopy.providers.fanout" not in _imported("canopy.server.runtime", type_only=False)
+    assert _wing("canopy.server.wings.rest.endpoints") == "rest"
+    assert _wing("canopy.server.wings") is None and _wing("canopy.server.http") is None
+    assert _circles({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [["a", "b"]]
+
+
+def test_no_core_module_imports_a_wing() -> None:
+    """The core (model, store, settings, LLM client, providers, index, ACL, engines, MCP, CLI)
+    reaches a wing only through canopy.server.wings, by name, where the feature is asked for: not
+    by an import, in a function, or for a type annotation."""
+    found = [f"{m} imports {w}" for m in sorted(MODULES) if _wing(m) is None
+             for w in sorted(_imported(m, type_only=True)) if _wing(w) is not None]
+    assert found == []
+
+
+def test_wings_import_the_core_and_no_other_wing() -> None:
+    found = [f"{m} imports {w}" for m in sorted(MODULES) if (wing := _wing(m)) is not None
+             for w in sorted(_imported(m, type_only=True))
+             if _wing(w) not in (None, wing, *WING_USES.get(wing, ()))]
+    assert found == []
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    """No module imports, at run time and however lazily, a module that imports it back. Imports
+    only for type annotations (`if TYPE_CHECKING:`) are not counted: they never run, and they
+    are how a module names a type of a module that uses it (acl.views annotates the
+    CallerReader that calls it)."""
+    graph = {m: _imported(m, type_only=False) for m in MODULES}
+    assert _circles(graph) == []

@@ -318,7 +318,7 @@ def test_status_of_an_interrupted_first_build_says_how_to_resume(example_docs: P
 
 def test_eval_scores_each_tool_on_questions_with_gold_documents(
         example_docs: Path, tmp_path: Path) -> None:
-    from canopy.server.evaluation import split_of
+    from canopy.server.wings.eval.retrieval import split_of
 
     index_dir = tmp_path / "idx"
     runner = CliRunner()
@@ -358,7 +358,7 @@ def test_eval_scores_each_tool_on_questions_with_gold_documents(
 
 
 def test_eval_loads_multihop_rag_and_musique_gold_titles(tmp_path: Path) -> None:
-    from canopy.server.evaluation import load_questions
+    from canopy.server.wings.eval.retrieval import load_questions
 
     mh = tmp_path / "mh.json"
     mh.write_text(json.dumps([

@@ -83,9 +83,9 @@ def test_install_hints_name_the_package_itself_at_the_declared_version() -> None
     """`pip install 'canopy-graphrag[x]'` resolves nowhere (no registry has the name); a hint
     names the package and the version pyproject asks for, which works from a checkout and from
     a wheel alike."""
-    from canopy.distributed.cluster import INSTALL_HINT
     from canopy.extras import install_hint
     from canopy.providers.builtin.static import MISSING
+    from canopy.server.wings.ray.cluster import INSTALL_HINT
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]

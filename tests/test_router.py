@@ -226,7 +226,7 @@ def test_the_held_out_router_set_is_labelled_dev_and_disjoint_from_the_tuning_se
     its DEV part is large enough to report, and none of its questions is one of the DEV
     questions the rules were written from."""
     from benchmarks import router_eval
-    from canopy.server.evaluation import split_of
+    from canopy.server.wings.eval.retrieval import split_of
     from tests.conftest import SHARED, require_shared
 
     require_shared(SHARED / "graphrag-bench" / "medical_questions.json")

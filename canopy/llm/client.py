@@ -2,7 +2,7 @@
 
 `ChatClient` adds what every LLM call in Canopy needs around one HTTP POST
 (`canopy.endpoint.JsonEndpoint`, over the `openai` SDK's HTTP layer; with `canopy index --ray`,
-the same POST made by a Ray worker, `canopy.distributed`):
+the same POST made by a Ray worker, `canopy.server.wings.ray`):
 - adaptive concurrency (`canopy.limiter.AdaptiveLimiter`): one AIMD window of requests in flight,
   shared by every task, thread and event loop, between `min_concurrency` and `concurrency`;
   429/503/timeouts cut it to 70% and a Retry-After pauses every request until the time asked;
@@ -84,7 +84,7 @@ class ChatClient:
         endpoints: EndpointFactory = local_endpoint,
     ) -> None:
         """`endpoints` makes the HTTP seam the POSTs go through: this process's own by default,
-        a Ray cluster's workers with `canopy index --ray` (canopy.distributed). Everything else
+        a Ray cluster's workers with `canopy index --ray` (canopy.server.wings.ray). Everything else
         above stays here either way: cache, window, retries, parsing and accounting."""
         if not settings.base_url:
             raise ConfigError(

@@ -7,18 +7,19 @@ from typing import TYPE_CHECKING
 from canopy.settings import EmbedSettings, Settings
 
 if TYPE_CHECKING:
-    from canopy.distributed import RayExecutor
     from canopy.providers.base import Embedder, Provider
+    from canopy.providers.fanout import Fanout
     from canopy.store import Store
 
 __all__ = ["make_builtin_embedder", "make_embedder", "make_provider"]
 
 
 def make_provider(settings: Settings, store: Store | None = None, *,
-                  ray: RayExecutor | None = None) -> Provider:
+                  ray: Fanout | None = None) -> Provider:
     """The LLM provider when an endpoint is configured, else the builtin offline provider.
-    With `ray` (the writer's `canopy index --ray`) the endpoint's requests, or the builtin
-    provider's extraction, run on that cluster; everything else is the same provider."""
+    With `ray` (the writer's `canopy index --ray`: the Ray wing's executor) the endpoint's
+    requests, or the builtin provider's extraction, run on that cluster; everything else is the
+    same provider."""
     if settings.llm.enabled:
         from canopy.endpoint import local_endpoint
         from canopy.llm import ChatClient
@@ -36,7 +37,7 @@ def make_provider(settings: Settings, store: Store | None = None, *,
     return BuiltinProvider()
 
 
-def make_embedder(settings: Settings, *, ray: RayExecutor | None = None) -> Embedder:
+def make_embedder(settings: Settings, *, ray: Fanout | None = None) -> Embedder:
     """An OpenAI-compatible embedder when [embed] base_url is set, else the builtin one chosen
     by [embed] builtin (`make_builtin_embedder`). With `ray`, the endpoint's requests or the
     builtin embedder's batches run on that cluster.

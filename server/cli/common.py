@@ -60,7 +60,7 @@ def check_principal(acl: AclSettings, name: str | None) -> None:
     if not acl.enabled:
         return
     from canopy.errors import ConfigError
-    from canopy.settings import did_you_mean
+    from canopy.suggest import did_you_mean
 
     known = sorted(acl.principals)
     listed = ", ".join(known) or "none"

@@ -61,6 +61,7 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
       canopy index docs/ --ray auto          # on the Ray cluster started by `ray start --head`
     """
     from canopy.server.runtime import build_index, open_workspace, start_background_tidy
+    from canopy.server.wings import wing_module
 
     ws = open_workspace(docs, index_dir, config)
     ray_address = ray_address or ws.settings.distributed.ray_address
@@ -72,18 +73,17 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
     inline = full or ws.settings.storage.tidy == "inline"
     publish_uri = publish_uri or ws.settings.publish.uri
     on_revoked = None
-    if publish_uri:
-        from canopy.server.publishing import check_publish_target, revocation_publisher
-
-        check_publish_target(ws, publish_uri)  # a missing bucket: one line now, not after
-        on_revoked = revocation_publisher(
+    publishing = (wing_module("publish", "publishing", wanted_by="--publish / [publish] uri")
+                  if publish_uri else None)
+    if publishing is not None:
+        publishing.check_publish_target(ws, publish_uri)  # a missing bucket: one line now
+        on_revoked = publishing.revocation_publisher(
             ws, publish_uri, lambda line: click.echo(f"canopy: {line}", err=True))
     plans = PlanLines()  # the plan and projection lines of a build that calls an LLM (stderr)
     cluster = None
     if ray_address:
-        from canopy.distributed import connect_ray
-
-        cluster = connect_ray(ray_address, ws.settings.distributed)
+        cluster = wing_module("ray", "cluster", wanted_by="--ray").connect_ray(
+            ray_address, ws.settings.distributed)
     try:
         result = build_index(ws, full=full, progress=tqdm_progress, tidy=inline,
                              on_revoked=on_revoked, on_plan=plans, ray=cluster)
@@ -95,11 +95,9 @@ def index(docs: Path, index_dir: Path | None, config: Path | None, full: bool,
             cluster.close()
     if result.recovered:
         click.echo(f"canopy: {result.recovered}", err=True)
-    if publish_uri:  # before the tidy starts: the snapshot needs the writer lock a moment
-        from canopy.server.publishing import describe_publish, publish_index
-
-        published = publish_index(ws, publish_uri)
-        click.echo(f"canopy: {describe_publish(published, publish_uri)}", err=True)
+    if publishing is not None:  # before the tidy: the snapshot needs the writer lock a moment
+        published = publishing.publish_index(ws, publish_uri)
+        click.echo(f"canopy: {publishing.describe_publish(published, publish_uri)}", err=True)
     # The search tables' periodic tidy would cost a whole-table rewrite on large indexes: it
     # runs detached, and gives way to the next writer ([storage] tidy = "inline" keeps it here).
     tidy_pid = None if inline else start_background_tidy(ws, config)

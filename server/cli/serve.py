@@ -10,7 +10,6 @@ loopback with no verifier is refused unless `--insecure-no-auth` says so explici
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,24 +26,11 @@ from canopy.server.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from mcp.server.auth.provider import TokenVerifier
-    from mcp.server.auth.settings import AuthSettings as McpAuthSettings
-
     from canopy.indexer.watcher import Watcher
-    from canopy.server.runtime import Workspace
 
 __all__ = ["serve"]
 
 log = logging.getLogger(__name__)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @click.command()
@@ -98,6 +84,7 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
     """
     # The HTTP supervisor of several workers serves nothing itself: it imports no engines.
     from canopy.server.http import HttpSpec, run_http
+    from canopy.server.http_auth import http_auth, is_loopback
     from canopy.server.runtime import open_workspace
 
     if tokens_file is not None and not use_http:
@@ -107,10 +94,12 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
         if docs is not None or index_dir is not None or watch or workers > 1:
             raise click.UsageError("--index-uri serves a published index: it takes no DOCS, "
                                    "--index-dir, --watch or --workers (run more replicas)")
-        from canopy.server.replica import serve_replica
+        from canopy.server.wings import wing_module
 
-        serve_replica(index_uri, use_http=use_http, host=host, port=port, principal=principal,
-                      tokens_file=tokens_file, config=config, insecure_no_auth=insecure_no_auth)
+        replica = wing_module("publish", "replica", wanted_by="--index-uri")
+        replica.serve_replica(index_uri, use_http=use_http, host=host, port=port,
+                              principal=principal, tokens_file=tokens_file, config=config,
+                              insecure_no_auth=insecure_no_auth)
         return
     if docs is None:
         raise click.UsageError("Missing argument 'DOCS' (or --index-uri URI)")
@@ -118,7 +107,7 @@ def serve(docs: Path | None, index_dir: Path | None, config: Path | None, index_
     verifier, auth_settings = None, None
     if use_http:  # settle who may call before building or opening anything
         verifier, auth_settings = http_auth(ws, config, tokens_file, host, port)
-        if verifier is None and not _is_loopback(host):
+        if verifier is None and not is_loopback(host):
             if not insecure_no_auth:
                 raise click.ClickException(
                     f"refusing to serve {docs} on {host} without authentication: set [auth] "
@@ -237,62 +226,3 @@ def _start_watcher(docs: Path, index_dir: Path | None, config: Path | None) -> W
     return workspace_watcher(docs, index_dir, config,
                              on_applied=lambda paths, r: log.info("%s", describe_batch(paths, r))
                              ).start(catch_up=True)
-
-
-def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host: str,
-              port: int, *, documents: bool = True,
-              ) -> tuple[TokenVerifier | None, McpAuthSettings | None]:
-    """The bearer-token verifier `[auth]` (or --tokens) asks for, and the MCP auth settings that
-    advertise this server as an OAuth protected resource. `documents=False`: `ws` has no
-    documents folder to check the token file against (a replica: its policy comes with the
-    published index, and its working folder is never indexed)."""
-    from mcp.server.auth.settings import AuthSettings as McpAuthSettings
-
-    from canopy.acl.auth import resolve_path, verifier_from_settings
-    from canopy.errors import ConfigError
-    from canopy.settings import find_config
-
-    auth = ws.settings.auth
-    if tokens_file is not None:
-        auth = auth.model_copy(update={"tokens_file": tokens_file.resolve()})
-    settings_file = find_config(ws.docs_dir, config)
-    base_dir = (settings_file.resolve().parent if settings_file is not None
-                else ws.docs_dir.resolve())
-    verifier = verifier_from_settings(auth, base_dir)
-    if verifier is None:
-        return None, None
-    if auth.tokens_file is not None and documents:
-        _check_token_file(ws, resolve_path(auth.tokens_file, base_dir))
-        log.info("HTTP callers: bearer tokens from %s", resolve_path(auth.tokens_file, base_dir))
-    shown = "localhost" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
-    base = f"http://{shown}:{port}"
-    issuer = auth.jwt_issuer or ""
-    if not issuer.startswith(("https://", "http://")):
-        issuer = base
-    try:
-        # Validated from plain strings (pydantic parses the URLs); validate_token_resource=False:
-        # the verifier checks `aud` itself.
-        return verifier, McpAuthSettings.model_validate(
-            {"issuer_url": issuer, "resource_server_url": auth.resource_url or f"{base}/mcp",
-             "validate_token_resource": False})
-    except ValueError as exc:  # pydantic's ValidationError: a malformed URL in [auth]
-        raise ConfigError(f"[auth] resource_url / jwt_issuer must be http(s) URLs: {exc}") from None
-
-
-def _check_token_file(ws: Workspace, path: Path) -> None:
-    """Warnings for a token file that would be indexed, or that names principals the policy
-    lacks."""
-    from canopy.acl.tokens import read_tokens
-
-    docs = ws.docs_dir.resolve()
-    if path.resolve().is_relative_to(docs) and not path.name.startswith(".") \
-            and path.suffix.lower() in ws.settings.input.extensions:
-        log.warning("token file %s is inside the documents folder and will be indexed: move it out "
-                    "or give it a name starting with '.'", path)
-    if ws.policy.enabled:
-        named = {r.principal for r in read_tokens(path)}
-        unknown = sorted(named - set(ws.policy.settings.principals))
-        if unknown:
-            log.warning("token file %s names principals the [acl] policy does not list (they see "
-                        "nothing): %s", path, ", ".join(unknown))
-

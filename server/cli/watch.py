@@ -35,9 +35,11 @@ def watch(docs: Path, index_dir: Path | None, config: Path | None, debounce: flo
     ws = open_workspace(docs, index_dir, config)
     target = publish_uri or ws.settings.publish.uri
     if target:
-        from canopy.server.publishing import check_publish_target
+        from canopy.server.wings import wing_module
 
-        check_publish_target(ws, target)  # a missing bucket: one line now, not per batch
+        # a missing extra or bucket: one line now, not per batch
+        publishing = wing_module("publish", "publishing", wanted_by="--publish / [publish] uri")
+        publishing.check_publish_target(ws, target)
     logging.getLogger("canopy").setLevel(logging.INFO)
     # Settings (and so the ACL policy) are re-read each batch: canopy.toml edits apply too.
     watcher = workspace_watcher(docs, index_dir, config, debounce=debounce,
