@@ -35,9 +35,11 @@ COPY server ./server
 COPY acl ./acl
 COPY prompts ./prompts
 COPY examples/docs ./examples/docs
-# EXTRAS: "docs" reads PDF and DOCX. The optional secret `pip_cert` is a CA bundle for a
+# EXTRAS: the wings' extras to install beside the core (pyproject.toml); "publish" lets the
+# image publish generations and serve them as a replica (PDF and DOCX are read by the core: the
+# old "docs" extra is empty). The optional secret `pip_cert` is a CA bundle for a
 # TLS-intercepting proxy between the build and PyPI (docker build --secret id=pip_cert,src=...).
-ARG EXTRAS=docs
+ARG EXTRAS=publish
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     pip install --no-cache-dir ".[${EXTRAS}]" && rm -rf /src

@@ -31,8 +31,8 @@ def install_hint(*packages: str) -> str:
 
 
 def extra_hint(extra: str) -> str:
-    """`pip install '<requirement>' ...` for every package Canopy's extra `extra` declares
-    (the command `pip install 'canopy-graphrag[extra]'` stands for where that name resolves)."""
+    """`pip install '<requirement>' ...` for every package Canopy's extra `extra` declares: what
+    installing the extra by Canopy's name would bring, where that name resolves."""
     wanted = _extras().get(extra, [])
     return "pip install " + " ".join(f"'{r}'" for r in wanted)
 

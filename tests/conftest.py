@@ -56,6 +56,25 @@ def require_heavy(module: str) -> None:
         pytest.skip(f"{module} is not installed: pip install -e '.[heavy]'")
 
 
+def require_wing(wing: str) -> None:
+    """Skip unless wing `wing`'s extra is installed (canopy.server.wings.WINGS: the libraries
+    it brings); fail instead when REQUIRE_WINGS names it ("all", or a comma-separated list, as
+    .ci/run sets it after installing those extras): a skip there would hide the wing's tests.
+    tests/wings/conftest.py calls it for every test under tests/wings/<wing>/."""
+    from canopy.server.wings import missing_libraries
+
+    missing = missing_libraries(wing)
+    if not missing:
+        return
+    from canopy.extras import extra_hint
+
+    required = os.environ.get("REQUIRE_WINGS", "")
+    why = f"the {wing} wing's extra is not installed ({', '.join(missing)}): {extra_hint(wing)}"
+    if required == "all" or wing in required.split(","):
+        pytest.fail(f"{why}, and REQUIRE_WINGS={required} (.ci/run installs it)")
+    pytest.skip(why)
+
+
 @contextmanager
 def offline_env() -> Iterator[None]:
     """No CANOPY_ or OPENAI_ variable (no real endpoint can leak in), and `canopy index` and

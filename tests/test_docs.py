@@ -28,7 +28,10 @@ def _documentation() -> str:
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    for name, command in sorted(group.commands.items()):
+    """Every command of `group` (the wings' too, which the group loads when asked), and theirs."""
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         yield (*prefix, name)
         if isinstance(command, click.Group):
             yield from _commands(command, (*prefix, name))

@@ -83,7 +83,7 @@ def test_install_hints_name_the_package_itself_at_the_declared_version() -> None
     """`pip install 'canopy-graphrag[x]'` resolves nowhere (no registry has the name); a hint
     names the package and the version pyproject asks for, which works from a checkout and from
     a wheel alike."""
-    from canopy.extras import install_hint
+    from canopy.extras import extra_hint, install_hint
     from canopy.providers.builtin.static import MISSING
     from canopy.server.wings.ray.cluster import INSTALL_HINT
 
@@ -92,6 +92,8 @@ def test_install_hints_name_the_package_itself_at_the_declared_version() -> None
     assert INSTALL_HINT == f"pip install '{extras['ray'][0]}'"
     assert MISSING.endswith(f"pip install '{extras['static'][0]}'")
     assert install_hint("pypdf", "python-docx") == "pip install 'pypdf>=4' 'python-docx>=1.1'"
+    assert extra_hint("publish") == f"pip install '{extras['publish'][0]}'"
+    assert extra_hint("heavy").startswith("pip install 'schemathesis")  # not Canopy itself
     sources = [p.read_text(encoding="utf-8") for folder in ("canopy", "server", "indexer", "acl")
                for p in (REPO / folder).rglob("*.py")]
     assert not any("pip install 'canopy-graphrag[" in s or "pip install canopy-graphrag[" in s

@@ -297,6 +297,7 @@ def test_an_unreachable_cluster_is_one_line_at_once(example_docs: Path) -> None:
     assert not (example_docs / ".canopy").exists()  # nothing was built
 
 
+@pytest.mark.heavy  # Ray's own search for clusters, so Ray installed
 def test_auto_with_the_cluster_file_of_a_stopped_cluster_is_one_line_at_once(
         example_docs: Path, tmp_path: Path) -> None:
     """A `ray start` that was killed rather than stopped leaves its cluster file behind: `--ray
@@ -335,15 +336,6 @@ def test_auto_with_the_cluster_file_of_a_stopped_cluster_is_one_line_at_once(
     assert not (example_docs / ".canopy").exists()  # nothing was built
 
 
-def test_without_ray_installed_the_option_says_how_to_get_it(
-        example_docs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    result = CliRunner().invoke(main, ["index", str(example_docs), "--ray", "auto"])
-    assert result.exit_code == 1
-    assert result.output.splitlines() == [
-        "Error: --ray needs Ray, which is not installed: pip install 'ray[client]>=2.60'"]
-
-
 def test_workers_running_other_canopy_code_are_refused(ray_cluster: Any) -> None:
     cluster = connect_ray("local", DistributedSettings())
     try:
@@ -351,22 +343,6 @@ def test_workers_running_other_canopy_code_are_refused(ray_cluster: Any) -> None
             cluster.check_workers(expected="0" * 16)
     finally:
         cluster.close()
-
-
-def test_the_servers_never_import_ray() -> None:
-    """Ray is the writer's option: the MCP server (stdio and HTTP), the replicas, the REST API
-    and `canopy serve` import none of it, so nothing of Ray can print on the stdio channel."""
-    code = ("import sys\n"
-            "import canopy.server.stdio, canopy.server.mcp_app, canopy.server.http, "
-            "canopy.server.wings.publish.replica, canopy.server.wings.rest.endpoints\n"
-            "import canopy.server.service, canopy.server.runtime, canopy.server.cli.serve, "
-            "canopy.server.cli.index\n"
-            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith("
-            "('ray.', 'canopy.server.wings.ray'))))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "CANOPY_DISTRIBUTED__RAY_ADDRESS": "auto"})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
 
 
 # ---- `ray start --head` on this machine, and `canopy index --ray ADDRESS` from another process ---
