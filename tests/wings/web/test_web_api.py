@@ -480,7 +480,7 @@ def test_the_wheel_carries_every_static_file() -> None:
 
     from canopy.server.wings.web.routes import STATIC_FILES
 
-    package = REPO / "server" / "web"
+    package = REPO / "server" / "wings" / "web"
     data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))[
         "tool"]["setuptools"]["package-data"]["canopy.server.wings.web"]
     shipped = {Path(p).resolve() for pattern in data for p in glob(str(package / pattern))}
