@@ -1,0 +1,430 @@
+"""Render the figure tables of README.md and docs/*.md from benchmarks/results/*.json.
+
+Each table of figures in the documentation sits in a marked block:
+
+    <!-- table: retrieval_eval -->
+    ...what this script writes: the table, then the commit and command of each run behind it...
+    <!-- /table -->
+
+`NAME` is one of RENDERERS below (a table computed from a benchmark's own results file), or
+`STEM/TABLE` for a table transcribed into `benchmarks/results/STEM.json` from where its figures
+were first recorded (the file's `transcribed_from` says where; its `tables` hold the rows).
+Every results file a table is rendered from names the commit and the command of its run; a
+figure whose run was never recorded has no results file and so no place in the docs.
+
+    python benchmarks/render_tables.py           # rewrite the blocks of README.md and docs/*.md
+    python benchmarks/render_tables.py --check   # exit 1 naming the blocks that differ
+
+tests/test_rendered_tables.py re-renders every block in memory and fails when one differs from
+its JSON, or when a table of figures stands outside a block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+BLOCK = re.compile(r"^<!-- table: (?P<name>[\w./-]+) -->\n(?P<body>.*?)^<!-- /table -->$",
+                   re.MULTILINE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Run:
+    """Where a table's figures come from: the results file, and the run that wrote it."""
+
+    source: str  # path of the results file, relative to the repository
+    commit: str
+    command: str
+    note: str = ""  # load, machine, what the file itself does not say
+
+
+@dataclass(frozen=True)
+class Table:
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    runs: tuple[Run, ...]
+
+
+def pages(repo: Path = REPO) -> list[Path]:
+    """The documentation a newcomer reads: README.md and every page of docs/."""
+    return [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+
+
+def _load(results: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((results / name).read_text(encoding="utf-8"))
+    return data
+
+
+def _source(results: Path, name: str) -> str:
+    path = results / name
+    try:
+        return path.resolve().relative_to(REPO).as_posix()
+    except ValueError:  # a results folder elsewhere (the tests' copies)
+        return path.as_posix()
+
+
+def _run(results: Path, name: str, data: dict[str, Any], note: str = "") -> Run:
+    """The commit and command a results file names (at the top, or in its `machine`)."""
+    commit = data.get("commit") or data.get("machine", {}).get("commit")
+    command = data.get("command")
+    if not commit or not command:
+        raise ValueError(f"{name} names no commit or no command: it cannot back a table")
+    return Run(_source(results, name), str(commit), str(command),
+               note or str(data.get("note") or data.get("load") or ""))
+
+
+def _three(scores: dict[str, float]) -> str:
+    return " / ".join(f"{scores[k]:.3f}" for k in ("2", "5", "10"))
+
+
+# ---- tables computed from a benchmark's own results -------------------------------------------
+
+RETRIEVAL_SETS = (
+    ("multihop-rag", "MultiHop-RAG, 609 articles `# {title}` and the body"),
+    ("multihop-rag-fm", "MultiHop-RAG, the same with YAML front matter"),
+    ("musique", "MuSiQue sample, 1,890 paragraphs `# {title}`"),
+)
+
+
+def retrieval_eval(results: Path) -> Table:
+    """R@2 / R@5 / R@10 of the tools as delivered, BM25 beside them, and the bridge gold."""
+    data = _load(results, "retrieval_eval.json")["datasets"]
+    rows, runs = [], []
+    for key, label in RETRIEVAL_SETS:
+        entry = data[key]
+        by_tool = {s["tool"]: s for s in entry["scores"]}
+        rows.append((f"{label} ({entry['questions']:,})",
+                     _three(by_tool["local"]["recall"]), _three(by_tool["basic"]["recall"]),
+                     _three(by_tool["bm25"]["recall"]), _three(by_tool["local"]["bridge_recall"]),
+                     _three(by_tool["bm25"]["bridge_recall"])))
+        runs.append(Run(_source(results, "retrieval_eval.json"), entry["commit"], entry["command"],
+                        f"{entry['machine']}, {entry['provider']} provider, {entry['embedder']}"))
+    header = ("data set (DEV questions)", "local_search, delivered", "basic_search, delivered",
+              "BM25", "local, bridge gold", "BM25, bridge gold")
+    return Table(header, tuple(rows), tuple(runs))
+
+
+ROUTER_FILE = "router_eval_1a596b2.json"
+ROUTER_SETS = (
+    ("multihop-rag", "MultiHop-RAG, 609 articles"),
+    ("podcast", "podcast transcripts, 1,669 files"),
+    ("earnings", "earnings calls, multi-transcript, 41 files"),
+)
+
+
+def _routed(entry: dict[str, Any]) -> str:
+    routed = entry["routed"]
+    return " / ".join(f"{routed[k]:,}" for k in ("basic", "local", "global"))
+
+
+def router_eval(results: Path) -> Table:
+    """Where the `search` router sends the DEV questions of the sets its rules came from."""
+    data = _load(results, ROUTER_FILE)
+    rows = []
+    for key, label in ROUTER_SETS:
+        offline, fake = data["sets"][key]["offline"], data["sets"][key]["fake-llm"]
+        (gold,) = offline["labels"]
+        rows.append((f"{label} ({offline['questions']:,})", gold, _routed(offline),
+                     f"{offline['accuracy']:.3f}", _routed(fake), f"{fake['accuracy']:.4f}"))
+    header = ("data set (DEV questions)", "label", "offline rules: to basic / local / global",
+              "accuracy", "fake LLM: to basic / local / global", "accuracy")
+    return Table(header, tuple(rows), (_run(results, ROUTER_FILE, data),))
+
+
+def router_held_out(results: Path) -> Table:
+    """The offline rules on the hand-labelled sets they were not written from."""
+    data = _load(results, ROUTER_FILE)
+    rows = []
+    total = right = 0
+    for key, entry in data["sets"].items():
+        offline = entry["offline"]
+        if not offline["group"].startswith("held out"):
+            continue
+        correct = round(offline["accuracy"] * offline["questions"])
+        total, right = total + offline["questions"], right + correct
+        labels = ", ".join(f"{n} {label}" for label, n in offline["labels"].items())
+        rows.append((f"{key} ({labels})", f"{correct} / {offline['questions']}",
+                     f"{offline['accuracy']:.3f}", f"{offline['global_vs_rest']:.3f}"))
+    rows.append(("all held out", f"{right} / {total}", f"{right / total:.3f}", ""))
+    header = ("held-out set (DEV questions, labelled by hand)", "to the labelled engine",
+              "accuracy", "global against the rest")
+    return Table(header, tuple(rows), (_run(results, ROUTER_FILE, data),))
+
+
+EMBED_FILE = "embed_eval.json"
+
+
+def embed_eval(results: Path) -> Table:
+    """Hashed against WordLlama vectors, on the tools' rankings before their results were
+    assembled (what `canopy eval` scored before it scored results as delivered)."""
+    data = _load(results, EMBED_FILE)
+    rows = []
+    for dataset, label in (("multihop-rag", "MultiHop-RAG"), ("musique", "MuSiQue")):
+        per = data["results"][dataset]
+        hashed, llama = per["hash"]["eval"]["tools"], per["wordllama"]["eval"]["tools"]
+
+        def three(tools: dict[str, Any], tool: str) -> str:
+            return " / ".join(f"{tools[tool][f'R@{k}']:.3f}" for k in (2, 5, 10))
+
+        for tool, name in (("local", "local_search"), ("basic", "basic_search"),
+                           ("vector", "vectors alone"), ("bm25", "BM25")):
+            full = f"{tool}:full-weight"
+            rows.append((f"{label}, {name}", three(hashed, tool), three(llama, tool),
+                         three(llama, full) if full in llama else ""))
+    header = ("dataset, ranking", "hash", "wordllama", "wordllama fused at full weight")
+    return Table(header, tuple(rows), (_run(results, EMBED_FILE, data),))
+
+
+GROWTH_10K = "growth_10k_bc304a3.json"
+GROWTH_1827 = "growth_1827_bc304a3.json"
+
+
+def _growth(results: Path, name: str) -> tuple[dict[str, Any], Run]:
+    data = _load(results, name)
+    loads = [*data["machine"]["loadavg_start"][:1], *data["machine"]["loadavg_end"][:1]]
+    for row in data["rows"]:
+        for step in (*row["steps"].values(), row.get("serve") or {}):
+            loads += step.get("loadavg_1m", [])
+    return data, _run(results, name, data, f"load {min(loads):.1f}-{max(loads):.1f}")
+
+
+def _s(value: float) -> str:
+    return f"{value:.2f} s"
+
+
+def figures(results: Path) -> Table:
+    """README's short table: retrieval, routing, and what an update and a build cost."""
+    retrieval = _load(results, "retrieval_eval.json")["datasets"]
+    router = _load(results, ROUTER_FILE)
+    g10, run10 = _growth(results, GROWTH_10K)
+    g1827, run1827 = _growth(results, GROWTH_1827)
+    rows: list[tuple[str, ...]] = []
+    for key, label in (("multihop-rag", "MultiHop-RAG"), ("musique", "MuSiQue")):
+        by_tool = {s["tool"]: s for s in retrieval[key]["scores"]}
+        rows.append((f"R@10 as delivered, {label} DEV ({retrieval[key]['questions']:,} questions): "
+                     "local_search / basic_search / BM25",
+                     " / ".join(f"{by_tool[t]['recall']['10']:.3f}"
+                                for t in ("local", "basic", "bm25"))))
+    held = [s["offline"] for s in router["sets"].values()
+            if s["offline"]["group"].startswith("held out")]
+    right = sum(round(s["accuracy"] * s["questions"]) for s in held)
+    total = sum(s["questions"] for s in held)
+    rows.append(("`search` routing to the hand-labelled engine, held-out DEV questions, "
+                 "offline rules", f"{right / total:.3f}"))
+    steps10 = g10["rows"][0]["steps"]
+    rows.append(("one update at 10,000 articles: +1 article / edit / delete",
+                 " / ".join(_s(steps10[k]["wall_s"]) for k in ("add", "edit", "delete"))))
+    rows.append(("peak memory of those updates",
+                 f"{max(steps10[k]['peak_mb'] for k in ('add', 'edit', 'delete')):.0f} MB"))
+    conc = g10["rows"][0]["serve"]["concurrency"]
+    rows.append(("16 clients at 10,000 articles, `--workers 2`: calls/s against one client's",
+                 f"{conc['many']['calls_per_s'] / conc['1']['calls_per_s']:.2f}x"))
+    build = g1827["rows"][0]["steps"]["build"]
+    rows.append(("full build of 1,827 articles, builtin provider: wall / peak memory",
+                 f"{build['wall_s']:.0f} s / {build['peak_mb']:.0f} MB"))
+    header = ("measure", "figure")
+    runs = tuple(
+        Run(_source(results, "retrieval_eval.json"), e["commit"], e["command"], e["machine"])
+        for e in (retrieval["multihop-rag"],))
+    musique = retrieval["musique"]
+    if (musique["commit"], musique["command"]) != (runs[0].commit, runs[0].command):
+        runs += (Run(_source(results, "retrieval_eval.json"), musique["commit"],
+                     musique["command"], musique["machine"]),)
+    return Table(header, tuple(rows), (*runs, _run(results, ROUTER_FILE, router), run10, run1827))
+
+
+RAY_FILE = "ray_bench.json"
+
+
+def ray_bench(results: Path) -> Table:
+    """`canopy index --ray local` with one and two workers, beside a local build, one run."""
+    data = _load(results, RAY_FILE)
+    by = {row["setup"]: row for row in data["rows"]}
+    setups = (("llm-local", "llm-ray1", "llm-ray2"), ("builtin-local", "builtin-ray1",
+                                                      "builtin-ray2"))
+    missing = [s for group in setups for s in group if s not in by]
+    if missing:
+        raise ValueError(f"{RAY_FILE} has no rows {missing}")
+
+    def ray_cpu(row: dict[str, Any]) -> str:
+        if row["workers"] == 0:
+            return f"{row['writer_cpu_s']:.1f} / -"
+        start = row["ray_cpu_start_s"]
+        return f"{row['writer_cpu_s']:.1f} / {start:.1f} + {row['ray_cpu_s'] - start:.1f}"
+
+    llm, builtin = ([by[s] for s in group] for group in setups)
+    requests = llm[0]["server"]["requests"]
+    rows = [
+        (f"{data['articles']} articles, fake LLM at {data['latency_s'] * 1000:.0f} ms "
+         f"({requests:,} requests): wall s", *(f"{r['wall_s']:.1f}" for r in llm)),
+        ("requests in flight, client mean / server mean",
+         *(f"{r['stats']['llm_concurrency']['mean_in_flight']:.1f} / {r['server']['mean']:.1f}"
+           for r in llm)),
+        ("writer CPU s / Ray's processes' CPU s (start-up + build)", *map(ray_cpu, llm)),
+        ("Ray's overhead a request, during the build / at rest (no-op actor call)", "-",
+         *(f"{r['stats']['ray']['overhead_ms_per_call']:.0f} / {r['idle_ms']['actor_call']:.1f} ms"
+           for r in llm[1:])),
+        (f"{data['builtin_articles']} articles, builtin provider: wall s (extract stage s)",
+         *(f"{r['wall_s']:.1f} ({r['stats']['seconds']['extract']:.1f})" for r in builtin)),
+        ("writer CPU s / Ray's processes' CPU s", *map(ray_cpu, builtin)),
+    ]
+    header = ("build", "local", "Ray, 1 worker", "Ray, 2 workers")
+    return Table(header, tuple(rows), (_run(results, RAY_FILE, data),))
+
+
+def transcribed(results: Path, stem: str, table: str) -> Table:
+    """A table kept as its figures were first recorded (`transcribed_from` says where)."""
+    name = f"{stem}.json"
+    data = _load(results, name)
+    if not data.get("transcribed_from"):
+        raise ValueError(f"{name} says nowhere where its figures were recorded")
+    entry = data["tables"][table]
+    run = _run(results, name, {**data, **{k: entry[k] for k in ("commit", "command", "load")
+                                          if k in entry}})
+    note = "; ".join(x for x in (run.note, f"transcribed from {data['transcribed_from']}") if x)
+    return Table(tuple(entry["header"]), tuple(tuple(r) for r in entry["rows"]),
+                 (Run(run.source, run.commit, run.command, note),))
+
+
+RENDERERS: dict[str, Callable[[Path], Table]] = {
+    "figures": figures,
+    "retrieval_eval": retrieval_eval,
+    "router_eval": router_eval,
+    "router_held_out": router_held_out,
+    "embed_eval": embed_eval,
+    "ray_bench": ray_bench,
+}
+
+
+def table_for(name: str, results: Path = RESULTS) -> Table:
+    if "/" in name:
+        stem, table = name.split("/", 1)
+        return transcribed(results, stem, table)
+    if name not in RENDERERS:
+        raise KeyError(f"no table named {name!r} (known: {', '.join(sorted(RENDERERS))}, "
+                       "or STEM/TABLE of a transcribed results file)")
+    return RENDERERS[name](results)
+
+
+def markdown(table: Table) -> str:
+    """The table, then one line per run saying the file, commit and command behind it."""
+    def line(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    lines = [line(table.header), "|" + "---|" * len(table.header)]
+    lines += [line(row) for row in table.rows]
+    seen: list[Run] = []
+    for run in table.runs:
+        if run not in seen:
+            seen.append(run)
+    lines.append("")
+    for run in seen:
+        note = f"; {run.note}" if run.note else ""
+        lines.append(f"<sub>From `{run.source}`: commit {run.commit}, `{run.command}`{note}."
+                     "</sub>")
+    return "\n".join(lines) + "\n"
+
+
+def blocks(text: str) -> Iterator[re.Match[str]]:
+    return BLOCK.finditer(text)
+
+
+def rendered(text: str, results: Path = RESULTS) -> str:
+    """The page with every marked block rewritten from its results file."""
+    return BLOCK.sub(lambda m: (f"<!-- table: {m['name']} -->\n"
+                                f"{markdown(table_for(m['name'], results))}<!-- /table -->"),
+                     text)
+
+
+def stale_blocks(text: str, results: Path = RESULTS) -> list[str]:
+    """Names of the blocks whose text is not what their results file renders."""
+    return [m["name"] for m in blocks(text)
+            if m["body"] != markdown(table_for(m["name"], results))]
+
+
+# ---- tables of figures that no block renders ----------------------------------------------
+
+# A figure: a number, with or without its unit, or several joined by separators ("0.556 / 0.775",
+# "3.40 s / 2.51 s", "348 -> 407; 0.13", "1.81x"), bold and parenthesised notes aside. A table
+# is a table of figures when a cell of its body is a figure, or when its header names a measure
+# (figure, value, recall, accuracy, latency, a unit...) and a cell of its body holds a number
+# outside code. Names, code, settings and prose are not figures.
+_NUMBER = r"[~≈<>+-]?\d[\d,]*(?:\.\d+)?\s*(?:%|x|s|ms|min|h|MB|GB|TB|kB|KB|MiB|KiB|k|M|calls/s)?"
+FIGURE = re.compile(rf"^{_NUMBER}(?:\s*(?:/|->|→|;|,|\+|-|–|to|of|against)\s*{_NUMBER})*$")
+
+
+MEASURE = re.compile(r"\b(?:figures?|values?|measured|recall|R@\d+|accuracy|latency|p50|wall|peak|"
+                     r"throughput|cost|MB|GB|ms|calls/s|tokens)\b", re.IGNORECASE)
+
+
+def is_figure(cell: str) -> bool:
+    text = re.sub(r"\([^)]*\)", "", cell.replace("**", "")).strip()
+    return bool(text) and bool(FIGURE.match(text))
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def figure_tables_outside_blocks(text: str) -> list[int]:
+    """Line numbers of the tables of figures that stand outside every rendered block (fenced
+    blocks are a program's printed output, not the docs' tables, and are left alone)."""
+    spans = [(m.start(), m.end()) for m in blocks(text)]
+    found: list[int] = []
+    table: list[tuple[int, str]] = []
+    fenced = False
+    offset = 0
+
+    def close() -> None:
+        if len(table) > 2 and re.match(r"^\|(\s*:?-+:?\s*\|)+\s*$", table[1][1]):
+            body = [cell for _, row in table[2:] for cell in _cells(row)]
+            numbers = any(re.search(r"\d", re.sub(r"`[^`]*`", "", cell)) for cell in body)
+            if any(map(is_figure, body)) or (MEASURE.search(table[0][1]) and numbers):
+                found.append(table[0][0])
+        table.clear()
+
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        inside = any(start <= offset < end for start, end in spans)
+        offset += len(line)
+        if re.match(r"^ *```", line):
+            fenced = not fenced
+        if line.startswith("|") and not fenced and not inside:
+            table.append((number, line.rstrip("\n")))
+        else:
+            close()
+    close()
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 naming the blocks that differ")
+    args = parser.parse_args(argv)
+    stale = False
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        names = stale_blocks(text)
+        if not names:
+            continue
+        stale = True
+        where = page.relative_to(REPO)
+        if args.check:
+            print(f"{where}: {', '.join(names)} differ from their results", file=sys.stderr)
+        else:
+            page.write_text(rendered(text), encoding="utf-8")
+            print(f"{where}: rendered {', '.join(names)}", file=sys.stderr)
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
