@@ -130,11 +130,27 @@ def router_eval(results: Path) -> Table:
     """Where the `search` router sends the DEV questions of the sets its rules came from."""
     data = _load(results, ROUTER_FILE)
     rows = []
+    totals: dict[tuple[str, str], dict[str, int]] = {}
     for key, label in ROUTER_SETS:
         offline, fake = data["sets"][key]["offline"], data["sets"][key]["fake-llm"]
         (gold,) = offline["labels"]
         rows.append((f"{label} ({offline['questions']:,})", gold, _routed(offline),
                      f"{offline['accuracy']:.3f}", _routed(fake), f"{fake['accuracy']:.4f}"))
+        for mode, entry in (("offline", offline), ("fake", fake)):
+            total = totals.setdefault((mode, gold), {"basic": 0, "local": 0, "global": 0})
+            for engine, n in entry["routed"].items():
+                total[engine] += n
+
+    def pooled(mode: str) -> tuple[str, str]:
+        both = [totals[(mode, gold)] for gold in ("global", "not global")]
+        right = (both[0]["global"] / sum(both[0].values()),
+                 1 - both[1]["global"] / sum(both[1].values()))
+        digits = 3 if mode == "offline" else 4
+        return (" and ".join(_routed({"routed": t}) for t in both),
+                " / ".join(f"{r:.{digits}f}" for r in right))
+
+    rows.append(("all scored, global row / not-global row", "", *pooled("offline"),
+                 *pooled("fake")))
     header = ("data set (DEV questions)", "label", "offline rules: to basic / local / global",
               "accuracy", "fake LLM: to basic / local / global", "accuracy")
     return Table(header, tuple(rows), (_run(results, ROUTER_FILE, data),))
@@ -144,19 +160,31 @@ def router_held_out(results: Path) -> Table:
     """The offline rules on the hand-labelled sets they were not written from."""
     data = _load(results, ROUTER_FILE)
     rows = []
-    total = right = 0
+    questions = right = right_global = 0
+    by_label: dict[str, list[int]] = {"global": [0, 0], "local": [0, 0], "basic": [0, 0]}
     for key, entry in data["sets"].items():
         offline = entry["offline"]
         if not offline["group"].startswith("held out"):
             continue
-        correct = round(offline["accuracy"] * offline["questions"])
-        total, right = total + offline["questions"], right + correct
-        labels = ", ".join(f"{n} {label}" for label, n in offline["labels"].items())
-        rows.append((f"{key} ({labels})", f"{correct} / {offline['questions']}",
-                     f"{offline['accuracy']:.3f}", f"{offline['global_vs_rest']:.3f}"))
-    rows.append(("all held out", f"{right} / {total}", f"{right / total:.3f}", ""))
+        n = offline["questions"]
+        correct = round(offline["accuracy"] * n)
+        questions, right = questions + n, right + correct
+        right_global += round(offline["global_vs_rest"] * n)
+        per_label = []
+        for label in by_label:
+            count = offline["labels"].get(label, 0)
+            hit = offline["confusion"].get(label, {}).get(label, 0)
+            by_label[label][0] += hit
+            by_label[label][1] += count
+            per_label.append(f"{hit} / {count}")
+        rows.append((key, f"{correct} / {n}", f"{offline['accuracy']:.3f}",
+                     f"{offline['global_vs_rest']:.3f}", *per_label))
+    rows.append(("all held out", f"{right} / {questions}", f"{right / questions:.3f}",
+                 f"{right_global / questions:.3f}",
+                 *(f"{hit} / {count}" for hit, count in by_label.values())))
     header = ("held-out set (DEV questions, labelled by hand)", "to the labelled engine",
-              "accuracy", "global against the rest")
+              "accuracy", "global against the rest", "labelled global, routed there",
+              "labelled local, routed there", "labelled basic, routed there")
     return Table(header, tuple(rows), (_run(results, ROUTER_FILE, data),))
 
 
