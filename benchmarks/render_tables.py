@@ -64,12 +64,9 @@ def _load(results: Path, name: str) -> dict[str, Any]:
     return data
 
 
-def _source(results: Path, name: str) -> str:
-    path = results / name
-    try:
-        return path.resolve().relative_to(REPO).as_posix()
-    except ValueError:  # a results folder elsewhere (the tests' copies)
-        return path.as_posix()
+def _source(name: str) -> str:
+    """The file as the docs name it: benchmarks/results/NAME (the tests render from a copy)."""
+    return f"benchmarks/results/{name}"
 
 
 def _run(results: Path, name: str, data: dict[str, Any], note: str = "") -> Run:
@@ -78,7 +75,7 @@ def _run(results: Path, name: str, data: dict[str, Any], note: str = "") -> Run:
     command = data.get("command")
     if not commit or not command:
         raise ValueError(f"{name} names no commit or no command: it cannot back a table")
-    return Run(_source(results, name), str(commit), str(command),
+    return Run(_source(name), str(commit), str(command),
                note or str(data.get("note") or data.get("load") or ""))
 
 
@@ -106,7 +103,7 @@ def retrieval_eval(results: Path) -> Table:
                      _three(by_tool["local"]["recall"]), _three(by_tool["basic"]["recall"]),
                      _three(by_tool["bm25"]["recall"]), _three(by_tool["local"]["bridge_recall"]),
                      _three(by_tool["bm25"]["bridge_recall"])))
-        runs.append(Run(_source(results, "retrieval_eval.json"), entry["commit"], entry["command"],
+        runs.append(Run(_source("retrieval_eval.json"), entry["commit"], entry["command"],
                         f"{entry['machine']}, {entry['provider']} provider, {entry['embedder']}"))
     header = ("data set (DEV questions)", "local_search, delivered", "basic_search, delivered",
               "BM25", "local, bridge gold", "BM25, bridge gold")
@@ -261,13 +258,59 @@ def figures(results: Path) -> Table:
                  f"{build['wall_s']:.0f} s / {build['peak_mb']:.0f} MB"))
     header = ("measure", "figure")
     runs = tuple(
-        Run(_source(results, "retrieval_eval.json"), e["commit"], e["command"], e["machine"])
+        Run(_source("retrieval_eval.json"), e["commit"], e["command"], e["machine"])
         for e in (retrieval["multihop-rag"],))
     musique = retrieval["musique"]
     if (musique["commit"], musique["command"]) != (runs[0].commit, runs[0].command):
-        runs += (Run(_source(results, "retrieval_eval.json"), musique["commit"],
+        runs += (Run(_source("retrieval_eval.json"), musique["commit"],
                      musique["command"], musique["machine"]),)
     return Table(header, tuple(rows), (*runs, _run(results, ROUTER_FILE, router), run10, run1827))
+
+
+STEPS = (("build", "full build"), ("add", "+1 article"), ("edit", "edit one article"),
+         ("delete", "delete one article"), ("noop", "no change"))
+
+
+def growth(results: Path) -> Table:
+    """What a build and each kind of update cost at 1,827 and 10,000 articles (one commit)."""
+    rows: list[tuple[str, ...]] = []
+    runs = []
+    for name in (GROWTH_1827, GROWTH_10K):
+        data, run = _growth(results, name)
+        runs.append(run)
+        for row in data["rows"]:
+            steps = row["steps"]
+            build = steps.get("build", {})
+            full = None if build.get("reused") else build.get("wall_s")
+            for key, label in STEPS:
+                step = steps.get(key)
+                if step is None or (key == "build" and full is None):
+                    continue
+                share = f"{100 * step['wall_s'] / full:.1f}%" if full and key != "build" else ""
+                rows.append((f"{row['articles']:,}", label, _s(step["wall_s"]),
+                             f"{step['peak_mb']:.0f} MB", share))
+    header = ("articles", "step", "wall", "peak memory", "share of the full build")
+    return Table(header, tuple(rows), tuple(runs))
+
+
+def serving(results: Path) -> Table:
+    """One server (`--workers 2`) at 10,000 articles: first answer, latencies, 16 clients."""
+    data, run = _growth(results, GROWTH_10K)
+    serve = data["rows"][0]["serve"]
+    tools, conc = serve["tools"], serve["concurrency"]
+    rows = [("handshake, then the first query", f"{serve['handshake_s']:.1f} s, then "
+             f"{serve['first_query_ms']:.0f} ms")]
+    rows += [(f"{tool} p50 / p95 ({tools[tool]['n']} queries)",
+              f"{tools[tool]['p50_ms']:.0f} ms / {tools[tool]['p95_ms']:.0f} ms")
+             for tool in ("local_search", "basic_search", "global_search")]
+    rows.append(("calls/s, 1 client / 16 clients (local, basic, drill_down mixed)",
+                 f"{conc['1']['calls_per_s']:.2f} / {conc['many']['calls_per_s']:.2f}"))
+    errors = conc["1"]["errors"] + conc["many"]["errors"]
+    rows.append(("errors under 16 clients", f"{errors}"))
+    rows.append(("server memory after 16 clients, RSS / PSS",
+                 f"{serve['rss_after_concurrency_mb']:,.0f} MB / "
+                 f"{serve['pss_after_concurrency_mb']:,.0f} MB"))
+    return Table(("measure", "figure"), tuple(rows), (run,))
 
 
 RAY_FILE = "ray_bench.json"
@@ -325,6 +368,8 @@ def transcribed(results: Path, stem: str, table: str) -> Table:
 
 RENDERERS: dict[str, Callable[[Path], Table]] = {
     "figures": figures,
+    "growth": growth,
+    "serving": serving,
     "retrieval_eval": retrieval_eval,
     "router_eval": router_eval,
     "router_held_out": router_held_out,
@@ -355,10 +400,11 @@ def markdown(table: Table) -> str:
         if run not in seen:
             seen.append(run)
     lines.append("")
-    for run in seen:
+    for number, run in enumerate(seen, 1):
         note = f"; {run.note}" if run.note else ""
+        more = "<br>" if number < len(seen) else ""  # one line each where markdown joins lines
         lines.append(f"<sub>From `{run.source}`: commit {run.commit}, `{run.command}`{note}."
-                     "</sub>")
+                     f"</sub>{more}")
     return "\n".join(lines) + "\n"
 
 

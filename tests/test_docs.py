@@ -21,6 +21,8 @@ from tests.conftest import REPO
 
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
+CONFIGURATION = REPO / "docs" / "configuration.md"  # the table of settings sections
+DEVELOPMENT = REPO / "docs" / "development.md"  # the platforms table
 
 
 def _documentation() -> str:
@@ -55,11 +57,12 @@ def test_every_command_is_shown_in_the_readme_or_docs(command: str) -> None:
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
 def test_every_settings_section_has_a_row_naming_all_its_keys(section: str) -> None:
-    """README's table of settings sections: one row per section of canopy/settings.py, naming
-    every key in it, so that a new section or key shows up there."""
-    rows = [line for line in README.read_text(encoding="utf-8").splitlines()
+    """docs/configuration.md's table of settings sections: one row per section of
+    canopy/settings.py, naming every key in it, so that a new section or key shows up there."""
+    rows = [line for line in CONFIGURATION.read_text(encoding="utf-8").splitlines()
             if line.startswith(f"| `[{section}]` |")]
-    assert len(rows) == 1, f"README.md has no row for [{section}] in its table of sections"
+    assert len(rows) == 1, (
+        f"docs/configuration.md has no row for [{section}] in its table of sections")
     model = SECTIONS[section]
     named = set(re.findall(r"`([a-z_0-9]+)`", rows[0].split("|")[-2]))
     assert named == set(model.model_fields), (
@@ -89,11 +92,12 @@ def test_every_file_the_docs_cite_exists() -> None:
 
 
 def test_the_platform_note_names_the_modes_the_link_tests_run() -> None:
-    """README's "Platforms" table says tests/test_links.py runs every test in a "descriptors"
-    and a "checked paths" mode (the walk Windows takes); that is what its fixture runs."""
-    readme = README.read_text(encoding="utf-8")
+    """docs/development.md's "Platforms" table says tests/test_links.py runs every test in a
+    "descriptors" and a "checked paths" mode (the walk Windows takes); that is what its fixture
+    runs."""
+    note = DEVELOPMENT.read_text(encoding="utf-8")
     source = (REPO / "tests" / "test_links.py").read_text(encoding="utf-8")
-    assert '("descriptors" mode)' in readme and '("checked paths" mode' in readme
+    assert '("descriptors" mode)' in note and '("checked paths" mode' in note
     assert 'params=["descriptors", "checked paths"]' in source
 
 
@@ -142,8 +146,8 @@ def test_each_documented_query_prints_what_docs_agents_md_shows(
 
 
 def test_the_documented_settings_error_is_what_canopy_index_prints(tmp_path: Path) -> None:
-    """README's one-line error for a `[chunkin]` typo, printed by `canopy index`."""
-    shown = next(line for line in README.read_text(encoding="utf-8").splitlines()
+    """The documented one-line error for a `[chunkin]` typo, printed by `canopy index`."""
+    shown = next(line for line in _documentation().splitlines()
                  if line.startswith("Error: docs/canopy.toml: unknown key [chunkin]"))
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -182,3 +186,27 @@ def test_every_printed_output_says_which_provider_printed_it(page: Path) -> None
     unlabelled = [text[:start].count("\n") + 1 for start, language, _ in _blocks_with_place(text)
                   if not language and not _LABEL.search(text[max(0, start - 800):start])]
     assert not unlabelled, f"{page.name}: output blocks without a provider at lines {unlabelled}"
+
+
+def _example_headings() -> set[str]:
+    """The headings of the example corpus's own files (`# Project Tern: Battery Pack`)."""
+    return {line.strip() for path in (REPO / "examples").rglob("*.md")
+            for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_no_example_file_text_is_a_heading_of_the_docs(page: Path) -> None:
+    """A document of the examples quoted in the docs sits in a fenced block: outside one, its
+    `# Project Tern: Battery Pack` would read as a heading of the page itself."""
+    examples = _example_headings()
+    assert "# Project Tern: Battery Pack" in examples
+    stray, fence = [], None
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        opening = re.match(r"^( *)```(\S*)\s*$", line)
+        if opening and fence is None:
+            fence = opening.group(1)
+        elif opening and fence is not None and opening.group(1) == fence and not opening.group(2):
+            fence = None
+        elif fence is None and line.strip() in examples:
+            stray.append(number)
+    assert not stray, f"{page.name}: example text as a heading at lines {stray}"
