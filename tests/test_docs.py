@@ -4,8 +4,12 @@ here (issue 11: `canopy warm` and `[reports]` had none)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,3 +214,42 @@ def test_no_example_file_text_is_a_heading_of_the_docs(page: Path) -> None:
         elif fence is None and line.strip() in examples:
             stray.append(number)
     assert not stray, f"{page.name}: example text as a heading at lines {stray}"
+
+
+# A run's own numbers: timings ("in 11.6s", "37.0s (17.2s indexing"), its index and corpus paths.
+_RUN_SPECIFIC = [(re.compile(r"\d+(?:\.\d+)?s\b"), "<t>"),
+                 (re.compile(r"into \S+ in"), "into <index> in"),
+                 (re.compile(r"documents of \S+ into"), "documents of <docs> into")]
+
+
+def _masked(line: str) -> str:
+    for pattern, mask in _RUN_SPECIFIC:
+        line = pattern.sub(mask, line)
+    return line
+
+
+def _readme_demo_output() -> list[str]:
+    """The lines of README's `canopy demo` output block ("…" marks lines left out)."""
+    readme = README.read_text(encoding="utf-8")
+    block = next(body for _, language, body in _blocks_with_place(readme)
+                 if not language and body.startswith("Indexed "))
+    return [line for line in block.splitlines() if line.strip() and line != "…"]
+
+
+def test_the_readme_demo_output_is_what_canopy_demo_prints(
+        examples_index: Path, tmp_path: Path) -> None:
+    """README's quick start quotes `canopy demo` (builtin provider): each line it shows is a line
+    the demo prints, timings and paths aside, so the first thing a newcomer runs matches the
+    page they read it on."""
+    shutil.copytree(examples_index, tmp_path / "index")  # the demo updates it (a no-op here)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CANOPY_", "OPENAI_"))}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "canopy.server.cli", "demo", "--index-dir", str(tmp_path / "index")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, encoding="utf-8", timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    printed = {_masked(line) for line in done.stdout.splitlines()}
+    shown = _readme_demo_output()
+    assert len(shown) >= 5
+    missing = [line for line in shown if _masked(line) not in printed]
+    assert not missing, (missing, done.stdout[:3000])
