@@ -313,6 +313,39 @@ def serving(results: Path) -> Table:
     return Table(("measure", "figure"), tuple(rows), (run,))
 
 
+SOAKS = (
+    ("soak_20min_arenas.json", "20 minutes, an edit every 20 s, an addition every 60 s, a deletion every 120 s"),
+    ("soak_issue30_c.json", "c: 10 minutes, the same plus a probe edited every 3 s"),
+    ("soak_issue30_d.json", "d: the same (one sample counted a fork of the server twice: "
+                            "benchmarks/README.md has its slope without it)"),
+    ("soak_issue30_e.json", "e: the same"),
+    ("soak_issue30_main_b32f8d5.json", "main alone: the same"),
+    ("soak_issue30_cache64.json", "e's code with `[query] cache_mb = 64`: the same"),
+)
+
+
+def soak(results: Path) -> Table:
+    """`serve --watch` under 16 clients and updates: RSS by minute, and its slope at the end."""
+    rows, runs = [], []
+    for name, label in SOAKS:
+        data = _load(results, name)
+        summary = data["summary"]
+        minutes = {m["minute"]: m["rss_mb"] for m in summary["rss_per_minute"]}
+        marks = [m for m in (1, 5, 10, 15, 20) if m in minutes]
+        rows.append((label, ", ".join(f"{minutes[m]:.0f} ({m})" for m in marks),
+                     f"{summary['slope_second_half_mb_per_min']:.1f}",
+                     f"{summary['slope_last_5_min_mb_per_min']:.1f}"
+                     if "slope_last_5_min_mb_per_min" in summary else "",
+                     f"{summary['updates_applied']}", f"{summary['calls']:,}, {summary['errors']}"))
+        machine = data["machine"]
+        runs.append(_run(results, name, data, f"load {machine['loadavg_start'][0]:.1f} at the "
+                                              f"start, {machine['loadavg_end'][0]:.1f} at the end"))
+    header = ("run (100 articles, 16 clients)", "RSS MB at the end of minute (n)",
+              "slope, second half, MB/min", "slope, last 5 minutes, MB/min", "updates",
+              "calls, errors")
+    return Table(header, tuple(rows), tuple(runs))
+
+
 RAY_FILE = "ray_bench.json"
 
 
@@ -370,6 +403,7 @@ RENDERERS: dict[str, Callable[[Path], Table]] = {
     "figures": figures,
     "growth": growth,
     "serving": serving,
+    "soak": soak,
     "retrieval_eval": retrieval_eval,
     "router_eval": router_eval,
     "router_held_out": router_held_out,
