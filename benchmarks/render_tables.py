@@ -314,7 +314,8 @@ def serving(results: Path) -> Table:
 
 
 SOAKS = (
-    ("soak_20min_arenas.json", "20 minutes, an edit every 20 s, an addition every 60 s, a deletion every 120 s"),
+    ("soak_20min_arenas.json",
+     "20 minutes, an edit every 20 s, an addition every 60 s, a deletion every 120 s"),
     ("soak_issue30_c.json", "c: 10 minutes, the same plus a probe edited every 3 s"),
     ("soak_issue30_d.json", "d: the same (one sample counted a fork of the server twice: "
                             "benchmarks/README.md has its slope without it)"),
