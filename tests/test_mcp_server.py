@@ -343,7 +343,7 @@ async def test_an_unexpected_exception_reaches_the_agent_as_a_generic_message(
     assert result.is_error
     assert "Internal error in local_search; see server log" in text_of(result)
     assert "secret" not in text_of(result)
-    logged = [r for r in caplog.records if r.name == "canopy.server.mcp_app" and r.exc_info]
+    logged = [r for r in caplog.records if r.name == "canopy.server.mcp_gateway" and r.exc_info]
     assert logged and "secret path" in str(logged[0].exc_info[1])
 
 

@@ -2,7 +2,7 @@
 `GET /api/v1/status` and the OpenAPI document at `GET /api/v1/openapi.json`.
 
 No second copy of anything: a request's JSON body is the tool's arguments, handed to the MCP
-server's own `call_tool` (the same argument model validates it, the same `_Gateway` names the
+server's own `call_tool` (the same argument model validates it, the same `Gateway` names the
 caller and builds its view, the same engines answer), and the response body is the
 `structuredContent` an MCP client receives. The OpenAPI document is generated from the server's
 own tool list (the JSON schemas the SDK derives from the tools' signatures and result models),
