@@ -43,6 +43,10 @@ class Document:
     labels: tuple[str, ...] = ()  # ACL labels from the policy; () with no policy
     # (field, value) pairs of the document's front matter, as rendered for search and context
     metadata: tuple[tuple[str, str], ...] = ()
+    # When it is from (ISO date; its text units' time too) and where that came from
+    # (canopy.indexer.doc_time: "front_matter:<field>", "rule:<glob>", "text", "mtime")
+    time: str = ""
+    time_source: str = ""
 
     def metadata_line(self) -> str:
         return metadata_line(self.metadata)

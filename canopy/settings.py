@@ -9,12 +9,21 @@ CANOPY_EMBED_API_KEY.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -299,6 +308,46 @@ class DistributedSettings(BaseModel):
         "dependencies; false = nodes import their own install, which must be the same code")
 
 
+class TimeRule(BaseModel):
+    """An explicit time for the documents a glob matches: a fixed `date`, or a `pattern` whose
+    named groups `year`, `month` and `day` (month and day optional) read a date from the path."""
+
+    glob: str = Field(description="Paths the rule applies to, as the [acl] rules' globs")
+    date: dt.date | None = Field(None, description="The date of every matched document")
+    pattern: str | None = Field(
+        None, description="Regular expression searched in the path, e.g. "
+        "'(?P<year>\\d{4})-(?P<month>\\d{2})-(?P<day>\\d{2})'")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TimeRule:
+        if (self.date is None) == (self.pattern is None):
+            raise ValueError(f"[[time.rules]] {self.glob!r}: give either date or pattern")
+        if self.pattern is not None:
+            try:
+                groups = re.compile(self.pattern).groupindex
+            except re.error as exc:
+                raise ValueError(f"[[time.rules]] {self.glob!r}: bad pattern ({exc})") from None
+            if "year" not in groups:
+                raise ValueError(f"[[time.rules]] {self.glob!r}: the pattern needs a "
+                                 "(?P<year>...) group")
+        return self
+
+
+class TimeSettings(BaseModel):
+    """When each document is from (canopy.indexer.doc_time): front matter, then these rules,
+    then a date the text states near its start, then the file's modification time."""
+
+    front_matter_fields: list[str] = Field(
+        ["date", "published", "published_at", "created", "updated", "modified"],
+        description="Front-matter fields read as the document's date, the first present wins")
+    rules: list[TimeRule] = Field(
+        [], description="First matching rule wins (in file order), after front matter")
+    text_chars: int = Field(
+        400, ge=0, le=20_000,
+        description="A date stated in this many first characters of the text dates the "
+        "document (0 = never read dates from the text)")
+
+
 class QuerySettings(BaseModel):
     seed: int = Field(42, description="Seed of global search's report shuffling into map "
                       "batches (paper §2.2)")
@@ -439,6 +488,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     publish: PublishSettings = PublishSettings()
     distributed: DistributedSettings = DistributedSettings()
+    time: TimeSettings = TimeSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -18,13 +18,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from canopy.allocator import release_free
 from canopy.ids import KEYS_VERSION, content_hash
 from canopy.indexer.communities import GivenCommunities
+from canopy.indexer.doc_time import document_time
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.listing import list_files
 from canopy.indexer.loaders import LoadedDocument, load_entry
@@ -71,7 +72,8 @@ def settings_fingerprint(settings: Settings, provider: Provider, embedder: Embed
     lexical statistics depend on how text is analysed into terms, whatever the provider.
     Replaced index-time templates (`[prompts] dir`) count too; what they did not change is
     reused on the rebuild (stored extractions, the response cache, reports by fingerprint)."""
-    sections = [settings.chunking, settings.extract, settings.communities, settings.reports]
+    sections = [settings.chunking, settings.extract, settings.communities, settings.reports,
+                settings.time]
     version = getattr(provider, "extraction_version", None)
     prompts = prompt_key(provider, *INDEX_TASKS)
     return content_hash(provider.name, embedder.name, f"terms-{TERMS_VERSION}",
@@ -173,7 +175,9 @@ async def run_index(
         else:
             skips.append(got)
     plan = plan_documents(loaded, previous, labeler, lambda labels: store.acl_class(labels),
-                          stats=file_stats, unchanged=unchanged, misfiled=misfiled | unfinished)
+                          stats=file_stats, unchanged=unchanged, misfiled=misfiled | unfinished,
+                          dater=lambda ld, mtime: astuple(document_time(
+                              ld.path, ld.metadata, ld.text, mtime, settings.time)))
     if misfiled:
         log.warning("%d documents had text units of another access class than the document's "
                     "(an index written before this release): relabelling them", len(misfiled))

@@ -72,12 +72,13 @@ class DocumentRow:
     def values(self) -> tuple[Any, ...]:
         d = self.document
         return (d.id, d.path, d.content_hash, d.title, d.n_chars, dump(d.labels), dump(d.metadata),
-                self.acl, self.size, self.mtime_ns)
+                self.acl, self.size, self.mtime_ns, d.time, d.time_source)
 
     @staticmethod
     def of(r: tuple[Any, ...]) -> DocumentRow:
         meta = tuple(tuple(kv) for kv in json.loads(r[6]))
-        doc = Document(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), meta)  # type: ignore[arg-type]
+        doc = Document(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), meta,  # type: ignore[arg-type]
+                       r[10], r[11])
         return DocumentRow(doc, r[7], r[8], r[9])
 
 

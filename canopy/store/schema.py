@@ -45,7 +45,8 @@ _GENERATION_DDL = """
 CREATE TABLE {p}documents (
     id TEXT PRIMARY KEY, path TEXT NOT NULL, content_hash TEXT NOT NULL, title TEXT NOT NULL,
     n_chars INTEGER NOT NULL, labels TEXT NOT NULL, metadata TEXT NOT NULL, acl INTEGER NOT NULL,
-    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, time TEXT NOT NULL DEFAULT '',
+    time_source TEXT NOT NULL DEFAULT '');
 CREATE INDEX {p}documents_path ON documents(path);
 CREATE TABLE {p}text_units (
     id TEXT PRIMARY KEY, document_id TEXT NOT NULL, ordinal INTEGER NOT NULL, text TEXT NOT NULL,
@@ -346,3 +347,14 @@ def m010_orphan_claims(db: sqlite3.Connection) -> None:
     only the claims of edited documents' units, so a deleted document's claims stayed, stale
     (never served) but stored with their text and counted by `canopy status`."""
     db.execute("DELETE FROM claims WHERE unit_id NOT IN (SELECT id FROM text_units)")
+
+
+@migration
+def m011_document_times(db: sqlite3.Connection) -> None:
+    """Each document's time and its source (canopy.indexer.doc_time). An index made before has
+    them empty until its next build, which rebuilds (the [time] settings are part of the
+    settings fingerprint) and dates every document."""
+    if "time" in {r[1] for r in db.execute("PRAGMA table_info(documents)")}:
+        return
+    db.execute("ALTER TABLE documents ADD COLUMN time TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE documents ADD COLUMN time_source TEXT NOT NULL DEFAULT ''")

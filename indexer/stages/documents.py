@@ -23,6 +23,8 @@ __all__ = ["DocumentPlan", "UnitChange", "plan_documents", "stage_documents", "u
 
 Labeler = Callable[[str], tuple[str, ...]]
 AclClass = Callable[[tuple[str, ...]], int]
+# (document as loaded, its file's mtime_ns) -> (ISO date, source): canopy.indexer.doc_time
+Dater = Callable[[LoadedDocument, int], tuple[str, str]]
 
 
 @dataclass
@@ -45,7 +47,8 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
                    labeler: Labeler, acl_class: AclClass, *,
                    stats: dict[str, tuple[int, int]] | None = None,
                    unchanged: Iterable[str] = (),
-                   misfiled: Iterable[str] = ()) -> DocumentPlan:
+                   misfiled: Iterable[str] = (),
+                   dater: Dater | None = None) -> DocumentPlan:
     """The new generation's documents with stable ids, and what changed.
 
     `loaded` are the documents the scan read; `unchanged` the paths it did not read because
@@ -58,7 +61,9 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
     from what the policy gives it now: other labels, another class, or a unit of another class
     than the document (`misfiled`, GraphReads.misfiled_documents), whether or not its content
     changed too. Relabels commit first (revocation), for every committed unit of the document,
-    so the units an edit keeps never keep the old class (issue 30, finding 1)."""
+    so the units an edit keeps never keep the old class (issue 30, finding 1).
+
+    `dater` gives each document read its time; one not read keeps its committed time."""
     stats = stats or {}
     by_path = {r.document.path: r for r in previous.values()}
     loaded = list(loaded)
@@ -87,8 +92,10 @@ def plan_documents(loaded: Iterable[LoadedDocument], previous: dict[str, Documen
         while doc_id in plan.documents:  # a renamed file's old path reused by another file
             doc_id = "doc-" + content_hash(doc_id, ld.path)
         labels = labeler(ld.path)
-        doc = Document(doc_id, ld.path, h, ld.title, len(ld.text), labels, ld.metadata)
         size, mtime = stats.get(ld.path, (0, 0))
+        when, source = dater(ld, mtime) if dater is not None else ("", "")
+        doc = Document(doc_id, ld.path, h, ld.title, len(ld.text), labels, ld.metadata, when,
+                       source)
         plan.documents[doc_id] = DocumentRow(doc, acl_class(labels), size, mtime)
         plan.texts[doc_id] = ld.text
         same_id = old is not None and old.document.id == doc_id
