@@ -8,6 +8,12 @@ cached. Engines ask in bulk (`entities(ids)`, `reports(ids)`, ...): the reader r
 one query, builds the missing views concurrently, and answers. A hidden id is answered exactly like
 a missing one: it is absent from the result.
 
+A request may restrict its evidence to a time window (`within`, issue 31): after the permission
+filter, only text units whose time falls in the window count. Units, mentions and searches drop
+the others; an entity, relationship or community with no such unit does not exist for the request;
+a report keeps the findings that cite such units (its summary only when all its evidence does).
+What the window leaves out is absent, exactly as a hidden artifact is: no count or error shows it.
+
 A reader lives for one request, on one thread, over one snapshot (canopy.storage.GraphSnapshot,
 SQLite's canopy.store.Snapshot): the request sees one generation from its first read to its last;
 search goes through a canopy.storage.SearchIndex pinned to the same generation.
@@ -18,7 +24,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import numpy as np
@@ -30,12 +37,15 @@ from canopy.acl.view_cache import BuiltView, ViewCache
 from canopy.acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
 from canopy.errors import ConfigError
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
+from canopy.periods import TimeWindow
 from canopy.providers.base import Embedder, Provider, Usage, detached_usage
 from canopy.storage import GraphSnapshot, SearchIndex
 from canopy.store import CommunityRow, Edge, EntityRow, Gate, RelationshipRow, Store
 from canopy.vectors import Hit
 
-__all__ = ["CallerReader", "ViewSupport"]
+__all__ = ["WINDOW_OVERFETCH", "CallerReader", "ViewSupport"]
+
+WINDOW_OVERFETCH = 4  # a search within a time window fetches this many times k, then filters
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,8 @@ class CallerReader:
         self._served: dict[tuple[str, str], Any] = {}
         self._members: dict[str, list[str]] = {}
         self._degrees: dict[str, int] = {}
+        self.window: TimeWindow | None = None
+        self._unit_times: dict[str, tuple[int, str] | None] = {}
 
     # ---- rows (memoized for the request) ---------------------------------------------------
 
@@ -106,6 +118,51 @@ class CallerReader:
     def _live_readable(self, units: Iterable[str]) -> bool:
         return any(a in self.caller.readable for a in self._snap.unit_acl(units).values())
 
+    # ---- time --------------------------------------------------------------------------------
+
+    def within(self, window: TimeWindow | None) -> None:
+        """Restrict the rest of this request to evidence from text units whose time falls in
+        `window` (None: no restriction). Set before reading, as engines do on entry."""
+        if window != self.window:
+            self.window = window
+            self._states.clear()
+            self._members.clear()
+
+    def timed_units(self, ids: Iterable[str]) -> set[str]:
+        """Which of these units are live, readable and in the window: the permission filter
+        first, then the time one."""
+        got = self._fetch(self._unit_times, self._snap.unit_times, ids)
+        readable, window = self.caller.readable, self.window
+        return {u for u, (acl, when) in got.items()
+                if acl in readable and (window is None or window.holds(when))}
+
+    def unit_times(self, ids: Iterable[str]) -> dict[str, str]:
+        """The time (ISO date, "" when unknown) of each of these units the caller may read,
+        whether or not it is in the window."""
+        got = self._fetch(self._unit_times, self._snap.unit_times, ids)
+        return {u: when for u, (acl, when) in got.items() if acl in self.caller.readable}
+
+    def _in_window(self, units: Iterable[str]) -> bool:
+        return self.window is None or bool(self.timed_units(units))
+
+    def _report_in_window(self, report: Report) -> Report | None:
+        """`report` as this request serves it: whole without a window; else its findings that
+        cite units in the window (citing those only) and its summary when all its readable
+        evidence is in the window; None when no finding is left."""
+        if self.window is None:
+            return report
+        cited = {u for f in report.findings for u in f.text_unit_ids}
+        inside = self.timed_units(cited | set(report.text_unit_ids))
+        findings = tuple(dc_replace(f, text_unit_ids=tuple(u for u in f.text_unit_ids
+                                                         if u in inside))
+                         for f in report.findings if inside & set(f.text_unit_ids))
+        if not findings:
+            return None
+        readable = self.readable_units(cited | set(report.text_unit_ids), windowed=False)
+        whole = readable <= inside
+        return dc_replace(report, findings=findings, summary=report.summary if whole else "",
+                          text_unit_ids=tuple(u for u in report.text_unit_ids if u in inside))
+
     # ---- existence (no provider calls) -----------------------------------------------------
 
     def entity_states(self, ids: Iterable[str]) -> dict[str, State]:
@@ -125,6 +182,11 @@ class CallerReader:
 
                 st = state(gate, self.caller.readable, live_units)
             self._states[("entity", eid)] = st
+        if self.window is not None:  # after the permission filter, the time one
+            rows = self.entity_rows(e for e in todo if self._states[("entity", e)])
+            for eid, row in rows.items():
+                if not self._in_window(row.entity.text_unit_ids):
+                    self._states[("entity", eid)] = State.NONE
         return {e: self._states[("entity", e)] for e in ids}
 
     def relationship_states(self, ids: Iterable[str]) -> dict[str, State]:
@@ -152,6 +214,12 @@ class CallerReader:
 
                 st = state(e.gate, self.caller.readable, live_units)
             self._states[("relationship", e.id)] = st
+        if self.window is not None:
+            rows = self.relationship_rows(e.id for e in edges
+                                          if self._states[("relationship", e.id)])
+            for rid, row in rows.items():
+                if not self._in_window(row.relationship.text_unit_ids):
+                    self._states[("relationship", rid)] = State.NONE
 
     def incident(self, entity_ids: Iterable[str]) -> list[Edge]:
         """The relationships incident to these entities that exist for the caller, as Edge rows
@@ -175,6 +243,7 @@ class CallerReader:
         rows = self.community_rows(ids)
         gates = self._fetch(self._report_gates, self._snap.report_gates, ids)
         out = {}
+        timed: list[str] = []
         for cid in ids:
             st = self._states.get(("community", cid))
             if st is None:
@@ -192,7 +261,15 @@ class CallerReader:
                     st = community_state(row.gate, report[0] if report else None, fresh,
                                          self.caller.readable, any_member)
                 self._states[("community", cid)] = st
+                if st and self.window is not None:
+                    timed.append(cid)
             out[cid] = st
+        if timed:  # after the permission filter, the time one: a finding's units in the window
+            found = self._snap.reports(timed)
+            for cid in timed:
+                got = found.get(cid)
+                if got is None or self._report_in_window(got.report) is None:
+                    self._states[("community", cid)] = out[cid] = State.NONE
         return out
 
     def members(self, cid: str) -> list[str]:
@@ -280,7 +357,7 @@ class CallerReader:
             served = self._served.get(("entity", eid))
             if served is None and st == State.FULL:
                 e = rows[eid].entity
-                served = e if self.trivial else replace(e, degree=self.degree(eid))
+                served = e if self.trivial else dc_replace(e, degree=self.degree(eid))
                 self._served[("entity", eid)] = served
             if served is not None:
                 out[eid] = served
@@ -316,7 +393,7 @@ class CallerReader:
         view, durable = await self.views.cache.once(key, "entity", eid, build)
         if view is not None:
             self.provisional_used |= not durable
-            self._served[("entity", eid)] = replace(view, degree=self.degree(eid))
+            self._served[("entity", eid)] = dc_replace(view, degree=self.degree(eid))
 
     async def relationships(self, ids: Iterable[str]) -> dict[str, Relationship]:
         ids = list(dict.fromkeys(ids))
@@ -372,6 +449,8 @@ class CallerReader:
         for cid in ids:
             got = canonical.get(cid) or self._served.get(("report", cid))
             if got is not None:
+                got = self._report_in_window(got)
+            if got is not None:
                 out[cid] = got
         return out
 
@@ -404,13 +483,17 @@ class CallerReader:
             if (readable and ends.get(c.claim.subject)
                     and (not c.claim.object or ends.get(c.claim.object))):
                 out.append(c.claim)
+        if self.window is not None:  # a claim is from its unit's time (its period is its own)
+            inside = self.timed_units(u for c in out for u in c.text_unit_ids)
+            out = [c for c in out if inside & set(c.text_unit_ids)]
         return out
 
     def documents(self) -> list[Document]:
         """Every document the caller may read (a full scan: for evaluation and exports, not for
         serving a question)."""
-        readable = self.caller.readable
-        return [r.document for r in self._snap.all_documents().values() if r.acl in readable]
+        readable, window = self.caller.readable, self.window
+        return [r.document for r in self._snap.all_documents().values()
+                if r.acl in readable and (window is None or window.holds(r.document.time))]
 
     def iter_units(self, batch: int = 2000) -> Iterator[list[tuple[TextUnit, Document]]]:
         """Every text unit the caller may read, with its document, in batches (a full scan: for
@@ -423,22 +506,31 @@ class CallerReader:
             if out:
                 yield out
 
-    def readable_units(self, ids: Iterable[str]) -> set[str]:
-        """Which of these text units are servable (live and readable), without reading them."""
+    def readable_units(self, ids: Iterable[str], *, windowed: bool = True) -> set[str]:
+        """Which of these text units are servable (live and readable, and in the request's
+        window unless `windowed` is False), without reading them."""
+        if windowed and self.window is not None:
+            return self.timed_units(ids)
         return {u for u, a in self._snap.unit_acl(ids).items() if a in self.caller.readable}
 
     def units(self, ids: Iterable[str]) -> dict[str, tuple[TextUnit, Document]]:
         """Servable text units (live and readable) with their documents, in order."""
         ids = list(dict.fromkeys(ids))
         got = self._snap.unit_documents(ids)
+        window = self.window
         return {u: (got[u][0].unit, got[u][1]) for u in ids
-                if u in got and got[u][0].acl in self.caller.readable}
+                if u in got and got[u][0].acl in self.caller.readable
+                and (window is None or window.holds(got[u][1].time))}
 
     def sentence_terms(self, ids: Iterable[str]) -> dict[str, str]:
         """The stored analysis (builtin.text.sentence_terms) of each servable unit of these."""
         readable = self.caller.readable
-        return {u: terms for u, (acl, terms) in self._snap.unit_sentence_terms(ids).items()
-                if acl in readable}
+        got = {u: terms for u, (acl, terms) in self._snap.unit_sentence_terms(ids).items()
+               if acl in readable}
+        if self.window is not None:
+            inside = self.timed_units(got)
+            got = {u: t for u, t in got.items() if u in inside}
+        return got
 
     # ---- navigation ------------------------------------------------------------------------
 
@@ -510,16 +602,24 @@ class CallerReader:
 
     def unit_mentions(self, unit_ids: Iterable[str]) -> dict[str, list[str]]:
         """Entity keys (normalized names) mentioned in each unit the caller may read."""
+        if self.window is not None:
+            unit_ids = self.timed_units(unit_ids)
         return self._snap.unit_mentions(unit_ids, self.caller.readable)
 
     def mention_counts(self, keys: Iterable[str]) -> dict[str, int]:
         """How many units the caller may read mention each entity key (never a count with
-        hidden or revoked units)."""
+        hidden or revoked units, nor with units outside the window)."""
+        if self.window is not None:
+            return {k: len(us) for k, us in self.mentioning_units(keys).items() if us}
         return self._snap.mention_counts(keys, self.caller.readable)
 
     def mentioning_units(self, keys: Iterable[str]) -> dict[str, list[str]]:
         """Units the caller may read that mention each entity key."""
-        return self._snap.mentioning_units(keys, self.caller.readable)
+        got = self._snap.mentioning_units(keys, self.caller.readable)
+        if self.window is not None:
+            inside = self.timed_units(u for us in got.values() for u in us)
+            got = {k: [u for u in us if u in inside] for k, us in got.items()}
+        return got
 
     # ---- search ----------------------------------------------------------------------------
 
@@ -536,10 +636,28 @@ class CallerReader:
 
     async def search(self, table: str, *, vector: np.ndarray | None, text: str | None, k: int,
                      level: int | None = None, vector_weight: float = 1.0) -> list[Hit]:
-        """Hybrid search over rows the caller may read in full (prefiltered before ranking)."""
-        return await self._vectors.search(table, vector=vector, text=text, k=k,
-                                          hidden_acl=self.caller.hidden, level=level,
-                                          vector_weight=vector_weight)
+        """Hybrid search over rows the caller may read in full (prefiltered before ranking).
+        With a window, rows with no evidence in it are dropped after the search (which
+        fetches more to make up for them)."""
+        if self.window is None:
+            return await self._vectors.search(table, vector=vector, text=text, k=k,
+                                              hidden_acl=self.caller.hidden, level=level,
+                                              vector_weight=vector_weight)
+        hits = await self._vectors.search(table, vector=vector, text=text,
+                                          k=k * WINDOW_OVERFETCH, hidden_acl=self.caller.hidden,
+                                          level=level, vector_weight=vector_weight)
+        ids = [h.id for h in hits]
+        if table == "text_units":
+            keep = self.timed_units(ids)
+        elif table == "entities":
+            keep = {e for e, st in self.entity_states(ids).items() if st}
+        elif table == "reports":
+            keep = {c for c, st in self.community_states(ids).items() if st}
+        elif table == "relationships":
+            keep = {r for r, st in self.relationship_states(ids).items() if st}
+        else:
+            keep = set(ids)
+        return [h for h in hits if h.id in keep][:k]
 
     def term_stats(self, terms: Iterable[str]) -> tuple[dict[str, int], int, int]:
         """(document frequency per term, units, summed terms) over the units the caller may

@@ -46,6 +46,11 @@ LEVEL = Annotated[int | None, Field(
     description="Hierarchy level of the reports to read: 0 = a few broad communities, higher = "
                 "more and narrower ones (index_status lists the levels). Omit for dynamic "
                 "selection, which descends only into communities relevant to the question")]
+# Bounds are checked where they are read (canopy.periods.time_window): the listing stays lean.
+SINCE = Annotated[str | None, Field(
+    description="Only evidence dated on or after this (ISO date, YYYY-MM or YYYY)")]
+UNTIL = Annotated[str | None, Field(
+    description="Only evidence dated on or before this (ISO date, YYYY-MM or YYYY)")]
 DEFAULT_RESPONSE = "multiple paragraphs"
 
 # Each tool's structuredContent model (its listing publishes a trimmed schema of it).
@@ -62,6 +67,7 @@ def _result(model: BaseModel, text: str) -> CallToolResult:
 
 async def search(
     query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    since: SINCE = None, until: UNTIL = None,
 ) -> Annotated[CallToolResult, SearchResult]:
     """Returns an answer with citations from the engine that suits the question, and
     `route`: which engine answered (basic, local or global) and why.
@@ -76,20 +82,24 @@ async def search(
     configured (offline rules otherwise: entity names of the index, the question's wording).
     If `truncated` is true, `note` names the call that continues."""
     r = await gateway_of(ctx).call("search", ctx, lambda q: engines.routed_search(
-        q, query, response_type=response_type))
+        q, query, response_type=response_type, since=since, until=until))
     return _result(r, search_text(r))
+
 
 async def global_search(
     query: QUERY,
     ctx: Context,
     community_level: LEVEL = None,
     response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    since: SINCE = None,
+    until: UNTIL = None,
 ) -> Annotated[CallToolResult, SearchResult]:
     """Returns an answer about the corpus as a whole, citing the community reports it drew on.
 
     Use it for themes, summaries, comparisons and "what are the main ..." questions that need
     many documents at once. For a specific person, organization or fact use local_search; when
-    a broad question also needs specific detail use drift_search.
+    a broad question also needs specific detail use drift_search. Questions about change ("how
+    did X evolve") are answered period by period, each citation with its `period`.
     Cost with an LLM: dynamic selection rates every top-level community, then the children
     of relevant ones, several report digests per rating call (a fixed community_level skips
     the ratings), then one map call per batch of selected reports (run concurrently) and one
@@ -102,11 +112,14 @@ async def global_search(
     Cited report ids open with drill_down(community_id=...). If `truncated` is true, `note`
     names the call that continues."""
     r = await gateway_of(ctx).call("global_search", ctx, lambda q: engines.global_search(
-        q, query, community_level=community_level, response_type=response_type))
+        q, query, community_level=community_level, response_type=response_type, since=since,
+        until=until))
     return _result(r, search_text(r))
+
 
 async def local_search(
     query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    since: SINCE = None, until: UNTIL = None,
 ) -> Annotated[CallToolResult, SearchResult]:
     """Returns an answer about specific entities and facts, citing entities, relationships,
     reports and source text units.
@@ -118,11 +131,13 @@ async def local_search(
     retrieved context. Text units open as canopy://units/<id>. If `truncated` is true, `note`
     names the call that continues."""
     r = await gateway_of(ctx).call("local_search", ctx, lambda q: engines.local_search(
-        q, query, response_type=response_type))
+        q, query, response_type=response_type, since=since, until=until))
     return _result(r, search_text(r))
+
 
 async def drift_search(
     query: QUERY, ctx: Context, response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    since: SINCE = None, until: UNTIL = None,
 ) -> Annotated[CallToolResult, SearchResult]:
     """Returns an answer to a question that needs both breadth and detail, with citations.
 
@@ -133,8 +148,9 @@ async def drift_search(
     reduce); progress notifications follow each step; deterministic for a given index.
     If `truncated` is true, `note` names the call that continues."""
     r = await gateway_of(ctx).call("drift_search", ctx, lambda q: engines.drift_search(
-        q, query, response_type=response_type))
+        q, query, response_type=response_type, since=since, until=until))
     return _result(r, search_text(r))
+
 
 async def basic_search(
     query: QUERY,
@@ -143,6 +159,8 @@ async def basic_search(
         int, Field(ge=1, le=100, description="Number of text passages to retrieve")
     ] = 10,
     response_type: RESPONSE_TYPE = DEFAULT_RESPONSE,
+    since: SINCE = None,
+    until: UNTIL = None,
 ) -> Annotated[CallToolResult, SearchResult]:
     """Returns an answer from the k most similar source passages, each cited with its document.
 
@@ -151,9 +169,8 @@ async def basic_search(
     where something is written. For relationships or themes prefer local_search or
     global_search. Cost: at most one LLM call; raise k (up to 100) for more passages."""
     r = await gateway_of(ctx).call("basic_search", ctx, lambda q: engines.basic_search(
-        q, query, k=k, response_type=response_type))
+        q, query, k=k, response_type=response_type, since=since, until=until))
     return _result(r, search_text(r))
-
 
 
 async def drill_down(
@@ -212,6 +229,7 @@ async def drill_down(
         q, community_id=community_id, entity=entity, finding=finding, limit=limit,
         offset=offset))
     return _result(r, drill_text(r))
+
 
 async def index_status_tool(ctx: Context) -> Annotated[CallToolResult, IndexStatus]:
     """Returns what the index holds: counts of documents, text units, entities, relationships,

@@ -41,6 +41,7 @@ class Citation(BaseModel):
                                 "text units resolve via resources")
     title: str = ""
     document: str | None = Field(None, description="Source document path (text units)")
+    period: str | None = Field(None, description="Change questions: the evidence's period")
 
 
 class LevelCoverage(BaseModel):
@@ -140,6 +141,9 @@ class SourceSpan(BaseModel):
     metadata: dict[str, str] = Field(
         default_factory=dict,
         description="The document's front-matter fields (source, author, date...), when it has any")
+    dated: str | None = Field(
+        None, description="The document's date and where it came from (front matter, a [time] "
+        "rule, its text, its file's mtime)")
 
 
 class EntityCard(BaseModel):

@@ -37,9 +37,20 @@ def lean_input(schema: JsonSchema) -> JsonSchema:
     model reads to call the tool right."""
     out = {k: v for k, v in schema.items() if k != "title"}
     if "properties" in out:
-        out["properties"] = {name: {k: v for k, v in prop.items() if k != "title"}
+        out["properties"] = {name: _plain_optional({k: v for k, v in prop.items()
+                                                    if k != "title"})
                              for name, prop in out["properties"].items()}
     return out
+
+
+def _plain_optional(prop: JsonSchema) -> JsonSchema:
+    """pydantic's `str | None` without bounds (`anyOf` of two bare types) as one type list;
+    an alternative with bounds stays as pydantic wrote it."""
+    alternatives = prop.get("anyOf")
+    if not alternatives or any(set(a) != {"type"} for a in alternatives):
+        return prop
+    return {"type": [a["type"] for a in alternatives],
+            **{k: v for k, v in prop.items() if k != "anyOf"}}
 
 
 def _lean(node: JsonSchema, defs: dict[str, JsonSchema], *, depth: int, deepest: int,

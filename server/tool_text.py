@@ -100,6 +100,8 @@ def span_text(s: SourceSpan, limit: int | None = None) -> str:
     head = f"[text_unit {s.text_unit_id}] {s.document}, characters {s.char_start}-{s.char_end}"
     if s.metadata:
         head += f" ({metadata_line(s.metadata.items())})"
+    if s.dated:
+        head += f", dated {s.dated}"
     body = s.text.strip() if limit is None else _trim(s.text, limit, f"canopy://units/{s.text_unit_id}")
     return f"{head}\n{body}"
 

@@ -129,6 +129,13 @@ class GraphReads:
         sql = f"SELECT id, acl FROM {self.t.text_units} WHERE id {_IN}"
         return dict(self._rows(sql, _ids(ids)))  # type: ignore[arg-type]
 
+    def unit_times(self, ids: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """ACL class and time (its document's, canopy.indexer.doc_time) of each live unit among
+        `ids` (absent: not live)."""
+        sql = (f"SELECT u.id, u.acl, d.time FROM {self.t.text_units} u JOIN {self.t.documents} d "
+               f"ON d.id = u.document_id WHERE u.id {_IN}")
+        return {r[0]: (r[1], r[2]) for r in self._rows(sql, _ids(ids))}
+
     def units_of_documents(self, document_ids: Iterable[str]) -> dict[str, list[UnitRow]]:
         sql = (f"SELECT * FROM {self.t.text_units} WHERE document_id {_IN} "
                "ORDER BY document_id, ordinal")

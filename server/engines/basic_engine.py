@@ -21,6 +21,7 @@ from canopy.server.engines.common import (
     fit_result,
     metered,
     pack_blocks,
+    within_window,
 )
 from canopy.server.engines.evidence import rank_units
 from canopy.server.engines.local_engine import MIN_EXCERPT_TOKENS, excerpt_block
@@ -33,13 +34,14 @@ MAX_K = 100
 
 async def basic_search(
     ctx: QueryContext, query: str, *, k: int = 10, response_type: str = "multiple paragraphs",
-    route: RouteInfo | None = None,
+    route: RouteInfo | None = None, since: str | None = None, until: str | None = None,
 ) -> SearchResult:
     """Answer from the k text units most similar to the question (hybrid vector + BM25).
     `route`: why the `search` tool chose this engine, carried by the result (and counted in
-    its size)."""
+    its size). `since` / `until`: only passages from that time (common.within_window)."""
     query = check_query(query)
     response_type = check_response_type(response_type)
+    within_window(ctx, since, until)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise InvalidArgument(f"k must be an integer from 1 to {MAX_K} (text units to retrieve).")
     with metered(ctx) as meter:

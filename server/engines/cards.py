@@ -87,7 +87,17 @@ def span_of(unit: TextUnit, doc: Document) -> SourceSpan:
     own = unit.char_end - unit.char_start
     text = unit.text[len(unit.text) - own:] if 0 < own <= len(unit.text) else unit.text
     return SourceSpan(text_unit_id=unit.id, document=doc.path, char_start=unit.char_start,
-                      char_end=unit.char_end, text=text, metadata=dict(doc.metadata))
+                      char_end=unit.char_end, text=text, metadata=dict(doc.metadata),
+                      dated=dated(doc))
+
+
+def dated(doc: Document) -> str | None:
+    """The document's time with its source, as a span shows it: "2023-10-06 (front matter:
+    date)"; None for a document indexed before times were recorded."""
+    if not doc.time:
+        return None
+    source = doc.time_source.replace("_", " ").replace(":", ": ", 1)
+    return f"{doc.time} ({source})" if source else doc.time
 
 
 def block_citation(block: ContextBlock) -> Citation:

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from canopy.errors import InvalidArgument
+from canopy.periods import TimeWindow, time_window
 from canopy.providers.base import ContextBlock, Usage, render_blocks, usage_scope
 from canopy.server.context import QueryContext
 from canopy.server.engines.cards import block_citation
@@ -17,6 +18,7 @@ from canopy.server.tool_text import drill_text, search_text
 from canopy.tokens import Tokenizer, get_tokenizer
 
 __all__ = [
+    "within_window",
     "CUT_ORDER",
     "NOTHING_FOUND",
     "Meter",
@@ -44,6 +46,15 @@ _SLACK = 30  # tokens kept free for numbers that change after measuring (usage, 
 
 def tokenizer() -> Tokenizer:
     return get_tokenizer()
+
+
+def within_window(ctx: QueryContext, since: str | None, until: str | None) -> TimeWindow | None:
+    """The window `since` / `until` name (canopy.periods.time_window; InvalidArgument when
+    unreadable), set on the request's reader: from here on the call reads only evidence from
+    text units whose time falls in it, after the permission filter."""
+    window = time_window(since, until)
+    ctx.reader.within(window)
+    return window
 
 
 def check_query(query: str) -> str:

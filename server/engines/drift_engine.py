@@ -25,6 +25,7 @@ from canopy.server.engines.common import (
     fit_result,
     metered,
     pack_blocks,
+    within_window,
 )
 from canopy.server.engines.evidence import excerpt_text, vector_weight
 from canopy.server.engines.local_engine import build_local_context, report_block
@@ -52,11 +53,14 @@ class _Step:
 
 
 async def drift_search(
-    ctx: QueryContext, query: str, *, response_type: str = "multiple paragraphs"
+    ctx: QueryContext, query: str, *, response_type: str = "multiple paragraphs",
+    since: str | None = None, until: str | None = None,
 ) -> SearchResult:
-    """Answer a question that needs both the big picture and specific details."""
+    """Answer a question that needs both the big picture and specific details; `since` /
+    `until` as basic_search's."""
     query = check_query(query)
     response_type = check_response_type(response_type)
+    within_window(ctx, since, until)
     depth, breadth = ctx.settings.drift_depth, ctx.settings.drift_breadth
     total = 2 + depth * breadth  # primer, follow-ups (at most), reduce
     with metered(ctx) as meter:

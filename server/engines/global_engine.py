@@ -14,6 +14,12 @@
    map call per batch returns points scored 0-100.
 3. Reduce: zero-score points are dropped; the best points fill the reduce context; one call
    writes the answer. When nothing scores above zero the answer says so without a reduce call.
+
+A question about change over time (canopy.server.engines.change_questions) is answered period
+by period instead (canopy.server.engines.global_change): the selected communities' evidence is
+cut into periods, each period is mapped and reduced on its own, and the answer and citations
+follow the periods in time order. `since` / `until` restrict every question to the evidence of
+that window (common.within_window).
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from canopy.errors import InvalidArgument, InvalidOutput
-from canopy.model import Report
+from canopy.model import Document, Report, TextUnit
 from canopy.providers.base import MapOut, MapPoint, usage_scope
 from canopy.server.context import QueryContext
+from canopy.server.engines.change_questions import change_question
 from canopy.server.engines.common import (
     NOTHING_FOUND,
     check_query,
@@ -35,8 +42,16 @@ from canopy.server.engines.common import (
     fit_result,
     metered,
     tokenizer,
+    within_window,
 )
-from canopy.server.engines.evidence import vector_weight
+from canopy.server.engines.evidence import excerpt, vector_weight
+from canopy.server.engines.global_change import (
+    PERIOD_POINTS,
+    UNIT_EXCERPT_TOKENS,
+    PeriodEvidence,
+    period_citations,
+    period_evidence,
+)
 from canopy.server.results import Citation, Coverage, LevelCoverage, RouteInfo, SearchResult
 
 __all__ = [
@@ -85,13 +100,17 @@ async def global_search(
     community_level: int | None = None,
     response_type: str = "multiple paragraphs",
     route: RouteInfo | None = None,
+    since: str | None = None,
+    until: str | None = None,
 ) -> SearchResult:
     """Answer a question about the whole corpus from community reports (map-reduce).
 
     `community_level` None means ctx.settings.community_level, and dynamic selection when that
-    is None too. `route`: as basic_search's."""
+    is None too. `route`, `since`, `until`: as basic_search's."""
     query = check_query(query)
     response_type = check_response_type(response_type)
+    within_window(ctx, since, until)
+    change = change_question(query)
     level = community_level if community_level is not None else ctx.settings.community_level
     with metered(ctx) as meter:
         if level is not None:
@@ -102,18 +121,11 @@ async def global_search(
         else:
             tally = _Tally("dynamic")
             reports = await select_reports(ctx, query, tally)
-        points = await _map(ctx, query, reports, response_type, tally) if reports else []
-        kept, context = _best_points(points, ctx.settings.reduce_tokens)
-        if kept:
-            await ctx.report_progress(0, 1, "reduce: writing the answer")
-            answer = await ctx.provider.reduce(query, kept, response_type=response_type)
-            await ctx.report_progress(1, 1, "reduce: done")
+        if change is not None:
+            answer, citations, context = await _by_period(ctx, query, reports, response_type,
+                                                          tally, change)
         else:
-            answer = NOTHING_FOUND
-        cited = list(dict.fromkeys(rid for p in kept for rid in p.report_ids))
-        titles = {r.community_id: r.title for r in reports}
-        citations = [Citation(kind="report", id=rid, title=titles[rid]) for rid in cited
-                     if rid in titles]
+            answer, citations, context = await _whole(ctx, query, reports, response_type, tally)
         result = SearchResult(method="global", query=query, answer=answer, citations=citations,
                               context=context, community_level=level,
                               coverage=tally.coverage(), route=route)
@@ -123,6 +135,66 @@ async def global_search(
             "global_search a narrower question."))
         result.usage = meter.info()
         return result
+
+
+async def _whole(ctx: QueryContext, query: str, reports: list[Report], response_type: str,
+                 tally: _Tally) -> tuple[str, list[Citation], str]:
+    """(answer, citations, context) of one map over `reports` and one reduce."""
+    points = await _map(ctx, query, reports, response_type, tally) if reports else []
+    kept, context = _best_points(points, ctx.settings.reduce_tokens)
+    if kept:
+        await ctx.report_progress(0, 1, "reduce: writing the answer")
+        answer = await ctx.provider.reduce(query, kept, response_type=response_type)
+        await ctx.report_progress(1, 1, "reduce: done")
+    else:
+        answer = NOTHING_FOUND
+    cited = list(dict.fromkeys(rid for p in kept for rid in p.report_ids))
+    titles = {r.community_id: r.title for r in reports}
+    citations = [Citation(kind="report", id=rid, title=titles[rid]) for rid in cited
+                 if rid in titles]
+    return answer, citations, context
+
+
+MIN_PERIOD_REDUCE_TOKENS = 600  # a period's share of the reduce budget at least
+
+
+async def _by_period(ctx: QueryContext, query: str, reports: list[Report], response_type: str,
+                     tally: _Tally, change: str) -> tuple[str, list[Citation], str]:
+    """(answer, citations, context) of a question about change: one map and one reduce per
+    period of the selected communities' evidence, joined earliest period first."""
+    own = {u for r in reports for f in r.findings for u in f.text_unit_ids}
+    own |= {u for r in reports for u in r.text_unit_ids}
+    units = ctx.reader.units(sorted(own))  # servable and in the window only
+
+    def cut(unit: TextUnit, doc: Document) -> str:
+        return excerpt(ctx, unit, doc, query, UNIT_EXCERPT_TOKENS)
+
+    evidence: PeriodEvidence = period_evidence(query, reports, units, cut)
+    periods = evidence.periods
+    tally.note = (f"a question about change ({change}): answered by {evidence.granularity} "
+                  f"over {len(periods)} period{'s' if len(periods) != 1 else ''}"
+                  + (f", {periods[0]} to {periods[-1]}" if periods else "")
+                  + "; each period's points come from that period's sources")
+    if not periods:
+        return NOTHING_FOUND, [], ""
+    budget = max(MIN_PERIOD_REDUCE_TOKENS, ctx.settings.reduce_tokens // len(periods))
+    kept_by_period: dict[str, tuple[list[MapPoint], str]] = {}
+    for period in periods:  # map calls of one period run concurrently; periods in turn
+        points = await _map(ctx, query, evidence.reports[period], response_type, tally)
+        kept, context = _best_points(points, budget, most=PERIOD_POINTS)
+        if kept:
+            kept_by_period[period] = (kept, context)
+    if not kept_by_period:
+        return NOTHING_FOUND, [], ""
+    order = sorted(kept_by_period)
+    await ctx.report_progress(0, len(order), "reduce: writing the answer period by period")
+    answers = await asyncio.gather(*(ctx.provider.reduce(
+        query, kept_by_period[p][0], response_type=response_type) for p in order))
+    await ctx.report_progress(len(order), len(order), "reduce: done")
+    answer = "\n\n".join(f"## {p}\n{a.strip()}" for p, a in zip(order, answers, strict=True))
+    context = "\n\n".join(f"===== {p} =====\n{kept_by_period[p][1]}" for p in order)
+    citations = [c for p in order for c in period_citations(p, kept_by_period[p][0], evidence)]
+    return answer, citations, context
 
 
 async def reports_at_level(ctx: QueryContext, level: int) -> list[Report]:
@@ -388,8 +460,10 @@ async def _map(
     return points
 
 
-def _best_points(points: list[MapPoint], budget: int) -> tuple[list[MapPoint], str]:
-    """Non-zero points, best first (stable), while they fit the reduce budget; and their text."""
+def _best_points(points: list[MapPoint], budget: int, most: int | None = None
+                 ) -> tuple[list[MapPoint], str]:
+    """Non-zero points, best first (stable), while they fit the reduce budget (and number at
+    most `most`); and their text."""
     ranked = sorted((p for p in points if p.score > 0), key=lambda p: -p.score)
     tok = tokenizer()
     kept: list[MapPoint] = []
@@ -398,7 +472,7 @@ def _best_points(points: list[MapPoint], budget: int) -> tuple[list[MapPoint], s
     for p in ranked:
         text = f"----- Analyst point {len(kept) + 1} (importance {p.score}) -----\n{p.description}"
         n = tok.count(text) + 2
-        if used + n > budget:
+        if used + n > budget or (most is not None and len(kept) >= most):
             break
         kept.append(p)
         parts.append(text)

@@ -39,6 +39,7 @@ from canopy.server.engines.common import (
     fit_result,
     metered,
     pack_blocks,
+    within_window,
 )
 from canopy.server.engines.evidence import excerpt, excerpt_text, rank_units
 from canopy.server.results import RouteInfo, SearchResult
@@ -71,12 +72,13 @@ _CJK_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 
 async def local_search(
     ctx: QueryContext, query: str, *, response_type: str = "multiple paragraphs",
-    route: RouteInfo | None = None,
+    route: RouteInfo | None = None, since: str | None = None, until: str | None = None,
 ) -> SearchResult:
     """Answer a question about specific entities from their graph neighbourhood and sources.
-    `route`: as basic_search's."""
+    `route`, `since`, `until`: as basic_search's."""
     query = check_query(query)
     response_type = check_response_type(response_type)
+    within_window(ctx, since, until)
     with metered(ctx) as meter:
         await ctx.report_progress(0, 2, "local search: gathering context")
         configured = ctx.settings.local_context_tokens

@@ -2,12 +2,14 @@
 an engine, classify the question and hand it to the engine that suits it (design §6):
 
 - global_search for a question about the collection as a whole (sensemaking: themes, trends,
-  what recurs across documents; Edge et al. 2024 §3.1);
+  what recurs across documents; Edge et al. 2024 §3.1), and for a question about change over
+  time (canopy.server.engines.change_questions), which it answers period by period;
 - local_search for a question that names entities of the index, or joins several facts;
 - basic_search for a point question: one value (a count, a date, a place) stated in a passage.
 
-The result says which engine answered and why (`RouteInfo`). The signals are general, not fitted
-to a question template (rule_route gives their order):
+The result says which engine answered and why (`RouteInfo`). A question about change is
+recognised first, by its grammar, and goes to global_search without a classification call. The
+other signals are general, not fitted to a question template (rule_route gives their order):
 1. entity linking against the index, through the caller's view: a name the question writes
    (with a capital letter past its first word, or in CJK) that is an entity the caller can see.
    A name found in PERVASIVE_SHARE or more of the caller's passages is a subject of the whole
@@ -42,7 +44,13 @@ from canopy.providers.builtin.relevance import is_generic
 from canopy.providers.builtin.text import stem
 from canopy.server.context import QueryContext
 from canopy.server.engines.basic_engine import basic_search
-from canopy.server.engines.common import check_query, check_response_type, metered
+from canopy.server.engines.change_questions import change_question
+from canopy.server.engines.common import (
+    check_query,
+    check_response_type,
+    metered,
+    within_window,
+)
 from canopy.server.engines.evidence import split_clauses
 from canopy.server.engines.global_engine import global_search
 from canopy.server.engines.local_engine import local_search, named_entities
@@ -244,6 +252,11 @@ async def choose_route(ctx: QueryContext, query: str) -> RouteInfo:
     """Which engine answers `query`, and why: the provider's classification when it has one
     (an LLM, with `[query] router_llm`), else, or when that call fails, the rules."""
     query = check_query(query)
+    change = change_question(query)
+    if change is not None:
+        return RouteInfo(engine="global", by="rules", reason=(
+            f"it asks how something changed over time ({change}): global_search answers it "
+            "period by period from the community reports' dated sources"))
     linked = await link_entities(ctx, query)
     signals = question_signals(query, linked)
     engine, reason = rule_route(signals)
@@ -262,21 +275,27 @@ async def choose_route(ctx: QueryContext, query: str) -> RouteInfo:
 
 
 async def routed_search(ctx: QueryContext, query: str, *,
-                        response_type: str = "multiple paragraphs") -> SearchResult:
+                        response_type: str = "multiple paragraphs", since: str | None = None,
+                        until: str | None = None) -> SearchResult:
     """Route `query` (choose_route), answer it with that engine, and say so in `route`; the
-    usage counts the classification call too."""
+    usage counts the classification call too. `since` / `until` restrict the routing (names
+    are linked among what the window holds) and the engine (common.within_window)."""
     query = check_query(query)
     response_type = check_response_type(response_type)
+    within_window(ctx, since, until)
     with metered(ctx) as meter:
         route = await choose_route(ctx, query)
     routing = meter.info()
     # The engine carries the route in its result, so the result's size limit counts it.
     if route.engine == "global":
-        result = await global_search(ctx, query, response_type=response_type, route=route)
+        result = await global_search(ctx, query, response_type=response_type, route=route,
+                                     since=since, until=until)
     elif route.engine == "local":
-        result = await local_search(ctx, query, response_type=response_type, route=route)
+        result = await local_search(ctx, query, response_type=response_type, route=route,
+                                    since=since, until=until)
     else:
-        result = await basic_search(ctx, query, response_type=response_type, route=route)
+        result = await basic_search(ctx, query, response_type=response_type, route=route,
+                                    since=since, until=until)
     u = result.usage
     u.llm_calls += routing.llm_calls
     u.prompt_tokens += routing.prompt_tokens
