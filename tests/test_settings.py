@@ -91,7 +91,7 @@ def test_the_cli_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
     assert result.output.strip().splitlines() == [
         f"Error: {docs / 'canopy.toml'}: unknown key [chunkin]; did you mean 'chunking'? "
         "(known here: acl, auth, chunking, communities, distributed, embed, extract, input, llm, "
-        "prompts, publish, query, reports, storage)"]
+        "prompts, publish, query, reports, storage, time)"]
     assert "Traceback" not in result.output
 
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from mcp import Client
 
-from canopy.errors import InvalidArgument
+from canopy.errors import ConfigError, InvalidArgument
 from canopy.indexer.doc_time import document_time, stated_date
 from canopy.llm import ChatClient
 from canopy.periods import period_granularity, period_of, time_window
@@ -36,7 +36,7 @@ from canopy.server.evaluation import split_of
 from canopy.server.mcp_app import build_server
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
-from canopy.settings import LLMSettings, TimeRule, TimeSettings
+from canopy.settings import LLMSettings, TimeRule, TimeSettings, load_settings
 from tests.conftest import NEWS, offline_env, require_shared
 from tests.fakes.openai_server import FakeOpenAI
 from tests.test_rest import in_process
@@ -155,6 +155,23 @@ def test_a_pattern_rule_reads_the_date_from_the_path_and_needs_a_year_group() ->
         TimeRule(glob="**")
 
 
+def test_time_rules_load_from_canopy_toml_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "canopy.toml").write_text(
+        "[time]\ntext_chars = 0\n[[time.rules]]\nglob = 'minutes/**'\n"
+        "pattern = '(?P<year>\\d{4})-(?P<month>\\d{2})'\n[[time.rules]]\nglob = 'old/**'\n"
+        "date = 2020-05-01\n", encoding="utf-8")
+    settings = load_settings(tmp_path)
+    assert settings.time.text_chars == 0
+    assert [(r.glob, r.date) for r in settings.time.rules] == [
+        ("minutes/**", None), ("old/**", dt.date(2020, 5, 1))]
+    (tmp_path / "canopy.toml").write_text(
+        "[[time.rules]]\nglob = 'a/**'\ndate = 2020-05-01\npattern = '(?P<year>\\d{4})'\n",
+        encoding="utf-8")
+    with pytest.raises(ConfigError, match="give either date or pattern") as raised:
+        load_settings(tmp_path)
+    assert "\n" not in str(raised.value)
+
+
 def test_a_date_the_text_states_late_does_not_date_it_and_impossible_dates_are_skipped() -> None:
     late = "x " * 300 + "on 6 October 2023"
     assert document_time("a.md", (), late, 0, TimeSettings()).source == ""
@@ -185,7 +202,7 @@ CHANGE = ["How did the antitrust case against Google evolve?", "What changed sin
           "How has Tesla's market share changed over the past year?",
           "What was the trend in interest rates between October and December?",
           "How did coverage of OpenAI shift from September to December 2023?",
-          "What is new this week?", "What is the timeline of the Tern recall?"]
+          "What has changed since the recall?", "What is the timeline of the Tern recall?"]
 NOT_CHANGE = ["What are the main themes?", "Who leads Project Kestrel?",
               "How many packs were recalled?", "What changes does the bill propose?",
               "How does the BMS work?", "What did the article say about growth?",
