@@ -341,7 +341,9 @@ class TimeSettings(BaseModel):
         ["date", "published", "published_at", "created", "updated", "modified"],
         description="Front-matter fields read as the document's date, the first present wins")
     rules: list[TimeRule] = Field(
-        [], description="First matching rule wins (in file order), after front matter")
+        [], description="[[time.rules]] tables, each a glob and either date = 2024-01-31 or "
+        "pattern = '(?P<year>\\d{4})-(?P<month>\\d{2})' (read in the path); the first "
+        "matching rule wins, after front matter")
     text_chars: int = Field(
         400, ge=0, le=20_000,
         description="A date stated in this many first characters of the text dates the "
