@@ -150,10 +150,13 @@ async def check_listing(client: Client) -> None:
         )
         assert tool.description and tool.description.startswith("Returns")
     arguments = {name: set(tool.input_schema["properties"]) for name, tool in tools.items()}
-    assert arguments["global_search"] == {"query", "community_level", "response_type"}
+    window = {"since", "until"}  # every search tool's (issue 31)
+    assert arguments["global_search"] == {"query", "community_level", "response_type", *window}
     assert arguments["drill_down"] == {"community_id", "entity", "finding", "limit", "offset"}
-    assert arguments["basic_search"] == {"query", "k", "response_type"}
-    assert arguments["search"] == {"query", "response_type"}
+    assert arguments["basic_search"] == {"query", "k", "response_type", *window}
+    assert arguments["search"] == {"query", "response_type", *window}
+    assert arguments["local_search"] == arguments["drift_search"] == {
+        "query", "response_type", *window}
     assert arguments["index_status"] == set()
     templates = {
         t.uri_template for t in (await client.list_resource_templates()).resource_templates
@@ -214,7 +217,7 @@ async def test_the_tool_listing_is_under_4k_tokens_with_dedented_descriptions(
     search = next(t for t in listing.tools if t.name == "search").output_schema
     assert "description" in search["properties"]["route"]
     assert set(search["properties"]["citations"]["items"]["properties"]) == {
-        "kind", "id", "title", "document"}
+        "kind", "id", "title", "document", "period"}
 
 
 async def test_every_tool_answers_an_example_question_with_text_and_structured_content(
