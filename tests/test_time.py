@@ -26,11 +26,14 @@ from mcp import Client
 from canopy.errors import ConfigError, InvalidArgument
 from canopy.indexer.doc_time import document_time, stated_date
 from canopy.llm import ChatClient
+from canopy.model import Document, Finding, Report, TextUnit
 from canopy.periods import period_granularity, period_of, time_window
+from canopy.providers.base import MapPoint
 from canopy.providers.llm import LLMProvider
 from canopy.server.context import QueryContext
 from canopy.server.engines import global_search
 from canopy.server.engines.change_questions import change_question
+from canopy.server.engines.global_change import period_citations, period_evidence
 from canopy.server.engines.router import choose_route
 from canopy.server.evaluation import split_of
 from canopy.server.mcp_app import build_server
@@ -196,6 +199,31 @@ def test_periods_are_the_finest_cut_of_the_dates_into_at_most_twelve() -> None:
     assert period_granularity(monthly + ["2020-06-01"]) == "year"
     assert period_granularity([f"{y}-01-01" for y in range(1950, 2024)]) == "decade"
     assert period_of("2023-11-02", "quarter") == "2023-Q4"
+
+
+def _report(cid: str, units: tuple[str, ...], rating: float = 5.0, level: int = 1) -> Report:
+    return Report(cid, level, cid, "", rating, "", (Finding("f", "e", (), (), units),), units, cid)
+
+
+def test_a_units_evidence_goes_to_one_period_and_one_community_per_question() -> None:
+    """A nested pair of communities shares units: each unit is read once per period, by the
+    better-rated community; periods are by the units' documents, and a period cites its own
+    reports and units only."""
+    docs = {m: Document(f"d{m}", f"news/{m}.md", "h", f"Title {m}", 1, (), (), f"2023-{m}-15",
+                        "front_matter:published") for m in ("09", "10")}
+    units = {f"u{m}{i}": (TextUnit(f"u{m}{i}", f"d{m}", i, f"OpenAI text {m}", 3, 0, 1), docs[m])
+             for m in ("09", "10") for i in range(2)}
+    parent = _report("c0", ("u090", "u091", "u100"), rating=7, level=0)
+    child = _report("c1", ("u090", "u101"), rating=7, level=1)
+    evidence = period_evidence("OpenAI?", [parent, child], units, lambda u, d: u.text)
+    assert evidence.periods == ["2023-09", "2023-10"]
+    read = {p: {r.community_id: r.text_unit_ids for r in rs} for p, rs in evidence.reports.items()}
+    assert read == {"2023-09": {"c1": ("u090",), "c0": ("u091",)},
+                    "2023-10": {"c1": ("u101",), "c0": ("u100",)}}
+    cited = period_citations("2023-10", [MapPoint(description="x", score=50,
+                                                  report_ids=["c0", "c9"])], evidence)
+    assert [(c.kind, c.id, c.period) for c in cited] == [
+        ("report", "c0", "2023-10"), ("text_unit", "u100", "2023-10")]
 
 
 CHANGE = ["How did the antitrust case against Google evolve?", "What changed since June?",
