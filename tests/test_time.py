@@ -1,6 +1,6 @@
 """Time as an axis (issue 31, "Time"): each document's time and its source, `since` / `until` on
-every search tool and the REST API, and global search's period-by-period answer to questions
-about change.
+every search tool (the REST API's in tests/wings/rest/test_rest_time.py), and global search's
+period-by-period answer to questions about change.
 
 The corpus is a DEV subset of MultiHop-RAG's dated news (September to December 2023), written
 as Markdown with front matter as a team's exported articles carry it; the articles of
@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 import yaml
 from mcp import Client
@@ -35,14 +34,13 @@ from canopy.server.engines import global_search
 from canopy.server.engines.change_questions import change_question
 from canopy.server.engines.global_change import period_citations, period_evidence
 from canopy.server.engines.router import choose_route
-from canopy.server.evaluation import split_of
 from canopy.server.mcp_app import build_server
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
+from canopy.server.wings.eval.retrieval import split_of
 from canopy.settings import LLMSettings, TimeRule, TimeSettings, load_settings
 from tests.conftest import NEWS, offline_env, require_shared
 from tests.fakes.openai_server import FakeOpenAI
-from tests.test_rest import in_process
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +74,7 @@ def anyio_backend() -> str:
 
 
 def dev_articles() -> list[dict[str, str]]:
-    """The subset: DEV articles (their titles hashed as questions are, evaluation.split_of)
+    """The subset: DEV articles (their titles hashed as questions are, split_of)
     of September to December 2023, PER_MONTH a month."""
     articles = json.loads(require_shared(NEWS).read_text(encoding="utf-8"))
     dev = sorted((a for a in articles if split_of(a["title"]) == "dev"
@@ -313,21 +311,6 @@ async def test_an_unreadable_since_is_the_agents_error(
     async with Client(build_server(svc, principal_name="intern")) as client:
         bad = await client.call_tool("local_search", {"query": "OpenAI", "since": "Tuesday"})
     assert bad.is_error and "since must be an ISO date" in bad.content[0].text  # type: ignore[union-attr]
-
-
-def test_the_rest_api_takes_since_and_until(news: tuple[CanopyService, dict[str, str]]) -> None:
-    svc, dates = news
-    inside = {p for p, d in dates.items() if "2023-11-01" <= d <= "2023-11-30"}
-    with in_process(build_server(svc, principal_name="editor")) as base:
-        ok = httpx2.post(f"{base}/api/v1/basic_search",
-                         json={"query": "OpenAI board", "k": 20, **WINDOW}, timeout=60)
-        bad = httpx2.post(f"{base}/api/v1/global_search",
-                          json={"query": "themes", "since": "2023-12", "until": "2023-11"},
-                          timeout=60)
-    assert ok.status_code == 200
-    assert paths_in(ok.json()) and paths_in(ok.json()) <= inside
-    assert bad.status_code == 400 and bad.json()["error"] == "invalid_argument"
-    assert "the window is empty" in bad.json()["message"]
 
 
 # ---- questions about change ----------------------------------------------------------------------
