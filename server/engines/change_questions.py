@@ -12,8 +12,7 @@ A question asks about change when
 The words of change and of time are English grammar (closed classes and the verbs of change
 with their forms), so the rule holds for any folder. Global search answers such questions
 period by period (canopy.server.engines.global_engine); the router sends them there.
-Measured: benchmarks/router_eval.py's DEV questions (see the final message of issue 31's
-branch for the figures).
+Where it fires on benchmarks/router_eval.py's DEV questions: benchmarks/change_router_eval.py.
 """
 
 from __future__ import annotations
