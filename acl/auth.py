@@ -7,7 +7,7 @@ is the principal's name as the `[acl]` policy knows it, and which the MCP server
 `get_access_token()`. Nothing a client sends besides the token (headers, tool arguments) names the
 caller.
 
-- `TokenFile` (canopy.acl.tokens): hashed static tokens for small teams.
+- `TokenFile` (canopy.acl.bearer_tokens): hashed static tokens for small teams.
 - `JwtVerifier`: signed JWTs from an identity provider (OIDC access tokens) or a shared key. The
   signature, `iss`, `aud` and `exp` are always checked; the accepted algorithms are pinned (never
   `none`, never a symmetric algorithm with a public key); the principal is one configurable claim.
@@ -28,7 +28,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 
-from canopy.acl.tokens import MAX_TOKEN_CHARS, TokenFile
+from canopy.acl.bearer_tokens import MAX_TOKEN_CHARS, TokenFile
 from canopy.errors import ConfigError
 from canopy.settings import AuthSettings
 

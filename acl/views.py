@@ -38,7 +38,7 @@ from canopy.providers.base import Provider, prompt_key
 from canopy.settings import ExtractSettings, ReportSettings
 from canopy.store.rows import Gate
 from canopy.store.sources import cache_sources
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 
 if TYPE_CHECKING:
     from canopy.acl.reader import CallerReader

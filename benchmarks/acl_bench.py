@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.multihop import machine
 from canopy.acl.access import State
 from canopy.llm import ChatClient
-from canopy.providers.llm import LLMProvider
+from canopy.providers.llm_provider import LLMProvider
 from canopy.server import engines
 from canopy.server.context import QueryContext
 from canopy.server.engines.warm import warm_views

@@ -111,7 +111,7 @@ async def measure(ctx: Any, tool: str, queries: list[str]) -> dict[str, Any]:
 
 def fake_context(ctx: Any, base_url: str) -> Any:
     from canopy.llm import ChatClient
-    from canopy.providers.llm import LLMProvider
+    from canopy.providers.llm_provider import LLMProvider
     from canopy.server.context import QueryContext
     from canopy.settings import LLMSettings
 

@@ -193,7 +193,7 @@ def main() -> None:
     args = ap.parse_args()
     _clean_env()
     from canopy.llm import ChatClient
-    from canopy.providers.llm import LLMProvider
+    from canopy.providers.llm_provider import LLMProvider
     from canopy.server.context import QueryContext
     from canopy.server.runtime import open_workspace
     from canopy.server.service import CanopyService

@@ -32,7 +32,7 @@ import numpy as np
 
 from canopy.ids import content_hash
 from canopy.model import TextUnit
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 __all__ = ["chunk_document"]
 

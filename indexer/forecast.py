@@ -66,7 +66,7 @@ class ExtractionPlan:
     @property
     def glean_calls(self) -> tuple[int, int]:
         """Fewest and most gleaning calls: the first pass always runs, later ones only while
-        the previous pass found something new (canopy.providers.llm)."""
+        the previous pass found something new (canopy.providers.llm_provider)."""
         return (self.units if self.max_gleanings else 0), self.units * self.max_gleanings
 
 

@@ -23,7 +23,7 @@ from canopy.providers.base import Provider, prompt_key
 from canopy.store.reads import EntityInstanceRow, RelationshipInstanceRow
 from canopy.store.rows import EntityRow, Gate, RelationshipRow
 from canopy.store.sources import cache_sources
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 __all__ = [
     "EntityDraft",

@@ -45,7 +45,7 @@ from canopy.providers.base import INDEX_TASKS, Embedder, Provider, prompt_key
 from canopy.providers.builtin.text import TERMS_VERSION
 from canopy.settings import Settings
 from canopy.store import CommitInfo, GraphReads, Staging, Store
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 from canopy.vectors import merge_scrub
 
 __all__ = ["IndexResult", "Progress", "run_index", "settings_fingerprint"]

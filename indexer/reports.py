@@ -28,7 +28,7 @@ from canopy.ids import content_hash
 from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
 from canopy.providers.base import Provider, ReportContext, ReportOut
 from canopy.store.sources import cache_sources
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 __all__ = [
     "CommunityContent",

@@ -73,7 +73,7 @@ def http_auth(ws: Workspace, config: Path | None, tokens_file: Path | None, host
 def _check_token_file(ws: Workspace, path: Path) -> None:
     """Warnings for a token file that would be indexed, or that names principals the policy
     lacks."""
-    from canopy.acl.tokens import read_tokens
+    from canopy.acl.bearer_tokens import read_tokens
 
     docs = ws.docs_dir.resolve()
     if path.resolve().is_relative_to(docs) and not path.name.startswith(".") \

@@ -38,7 +38,7 @@ from canopy.server.mcp_tools import READ_ONLY, TOOL_RESULTS, canopy_tools
 from canopy.server.results import CommunityCard
 from canopy.server.service import CanopyService
 from canopy.server.tool_text import span_text
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 
 __all__ = ["READ_ONLY", "TOOL_RESULTS", "FailureKind", "ResourceFailure", "ToolFailure",
            "build_server", "damaged_message", "report_pages", "run_stdio"]

@@ -31,10 +31,10 @@ from canopy.model import TextUnit
 from canopy.prompt_dir import check_template, load_prompt_dir
 from canopy.prompts import DEFAULT_PROMPTS, file_name, load_prompt
 from canopy.providers.base import ExtractionOut, Usage
-from canopy.providers.llm import CLAIMS_OFF, CLAIMS_ON
+from canopy.providers.llm_provider import CLAIMS_OFF, CLAIMS_ON
 from canopy.server.runtime import Workspace
 from canopy.server.sampling import corpus_units, spread_sample
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 
 __all__ = ["TunedPrompts", "tune_prompts", "write_tuned"]
 

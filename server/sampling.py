@@ -12,7 +12,7 @@ from canopy.indexer.forecast import sample_key
 from canopy.indexer.loaders import LoadedDocument, scan_folder
 from canopy.model import TextUnit
 from canopy.server.runtime import Workspace
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 
 __all__ = ["corpus_units", "spread_sample"]
 

@@ -53,7 +53,7 @@ from canopy.server.context import EngineCaches, ProgressCallback, QueryContext
 from canopy.server.runtime import Workspace
 from canopy.settings import AclSettings, find_config, load_settings
 from canopy.store.store import damage_as_index_damaged
-from canopy.tokens import preload
+from canopy.tokenizer import preload
 from canopy.vectors import VectorStore
 
 # the last two: canopy.server.context

@@ -25,7 +25,7 @@ from canopy.errors import EndpointUnavailable, InvalidArgument, NotFound
 from canopy.ids import normalize_name
 from canopy.llm import ChatClient
 from canopy.providers.builtin import BuiltinProvider
-from canopy.providers.llm import LLMProvider
+from canopy.providers.llm_provider import LLMProvider
 from canopy.server import engines
 from canopy.server.cli import main
 from canopy.server.context import QueryContext

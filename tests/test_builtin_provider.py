@@ -17,7 +17,7 @@ from canopy.providers.builtin import NO_INFORMATION, BuiltinProvider
 from canopy.providers.builtin import lexicon as lx
 from canopy.providers.builtin.relevance import content_terms
 from canopy.providers.builtin.text import split_sentences
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 from tests.conftest import carol_text
 
 TYPES = ["organization", "person", "geo", "event"]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from canopy.indexer.chunking import chunk_document
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 from tests.conftest import carol_text
 
 TOK = get_tokenizer()

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from canopy.errors import InvalidArgument, NotFound
 from canopy.llm import ChatClient
 from canopy.providers.base import render_blocks
-from canopy.providers.llm import LLMProvider
+from canopy.providers.llm_provider import LLMProvider
 from canopy.server.cli import main
 from canopy.server.context import QueryContext
 from canopy.server.engines import (

@@ -492,7 +492,7 @@ def _written_from_reports_alone(g: Graph, budget: int) -> set[str]:
     alone (canopy.indexer.reports), each checked: fingerprint, ACL classes and report follow from
     its children."""
     from canopy.indexer.reports import ElementSizes, reports_only, reports_only_fingerprint
-    from canopy.tokens import get_tokenizer
+    from canopy.tokenizer import get_tokenizer
 
     tok = get_tokenizer()
     sizes = ElementSizes(tok)

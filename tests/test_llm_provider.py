@@ -12,7 +12,7 @@ from canopy.llm import ChatClient
 from canopy.model import Entity, Finding, Relationship, Report, TextUnit
 from canopy.prompts import TASKS, load_prompt, render
 from canopy.providers.base import ContextBlock, DriftOut, MapOut, MapPoint, ReportContext, ReportOut
-from canopy.providers.llm import NO_DATA_ANSWER, LLMProvider
+from canopy.providers.llm_provider import NO_DATA_ANSWER, LLMProvider
 from canopy.settings import LLMSettings
 from tests.fakes.openai_server import FakeOpenAI
 

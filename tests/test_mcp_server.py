@@ -199,7 +199,7 @@ async def test_the_tool_listing_is_under_4k_tokens_with_dedented_descriptions(
     from mcp.types import ListToolsResult
 
     from canopy.server.mcp_app import TOOL_RESULTS
-    from canopy.tokens import get_tokenizer
+    from canopy.tokenizer import get_tokenizer
 
     async with Client(mcp_server) as client:
         listing = await client.list_tools()
@@ -1015,7 +1015,7 @@ async def test_a_slow_global_search_does_not_hold_a_drill_down_behind_it(
     """Requests run side by side: while global_search waits on a slow LLM (1 s per call, map
     then reduce), drill_down calls from another client are answered at once."""
     from canopy.llm import ChatClient
-    from canopy.providers.llm import LLMProvider
+    from canopy.providers.llm_provider import LLMProvider
     from canopy.settings import LLMSettings
     from tests.fakes.openai_server import FakeOpenAI
 

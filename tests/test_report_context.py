@@ -28,7 +28,7 @@ from canopy.indexer.reports import (
 )
 from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
 from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 
 class WordTokenizer(Tokenizer):

@@ -24,7 +24,7 @@ from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
 from canopy.settings import QuerySettings
 from canopy.store.export import load_graph
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 from tests.conftest import EXAMPLES, offline_env
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from canopy.llm import ChatClient
-from canopy.providers.llm import LLMProvider
+from canopy.providers.llm_provider import LLMProvider
 from canopy.server.cli import main
 from canopy.server.context import QueryContext
 from canopy.server.engines.router import (

@@ -24,7 +24,7 @@ def make_provider(settings: Settings, store: Store | None = None, *,
         from canopy.endpoint import local_endpoint
         from canopy.llm import ChatClient
         from canopy.prompt_dir import load_prompt_dir
-        from canopy.providers.llm import LLMProvider
+        from canopy.providers.llm_provider import LLMProvider
 
         client = ChatClient(settings.llm, cache=store, backoff_base=settings.llm.backoff_s,
                             prompts=load_prompt_dir(settings.prompts.dir),

@@ -11,7 +11,7 @@ from canopy.indexer.forecast import PlanSink
 from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 __all__ = ["Build", "Progress"]
 

@@ -1,6 +1,6 @@
 """`canopy token`: the static bearer-token file for `canopy serve --http` (small teams).
 
-Only a SHA-256 of each token is stored (see canopy.acl.tokens); the token itself is printed once, by
+Only a SHA-256 of each token is stored (see canopy.acl.bearer_tokens); the token itself is printed once, by
 `add`. A running server re-reads the file when it changes, so `revoke` applies at once.
 """
 
@@ -37,7 +37,7 @@ def add(file: Path, principal: str) -> None:
     The file is created if missing (mode 0600) and keeps only the token's hash: store the printed
     token now, it cannot be shown again. A principal may hold several tokens.
     """
-    from canopy.acl.tokens import add_token
+    from canopy.acl.bearer_tokens import add_token
 
     click.echo(add_token(file, principal))
     click.echo(f"Token for {principal} added to {file}. It is shown only this once; send it as "
@@ -48,7 +48,7 @@ def add(file: Path, principal: str) -> None:
 @TOKEN_FILE
 def list_tokens(file: Path) -> None:
     """List the tokens in FILE: principal, token id (start of its hash) and creation time."""
-    from canopy.acl.tokens import read_tokens
+    from canopy.acl.bearer_tokens import read_tokens
 
     records = read_tokens(file)
     if not records:
@@ -64,7 +64,7 @@ def list_tokens(file: Path) -> None:
               help="Revoke only the token whose id (from `list`) starts with this.")
 def revoke(file: Path, principal: str, token_id: str | None) -> None:
     """Revoke every token of PRINCIPAL (or one, with --id). Running servers refuse it at once."""
-    from canopy.acl.tokens import revoke_tokens
+    from canopy.acl.bearer_tokens import revoke_tokens
 
     gone = revoke_tokens(file, principal, token_id)
     if not gone:

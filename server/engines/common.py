@@ -15,7 +15,7 @@ from canopy.server.context import QueryContext
 from canopy.server.engines.cards import block_citation
 from canopy.server.results import Citation, DrillResult, SearchResult, UsageInfo
 from canopy.server.tool_text import drill_text, search_text
-from canopy.tokens import Tokenizer, get_tokenizer
+from canopy.tokenizer import Tokenizer, get_tokenizer
 
 __all__ = [
     "within_window",

@@ -33,7 +33,7 @@ from canopy.providers.builtin.relevance import Scorer, importance, report_fields
 from canopy.providers.builtin.reports import REPORT_INTRO, extractive_report
 from canopy.providers.builtin.summaries import summarize_descriptions
 from canopy.providers.builtin.text import split_sentences, terms, trim
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 
 __all__ = ["NO_INFORMATION", "BuiltinProvider"]
 

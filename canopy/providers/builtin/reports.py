@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from canopy.providers.base import FindingOut, ReportContext, ReportOut
 from canopy.providers.builtin.text import split_sentences, trim
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 __all__ = ["REPORT_INTRO", "extractive_report"]
 

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from canopy.providers.builtin.text import split_sentences, terms
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 __all__ = ["summarize_descriptions"]
 

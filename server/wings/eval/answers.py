@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 from canopy.errors import CanopyError, ConfigError
 from canopy.llm import ChatClient
 from canopy.server.context import QueryContext
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 
 __all__ = [
     "CRITERIA",

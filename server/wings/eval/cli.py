@@ -167,7 +167,7 @@ def _answer_eval(ws: Workspace, principal: str | None, methods: list[str],
                  asked: list[str] | None, shape: tuple[int, int, int], repeats: int,
                  as_json: bool) -> None:
     """`canopy eval --answers`: generate (or take) questions, answer, judge, print."""
-    from canopy.providers.llm import LLMProvider
+    from canopy.providers.llm_provider import LLMProvider
     from canopy.server.service import CanopyService
     from canopy.server.wings.eval.answers import (
         EvalQuestion,

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from canopy.acl.tokens import add_token
+from canopy.acl.bearer_tokens import add_token
 from canopy.errors import IndexMissing, IndexStale
 from canopy.server.cli import main
 from canopy.server.mcp_app import build_server

@@ -34,7 +34,7 @@ from canopy.server.wings.graphrag.ingest.replay import ReplayProvider, ReplaySta
 from canopy.server.wings.graphrag.ingest.tables import GROutput, NotGraphRAGOutput, read_output
 from canopy.settings import Settings
 from canopy.store import Store
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 
 __all__ = ["ImportResult", "NotGraphRAGOutput", "import_graphrag", "read_output"]
 

@@ -55,7 +55,7 @@ from canopy.server.wings.graphrag.ingest.tables import (
     GROutput,
     GRUnit,
 )
-from canopy.tokens import Tokenizer
+from canopy.tokenizer import Tokenizer
 
 __all__ = ["Alignment", "align", "canopy_document_id"]
 

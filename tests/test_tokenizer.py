@@ -5,7 +5,7 @@ from __future__ import annotations
 import bpe_openai
 import pytest
 
-from canopy.tokens import get_tokenizer
+from canopy.tokenizer import get_tokenizer
 from tests.conftest import carol_text
 
 SAMPLES = [
