@@ -8,9 +8,9 @@ units they can read:
   distinct description is used as is, several are summarized by the provider (memoized with the
   indexer's key, so a visible subset summarized once is never summarized again);
 - relationship: likewise, when both endpoints exist for the caller;
-- community report: written by the indexer's report writer (canopy.indexer.reports.write_report)
-from
-  the visible part of the community: its visible members (views where partial), visible
+- community report: written by the indexer's report writer
+  (canopy.indexer.report_writer.write_report) from the visible part of the community: its
+  visible members (views where partial), visible
   relationships and claims, and the visible children's reports when the context must be cut.
 
 A view keeps the artifact's id; its provenance is exactly the units it was derived from, so it
@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING
 
 from canopy.errors import EndpointUnavailable, InvalidOutput
 from canopy.ids import content_hash
-from canopy.indexer.graph import most_frequent, summary_input, summary_key
-from canopy.indexer.reports import CommunityContent, ElementSizes, write_report
+from canopy.indexer.operations.merging import most_frequent, summary_input, summary_key
+from canopy.indexer.operations.report_context import CommunityContent, ElementSizes
+from canopy.indexer.report_writer import write_report
 from canopy.model import Community, Entity, Relationship, Report
 from canopy.providers.base import Provider, prompt_key
 from canopy.settings import ExtractSettings, ReportSettings

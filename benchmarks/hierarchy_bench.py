@@ -1,5 +1,6 @@
 """The top of the community hierarchy: how many top-level communities a corpus gets with the
-bound (canopy.indexer.grouping) and without it, side by side in one run, and what updates cost.
+bound (canopy.indexer.operations.grouping) and without it, side by side in one run, and what
+updates cost.
 
     python benchmarks/hierarchy_bench.py                           # 609 articles, both modes
     python benchmarks/hierarchy_bench.py --mode builtin --articles 200

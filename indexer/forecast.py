@@ -30,8 +30,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from canopy.ids import entity_id, normalize_name, relationship_id
-from canopy.indexer.communities import ClusterParams, EdgeArrays, Isolated, build_hierarchy
-from canopy.indexer.grouping import top_size
+from canopy.indexer.operations.clustering import (
+    ClusterParams,
+    EdgeArrays,
+    Isolated,
+    build_hierarchy,
+)
+from canopy.indexer.operations.grouping import top_size
 from canopy.model import Extraction
 from canopy.providers.base import Usage
 from canopy.settings import Settings

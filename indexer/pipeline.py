@@ -24,11 +24,11 @@ from typing import Any
 
 from canopy.allocator import release_free
 from canopy.ids import KEYS_VERSION, content_hash
-from canopy.indexer.communities import GivenCommunities
 from canopy.indexer.doc_time import document_time
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.listing import list_files
 from canopy.indexer.loaders import LoadedDocument, load_entry
+from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.indexer.stages import Build, Progress
 from canopy.indexer.stages.communities import stage_communities
 from canopy.indexer.stages.community_index import stage_community_index

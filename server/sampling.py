@@ -7,9 +7,9 @@ the same on every run, and stable when unrelated documents are added."""
 from __future__ import annotations
 
 from canopy.ids import content_hash
-from canopy.indexer.chunking import chunk_document
 from canopy.indexer.forecast import sample_key
 from canopy.indexer.loaders import LoadedDocument, scan_folder
+from canopy.indexer.operations.chunking import chunk_document
 from canopy.model import TextUnit
 from canopy.server.runtime import Workspace
 from canopy.tokenizer import get_tokenizer

@@ -33,8 +33,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from canopy.acl.auth import JwtVerifier, verifier_from_settings
-from canopy.acl.policy import Principal
 from canopy.acl.bearer_tokens import TokenFile, add_token, hash_token, read_tokens, revoke_tokens
+from canopy.acl.policy import Principal
 from canopy.errors import ConfigError
 from canopy.server.cli import main
 from canopy.server.mcp_app import build_server

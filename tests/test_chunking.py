@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from canopy.indexer.chunking import chunk_document
+from canopy.indexer.operations.chunking import chunk_document
 from canopy.tokenizer import get_tokenizer
 from tests.conftest import carol_text
 
@@ -114,7 +114,7 @@ def test_the_iterative_split_makes_the_cuts_of_the_rule(seed: int) -> None:
     """Random runs with repeated sentences (equal keys), paragraph starts and long pieces."""
     import random
 
-    from canopy.indexer.chunking import _Seg, _split_run
+    from canopy.indexer.operations.chunking import _Seg, _split_run
 
     rng = random.Random(seed)
     for _ in range(40):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canopy.indexer.communities import (
+from canopy.indexer.operations.clustering import (
     ClusterParams,
     EdgeArrays,
     Hierarchy,
@@ -22,7 +22,7 @@ from canopy.indexer.communities import (
     is_partition,
     modularity,
 )
-from canopy.indexer.hierarchy_update import GraphChange, update_hierarchy
+from canopy.indexer.operations.hierarchy_update import GraphChange, update_hierarchy
 from canopy.store import CommunityRow, Gate
 
 PARAMS = ClusterParams(max_cluster_size=10, seed=1, max_levels=4)
@@ -290,7 +290,8 @@ def _with_top(n: int, **kw: int) -> ClusterParams:
 
 class TestBoundedTop:
     """More top-level candidates than `max_top`: the largest stand, the rest are grafted under
-    the one they share documents with (canopy.indexer.grouping), and every invariant still holds."""
+    the one they share documents with (canopy.indexer.operations.grouping), and every invariant
+    still holds."""
 
     def test_small_components_graft_under_the_community_of_their_documents(self) -> None:
         edges, docs = _topics()

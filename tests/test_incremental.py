@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from canopy.indexer.communities import is_partition
+from canopy.indexer.operations.clustering import is_partition
 from canopy.providers.builtin.text import sentence_terms
 from canopy.server.runtime import build_index, open_workspace
 from canopy.store import Store
@@ -452,7 +452,7 @@ def test_an_update_counts_the_token_sizes_of_changed_elements_only(
     """Report contexts rank elements by token size; sizes counted by one run are stored by
     element hash, so an update tokenizes only the elements it changed, however large the
     communities whose reports it rewrites."""
-    from canopy.indexer.reports import ElementSizes
+    from canopy.indexer.operations.report_context import ElementSizes
 
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES, docs)
@@ -489,9 +489,14 @@ def test_an_update_counts_the_token_sizes_of_changed_elements_only(
 
 def _written_from_reports_alone(g: Graph, budget: int) -> set[str]:
     """Ids of the communities whose reports the rule writes from their children's reports
-    alone (canopy.indexer.reports), each checked: fingerprint, ACL classes and report follow from
+    alone (canopy.indexer.operations.report_context), each checked: fingerprint, ACL classes and
+    report follow from
     its children."""
-    from canopy.indexer.reports import ElementSizes, reports_only, reports_only_fingerprint
+    from canopy.indexer.operations.report_context import (
+        ElementSizes,
+        reports_only,
+        reports_only_fingerprint,
+    )
     from canopy.tokenizer import get_tokenizer
 
     tok = get_tokenizer()

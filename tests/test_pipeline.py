@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from canopy.errors import EndpointUnavailable
-from canopy.indexer.communities import is_partition
+from canopy.indexer.operations.clustering import is_partition
 from canopy.server.runtime import Workspace, build_index, open_workspace
 from canopy.server.status import index_status
 from canopy.store import Store

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from canopy.errors import ConfigError
-from canopy.indexer.reports import fingerprint, reports_only_fingerprint
+from canopy.indexer.operations.report_context import fingerprint, reports_only_fingerprint
 from canopy.prompt_dir import check_template, load_prompt_dir
 from canopy.prompts import TASKS, PromptSet, file_name, load_prompt
 from canopy.server.cli import main

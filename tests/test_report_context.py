@@ -1,4 +1,5 @@
-"""The rules a community report is written by (canopy.indexer.reports; Edge et al. 2024 §2.1.5,
+"""The rules a community report is written by (canopy.indexer.operations.report_context; Edge et
+al. 2024 §2.1.5,
 design §3 step 6), pinned on tiny hand-built communities.
 
 Token counts come from `WordTokenizer` (one token per whitespace-separated word), so every cost
@@ -16,7 +17,7 @@ from typing import cast
 import pytest
 
 from canopy.errors import InvalidOutput
-from canopy.indexer.reports import (
+from canopy.indexer.operations.report_context import (
     CommunityContent,
     ElementSizes,
     build_report_context,
@@ -24,8 +25,8 @@ from canopy.indexer.reports import (
     reports_only,
     reports_only_fingerprint,
     to_report,
-    write_report,
 )
+from canopy.indexer.report_writer import write_report
 from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
 from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
 from canopy.tokenizer import Tokenizer

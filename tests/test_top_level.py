@@ -1,4 +1,5 @@
-"""The top of the hierarchy at corpus scale (canopy.indexer.grouping): the 609 MultiHop-RAG news
+"""The top of the hierarchy at corpus scale (canopy.indexer.operations.grouping): the 609
+MultiHop-RAG news
 articles get a bounded overview, where clustering every component gave ~930 top-level
 communities, and a sensemaking question still reads across it.
 
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from canopy.indexer.communities import is_partition
+from canopy.indexer.operations.clustering import is_partition
 from canopy.server.engines import global_search
 from canopy.server.runtime import Workspace, build_index, open_workspace
 from canopy.server.service import CanopyService

@@ -1,7 +1,8 @@
 """The provider seam: every task that needs "intelligence" goes through one `Provider`.
 
 Two implementations share these signatures and output types:
-- `LLMProvider` (canopy.providers.llm_provider): prompts from `prompts/` sent to an OpenAI-compatible
+- `LLMProvider` (canopy.providers.llm_provider): prompts from `prompts/` sent to an
+  OpenAI-compatible
   endpoint through `ChatClient`, with structured outputs validated by the pydantic models below;
 - `BuiltinProvider` (canopy.providers.builtin): offline heuristics and extractive summaries that
   return the very same types, so the whole product runs and is testable with no network.

@@ -175,7 +175,8 @@ class GraphReads:
         return {r[0]: (r[1], r[2]) for r in self._rows(sql, _ids(unit_ids))}
 
     # What clustering reads of where entities are mentioned: the top of the hierarchy groups
-    # communities by the text units and documents their entities share (canopy.indexer.grouping).
+    # communities by the text units and documents their entities share
+    # (canopy.indexer.operations.grouping).
     # Lookups by id, no joins: over the indexer's overlay views a join materializes whole tables.
 
     def entity_sources(self, entity_ids: Iterable[str]) -> dict[str, tuple[set[str], set[str]]]:

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from canopy.indexer.communities import GivenCommunities
 from canopy.indexer.forecast import PlanSink
+from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store

@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from canopy.ids import content_hash, entity_id
-from canopy.indexer.graph import (
-    Pending,
-    describe,
+from canopy.indexer.descriptions import Pending, describe
+from canopy.indexer.operations.merging import (
     entity_row,
     merge_entities,
     merge_relationships,

@@ -8,7 +8,8 @@ committed generation (a renumbered community); else it is written. Communities a
 written a chunk at a time, so memory holds one chunk's elements, however large the index.
 
 A community whose elements cannot fit the report budget, and whose children's reports overflow
-it too, is written from those reports alone (canopy.indexer.reports.reports_only): its fingerprint,
+it too, is written from those reports alone
+(canopy.indexer.operations.report_context.reports_only): its fingerprint,
 ACL classes and report come from its children, and its members' descriptions and its
 relationships are never read (its members' token sizes may be, to know their elements do not
 fit). At 10,000 articles the top levels hold communities of 20,000 entities and 60,000
@@ -26,17 +27,16 @@ from typing import Any
 
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.ids import content_hash
-from canopy.indexer.reports import (
+from canopy.indexer.operations.report_context import (
     MIN_ELEMENT_TOKENS,
     CommunityContent,
     ElementSizes,
     fingerprint,
-    report_from_context,
     reports_only,
     reports_only_context,
     reports_only_fingerprint,
-    write_report,
 )
+from canopy.indexer.report_writer import report_from_context, write_report
 from canopy.indexer.stages.communities import HierarchyDelta
 from canopy.indexer.stages.context import Build
 from canopy.indexer.stages.graph import GraphDelta
@@ -162,7 +162,7 @@ def _chunks(b: Build, ids: list[str]) -> Iterable[list[str]]:
 
 
 # What a report is written from: the community's elements, or (a community too large for them)
-# the children's reports chosen by canopy.indexer.reports.reports_only.
+# the children's reports chosen by canopy.indexer.operations.report_context.reports_only.
 _Source = CommunityContent | list[Report]
 
 
@@ -256,7 +256,8 @@ def _reports_alone(b: Build, rows: dict[str, CommunityRow], children: dict[str, 
                    cache: _Rows) -> dict[str, tuple[list[str], list[Report]]]:
     """The communities among `rows` written from their children's reports alone, each with the
     fingerprints of all its children's reports and the reports chosen to write it from:
-    communities whose children's reports overflow the budget (canopy.indexer.reports.reports_only)
+    communities whose children's reports overflow the budget
+    (canopy.indexer.operations.report_context.reports_only)
     and whose elements cannot fit it either. The latter is certain from the member count alone for
     the largest; for the others the members' token sizes decide (stored by content hash,
     counted here when missing), read without their descriptions."""

@@ -4,7 +4,7 @@ The import is a full Canopy build of the documents folder in which GraphRAG's wo
 instead of asked for again (`ingest.replay`): Canopy chunks the documents itself,
 lays GraphRAG's units and extractions onto its own units (`ingest.align`), merges
 them into entities and relationships, starts the hierarchy from GraphRAG's communities
-(canopy.indexer.communities.GivenCommunities) and takes GraphRAG's report for each community placed
+(canopy.indexer.operations.clustering.GivenCommunities) and takes GraphRAG's report for each community placed
 with exactly GraphRAG's members. GraphRAG's claims (covariates.parquet, when its claim extraction
 ran) are imported whatever `[extract] claims` says, like its entities: that setting says whether
 Canopy's provider is asked for claims, and a unit it re-extracts later gets that provider's. The
@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from canopy.errors import CanopyError
 from canopy.ids import entity_id
-from canopy.indexer.communities import GivenCommunities
+from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.indexer.listing import list_files
 from canopy.indexer.loaders import LoadedDocument, load_entry
 from canopy.indexer.pipeline import IndexResult, Labeler, run_index

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from canopy.ids import entity_id, normalize_name, relationship_id
-from canopy.indexer.communities import GivenCommunities
+from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.model import Extraction, TextUnit
 from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
 from canopy.server.wings.graphrag.ingest.tables import GROutput, GRReport, cited

@@ -14,20 +14,18 @@ Context rules (`build_report_context`):
   (`reports_only_fingerprint`), without reading its elements, so an update near the top of a
   large hierarchy costs what its children's reports cost, not what the whole community holds.
 
-`write_report` is the one report writer: the indexer calls it for canonical reports and the
-per-caller views (canopy.acl.views) for a community's visible part.
+Pure: plain data in, plain data out (the tokenizer counts). The one report writer, which calls
+the provider with these contexts, is canopy.indexer.report_writer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from canopy.errors import InvalidOutput
 from canopy.ids import content_hash
 from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
-from canopy.providers.base import Provider, ReportContext, ReportOut
-from canopy.store.sources import cache_sources
+from canopy.providers.base import ReportContext, ReportOut
 from canopy.tokenizer import Tokenizer
 
 __all__ = [
@@ -36,12 +34,10 @@ __all__ = [
     "build_report_context",
     "context_units",
     "fingerprint",
-    "report_from_context",
     "reports_only",
     "reports_only_context",
     "reports_only_fingerprint",
     "to_report",
-    "write_report",
 ]
 
 
@@ -296,41 +292,3 @@ def to_report(c: Community, ctx: ReportContext, out: ReportOut, context_tokens: 
         context_tokens=context_tokens,
         used_subreports=tuple(r.community_id for r in ctx.sub_reports),
     )
-
-
-async def write_report(
-    content: CommunityContent,
-    child_reports: Callable[[], Awaitable[dict[str, Report]]],
-    provider: Provider,
-    sizes: ElementSizes,
-    *,
-    context_tokens: int,
-    max_tokens: int,
-    fallback: Provider | None = None,
-) -> Report:
-    """A report of `content`. `child_reports()` is awaited only when the elements do not fit
-    the budget (sub-report substitution needs the children's reports). Raises InvalidOutput
-    when the provider's output stays invalid, unless `fallback` (e.g. the offline provider,
-    for views that must exist whenever their community does) writes it instead."""
-    c = content.community
-    total = sum(sizes.entity(e) for e in content.entities.values()) + sum(
-        sizes.relationship(r) for r in content.relationships.values())
-    children = await child_reports() if c.children and total > context_tokens else {}
-    ctx = build_report_context(content, children, sizes, context_tokens)
-    return await report_from_context(c, ctx, provider, sizes, max_tokens=max_tokens,
-                                     fallback=fallback)
-
-
-async def report_from_context(c: Community, ctx: ReportContext, provider: Provider,
-                              sizes: ElementSizes, *, max_tokens: int,
-                              fallback: Provider | None = None) -> Report:
-    """The report of community `c` written by `provider` from `ctx` (see `write_report`)."""
-    tokens = sizes.context(ctx)
-    with cache_sources(context_units(ctx)):  # the request quotes what these units gave
-        try:
-            out: ReportOut = await provider.report(ctx, max_tokens=max_tokens)
-        except InvalidOutput:
-            if fallback is None:
-                raise
-            out = await fallback.report(ctx, max_tokens=max_tokens)
-    return to_report(c, ctx, out, tokens)

@@ -6,7 +6,8 @@ most strongly connected to, level by level; removed entities leave; oversized ch
 are split again. New top-level candidates stand at the top while it has room
 (`ClusterParams.max_top`); the others are grafted, as in a fresh build, under the top-level
 community whose entities share the most text units (else documents) with theirs
-(canopy.indexer.grouping). The pipeline's modularity guard (canopy.indexer.communities.modularity)
+(canopy.indexer.operations.grouping). The pipeline's modularity guard
+(canopy.indexer.operations.clustering.modularity)
 re-clusters from scratch when local decisions drift too far.
 """
 
@@ -19,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from canopy.indexer.communities import (
+from canopy.indexer.operations.clustering import (
     ClusterParams,
     EdgeArrays,
     Hierarchy,
@@ -28,7 +29,7 @@ from canopy.indexer.communities import (
     Placement,
     community_id,
 )
-from canopy.indexer.grouping import Candidate, plan_top
+from canopy.indexer.operations.grouping import Candidate, plan_top
 from canopy.store.rows import CommunityRow
 
 __all__ = ["GraphChange", "HierarchyReads", "update_hierarchy"]
@@ -279,7 +280,7 @@ class _Local:
             placed.members = sorted([*placed.members, e])
         return placed.parent
 
-    # -- the top (canopy.indexer.grouping) --
+    # -- the top (canopy.indexer.operations.grouping) --
 
     def place_top(self, groups: list[list[str]]) -> None:
         """New top-level candidates (newcomers no old community holds): largest first, each

@@ -3,35 +3,28 @@
 Instances of an entity merge by normalized name (case, whitespace, punctuation, NFKC). A merge is
 a function of the entity's instances in live units alone, visited in a fixed order (by the hash
 of the unit's text, then unit id, then position), so an incremental update that re-merges only
-the entities whose instances changed produces exactly the rows of a from-scratch build. An
-element with several distinct descriptions gets one summary from the provider, memoized by its
-full input, so an unchanged instance set is never summarized twice.
+the entities whose instances changed produces exactly the rows of a from-scratch build.
+
+Pure: instance rows in, drafts and rows out. What a draft's several descriptions are summarized
+into is settled by canopy.indexer.descriptions (the provider's part).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
-from canopy.errors import InvalidOutput
 from canopy.ids import content_hash, entity_id
 from canopy.model import Entity, Relationship
-from canopy.providers.base import Provider, prompt_key
 from canopy.store.reads import EntityInstanceRow, RelationshipInstanceRow
 from canopy.store.rows import EntityRow, Gate, RelationshipRow
-from canopy.store.sources import cache_sources
 from canopy.tokenizer import Tokenizer
 
 __all__ = [
     "EntityDraft",
-    "Pending",
     "RelationshipDraft",
-    "SummaryMemo",
     "acl_signature",
-    "describe",
     "entity_row",
     "merge_entities",
     "merge_relationships",
@@ -154,62 +147,3 @@ def relationship_row(d: RelationshipDraft, description: str) -> RelationshipRow:
     r = Relationship(d.id, d.source, d.target, description, d.weight, units)
     gate = Gate(frozenset(a for _, a in d.unit_acl), acl_signature(d.unit_acl), False)
     return RelationshipRow(r, gate, content_hash(r.id, r.description, f"{r.weight:g}", *units))
-
-
-class SummaryMemo(Protocol):
-    def cache_get(self, key: str) -> str | None: ...
-    def cache_put(self, key: str, response: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class Pending:
-    """An element whose description is to be settled: its name, its distinct instance
-    descriptions, and the units those come from (the summary request quotes them)."""
-
-    name: str
-    descriptions: tuple[str, ...]
-    units: tuple[str, ...]
-
-
-async def describe(
-    pending: dict[str, Pending],
-    provider: Provider,
-    tok: Tokenizer,
-    *,
-    max_tokens: int,
-    memo: SummaryMemo | None,
-    concurrency: int,
-    on_done: Callable[[], None] | None = None,
-) -> dict[str, str]:
-    """One description per element id from `pending`: the only description as is, or a
-    summary of several (one provider call each, unless this exact input was summarized
-    before; what is cached records the element's units, canopy.store.sources)."""
-    sem = asyncio.Semaphore(concurrency)
-    out: dict[str, str] = {}
-
-    async def one(element_id: str, name: str, descs: tuple[str, ...], units: tuple[str, ...]
-                  ) -> None:
-        kept = summary_input(list(descs), tok)
-        key = summary_key(provider.name, max_tokens, name, kept, prompt_key(provider, "summarize"))
-        text = memo.cache_get(key) if memo else None
-        if text is None:
-            with cache_sources(units):
-                try:
-                    async with sem:
-                        text = await provider.summarize(name, kept, max_tokens=max_tokens)
-                except InvalidOutput:
-                    text = ""  # fall back to the joined descriptions below; never fail the index
-                if memo and text:
-                    memo.cache_put(key, text)
-        if on_done:
-            on_done()
-        out[element_id] = text.strip() or " ".join(kept)
-
-    several = []
-    for element_id, p in sorted(pending.items()):
-        if len(p.descriptions) <= 1:
-            out[element_id] = p.descriptions[0] if p.descriptions else ""
-        else:
-            several.append(one(element_id, p.name, p.descriptions, p.units))
-    await asyncio.gather(*several)
-    return out

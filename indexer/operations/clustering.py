@@ -13,12 +13,13 @@ Two entry points produce a `Hierarchy` to stage:
   int32/float64 arrays, ~16 bytes an edge, plus graspologic's own copy while Leiden runs on a
   level: about 200 MB per million edges at the top level). Ids are reused from the previous
   hierarchy where a new community's members overlap an old one's (Jaccard >= 0.5).
-- `canopy.indexer.hierarchy_update.update_hierarchy`: a local update of the previous hierarchy that
+- `canopy.indexer.operations.hierarchy_update.update_hierarchy`: a local update of the previous
+  hierarchy that
   touches only what changed (design §4).
 
 A top of more than `ClusterParams.max_top` candidates is grouped: the largest stand, the others
 are grafted under the one they share the most text units, else documents, with
-(canopy.indexer.grouping).
+(canopy.indexer.operations.grouping).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import graspologic_native as gn
 import numpy as np
 
 from canopy.ids import content_hash
-from canopy.indexer.grouping import Candidate, Sources, nearest_by_path, plan_top
+from canopy.indexer.operations.grouping import Candidate, Sources, nearest_by_path, plan_top
 
 __all__ = [
     "GivenCommunities",
@@ -56,7 +57,8 @@ class ClusterParams:
     max_cluster_size: int = 10
     seed: int = 0xDEADBEEF
     max_levels: int = 4
-    max_top: int = 0  # most top-level communities (canopy.indexer.grouping.top_size); 0 = no bound
+    # most top-level communities (canopy.indexer.operations.grouping.top_size); 0 = no bound
+    max_top: int = 0
 
 
 @dataclass
@@ -243,7 +245,7 @@ def build_hierarchy(
 ) -> Hierarchy:
     """A fresh hierarchy of the whole graph (ids reused from `previous`: level -> id -> members).
     With `params.max_top`, a top of more candidates is grouped by `sources()` (entity id -> the
-    text units and documents that mention it; canopy.indexer.grouping), read only then.
+    text units and documents that mention it; canopy.indexer.operations.grouping), read only then.
 
     With `given`, its communities stand as given and only the entities outside them are placed:
     those linked among themselves are clustered here, those linked only to given members join
@@ -330,7 +332,8 @@ def _attach_isolated(placements: list[tuple[int, str, str | None, list[str]]], i
 def _group_top(placements: list[_Placed], sources: Sources,
                params: ClusterParams) -> list[_Placed]:
     """The `max_top` largest top-level candidates stand; every other one is grafted, with its
-    subtree one level down, under the one it shares the most sources with (canopy.indexer.grouping).
+    subtree one level down, under the one it shares the most sources with
+    (canopy.indexer.operations.grouping).
     Levels past `max_levels` are cut: their parents become leaves."""
     tops = [Candidate.of(key, members, sources)
             for _, key, parent, members in placements if parent is None]

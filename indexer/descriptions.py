@@ -1,0 +1,77 @@
+"""One description per merged element (design §3.4): its only instance description as is, or
+a summary of several written by the provider, memoized by its full input so an unchanged
+instance set is never summarized twice (the merge itself: canopy.indexer.operations.merging)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from canopy.errors import InvalidOutput
+from canopy.indexer.operations.merging import summary_input, summary_key
+from canopy.providers.base import Provider, prompt_key
+from canopy.store.sources import cache_sources
+from canopy.tokenizer import Tokenizer
+
+__all__ = ["Pending", "SummaryMemo", "describe"]
+
+
+class SummaryMemo(Protocol):
+    def cache_get(self, key: str) -> str | None: ...
+    def cache_put(self, key: str, response: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An element whose description is to be settled: its name, its distinct instance
+    descriptions, and the units those come from (the summary request quotes them)."""
+
+    name: str
+    descriptions: tuple[str, ...]
+    units: tuple[str, ...]
+
+
+async def describe(
+    pending: dict[str, Pending],
+    provider: Provider,
+    tok: Tokenizer,
+    *,
+    max_tokens: int,
+    memo: SummaryMemo | None,
+    concurrency: int,
+    on_done: Callable[[], None] | None = None,
+) -> dict[str, str]:
+    """One description per element id from `pending`: the only description as is, or a
+    summary of several (one provider call each, unless this exact input was summarized
+    before; what is cached records the element's units, canopy.store.sources)."""
+    sem = asyncio.Semaphore(concurrency)
+    out: dict[str, str] = {}
+
+    async def one(element_id: str, name: str, descs: tuple[str, ...], units: tuple[str, ...]
+                  ) -> None:
+        kept = summary_input(list(descs), tok)
+        key = summary_key(provider.name, max_tokens, name, kept, prompt_key(provider, "summarize"))
+        text = memo.cache_get(key) if memo else None
+        if text is None:
+            with cache_sources(units):
+                try:
+                    async with sem:
+                        text = await provider.summarize(name, kept, max_tokens=max_tokens)
+                except InvalidOutput:
+                    text = ""  # fall back to the joined descriptions below; never fail the index
+                if memo and text:
+                    memo.cache_put(key, text)
+        if on_done:
+            on_done()
+        out[element_id] = text.strip() or " ".join(kept)
+
+    several = []
+    for element_id, p in sorted(pending.items()):
+        if len(p.descriptions) <= 1:
+            out[element_id] = p.descriptions[0] if p.descriptions else ""
+        else:
+            several.append(one(element_id, p.name, p.descriptions, p.units))
+    await asyncio.gather(*several)
+    return out
