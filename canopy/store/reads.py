@@ -642,6 +642,58 @@ class GraphReads:
     def community_ids(self) -> list[str]:
         return [r[0] for r in self._rows(f"SELECT id FROM {self.t.communities} ORDER BY id")]
 
+    # ---- what the writer's stages read of a generation as a whole -------------------------------
+
+    def keys(self, table: str) -> list[str]:
+        """Every key of a generation table, in order (a report's key is its community id)."""
+        key = "community_id" if table == "reports" else "id"
+        return [r[0] for r in self._rows(f"SELECT {key} FROM {getattr(self.t, table)} ORDER BY 1")]
+
+    def community_levels(self) -> dict[str, int]:
+        """The level of every community."""
+        return dict(self._rows(f"SELECT id, level FROM {self.t.communities}"))  # type: ignore[arg-type]
+
+    def community_lineage(self, ids: Iterable[str]) -> dict[str, CommunityRow]:
+        """The rows of these communities and of all their ancestors (a walk up the parents: as
+        many reads as the hierarchy has levels)."""
+        rows = self.communities(ids)
+        frontier = {r.parent for r in rows.values() if r.parent}
+        while frontier:
+            frontier -= set(rows)
+            got = self.communities(frontier)
+            rows.update(got)
+            frontier = {r.parent for r in got.values() if r.parent}
+        return rows
+
+    def all_memberships(self) -> dict[int, dict[str, set[str]]]:
+        """Every community's members, by level (what a fresh clustering takes ids from)."""
+        out: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        sql = f"SELECT community_id, entity_id, level FROM {self.t.community_members}"
+        for cid, eid, level in self._rows(sql):
+            out[level][cid].add(eid)
+        return {level: dict(m) for level, m in out.items()}
+
+    def unrelated_entity_ids(self) -> list[str]:
+        """Entities without a relationship (degree 0), by id."""
+        sql = f"SELECT id FROM {self.t.entities} WHERE degree = 0 ORDER BY id"
+        return [r[0] for r in self._rows(sql)]
+
+    def claim_ids_of_units(self, unit_ids: Iterable[str]) -> list[str]:
+        """Ids of the claims extracted from these units."""
+        sql = f"SELECT id FROM {self.t.claims} WHERE unit_id {_IN}"
+        return [r[0] for r in self._rows(sql, _ids(unit_ids))]
+
+    def instance_keys_of_units(self) -> tuple[set[str], set[str]]:
+        """(entity keys, relationship ids) with an instance in this generation's text units: what
+        a full build merges."""
+        keys = {r[0] for r in self._rows(
+            f"SELECT DISTINCT i.key FROM entity_instances i JOIN {self.t.text_units} u "
+            "ON u.id = i.unit_id")}
+        rids = {r[0] for r in self._rows(
+            f"SELECT DISTINCT i.rid FROM relationship_instances i JOIN {self.t.text_units} u "
+            "ON u.id = i.unit_id")}
+        return keys, rids
+
     def count(self, table: str) -> int:
         name = getattr(self.t, table)
         return int(self._rows(f"SELECT COUNT(*) FROM {name}")[0][0])

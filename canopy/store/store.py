@@ -320,6 +320,20 @@ class Store:
                 "(SELECT value FROM json_each(?))", (ids,))}
         return keys, rids
 
+    def entity_keys_by_unit(self, unit_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The entity keys extracted from each of these units, in extraction order, once each."""
+        out: dict[str, list[str]] = {}
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT unit_id, key FROM entity_instances WHERE unit_id IN "
+                "(SELECT value FROM json_each(?)) ORDER BY unit_id, pos",
+                (dump(sorted(set(unit_ids))),)).fetchall()
+        for uid, key in rows:
+            keys = out.setdefault(uid, [])
+            if key not in keys:
+                keys.append(key)
+        return out
+
     def claim_instances(
         self, unit_ids: Iterable[str]
     ) -> list[tuple[str, int, str, str, str, str, str, str, str, str]]:

@@ -37,15 +37,11 @@ from canopy.indexer.operations.grouping import top_size
 from canopy.indexer.operations.hierarchy_update import GraphChange, update_hierarchy
 from canopy.indexer.stages.context import Build
 from canopy.indexer.stages.graph import GraphDelta
-from canopy.store import CommunityRow, Gate, GraphReads
-from canopy.store.rows import dump
+from canopy.store import CommunityRow, Gate
 
 __all__ = ["HierarchyDelta", "stage_communities"]
 
 log = logging.getLogger(__name__)
-
-_IN = "IN (SELECT value FROM json_each(?))"
-
 
 @dataclass
 class HierarchyDelta:
@@ -72,14 +68,14 @@ def stage_communities(b: Build, g: GraphDelta) -> HierarchyDelta:
     committed = b.committed
     tops = 0 if b.full else len(committed.roots())
     if b.full or not tops:
-        previous = _previous_memberships(committed) if tops or b.full else None
+        previous = committed.all_memberships() if tops or b.full else None
         return _fresh(b, previous=previous)
     params = _params(b)
     if params.max_top and tops > params.max_top:  # built before the bound, or under a larger
         # one; local updates never add top-level communities past it, so only this catches up
         log.info("community top: %d top-level communities, above the bound of %d; "
                  "re-clustering the whole graph", tops, params.max_top)
-        return _fresh(b, previous=_previous_memberships(committed))
+        return _fresh(b, previous=committed.all_memberships())
     isolated = _isolated(b, sorted(g.new_entities - g.removed_entities))
     change = GraphChange(frozenset(g.new_entities), frozenset(g.removed_entities),
                          frozenset(g.changed_edges), isolated)
@@ -92,23 +88,14 @@ def stage_communities(b: Build, g: GraphDelta) -> HierarchyDelta:
     if q < reference - drift:
         log.info("community guard: modularity %.3f fell below %.3f - %.2f after local updates; "
                  "re-clustering the whole graph", q, reference, drift)
-        return _fresh(b, previous=_previous_memberships(committed))
+        return _fresh(b, previous=committed.all_memberships())
     return delta
-
-
-def _previous_memberships(committed: GraphReads) -> dict[int, dict[str, set[str]]]:
-    out: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for cid, eid, level in committed.db.execute(
-            "SELECT community_id, entity_id, level FROM main.community_members"):
-        out[level][cid].add(eid)
-    return {level: dict(m) for level, m in out.items()}
 
 
 def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> HierarchyDelta:
     edges = EdgeArrays(e for batch in b.reads.iter_edges() for e in batch)
     connected = set(edges.names)
-    isolated_ids = [r[0] for r in b.store.writer.execute(
-        "SELECT id FROM temp.entities_new WHERE degree = 0 ORDER BY id") if r[0] not in connected]
+    isolated_ids = [e for e in b.reads.unrelated_entity_ids() if e not in connected]
     given = b.given
     if given is not None:  # an import: only members the new graph has
         nodes = connected | set(isolated_ids)
@@ -121,8 +108,7 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
         b.given.ids = given.ids
     if not b.full:  # a guard re-cluster over a committed hierarchy: replace every community,
         # committed or staged by the local update it overrides
-        old = [r[0] for r in b.store.writer.execute("SELECT id FROM main.communities")]
-        old += b.staging.staged_keys("communities")
+        old = [*b.committed.community_ids(), *b.staging.staged_keys("communities")]
         b.staging.delete("communities", old)
         b.staging.delete("community_members", old)
     delta = _stage(b, hierarchy)
@@ -171,7 +157,6 @@ def _stage(b: Build, h: Hierarchy) -> HierarchyDelta:
 def _isolated(b: Build, candidates: list[str]) -> Isolated:
     """For entities without relationships among `candidates`: the connected entities they share
     units with, and their first unit."""
-    db = b.store.writer
     units: dict[str, tuple[str, ...]] = {}
     for start in range(0, len(candidates), 2000):
         for eid, row in b.reads.entities(candidates[start:start + 2000]).items():
@@ -180,11 +165,8 @@ def _isolated(b: Build, candidates: list[str]) -> Isolated:
     all_units = sorted({u for us in units.values() for u in us})
     in_unit: dict[str, list[str]] = defaultdict(list)
     for start in range(0, len(all_units), 2000):
-        for uid, key in db.execute(f"SELECT unit_id, key FROM entity_instances WHERE unit_id {_IN} "
-                                   "ORDER BY unit_id, pos", (dump(all_units[start:start + 2000]),)):
-            eid = entity_id(key)
-            if eid not in in_unit[uid]:
-                in_unit[uid].append(eid)
+        for uid, keys in b.store.entity_keys_by_unit(all_units[start:start + 2000]).items():
+            in_unit[uid] = [entity_id(k) for k in keys]
     others = sorted({e for es in in_unit.values() for e in es} - set(units))
     connected: set[str] = set()
     for start in range(0, len(others), 2000):

@@ -24,12 +24,10 @@ from canopy.indexer.operations.merging import (
 from canopy.indexer.stages.context import Build
 from canopy.model import Claim
 from canopy.store import ClaimRow, Gate
-from canopy.store.rows import dump
 
 __all__ = ["GraphDelta", "stage_graph"]
 
 _BATCH = 2000
-_IN = "IN (SELECT value FROM json_each(?))"
 
 
 @dataclass
@@ -55,7 +53,7 @@ async def stage_graph(b: Build, changed_units: Iterable[str]) -> GraphDelta:
     delta = GraphDelta()
     changed_units = sorted(set(changed_units))
     if b.full:
-        keys, rids = _all_instance_keys(b)
+        keys, rids = b.reads.instance_keys_of_units()
     else:
         keys, rids = b.store.instance_keys(changed_units)
         committed = b.committed
@@ -69,17 +67,6 @@ async def stage_graph(b: Build, changed_units: Iterable[str]) -> GraphDelta:
     await _stage_relationships(b, sorted(rids), delta, advance)
     _stage_claims(b, changed_units, delta)
     return delta
-
-
-def _all_instance_keys(b: Build) -> tuple[set[str], set[str]]:
-    db = b.store.writer
-    keys = {r[0] for r in db.execute(
-        "SELECT DISTINCT i.key FROM entity_instances i "
-        "JOIN temp.text_units_new u ON u.id = i.unit_id")}
-    rids = {r[0] for r in db.execute(
-        "SELECT DISTINCT i.rid FROM relationship_instances i "
-        "JOIN temp.text_units_new u ON u.id = i.unit_id")}
-    return keys, rids
 
 
 async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
@@ -145,13 +132,11 @@ async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta,
 
 def _stage_claims(b: Build, changed_units: list[str], delta: GraphDelta) -> None:
     """Claims are per unit: those of changed units are rewritten, those of removed units go."""
-    db = b.store.writer
     if b.full:
-        units = [r[0] for r in db.execute("SELECT id FROM temp.text_units_new ORDER BY id")]
+        units = b.reads.keys("text_units")
     else:
         units = changed_units
-        old = [r[0] for r in db.execute(f"SELECT id FROM main.claims WHERE unit_id {_IN}",
-                                        (dump(units),))]
+        old = b.committed.claim_ids_of_units(units)
         b.staging.delete("claims", old)
         delta.claim_subjects |= {c.claim.subject for c in b.committed.claims(old).values()}
     for batch in _batches(units):
@@ -159,10 +144,7 @@ def _stage_claims(b: Build, changed_units: list[str], delta: GraphDelta) -> None
         instances = b.store.claim_instances(u for u in batch if u in live)
         if not instances:
             continue
-        keys_by_unit: dict[str, set[str]] = {}
-        for uid, key in db.execute(
-                f"SELECT unit_id, key FROM entity_instances WHERE unit_id {_IN}", (dump(batch),)):
-            keys_by_unit.setdefault(uid, set()).add(key)
+        keys_by_unit = b.store.entity_keys_by_unit(batch)
         rows = []
         for uid, _, subject, obj, kind, status, description, start, end, quote in instances:
             cid = "cl-" + content_hash(uid, subject, obj, kind, description)

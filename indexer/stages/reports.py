@@ -36,6 +36,20 @@ from canopy.indexer.operations.report_context import (
     reports_only_context,
     reports_only_fingerprint,
 )
+from canopy.indexer.operations.report_order import (
+    by_member_budget,
+    levels_deepest_first,
+    report_batches,
+)
+from canopy.indexer.operations.staleness import (
+    CommunityChange,
+    Lineage,
+    ReportFate,
+    communities_touched,
+    report_fate,
+    stale_communities,
+    with_ancestors,
+)
 from canopy.indexer.report_writer import report_from_context, write_report
 from canopy.indexer.stages.communities import HierarchyDelta
 from canopy.indexer.stages.context import Build
@@ -89,76 +103,48 @@ class ReportOutcome:
     communities: int = 0  # recomputed
 
 
-def _dirty(b: Build, g: GraphDelta, h: HierarchyDelta, retry: Iterable[str]) -> dict[int, set[str]]:
-    """Communities to recompute, by level (ancestors of recomputed ones included)."""
+def _stale(b: Build, g: GraphDelta, h: HierarchyDelta,
+           retry: Iterable[str]) -> dict[int, set[str]]:
+    """Communities to recompute, by level (canopy.indexer.operations.staleness)."""
     reads = b.reads
     if b.full or h.replaced_all:
-        out: dict[int, set[str]] = defaultdict(set)
-        for cid, level in b.store.writer.execute("SELECT id, level FROM temp.communities_new"):
-            out[level].add(cid)
-        return out
-    dirty = set(h.written) | set(h.root_stats)
-    entities = g.entities | g.claim_subjects
-    for chain in reads.memberships(entities).values():
-        dirty.update(chain.values())
-    edges = reads.relationships(g.relationships)
+        levels = reads.community_levels()
+        return stale_communities(CommunityChange(everything=True), {},
+                                 {cid: Lineage(level, None) for cid, level in levels.items()})
+    written = reads.relationships(g.relationships)
     old = b.committed.relationships(g.removed_relationships | g.relationships)
-    ends = {(r.relationship.source, r.relationship.target)
-            for r in [*edges.values(), *old.values()]}
-    chains = reads.memberships({e for pair in ends for e in pair})
-    for s, t in ends:
-        cs, ct = chains.get(s, {}), chains.get(t, {})
-        dirty.update(c for level, c in cs.items() if ct.get(level) == c)
-    dirty |= set(b.committed.stale_ids("communities")) | set(retry)
-    rows = reads.communities(dirty)
-    frontier = {r.parent for r in rows.values() if r.parent}
-    while frontier:  # ancestors: a child's fingerprint is part of its parent's
-        frontier -= set(rows)
-        got = reads.communities(frontier)
-        rows.update(got)
-        frontier = {r.parent for r in got.values() if r.parent}
-    out = defaultdict(set)
-    for cid, row in rows.items():
-        out[row.level].add(cid)
-    return out
+    edges = frozenset((r.relationship.source, r.relationship.target)
+                      for r in [*written.values(), *old.values()])
+    change = CommunityChange(
+        placed=frozenset(h.written | set(h.root_stats)),
+        entities=frozenset(g.entities | g.claim_subjects), edges=edges,
+        stale=frozenset(b.committed.stale_ids("communities")), retry=frozenset(retry))
+    chains = reads.memberships(change.entities | {e for pair in edges for e in pair})
+    touched = communities_touched(change, chains)
+    lineage = {cid: Lineage(row.level, row.parent)
+               for cid, row in reads.community_lineage(touched).items()}
+    return with_ancestors(touched, lineage)
 
 
 async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta,
                         retry: Iterable[str]) -> ReportOutcome:
-    dirty = _dirty(b, g, h, retry)
+    stale = _stale(b, g, h, retry)
     if b.full:
         b.store.element_tokens_clear()
     out = ReportOutcome()
-    total = sum(len(v) for v in dirty.values())
+    total = sum(len(v) for v in stale.values())
     advance = b.progress("reports", total)
     sizes = ElementSizes(b.tok)
     sem = asyncio.Semaphore(b.concurrency)
     rows = _Rows(b)
-    for level in sorted(dirty, reverse=True):
-        for chunk in _chunks(b, sorted(dirty[level])):
-            await _chunk(b, h, chunk, sizes, sem, out, rows)
-            advance(len(chunk))
-            out.communities += len(chunk)
+    for _level, ids in levels_deepest_first(stale):
+        for part in report_batches(ids, _CHUNK):
+            members = {cid: row.n_members for cid, row in b.reads.communities(part).items()}
+            for chunk in by_member_budget(part, members, _CHUNK_MEMBERS):
+                await _chunk(b, h, chunk, sizes, sem, out, rows)
+                advance(len(chunk))
+                out.communities += len(chunk)
     return out
-
-
-def _chunks(b: Build, ids: list[str]) -> Iterable[list[str]]:
-    """`ids` in order, cut into chunks of at most _CHUNK communities and _CHUNK_MEMBERS
-    members (a larger community alone)."""
-    for start in range(0, len(ids), _CHUNK):
-        part = ids[start:start + _CHUNK]
-        sizes = {cid: row.n_members for cid, row in b.reads.communities(part).items()}
-        chunk: list[str] = []
-        members = 0
-        for cid in part:
-            n = sizes.get(cid, 0)
-            if chunk and members + n > _CHUNK_MEMBERS:
-                yield chunk
-                chunk, members = [], 0
-            chunk.append(cid)
-            members += n
-        if chunk:
-            yield chunk
 
 
 # What a report is written from: the community's elements, or (a community too large for them)
@@ -220,7 +206,8 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
         staged.append(CommunityRow(cid, row.level, row.parent, n_members, len(kids), fp, gate,
                                    w_in, d_tot).values())
         old = committed_reports.get(cid)
-        if old is not None and old.report.fingerprint == fp:
+        if report_fate(fp, old.report.fingerprint if old else None, ()) is ReportFate.KEEP:
+            assert old is not None
             _keep(b, old, replace(old.report, level=row.level))
             out.reused += 1
         else:
@@ -229,8 +216,9 @@ async def _chunk(b: Build, h: HierarchyDelta, ids: list[str], sizes: ElementSize
     by_fp = b.committed.reports_by_fingerprint(c.fingerprint for c, _ in pending)
     to_write = []
     for c, source in pending:
-        found = by_fp.get(c.fingerprint)
-        if found is not None:
+        # not KEEP (above): REUSE when another community's committed report had this fingerprint
+        if report_fate(c.fingerprint, None, by_fp) is ReportFate.REUSE:
+            found = by_fp[c.fingerprint]
             _keep(b, None, replace(found.report, community_id=c.id, level=c.level))
             out.reused += 1
         else:

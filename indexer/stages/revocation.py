@@ -19,16 +19,13 @@ from collections import Counter
 from canopy.ids import entity_id
 from canopy.indexer.stages.documents import DocumentPlan, unit_terms
 from canopy.store import GraphReads, Store
+from canopy.store.revocations import Revocation, commit_revocation
 from canopy.store.rows import dump
-from canopy.store.sources import purge
 from canopy.vectors import TABLES, VectorStore, merge_scrub, superseded
 
 __all__ = ["pending_relabelled", "pending_revoked", "revoke"]
 
 log = logging.getLogger(__name__)
-
-_IN = "IN (SELECT value FROM json_each(?))"
-
 
 def pending_revoked(store: Store) -> list[str]:
     """Units a revocation deleted whose derived rows the regeneration has not dropped yet."""
@@ -84,41 +81,21 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
             vectors.write(table, dropped[table], [])
     versions.update({k: v for k, v in vectors.versions().items() if k in versions})
 
-    with store.transaction() as db:
-        db.execute(f"UPDATE entities SET stale = 1 WHERE id {_IN}", (dump(entities),))
-        db.execute(f"UPDATE relationships SET stale = 1 WHERE id {_IN}", (dump(sorted(rids)),))
-        db.execute(f"UPDATE claims SET stale = 1 WHERE unit_id {_IN}", (dump(unit_ids),))
-        db.execute(f"UPDATE communities SET stale = 1 WHERE id {_IN}", (dump(communities),))
-        db.execute(f"UPDATE reports SET stale = 1 WHERE community_id {_IN}", (dump(communities),))
-        removed = dump(sorted(plan.removed))
-        db.execute(f"DELETE FROM text_units WHERE document_id {_IN}", (removed,))
-        purge(db, deleted)  # cached responses and views that quote the deleted units
-        db.execute(f"DELETE FROM documents WHERE id {_IN}", (removed,))
-        for doc_id in sorted(plan.relabelled):
-            doc_row = plan.documents[doc_id]
-            db.execute("UPDATE documents SET labels = ?, acl = ? WHERE id = ?",
-                       (dump(doc_row.document.labels), doc_row.acl, doc_id))
-            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?",
-                       (doc_row.acl, doc_id))
-        db.executemany("INSERT INTO term_df VALUES (?, ?, ?) ON CONFLICT(term, acl) "
-                       "DO UPDATE SET df = df + excluded.df",
-                       [(t, a, n) for (t, a), n in df.items() if n])
-        db.execute("DELETE FROM term_df WHERE df <= 0")
-        for acl in sorted({a for a, _ in stats}):
-            db.execute("INSERT INTO acl_stats VALUES (?, ?, ?) ON CONFLICT(acl) DO UPDATE SET "
-                       "units = units + excluded.units, terms = terms + excluded.terms",
-                       (acl, stats[(acl, 0)], stats[(acl, 1)]))
-        generation = (
-            int(db.execute("SELECT value FROM meta WHERE key='generation'").fetchone()[0]) + 1
-        )
-        history = superseded(store.get_meta("lance_history"), before, time.time())
-        db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
-            ("generation", str(generation)), ("revoking", "1"),
-            ("revoked_units", dump(sorted(set(pending_revoked(store)) | set(deleted)))),
-            ("relabelled_documents",
-             dump(sorted(set(pending_relabelled(store)) | plan.relabelled))),
-            ("lance_versions", json.dumps(versions)), ("lance_history", history),
-            ("lance_scrub", merge_scrub(store.get_meta("lance_scrub"), vectors.scrub))])
+    generation = commit_revocation(store, Revocation(
+        stale_entities=entities, stale_relationships=sorted(rids), units=unit_ids,
+        stale_communities=communities, removed_documents=sorted(plan.removed),
+        deleted_units=deleted,
+        relabelled=[(doc_id, plan.documents[doc_id].document.labels, plan.documents[doc_id].acl)
+                    for doc_id in sorted(plan.relabelled)],
+        term_df=dict(df),
+        acl_stats={acl: (stats[(acl, 0)], stats[(acl, 1)]) for acl in {a for a, _ in stats}},
+        meta={"revoking": "1",
+              "revoked_units": dump(sorted(set(pending_revoked(store)) | set(deleted))),
+              "relabelled_documents": dump(sorted(set(pending_relabelled(store))
+                                                  | plan.relabelled)),
+              "lance_versions": json.dumps(versions),
+              "lance_history": superseded(store.get_meta("lance_history"), before, time.time()),
+              "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub)}))
     log.info("revoked %d documents and relabelled %d at once (generation %d): %d entities and %d "
              "communities wait for regeneration", len(plan.removed), len(plan.relabelled),
              generation, len(entities), len(communities))

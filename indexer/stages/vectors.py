@@ -59,10 +59,7 @@ class _Item:
 
 def _ids(b: Build, table: str, rebuild: bool) -> list[str]:
     if rebuild:
-        key = "community_id" if table == "reports" else "id"
-        return [
-            r[0] for r in b.store.writer.execute(f"SELECT {key} FROM temp.{table}_new ORDER BY 1")
-        ]
+        return b.reads.keys(table)
     return sorted(b.staging.staged_keys(table))
 
 
