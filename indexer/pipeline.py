@@ -33,12 +33,17 @@ from canopy.indexer.stages import Build, Progress
 from canopy.indexer.stages.communities import stage_communities
 from canopy.indexer.stages.community_index import stage_community_index
 from canopy.indexer.stages.context import no_progress
-from canopy.indexer.stages.documents import plan_documents, stage_documents
+from canopy.indexer.stages.documents import DocumentPlan, plan_documents, stage_documents
 from canopy.indexer.stages.extraction import extract_units
 from canopy.indexer.stages.graph import stage_graph
 from canopy.indexer.stages.reports import stage_reports
 from canopy.indexer.stages.revocation import pending_relabelled, pending_revoked, revoke
-from canopy.indexer.stages.vectors import retrain_noted, stage_vectors, tidy_search_tables
+from canopy.indexer.stages.vectors import (
+    VectorOutcome,
+    retrain_noted,
+    stage_vectors,
+    tidy_search_tables,
+)
 from canopy.lance import import_lancedb
 from canopy.model import Skip, UnitFailure
 from canopy.providers.base import INDEX_TASKS, Embedder, Provider, prompt_key
@@ -110,42 +115,21 @@ def _counts(reads: GraphReads) -> dict[str, Any]:
     return out
 
 
-async def run_index(
-    docs_dir: Path,
-    store: Store,
-    settings: Settings,
-    provider: Provider,
-    embedder: Embedder,
-    *,
-    labeler: Labeler = lambda path: (),
-    full: bool = False,
-    progress: Progress | None = None,
-    tidy: bool = True,
-    given: GivenCommunities | None = None,
-    on_revoked: Callable[[], None] | None = None,
-    on_plan: PlanSink | None = None,
-) -> IndexResult:
-    """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
-    after the commit (False leaves it to `canopy.server.runtime.maintain_index`, off the update's
-    path: its periodic part rewrites whole fragments, which at 10k articles takes a minute).
-    `given`: communities a fresh clustering starts from (the GraphRAG wing's import).
-    `on_revoked()` runs right after deletions and relabels commit, before any regeneration
-    (a writer that publishes generations publishes that one at once).
-    `on_plan` is told what extraction will request and, from its first units, what the rest of
-    the build is projected to (canopy.indexer.forecast); only when the provider calls an
-    endpoint."""
-    t0 = time.perf_counter()
-    progress = progress or no_progress
-    fingerprint = settings_fingerprint(settings, provider, embedder)
-    extraction = extraction_fingerprint(settings, provider)
-    # --full or other extraction settings: extract every unit again; a first build (or one a
-    # crash interrupted) reuses the extractions already saved.
-    reextract = full or store.get_meta("extraction_fingerprint") not in (None, extraction)
-    full = full or store.generation == 0 or store.get_meta("settings_fingerprint") != fingerprint
-    rebuild_vectors = full or store.get_meta("embedder") != embedder.name
+@dataclass
+class _Scan:
+    """The documents folder against the committed generation: what the new one holds."""
 
-    # 1. scan, and plan the documents of the new generation against the committed ones; a file
-    #    whose size and modification time are the committed ones is not read again
+    plan: DocumentPlan
+    skips: list[Skip]
+    ignored_types: str  # files of types that are not indexed, by extension (JSON)
+    failures: list[UnitFailure]  # the committed generation's, retried by this run
+    idle: bool  # same documents, labels and settings, nothing to retry or finish
+
+
+def _scan(docs_dir: Path, store: Store, settings: Settings, labeler: Labeler, *, full: bool,
+          rebuild_vectors: bool) -> _Scan:
+    """Scan the folder and plan its documents against the committed ones; a file whose size and
+    modification time are the committed ones is not read again."""
     with store.snapshot() as snap:
         previous = snap.all_documents()
         previous_failures = snap.failures()
@@ -182,23 +166,87 @@ async def run_index(
         log.warning("%d documents had text units of another access class than the document's "
                     "(an index written before this release): relabelling them", len(misfiled))
     skips.sort(key=lambda s: s.path)
-    ignored_types = json.dumps(dict(sorted(ignored.items())))
-    if (not full and plan.unchanged and not plan.touched and not previous_failures and not revoking
-            and not stale
-            and skips == previous_skips and not rebuild_vectors):
-        # Nothing to do: same documents, labels and settings, nothing to retry or finish.
-        with store.snapshot() as snap:
-            counts = _counts(snap)
-        stats: dict[str, Any] = {
-            **counts, "noop": True, "documents_rechunked": 0, "skipped": len(skips),
-            "units_extracted": 0, "units_failed": 0, "reports_generated": 0,
-            "reports_reused": counts["reports"], "embedded": 0}
-        if store.get_meta("ignored_types") != ignored_types:
-            store.set_meta({"ignored_types": ignored_types})
-        # Old search-table versions may still hold deleted text: prune them once that is due.
-        if tidy:
-            tidy_search_tables(store, settings.storage)
-        return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, skips, [])
+    idle = (not full and plan.unchanged and not plan.touched and not previous_failures
+            and not revoking and not stale and skips == previous_skips and not rebuild_vectors)
+    return _Scan(plan, skips, json.dumps(dict(sorted(ignored.items()))), previous_failures, idle)
+
+
+def _unchanged(store: Store, settings: Settings, scan: _Scan, *, tidy: bool,
+               t0: float) -> IndexResult:
+    """A run with nothing to do: no generation; the counts are the committed ones."""
+    with store.snapshot() as snap:
+        counts = _counts(snap)
+    stats: dict[str, Any] = {
+        **counts, "noop": True, "documents_rechunked": 0, "skipped": len(scan.skips),
+        "units_extracted": 0, "units_failed": 0, "reports_generated": 0,
+        "reports_reused": counts["reports"], "embedded": 0}
+    if store.get_meta("ignored_types") != scan.ignored_types:
+        store.set_meta({"ignored_types": scan.ignored_types})
+    # Old search-table versions may still hold deleted text: prune them once that is due.
+    if tidy:
+        tidy_search_tables(store, settings.storage)
+    return IndexResult(store.generation, time.perf_counter() - t0, stats, {}, scan.skips, [])
+
+
+class _Laps:
+    """Time and peak memory so far, by stage (in the run's stats)."""
+
+    def __init__(self, t0: float) -> None:
+        self.seconds: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
+        self.peak_mb: dict[str, float] = {"plan": _peak_mb()}
+        self.clock = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        # What the stage freed goes back to the system before the next one allocates: LanceDB
+        # (vectors) allocates on threads of its own, in an arena where the graph stages' free
+        # space cannot be reused (1,827 articles: build peak 1,004 -> 886 MB, with
+        # the tokenizer's Python vocabulary dropped too, `benchmarks/growth_bench.py --sizes 1827
+        # --only build`).
+        release_free()
+        now = time.perf_counter()
+        self.seconds[stage] = round(now - self.clock, 3)
+        self.peak_mb[stage] = _peak_mb()
+        self.clock = now
+
+
+async def run_index(
+    docs_dir: Path,
+    store: Store,
+    settings: Settings,
+    provider: Provider,
+    embedder: Embedder,
+    *,
+    labeler: Labeler = lambda path: (),
+    full: bool = False,
+    progress: Progress | None = None,
+    tidy: bool = True,
+    given: GivenCommunities | None = None,
+    on_revoked: Callable[[], None] | None = None,
+    on_plan: PlanSink | None = None,
+) -> IndexResult:
+    """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
+    after the commit (False leaves it to `canopy.indexer.writer.maintain_index`, off the
+    update's path: its periodic part rewrites whole fragments, which at 10k articles takes a
+    minute). `given`: communities a fresh clustering starts from (the GraphRAG wing's
+    import). `on_revoked()` runs right after deletions and relabels commit, before any
+    regeneration (a writer that publishes generations publishes that one at once).
+    `on_plan` is told what extraction will request and, from its first units, what the rest of
+    the build is projected to (canopy.indexer.forecast); only when the provider calls an
+    endpoint."""
+    t0 = time.perf_counter()
+    fingerprint = settings_fingerprint(settings, provider, embedder)
+    extraction = extraction_fingerprint(settings, provider)
+    # --full or other extraction settings: extract every unit again; a first build (or one a
+    # crash interrupted) reuses the extractions already saved.
+    reextract = full or store.get_meta("extraction_fingerprint") not in (None, extraction)
+    full = full or store.generation == 0 or store.get_meta("settings_fingerprint") != fingerprint
+    rebuild_vectors = full or store.get_meta("embedder") != embedder.name
+
+    # 1. scan, and plan the new generation's documents against the committed ones
+    scan = _scan(docs_dir, store, settings, labeler, full=full, rebuild_vectors=rebuild_vectors)
+    if scan.idle:
+        return _unchanged(store, settings, scan, tidy=tidy, t0=t0)
+    plan = scan.plan
     run_id = store.start_run()
     store.batch_cache_writes(64)  # the run is the only writer: cache replies in batches
     store.set_meta({"extraction_fingerprint": extraction})
@@ -213,27 +261,12 @@ async def run_index(
 
     tok = get_tokenizer(settings.chunking.encoding)
     staging = Staging(store, full=full)
-    seconds: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
-    peak_mb: dict[str, float] = {"plan": _peak_mb()}
-    clock = [time.perf_counter()]
-
-    def lap(stage: str) -> None:  # time and peak memory so far, by stage (in the run's stats)
-        # What the stage freed goes back to the system before the next one allocates: LanceDB
-        # (vectors) allocates on threads of its own, in an arena where the graph stages' free
-        # space cannot be reused (1,827 articles: build peak 1,004 -> 886 MB, with
-        # the tokenizer's Python vocabulary dropped too, `benchmarks/growth_bench.py --sizes 1827
-        # --only build`).
-        release_free()
-        now = time.perf_counter()
-        seconds[stage] = round(now - clock[0], 3)
-        peak_mb[stage] = _peak_mb()
-        clock[0] = now
-
+    lap = _Laps(t0)
     memo = ExitStack()  # token counts are remembered for this build only
     memo.enter_context(tok.memoizing())
     try:
-        b = Build(store, staging, settings, provider, embedder, tok, full, progress, given=given,
-                  on_plan=on_plan)
+        b = Build(store, staging, settings, provider, embedder, tok, full,
+                  progress or no_progress, given=given, on_plan=on_plan)
         # 3. documents and text units (edit-stable chunking: unchanged units keep their ids)
         units = stage_documents(b, plan)
         if revoked:  # a deleted document's text restored under the same path has its ids
@@ -241,7 +274,7 @@ async def run_index(
             revoked = [u for u in revoked if u not in live]
         lap("documents")
         # 4. extraction of new units, and retries of units that failed before
-        retry = [f.unit_id for f in previous_failures if f.task == "extract"]
+        retry = [f.unit_id for f in scan.failures if f.task == "extract"]
         live_retry = list(b.reads.unit_acl(retry)) if retry and not full else []
         todo = list(b.reads.unit_acl(units.added))
         if not reextract:
@@ -258,7 +291,7 @@ async def run_index(
         stage_community_index(b, graph, hierarchy)
         lap("communities")
         # 7. fingerprints and reports, bottom-up
-        failed_reports = [f.unit_id for f in previous_failures if f.task == "report"]
+        failed_reports = [f.unit_id for f in scan.failures if f.task == "report"]
         reports = await stage_reports(b, graph, hierarchy, failed_reports)
         lap("reports")
         # 8. embeddings and search rows of what changed
@@ -268,42 +301,28 @@ async def run_index(
         # 9. one atomic commit
         failures = extracted.failures + reports.failures
         usage = {task: u.as_dict() for task, u in sorted(provider.usage().items())}
-        meta = {
-            "provider": provider.name,
-            "embedder": embedder.name,
-            "lance_versions": json.dumps(vectors.versions),
-            "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub),
-            "lance_retrain": json.dumps(sorted(set(retrain_noted(store)) | vectors.retrain)),
-            "lance_changed_at": str(time.time()),
-            "lance_appended": str(int(store.get_meta("lance_appended", "0") or 0)
-                                  + vectors.written),
-            "docs_dir": str(Path(docs_dir).resolve()),
-            "revoking": "0",
-            "revoked_units": "[]",
-            "relabelled_documents": "[]",
-            "settings_fingerprint": fingerprint,
-            "ignored_types": ignored_types,
-            **hierarchy.meta,
-        }
-        if b.stats.get("cjk") or full:  # CJK text (the server preloads its segmenter)
-            meta["cjk"] = "1" if b.stats.get("cjk") else "0"
-        stats = {
-            "documents": len(plan.documents), "documents_rechunked": len(plan.changed) if not full
-            else len(plan.documents), "skipped": len(skips),
-            "units_extracted": len(extracted.extracted),
-            "units_failed": sum(1 for f in failures if f.task == "extract"),
-            "entities_changed": len(graph.entities) + len(graph.removed_entities),
-            "communities_recomputed": reports.communities,
-            "reports_generated": reports.generated, "reports_reused": reports.reused,
-            "embedded": vectors.embedded,
-        }
+        meta = _commit_meta(store, docs_dir, provider, embedder, vectors, fingerprint,
+                            scan.ignored_types, hierarchy.meta)
+        if b.counters.cjk or full:  # CJK text (the server preloads its segmenter)
+            meta["cjk"] = "1" if b.counters.cjk else "0"
+        c = b.counters
+        c.documents = len(plan.documents)
+        c.documents_rechunked = len(plan.changed) if not full else len(plan.documents)
+        c.skipped = len(scan.skips)
+        c.units_extracted = len(extracted.extracted)
+        c.units_failed = sum(1 for f in failures if f.task == "extract")
+        c.entities_changed = len(graph.entities) + len(graph.removed_entities)
+        c.communities_recomputed = reports.communities
+        c.reports_generated, c.reports_reused = reports.generated, reports.reused
+        c.embedded = vectors.embedded
+        stats: dict[str, Any] = c.as_stats()
         load = provider.concurrency()
         if load is not None:  # the LLM client's achieved concurrency (shown by `canopy status`)
             stats["llm_concurrency"] = load.as_dict()
-        stats["seconds"] = seconds
-        stats["peak_mb"] = peak_mb
-        generation = staging.commit(CommitInfo(meta, failures, skips, [*units.removed, *revoked],
-                                               run_id, stats, usage))
+        stats["seconds"] = lap.seconds
+        stats["peak_mb"] = lap.peak_mb
+        generation = staging.commit(CommitInfo(meta, failures, scan.skips,
+                                               [*units.removed, *revoked], run_id, stats, usage))
         lap("commit")
     finally:
         memo.close()
@@ -311,7 +330,7 @@ async def run_index(
         store.batch_cache_writes(1)
     # Readers now use the new generation: compact the search tables and, once due, rewrite
     # what still stores erased rows and drop old versions (or leave that to a background
-    # tidy: `canopy.server.runtime.maintain_index`); then drop the WAL's old pages.
+    # tidy: `canopy.indexer.writer.maintain_index`); then drop the WAL's old pages.
     if tidy:
         tidy_search_tables(store, settings.storage)
     if (units.removed or revoked or full) and not store.truncate_wal():
@@ -320,4 +339,28 @@ async def run_index(
     with store.snapshot() as snap:
         stats.update(_counts(snap))
     store.finish_run(run_id, stats)
-    return IndexResult(generation, time.perf_counter() - t0, stats, usage, skips, failures)
+    return IndexResult(generation, time.perf_counter() - t0, stats, usage, scan.skips, failures)
+
+
+def _commit_meta(store: Store, docs_dir: Path, provider: Provider, embedder: Embedder,
+                 vectors: VectorOutcome, fingerprint: str, ignored_types: str,
+                 hierarchy_meta: dict[str, str]) -> dict[str, str]:
+    """The meta the new generation commits with: what it was built by and from, its search
+    tables' versions, and the community guard's aggregates; the revocation marks cleared."""
+    return {
+        "provider": provider.name,
+        "embedder": embedder.name,
+        "lance_versions": json.dumps(vectors.versions),
+        "lance_scrub": merge_scrub(store.get_meta("lance_scrub"), vectors.scrub),
+        "lance_retrain": json.dumps(sorted(set(retrain_noted(store)) | vectors.retrain)),
+        "lance_changed_at": str(time.time()),
+        "lance_appended": str(int(store.get_meta("lance_appended", "0") or 0)
+                              + vectors.written),
+        "docs_dir": str(Path(docs_dir).resolve()),
+        "revoking": "0",
+        "revoked_units": "[]",
+        "relabelled_documents": "[]",
+        "settings_fingerprint": fingerprint,
+        "ignored_types": ignored_types,
+        **hierarchy_meta,
+    }

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.operations.clustering import GivenCommunities
@@ -13,7 +12,7 @@ from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
 from canopy.tokenizer import Tokenizer
 
-__all__ = ["Build", "Progress"]
+__all__ = ["Build", "BuildCounters", "Progress"]
 
 # progress(stage, total) -> advance(n); the CLI passes tqdm bars, library callers may pass None.
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -21,6 +20,29 @@ Progress = Callable[[str, int], Callable[[int], None]]
 
 def no_progress(stage: str, total: int) -> Callable[[int], None]:
     return lambda n: None
+
+
+@dataclass
+class BuildCounters:
+    """What one run did, counted by its stages (the run's stats, beside its timings)."""
+
+    documents: int = 0
+    documents_rechunked: int = 0
+    skipped: int = 0
+    units_extracted: int = 0
+    units_failed: int = 0
+    entities_changed: int = 0
+    communities_recomputed: int = 0
+    reports_generated: int = 0
+    reports_reused: int = 0
+    embedded: int = 0
+    # a new unit holds CJK text (the server preloads its segmenter): meta, not a stat
+    cjk: bool = field(default=False, compare=False)
+
+    def as_stats(self) -> dict[str, int]:
+        out = asdict(self)
+        del out["cjk"]
+        return out
 
 
 @dataclass
@@ -35,7 +57,7 @@ class Build:
     tok: Tokenizer
     full: bool
     progress: Progress = no_progress
-    stats: dict[str, Any] = field(default_factory=dict)
+    counters: BuildCounters = field(default_factory=BuildCounters)
     # communities clustered elsewhere, for a fresh hierarchy to start from (import-graphrag)
     given: GivenCommunities | None = None
     # told the extraction plan and the projection of a build that calls an LLM (the CLI prints)

@@ -181,8 +181,8 @@ def stage_documents(b: Build, plan: DocumentPlan) -> UnitChange:
                 n_terms = counts.count(new.document, u, new.acl, 1)
                 rows.append(UnitRow(u, new.acl, text_hash(u.text), n_terms,
                                     sentence_terms(u.text)))
-                if not b.stats.get("cjk") and has_cjk(u.text):
-                    b.stats["cjk"] = True
+                if not b.counters.cjk and has_cjk(u.text):
+                    b.counters.cjk = True
             for uid, row in before.items():
                 if uid not in kept:
                     removed.append(uid)
