@@ -19,14 +19,8 @@ import lancedb
 import pytest
 
 from canopy.indexer.watcher import Watcher
-from canopy.server.runtime import (
-    build_index,
-    maintain_index,
-    open_workspace,
-    tidy_needed,
-    writer_lock,
-    writer_waiting,
-)
+from canopy.indexer.writer import writer_lock, writer_waiting
+from canopy.server.runtime import build_index, maintain_index, open_workspace, tidy_needed
 from canopy.store import Store
 from tests.conftest import EXAMPLES, wait_until
 
@@ -177,7 +171,7 @@ def test_a_background_tidy_gives_way_to_a_writer_and_keeps_what_it_finished(
         docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer that starts waiting stops the tidy at its next step: the tidied tables are
     recorded, the rest wait for the next tidy, and the writer's update is correct."""
-    import canopy.server.runtime as runtime
+    import canopy.indexer.writer as writer
 
     ws = open_workspace(docs, index_dir=tmp_path / "idx", storage={"keep_versions_s": 0})
     build_index(ws)
@@ -191,7 +185,7 @@ def test_a_background_tidy_gives_way_to_a_writer_and_keeps_what_it_finished(
         calls[0] += 1
         return bool(_scrub(index_dir) != before)  # a table was recorded: "a writer arrives"
 
-    monkeypatch.setattr(runtime, "writer_waiting", waiting_after_first_table)
+    monkeypatch.setattr(writer, "writer_waiting", waiting_after_first_table)
     assert maintain_index(ws) is False
     left = _scrub(ws.index_dir)
     assert left and set(left) < set(before)

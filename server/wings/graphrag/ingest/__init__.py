@@ -22,9 +22,9 @@ from typing import Any, cast
 
 from canopy.errors import CanopyError
 from canopy.ids import entity_id
-from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.indexer.listing import list_files
 from canopy.indexer.loaders import LoadedDocument, load_entry
+from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.indexer.pipeline import IndexResult, Labeler, run_index
 from canopy.indexer.stages import Progress
 from canopy.model import Skip

@@ -39,8 +39,8 @@ from pathlib import PurePosixPath
 
 from canopy.claims import checked_claim, claim_key, verified_quote
 from canopy.ids import content_hash, normalize_name, text_hash
-from canopy.indexer.operations.chunking import chunk_document
 from canopy.indexer.loaders import LoadedDocument
+from canopy.indexer.operations.chunking import chunk_document
 from canopy.model import (
     ClaimInstance,
     EntityInstance,
