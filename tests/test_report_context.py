@@ -29,6 +29,7 @@ from canopy.indexer.operations.report_context import (
 from canopy.indexer.report_writer import write_report
 from canopy.model import Claim, Community, Entity, Finding, Relationship, Report
 from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
+from canopy.providers.report_prompt import report_tables
 from canopy.tokenizer import Tokenizer
 
 
@@ -394,7 +395,7 @@ class TestWriteReport:
         assert r.context_tokens == ElementSizes(WordTokenizer()).context(ctx)
         # within the budget, and off the rendered count by a few tokens a row (row numbers,
         # table headers, names where the budget counted ids)
-        rendered = len(ctx.render().split())
+        rendered = len(report_tables(ctx).split())
         rows = len(ctx.entities) + len(ctx.relationships)
         assert 0 < r.context_tokens <= 100 and rows
         assert abs(rendered - r.context_tokens) <= 3 * (1 + rows)

@@ -2,13 +2,13 @@
 
 Two implementations share these signatures and output types:
 - `LLMProvider` (canopy.providers.llm_provider): prompts from `prompts/` sent to an
-  OpenAI-compatible
-  endpoint through `ChatClient`, with structured outputs validated by the pydantic models below;
+  OpenAI-compatible endpoint through `ChatClient`, with structured outputs validated by the
+  pydantic models below;
 - `BuiltinProvider` (canopy.providers.builtin): offline heuristics and extractive summaries that
   return the very same types, so the whole product runs and is testable with no network.
 
 Inputs are typed context objects (not pre-rendered prompts) so the builtin provider can work on
-structure; `render()` methods give the text an LLM sees.
+structure; the LLM provider renders them (the report's context: canopy.providers.report_prompt).
 """
 
 from __future__ import annotations
@@ -189,7 +189,8 @@ class ReportContext:
 
     Elements are listed by prominence; `sub_reports` are child reports substituted for elements
     when the full element list did not fit the budget. Short integer ids (`entities[i]` has id i)
-    are what the LLM cites; the indexer maps them back to artifact ids."""
+    are what the LLM cites; the indexer maps them back to artifact ids. The text an LLM sees of
+    it is canopy.providers.report_prompt's."""
 
     community_id: str
     level: int
@@ -198,32 +199,6 @@ class ReportContext:
     claims: list[Claim] = field(default_factory=list)
     sub_reports: list[Report] = field(default_factory=list)
     degrees: dict[str, int] = field(default_factory=dict)
-
-    def render(self) -> str:
-        parts: list[str] = []
-        if self.sub_reports:
-            parts.append("-----Reports-----\nid,title,content")
-            parts += [f"{i},{r.title},{r.full_text()}" for i, r in enumerate(self.sub_reports)]
-        parts.append("-----Entities-----\nid,entity,description,degree")
-        parts += [f"{i},{e.name},{e.description},{self.degrees.get(e.id, e.degree)}"
-                  for i, e in enumerate(self.entities)]
-        names = {e.id: e.name for e in self.entities}
-        if self.relationships:
-            parts.append("-----Relationships-----\nid,source,target,description,weight")
-            parts += [
-                f"{i},{names.get(r.source, r.source)},{names.get(r.target, r.target)},"
-                f"{r.description},{r.weight:g}"
-                for i, r in enumerate(self.relationships)
-            ]
-        if self.claims:
-            # GraphRAG's covariate columns: the object and the claimed period let a report say
-            # who did what to whom, and when.
-            parts.append("-----Claims-----\n"
-                         "id,subject,object,type,status,start_date,end_date,description")
-            parts += [f"{i},{names.get(c.subject, c.subject)},{names.get(c.object, c.object)},"
-                      f"{c.type},{c.status},{c.start_date},{c.end_date},{c.description}"
-                      for i, c in enumerate(self.claims)]
-        return "\n".join(parts)
 
 
 @dataclass

@@ -39,6 +39,7 @@ from canopy.providers.base import (
     Usage,
     render_blocks,
 )
+from canopy.providers.report_prompt import report_prompt, within_context
 
 __all__ = ["LLMProvider"]
 
@@ -109,25 +110,9 @@ class LLMProvider:
         return text.strip() or " ".join(distinct)
 
     async def report(self, context: ReportContext, *, max_tokens: int) -> ReportOut:
-        prompt = self.prompts.render("report", context=context.render(),
-                                     max_words=_words(max_tokens))
+        prompt = report_prompt(self.prompts, context, max_words=_words(max_tokens))
         out = await self.client.json("report", _user(prompt), ReportOut)
-        n_ent, n_rel, n_rep = (
-            len(context.entities),
-            len(context.relationships),
-            len(context.sub_reports),
-        )
-        findings = [
-            f.model_copy(
-                update={
-                    "entity_ids": _in_range(f.entity_ids, n_ent),
-                    "relationship_ids": _in_range(f.relationship_ids, n_rel),
-                    "report_ids": _in_range(f.report_ids, n_rep),
-                }
-            )
-            for f in out.findings
-        ]
-        return out.model_copy(update={"findings": findings})
+        return within_context(out, context)
 
     # ---- querying ------------------------------------------------------------------------------
 
@@ -183,10 +168,6 @@ class LLMProvider:
         listing = "\n".join(f"- {n}" for n in names) or "(none)"
         prompt = self.prompts.render("route", query=query, names=listing)
         return await self.client.json("route", _user(prompt), RouteOut)
-
-
-def _in_range(ids: list[int], n: int) -> list[int]:
-    return list(dict.fromkeys(i for i in ids if 0 <= i < n))
 
 
 class _Accumulator:
