@@ -1,4 +1,5 @@
-"""LanceDB tables for vector and full-text (BM25) retrieval: derived data, rebuilt from SQLite.
+"""LanceDB tables for vector and full-text (BM25) retrieval: derived data, rebuilt from SQLite
+(the same thing at two depths: canopy.indexer.stages.vectors is the stage that writes them).
 
 Three tables - `text_units`, `entities`, `reports` - share one schema. Each row carries the ACL
 classes of the units it derives from, so retrieval *prefilters* by what a caller may read before
@@ -13,7 +14,7 @@ leaves nothing behind that a later one could duplicate.
 
 Deleted rows stay in Lance's data files (marked deleted) and in every older version until the
 files are rewritten and the versions pruned. `tidy`, run after a commit (by the writer, or in
-the background: `canopy.indexer.writer.tidy_index`), does both: it rewrites the fragments that
+the background: `canopy.indexer.index_writer.tidy_index`), does both: it rewrites the fragments that
 still store rows deleted because text left the index (writers note them: `scrub`, meta
 `lance_scrub`) and prunes old versions, so deleted text leaves the disk within about two grace
 periods (design §2, issue "Safety" case 10). A writer that only adds or re-derives rows from

@@ -30,12 +30,12 @@ from canopy.indexer.listing import list_files
 from canopy.indexer.loaders import LoadedDocument, load_entry
 from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.indexer.stages import Build, Progress
+from canopy.indexer.stages.build import no_progress
 from canopy.indexer.stages.communities import stage_communities
 from canopy.indexer.stages.community_index import stage_community_index
-from canopy.indexer.stages.context import no_progress
 from canopy.indexer.stages.documents import DocumentPlan, plan_documents, stage_documents
-from canopy.indexer.stages.extraction import extract_units
 from canopy.indexer.stages.graph import stage_graph
+from canopy.indexer.stages.instances import extract_units
 from canopy.indexer.stages.reports import stage_reports
 from canopy.indexer.stages.revocation import pending_relabelled, pending_revoked, revoke
 from canopy.indexer.stages.vectors import (
@@ -225,7 +225,7 @@ async def run_index(
     on_plan: PlanSink | None = None,
 ) -> IndexResult:
     """Index `docs_dir` into `store`: one committed generation. `tidy`: tidy the search tables
-    after the commit (False leaves it to `canopy.indexer.writer.maintain_index`, off the
+    after the commit (False leaves it to `canopy.indexer.index_writer.maintain_index`, off the
     update's path: its periodic part rewrites whole fragments, which at 10k articles takes a
     minute). `given`: communities a fresh clustering starts from (the GraphRAG wing's
     import). `on_revoked()` runs right after deletions and relabels commit, before any
@@ -330,7 +330,7 @@ async def run_index(
         store.batch_cache_writes(1)
     # Readers now use the new generation: compact the search tables and, once due, rewrite
     # what still stores erased rows and drop old versions (or leave that to a background
-    # tidy: `canopy.indexer.writer.maintain_index`); then drop the WAL's old pages.
+    # tidy: `canopy.indexer.index_writer.maintain_index`); then drop the WAL's old pages.
     if tidy:
         tidy_search_tables(store, settings.storage)
     if (units.removed or revoked or full) and not store.truncate_wal():

@@ -4,7 +4,7 @@ providers and the store, resolved one way.
 `Workspace` (from `open_workspace`) stays in this layer because it holds the access policy
 (canopy.acl.policy), which the indexer may not import (server -> (indexer, acl) -> kernel): the
 server resolves the policy and hands the writer only its labeler. The writer itself (its lock,
-damage recovery, the build and the search tables' tidy) is canopy.indexer.writer:
+damage recovery, the build and the search tables' tidy) is canopy.indexer.index_writer:
 `build_index` and `maintain_index` ask it with the workspace's values.
 `start_background_tidy` starts the CLI's `canopy tidy` in a detached process.
 """
@@ -29,7 +29,7 @@ from canopy.health import (
 )
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.pipeline import IndexResult, Progress
-from canopy.indexer.writer import tidy_due, tidy_index, write_index
+from canopy.indexer.index_writer import tidy_due, tidy_index, write_index
 from canopy.server.wings import wing_module
 from canopy.settings import INDEX_DIRNAME, Settings, load_settings
 from canopy.store import Store
@@ -80,7 +80,7 @@ def build_index(
     ray: Fanout | None = None,
 ) -> IndexResult:
     """Index (or incrementally update) the workspace's documents: the writer's build
-    (canopy.indexer.writer.write_index, which says what each argument does) with the
+    (canopy.indexer.index_writer.write_index, which says what each argument does) with the
     workspace's folders, settings and policy."""
     return write_index(ws.docs_dir, ws.index_dir, ws.settings, ws.policy.labels_checked,
                        full=full, progress=progress, tidy=tidy, on_revoked=on_revoked,
@@ -89,13 +89,13 @@ def build_index(
 
 def maintain_index(ws: Workspace, *, wait: bool = False,
                    should_stop: Callable[[], bool] | None = None) -> bool | None:
-    """Tidy the workspace's search tables (canopy.indexer.writer.tidy_index says what the
+    """Tidy the workspace's search tables (canopy.indexer.index_writer.tidy_index says what the
     result means)."""
     return tidy_index(ws.index_dir, ws.settings.storage, wait=wait, should_stop=should_stop)
 
 
 def tidy_needed(ws: Workspace) -> bool:
-    """Whether `maintain_index` has work it may do (canopy.indexer.writer.tidy_due)."""
+    """Whether `maintain_index` has work it may do (canopy.indexer.index_writer.tidy_due)."""
     return tidy_due(ws.index_dir, ws.settings.storage)
 
 

@@ -77,11 +77,11 @@ def test_the_cli_and_build_index_cap_the_arenas(example_docs: Path,
     """Both ways into a build ask for the cap before their work starts."""
     from click.testing import CliRunner
 
-    import canopy.indexer.writer
+    import canopy.indexer.index_writer
     import canopy.server.cli
 
     calls: list[str] = []
-    monkeypatch.setattr(canopy.indexer.writer, "limit_arenas",
+    monkeypatch.setattr(canopy.indexer.index_writer, "limit_arenas",
                         lambda: calls.append("build") or True)
     monkeypatch.setattr(canopy.server.cli, "limit_arenas", lambda: calls.append("cli") or True)
     result = CliRunner().invoke(canopy.server.cli.main, ["index", str(example_docs)])

@@ -258,7 +258,7 @@ def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
     import threading
     import time
 
-    from canopy.indexer.writer import writer_lock
+    from canopy.indexer.index_writer import writer_lock
 
     held, release = threading.Event(), threading.Event()
 
@@ -272,7 +272,7 @@ def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
     assert held.wait(10)
     threading.Timer(0.3, release.set).start()
     began = time.monotonic()
-    with caplog.at_level("WARNING", logger="canopy.indexer.writer"), writer_lock(tmp_path):
+    with caplog.at_level("WARNING", logger="canopy.indexer.index_writer"), writer_lock(tmp_path):
         waited = time.monotonic() - began
     thread.join()
     messages = [r.getMessage() for r in caplog.records]
@@ -280,7 +280,7 @@ def test_a_writer_that_waits_for_the_lock_says_so(tmp_path: Path,
     assert any("is updating" in m and "waiting for it to finish" in m for m in messages)
     assert any(m.startswith("the other writer finished after") for m in messages)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="canopy.indexer.writer"), writer_lock(tmp_path):
+    with caplog.at_level("WARNING", logger="canopy.indexer.index_writer"), writer_lock(tmp_path):
         pass
     assert not caplog.records  # a free lock is taken in silence
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import lancedb
 import pytest
 
+from canopy.indexer.index_writer import writer_lock, writer_waiting
 from canopy.indexer.watcher import Watcher
-from canopy.indexer.writer import writer_lock, writer_waiting
 from canopy.server.runtime import build_index, maintain_index, open_workspace, tidy_needed
 from canopy.store import Store
 from tests.conftest import EXAMPLES, wait_until
@@ -171,7 +171,7 @@ def test_a_background_tidy_gives_way_to_a_writer_and_keeps_what_it_finished(
         docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer that starts waiting stops the tidy at its next step: the tidied tables are
     recorded, the rest wait for the next tidy, and the writer's update is correct."""
-    import canopy.indexer.writer as writer
+    import canopy.indexer.index_writer as writer
 
     ws = open_workspace(docs, index_dir=tmp_path / "idx", storage={"keep_versions_s": 0})
     build_index(ws)

@@ -5,7 +5,8 @@ one per level), with its weight; a member has one member_ranks row per community
 with its degree and name. Serving pages through them in index order (canopy.store.reads:
 `community_edge_page`, `ranked_member_page`). The rows are a function of the relationships,
 entities and memberships of a generation: a full build derives them all, an update those of
-the relationships and entities it touched (canopy.indexer.stages.community_index).
+the relationships and entities it touched (canopy.indexer.stages.community_index: the same
+thing at two depths, the stage that asks for them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Per-unit extraction output as instance rows: what entities and relationships are merged from.
+"""Per-unit extraction output as instance rows: what entities and relationships are merged from
+(the same thing at two depths: canopy.indexer.stages.instances is the stage that writes them).
 
 An extraction is saved as soon as it exists (outside generations), one row per entity,
 relationship and claim instance, keyed by normalized name. Rules that make merging a function of

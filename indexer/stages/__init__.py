@@ -3,6 +3,6 @@
 merging, clustering, report writing), stage the rows it produces. canopy.indexer.pipeline runs them
 in order; every stage touches what changed plus a bounded neighbourhood."""
 
-from canopy.indexer.stages.context import Build, BuildCounters, Progress
+from canopy.indexer.stages.build import Build, BuildCounters, Progress
 
 __all__ = ["Build", "BuildCounters", "Progress"]

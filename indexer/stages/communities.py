@@ -35,7 +35,7 @@ from canopy.indexer.operations.clustering import (
 )
 from canopy.indexer.operations.grouping import top_size
 from canopy.indexer.operations.hierarchy_update import GraphChange, update_hierarchy
-from canopy.indexer.stages.context import Build
+from canopy.indexer.stages.build import Build
 from canopy.indexer.stages.graph import GraphDelta
 from canopy.store import CommunityRow, Gate
 

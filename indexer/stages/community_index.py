@@ -1,5 +1,5 @@
-"""Serving's orderings of each community's contents (canopy.store.community_index), staged for
-what the change touched.
+"""Serving's orderings of each community's contents, staged for what the change touched (the
+same thing at two depths: canopy.store.community_index derives the rows in SQL).
 
 A relationship's community_edges rows depend on its weight and on its endpoints' communities; a
 member's member_ranks rows on its degree, name and communities. So an update rewrites the rows
@@ -11,8 +11,8 @@ whose members stayed put keeps its rows, however large it is.
 
 from __future__ import annotations
 
+from canopy.indexer.stages.build import Build
 from canopy.indexer.stages.communities import HierarchyDelta
-from canopy.indexer.stages.context import Build
 from canopy.indexer.stages.graph import GraphDelta
 from canopy.store.community_index import fill_edges, fill_ranks
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from canopy.ids import content_hash, text_hash
 from canopy.indexer.loaders import LoadedDocument
 from canopy.indexer.operations.chunking import chunk_document
-from canopy.indexer.stages.context import Build
+from canopy.indexer.stages.build import Build
 from canopy.model import Document, TextUnit
 from canopy.providers.builtin.text import has_cjk, lexical_terms, sentence_terms
 from canopy.store import DocumentRow, UnitRow

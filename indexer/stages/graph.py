@@ -21,7 +21,7 @@ from canopy.indexer.operations.merging import (
     merge_relationships,
     relationship_row,
 )
-from canopy.indexer.stages.context import Build
+from canopy.indexer.stages.build import Build
 from canopy.model import Claim
 from canopy.store import ClaimRow, Gate
 

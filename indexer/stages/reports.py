@@ -51,8 +51,8 @@ from canopy.indexer.operations.staleness import (
     with_ancestors,
 )
 from canopy.indexer.report_writer import report_from_context, write_report
+from canopy.indexer.stages.build import Build
 from canopy.indexer.stages.communities import HierarchyDelta
-from canopy.indexer.stages.context import Build
 from canopy.indexer.stages.graph import GraphDelta
 from canopy.model import Community, Report, UnitFailure
 from canopy.providers.base import prompt_key

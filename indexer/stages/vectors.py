@@ -1,4 +1,5 @@
-"""Embeddings and search rows of what changed (design §3.7).
+"""Embeddings and search rows of what changed (design §3.7): the stage over canopy.vectors,
+which holds the search tables themselves (the same thing at two depths).
 
 Vectors are cached in SQLite by (embedder name, text hash), so unchanged text is never
 re-embedded and the LanceDB tables can always be rebuilt from the store. Only rows of artifacts
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from canopy.ids import content_hash
-from canopy.indexer.stages.context import Build
+from canopy.indexer.stages.build import Build
 from canopy.settings import StorageSettings
 from canopy.store import Store
 from canopy.vectors import (

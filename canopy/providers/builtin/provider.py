@@ -28,9 +28,9 @@ from canopy.providers.base import (
 )
 from canopy.providers.builtin import lexicon as lx
 from canopy.providers.builtin.extraction import extract_unit
+from canopy.providers.builtin.extractive_reports import REPORT_INTRO, extractive_report
 from canopy.providers.builtin.mentions import find_mentions
 from canopy.providers.builtin.relevance import Scorer, importance, report_fields
-from canopy.providers.builtin.reports import REPORT_INTRO, extractive_report
 from canopy.providers.builtin.summaries import summarize_descriptions
 from canopy.providers.builtin.text import split_sentences, terms, trim
 from canopy.tokenizer import get_tokenizer

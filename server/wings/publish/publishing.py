@@ -23,7 +23,7 @@ from filelock import FileLock
 
 from canopy.errors import CanopyError, ConfigError, IndexMissing
 from canopy.health import DB_NAME, check_database
-from canopy.indexer.writer import writer_lock
+from canopy.indexer.index_writer import writer_lock
 from canopy.server.runtime import Workspace
 from canopy.server.wings.publish.location import open_location
 from canopy.server.wings.publish.snapshot import stage_snapshot

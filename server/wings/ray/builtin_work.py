@@ -70,7 +70,7 @@ async def _run(ref: ray.ObjectRef, what: str) -> object:
 
 class RayBuiltinProvider(BuiltinProvider):
     """`BuiltinProvider` whose extraction runs on the cluster, `batch_units` units a task
-    (`extract_batch`, which `canopy.indexer.stages.extraction` uses when a provider has it). Same
+    (`extract_batch`, which `canopy.indexer.stages.instances` uses when a provider has it). Same
     name and extraction version: its index is the local provider's, and either may update it."""
 
     def __init__(self, *, batch_units: int, in_flight: int, encoding: str = "o200k_base") -> None:

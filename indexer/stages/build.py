@@ -1,4 +1,5 @@
-"""What every stage of one index run shares."""
+"""What every stage of one index run shares: the `Build` (store, staging, providers, settings)
+and its `BuildCounters`."""
 
 from __future__ import annotations
 

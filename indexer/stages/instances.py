@@ -9,6 +9,9 @@ loses LLM work. A unit whose extraction fails (invalid output after repair, a re
 an endpoint that stays unavailable for it, or a lost Ray batch) is recorded as a failure, stays
 live, and is retried by the next run; the run goes on with the rest. Only when every unit
 of the run failed because the endpoint is unreachable does the run stop, with that error.
+
+The same thing at two depths: this stage writes extraction instances, canopy.store.instances
+defines their rows.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 
 from canopy.errors import EndpointUnavailable, ProviderError
 from canopy.indexer.forecast import Forecast, sample_key
-from canopy.indexer.stages.context import Build
+from canopy.indexer.stages.build import Build
 from canopy.model import Extraction, TextUnit, UnitFailure
 from canopy.providers.base import BatchExtractor
 from canopy.store.sources import cache_sources
