@@ -351,3 +351,118 @@ def test_the_import_graph_has_no_circle() -> None:
     CallerReader that calls it)."""
     graph = {m: _imported(m, type_only=False) for m in MODULES}
     assert _circles(graph) == []
+
+def _project_imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, names, line) of every absolute `canopy...` import in `path`, lazy ones (inside
+    functions or under TYPE_CHECKING) included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names if a.name.startswith("canopy")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "canopy" or node.module.startswith("canopy."):
+                names = [a.name for a in node.names]
+                if node.module == "canopy":  # `from canopy import indexer` names a module
+                    out += [(f"canopy.{n}", [], node.lineno) for n in names]
+                else:
+                    out.append((node.module, names, node.lineno))
+    return out
+
+
+def test_the_indexer_never_imports_the_server() -> None:
+    """Not even lazily: the server asks the indexer for a build, never the reverse."""
+    found = [f"{p.relative_to(REPO)}:{line} imports {module}"
+             for p in sorted((REPO / "indexer").rglob("*.py"))
+             for module, _, line in _project_imports(p)
+             if module == "canopy.server" or module.startswith("canopy.server.")]
+    assert found == []
+
+
+# One update, from `canopy index` to the commit, by depth: a module calls only deeper ones.
+UPDATE_PATH = {
+    "canopy.server.cli.index": 5,
+    "canopy.server.runtime": 4,
+    "canopy.indexer.index_writer": 3,
+    "canopy.indexer.pipeline": 2,
+    "canopy.indexer.stages": 1,
+    "canopy.indexer.operations": 0,
+}
+
+
+def _depth(module: str) -> int | None:
+    """The depth of a module on the update path (a package's modules share its depth)."""
+    for name, depth in UPDATE_PATH.items():
+        if module == name or module.startswith(name + "."):
+            return depth
+    return None
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(parts if parts[0] == "canopy" else ["canopy", *parts])
+
+
+def test_an_update_goes_down_the_layers_and_never_climbs_back() -> None:
+    """Each module on the update path imports (lazily too) only modules deeper on it, or of its
+    own depth (a stage may use another stage's result type): the writer lock and recovery sit
+    beside the pipeline, so nothing below the server calls back up to it."""
+    modules = [p for p in sorted((REPO / "server").rglob("*.py")) + sorted(
+        (REPO / "indexer").rglob("*.py")) if _depth(_module_name(p)) is not None]
+    assert {_depth(_module_name(p)) for p in modules} == set(UPDATE_PATH.values())
+    climbing = []
+    for path in modules:
+        own = _depth(_module_name(path))
+        assert own is not None
+        for module, _, line in _project_imports(path):
+            depth = _depth(module)
+            if depth is not None and depth > own:
+                climbing.append(f"{path.relative_to(REPO)}:{line} imports {module}")
+    assert climbing == []
+
+
+def test_the_depth_of_a_module_on_the_update_path() -> None:
+    assert _depth("canopy.indexer.stages.reports") == 1
+    assert _depth("canopy.indexer.operations") == 0
+    assert _depth("canopy.indexer.pipeline") == 2
+    assert _depth("canopy.indexer.pipelines") is None
+    assert _depth("canopy.server.cli.export") is None
+    assert _module_name(REPO / "indexer" / "stages" / "__init__.py") == "canopy.indexer.stages"
+    assert _module_name(REPO / "canopy" / "store" / "reads.py") == "canopy.store.reads"
+
+
+# What the operations may read of the kernel: data types and pure helpers, never the store, the
+# providers, the settings or the LLM client.
+OPERATIONS_MAY_IMPORT = {
+    "canopy.ids": None, "canopy.model": None, "canopy.tokenizer": None,
+    "canopy.store.rows": None,
+    "canopy.store.reads": {"EntityInstanceRow", "RelationshipInstanceRow"},
+    "canopy.providers.base": {"ReportContext", "ReportOut", "FindingOut"},
+}
+
+
+def test_operations_are_pure_functions_of_plain_data() -> None:
+    bad = []
+    for path in sorted((REPO / "indexer" / "operations").rglob("*.py")):
+        for module, names, line in _project_imports(path):
+            if module.startswith("canopy.indexer.operations"):
+                continue
+            if module not in OPERATIONS_MAY_IMPORT:
+                bad.append(f"{path.relative_to(REPO)}:{line} imports {module}")
+                continue
+            allowed = OPERATIONS_MAY_IMPORT[module]
+            if allowed is not None and not set(names) <= allowed:
+                bad.append(f"{path.relative_to(REPO)}:{line} imports {sorted(set(names) - allowed)}"
+                           f" from {module}")
+    assert bad == []
+
+
+def test_stages_run_no_sql_of_their_own() -> None:
+    """A stage reads its input tables through the store's methods (named for what they return)
+    and stages its output: no `execute` call in indexer/stages/ or the pipeline."""
+    paths = [*sorted((REPO / "indexer" / "stages").rglob("*.py")), REPO / "indexer" / "pipeline.py"]
+    calls = [f"{p.relative_to(REPO)}:{node.lineno}" for p in paths
+             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr in ("execute", "executemany", "executescript")]
+    assert calls == []
