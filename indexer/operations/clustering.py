@@ -47,6 +47,8 @@ __all__ = [
     "community_id",
     "is_partition",
     "modularity",
+    "root_aggregates",
+    "RootAggregates",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,43 @@ def modularity(w_in: float, d_sq: float, m: float) -> float:
     """Modularity of a partition from its aggregates: summed internal edge weight, summed squared
     community degree, and total edge weight (resolution 1, as graspologic computes it)."""
     return 0.0 if m <= 0 else w_in / m - d_sq / (4 * m * m)
+
+
+@dataclass(frozen=True)
+class RootAggregates:
+    """The root partition's modularity aggregates: each root's (internal edge weight, summed
+    degree), and the totals the modularity guard keeps (design §4)."""
+
+    per_root: dict[str, tuple[float, float]]
+    m_total: float  # total edge weight
+    s_in: float  # summed internal edge weight
+    s_d2: float  # summed squared root degree
+
+    @property
+    def modularity(self) -> float:
+        return modularity(self.s_in, self.s_d2, self.m_total)
+
+
+def root_aggregates(edges: EdgeArrays, hierarchy: Hierarchy) -> RootAggregates:
+    """The aggregates of the top-level communities of `hierarchy` over `edges`."""
+    root_of = np.full(edges.n_nodes, -1, dtype=np.int64)
+    roots = sorted(p.id for p in hierarchy.placements.values() if p.parent is None)
+    position = {cid: i for i, cid in enumerate(roots)}
+    for p in hierarchy.placements.values():
+        if p.parent is None:
+            for m in p.members:
+                i = edges.index.get(m)
+                if i is not None:
+                    root_of[i] = position[p.id]
+    w_in = np.zeros(len(roots))
+    d_tot = np.zeros(len(roots))
+    rs, rt = root_of[edges.src], root_of[edges.dst]
+    np.add.at(d_tot, rs, edges.w)
+    np.add.at(d_tot, rt, edges.w)
+    same = rs == rt
+    np.add.at(w_in, rs[same], edges.w[same])
+    return RootAggregates({cid: (float(w_in[i]), float(d_tot[i])) for cid, i in position.items()},
+                          float(edges.w.sum()), float(w_in.sum()), float((d_tot ** 2).sum()))
 
 
 def community_id(level: int, members: Sequence[str]) -> str:

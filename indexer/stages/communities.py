@@ -21,8 +21,6 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from canopy.ids import entity_id
 from canopy.indexer.operations.clustering import (
     ClusterParams,
@@ -32,6 +30,7 @@ from canopy.indexer.operations.clustering import (
     Isolated,
     build_hierarchy,
     modularity,
+    root_aggregates,
 )
 from canopy.indexer.operations.grouping import top_size
 from canopy.indexer.operations.hierarchy_update import GraphChange, update_hierarchy
@@ -114,28 +113,11 @@ def _fresh(b: Build, previous: dict[int, dict[str, set[str]]] | None) -> Hierarc
     delta = _stage(b, hierarchy)
     delta.replaced_all = True
     # The guard's reference: the modularity of this fresh root partition.
-    root_of = np.full(edges.n_nodes, -1, dtype=np.int64)
-    roots = sorted(p.id for p in hierarchy.placements.values() if p.parent is None)
-    position = {cid: i for i, cid in enumerate(roots)}
-    for p in hierarchy.placements.values():
-        if p.parent is None:
-            for m in p.members:
-                i = edges.index.get(m)
-                if i is not None:
-                    root_of[i] = position[p.id]
-    w_in = np.zeros(len(roots))
-    d_tot = np.zeros(len(roots))
-    rs, rt = root_of[edges.src], root_of[edges.dst]
-    np.add.at(d_tot, rs, edges.w)
-    np.add.at(d_tot, rt, edges.w)
-    same = rs == rt
-    np.add.at(w_in, rs[same], edges.w[same])
-    delta.root_stats = {cid: (float(w_in[i]), float(d_tot[i])) for cid, i in position.items()}
-    m_total = float(edges.w.sum())
-    s_in, s_d2 = float(w_in.sum()), float((d_tot ** 2).sum())
-    q = modularity(s_in, s_d2, m_total)
-    delta.meta = {"q_reference": repr(q), "q_local": repr(q), "m_total": repr(m_total),
-                  "s_in": repr(s_in), "s_d2": repr(s_d2)}
+    agg = root_aggregates(edges, hierarchy)
+    delta.root_stats = agg.per_root
+    q = agg.modularity
+    delta.meta = {"q_reference": repr(q), "q_local": repr(q), "m_total": repr(agg.m_total),
+                  "s_in": repr(agg.s_in), "s_d2": repr(agg.s_d2)}
     return delta
 
 

@@ -419,3 +419,17 @@ def test_is_partition_rejects_overlap_and_gaps() -> None:
     assert not is_partition([("a", "b"), ("b", "c")], {"a", "b", "c"})
     assert not is_partition([("a",)], {"a", "b"})
     assert is_partition([("a",), ("b",)], {"a", "b"})
+
+
+def test_root_aggregates_of_two_disconnected_triangles() -> None:
+    """Each triangle is one root: internal weight 3, degree 6; the guard's modularity is 1/2."""
+    from canopy.indexer.operations.clustering import root_aggregates
+
+    triangles = [("a", "b", 1.0), ("b", "c", 1.0), ("a", "c", 1.0),
+                 ("x", "y", 1.0), ("y", "z", 1.0), ("x", "z", 1.0)]
+    edges = EdgeArrays(triangles)
+    h = build_hierarchy(edges, NO_ISOLATED, PARAMS)
+    agg = root_aggregates(edges, h)
+    assert sorted(agg.per_root.values()) == [(3.0, 6.0), (3.0, 6.0)]
+    assert (agg.m_total, agg.s_in, agg.s_d2) == (6.0, 6.0, 72.0)
+    assert agg.modularity == 0.5
