@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_acl_globs.py", "tests/test_update_compositions.py",
-         "tests/test_acl_views.py", "tests/test_engine_rules.py", "tests/test_acl_leaks.py",
-         "tests/test_erasure.py"]
+TESTS = ["tests/indexer/operations/test_staleness.py", "tests/test_acl_globs.py",
+         "tests/test_update_compositions.py", "tests/test_acl_views.py",
+         "tests/test_engine_rules.py", "tests/test_acl_leaks.py", "tests/test_erasure.py"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ class Mutation:
     equivalent: str = ""  # why surviving is expected: the behaviour is unchanged
 
 
-_REVOKE_CLASS = ('            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?",\n'
-                 "                       (doc_row.acl, doc_id))\n")
+_REVOKE_CLASS = ('            db.execute("UPDATE text_units SET acl = ? WHERE document_id = ?", '
+                 "(acl, doc_id))\n")
 
 MUTATIONS = [
     Mutation("stale-gate", "canopy/store/rows.py",
@@ -133,13 +133,13 @@ MUTATIONS = [
     Mutation("no-repair", "indexer/stages/documents.py",
              "or old.document.id in misfiled)", ")",
              "a no-change run leaves units whose class disagrees with the policy"),
-    Mutation("revocation-keeps-class", "indexer/stages/revocation.py", _REVOKE_CLASS, "",
+    Mutation("revocation-keeps-class", "canopy/store/revocations.py", _REVOKE_CLASS, "",
              "a relabel does not apply to the units at once (revocation first)"),
     Mutation("relabel-keeps-old-class-and-revocation-too", "indexer/stages/documents.py",
              "rows.append(replace(row, acl=new.acl, n_terms=n_terms,",
              "rows.append(replace(row, acl=row.acl, n_terms=n_terms,",
              "both rules that give a relabelled document's units their class, off together",
-             also=(("indexer/stages/revocation.py", _REVOKE_CLASS, ""),)),
+             also=(("canopy/store/revocations.py", _REVOKE_CLASS, ""),)),
     Mutation("relabel-forgotten-after-interruption", "indexer/pipeline.py",
              "misfiled=misfiled | unfinished)", "misfiled=misfiled)",
              "a relabel whose regeneration was interrupted is not finished by the next run"),
@@ -151,7 +151,7 @@ MUTATIONS = [
              '                "reads:" + ",".join(map(str, readable))]',
              "        return sorted(live)",
              "a stale artifact's view is keyed by its live units' ids alone"),
-    Mutation("entity-gate-first-unit", "indexer/graph.py",
+    Mutation("entity-gate-first-unit", "indexer/operations/merging.py",
              "gate = Gate(frozenset(a for _, a in d.unit_acl), acl_signature(d.unit_acl), False)",
              "gate = Gate(frozenset(a for _, a in d.unit_acl[:1]), acl_signature(d.unit_acl), "
              "False)",
@@ -160,6 +160,13 @@ MUTATIONS = [
              "gate = Gate(frozenset(a for e in ents for a in e.gate.acl),",
              "gate = Gate(frozenset(a for e in ents[:1] for a in e.gate.acl),",
              "a community's gate holds only its first member's classes"),
+    Mutation("stale-parents-skipped", "indexer/operations/staleness.py",
+             "            todo.append(node.parent)\n", "            pass\n",
+             "a recomputed community's ancestors are not recomputed (their reports go stale)"),
+    Mutation("revocation-stale-ignored", "indexer/operations/staleness.py",
+             "out = set(change.placed) | set(change.stale) | set(change.retry)",
+             "out = set(change.placed) | set(change.retry)",
+             "communities a revocation left stale are not regenerated"),
 ]
 
 
