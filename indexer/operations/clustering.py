@@ -14,8 +14,7 @@ Two entry points produce a `Hierarchy` to stage:
   level: about 200 MB per million edges at the top level). Ids are reused from the previous
   hierarchy where a new community's members overlap an old one's (Jaccard >= 0.5).
 - `canopy.indexer.operations.hierarchy_update.update_hierarchy`: a local update of the previous
-  hierarchy that
-  touches only what changed (design §4).
+  hierarchy that touches only what changed (design §4).
 
 A top of more than `ClusterParams.max_top` candidates is grouped: the largest stand, the others
 are grafted under the one they share the most text units, else documents, with

@@ -7,8 +7,12 @@ are split again. New top-level candidates stand at the top while it has room
 (`ClusterParams.max_top`); the others are grafted, as in a fresh build, under the top-level
 community whose entities share the most text units (else documents) with theirs
 (canopy.indexer.operations.grouping). The pipeline's modularity guard
-(canopy.indexer.operations.clustering.modularity)
-re-clusters from scratch when local decisions drift too far.
+(canopy.indexer.operations.clustering.modularity) re-clusters from scratch when local decisions
+drift too far.
+
+Not a pure function of plain data like the other operations: the committed hierarchy is read
+through `HierarchyReads` as the update needs it (the store provides it; the tests, dictionaries),
+because reading it whole would make an update cost the corpus.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
 """The community hierarchy of the new generation: updated locally, or clustered afresh.
 
 A local update (canopy.indexer.operations.hierarchy_update.update_hierarchy) touches only
-communities whose
-members or internal edges changed. Its quality guard (design §4) is kept in step with the change
-too: the root partition's modularity is maintained from per-root aggregates (internal edge
-weight, summed degree) that only the roots the change touches recompute, and when it falls more
-than `modularity_drift` below the modularity of the last fresh clustering, the whole graph is
-clustered afresh (ids still reused by member overlap, reports by fingerprint).
+communities whose members or internal edges changed. Its quality guard (design §4) is kept in step
+with the change too: the root partition's modularity is maintained from per-root aggregates
+(internal edge weight, summed degree) that only the roots the change touches recompute, and when it
+falls more than `modularity_drift` below the modularity of the last fresh clustering, the whole
+graph is clustered afresh (ids still reused by member overlap, reports by fingerprint).
 
 Both bound the top level to `top_size` (canopy.indexer.operations.grouping): the larger of
-`max_cluster_size`
-and the square root of the text units, unless `max_top_level` is set. A committed top above the
-bound (an index built before it, or under a larger one) is clustered afresh at the next update;
-so is one the bound shrank below, which takes deleting about 2·sqrt(units) units per step.
+`max_cluster_size` and the square root of the text units, unless `max_top_level` is set. A committed
+top above the bound (an index built before it, or under a larger one) is clustered afresh at the
+next update; so is one the bound shrank below, which takes deleting about 2·sqrt(units) units per
+step.
 """
 
 from __future__ import annotations

@@ -7,11 +7,10 @@ child of it was recomputed. Its fingerprint decides its report: unchanged, the r
 committed generation (a renumbered community); else it is written. Communities are loaded and
 written a chunk at a time, so memory holds one chunk's elements, however large the index.
 
-A community whose elements cannot fit the report budget, and whose children's reports overflow
-it too, is written from those reports alone
-(canopy.indexer.operations.report_context.reports_only): its fingerprint,
-ACL classes and report come from its children, and its members' descriptions and its
-relationships are never read (its members' token sizes may be, to know their elements do not
+A community whose elements cannot fit the report budget, and whose children's reports overflow it
+too, is written from those reports alone (`reports_only`, canopy.indexer.operations.report_context):
+its fingerprint, ACL classes and report come from its children, and its members' descriptions and
+its relationships are never read (its members' token sizes may be, to know their elements do not
 fit). At 10,000 articles the top levels hold communities of 20,000 entities and 60,000
 relationships; an edit under one of them no longer reads them.
 """

@@ -1,8 +1,7 @@
 """`canopy token`: the static bearer-token file for `canopy serve --http` (small teams).
 
 Only a SHA-256 of each token is stored (see canopy.acl.bearer_tokens); the token itself is printed
-once, by
-`add`. A running server re-reads the file when it changes, so `revoke` applies at once.
+once, by `add`. A running server re-reads the file when it changes, so `revoke` applies at once.
 """
 
 from __future__ import annotations
