@@ -28,8 +28,8 @@ from canopy.health import (
     DB_NAME,
 )
 from canopy.indexer.forecast import PlanSink
-from canopy.indexer.pipeline import IndexResult, Progress
 from canopy.indexer.index_writer import tidy_due, tidy_index, write_index
+from canopy.indexer.pipeline import IndexResult, Progress
 from canopy.server.wings import wing_module
 from canopy.settings import INDEX_DIRNAME, Settings, load_settings
 from canopy.store import Store

@@ -9,8 +9,8 @@ from pathlib import Path
 from canopy.allocator import limit_arenas
 from canopy.errors import ConfigError
 from canopy.health import DB_NAME
-from canopy.indexer.pipeline import Progress
 from canopy.indexer.index_writer import writer_lock
+from canopy.indexer.pipeline import Progress
 from canopy.providers import make_embedder, make_provider
 from canopy.server.runtime import Workspace
 from canopy.server.wings.graphrag.ingest import ImportResult, import_graphrag, read_output

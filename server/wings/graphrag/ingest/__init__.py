@@ -1,16 +1,17 @@
 """`import_graphrag`: a Microsoft GraphRAG output folder turned into a Canopy index.
 
 The import is a full Canopy build of the documents folder in which GraphRAG's work is replayed
-instead of asked for again (`ingest.replay`): Canopy chunks the documents itself,
-lays GraphRAG's units and extractions onto its own units (`ingest.align`), merges
-them into entities and relationships, starts the hierarchy from GraphRAG's communities
-(canopy.indexer.operations.clustering.GivenCommunities) and takes GraphRAG's report for each community placed
-with exactly GraphRAG's members. GraphRAG's claims (covariates.parquet, when its claim extraction
-ran) are imported whatever `[extract] claims` says, like its entities: that setting says whether
-Canopy's provider is asked for claims, and a unit it re-extracts later gets that provider's. The
-result is an ordinary index: `canopy index` keeps it current (changed documents re-extracted by the
-configured provider, unchanged ones kept), and `canopy serve` / `query` answer from it. GraphRAG's
-vectors are not read: Canopy embeds with its own embedder, keyed by content hash.
+instead of asked for again (`ingest.replay`): Canopy chunks the documents itself, lays GraphRAG's
+units and extractions onto its own units (`ingest.align`), merges them into entities and
+relationships, starts the hierarchy from GraphRAG's communities
+(canopy.indexer.operations.clustering.GivenCommunities) and takes GraphRAG's report for each
+community placed with exactly GraphRAG's members. GraphRAG's claims (covariates.parquet, when its
+claim extraction ran) are imported whatever `[extract] claims` says, like its entities: that setting
+says whether Canopy's provider is asked for claims, and a unit it re-extracts later gets that
+provider's. The result is an ordinary index: `canopy index` keeps it current (changed documents
+re-extracted by the configured provider, unchanged ones kept), and `canopy serve` / `query` answer
+from it. GraphRAG's vectors are not read: Canopy embeds with its own embedder, keyed by content
+hash.
 """
 
 from __future__ import annotations
