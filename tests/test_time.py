@@ -28,7 +28,7 @@ from canopy.llm import ChatClient
 from canopy.model import Document, Finding, Report, TextUnit
 from canopy.periods import period_granularity, period_of, time_window
 from canopy.providers.base import MapPoint
-from canopy.providers.llm import LLMProvider
+from canopy.providers.llm_provider import LLMProvider
 from canopy.server.context import QueryContext
 from canopy.server.engines import global_search
 from canopy.server.engines.change_questions import change_question
