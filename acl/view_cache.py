@@ -91,6 +91,10 @@ class ViewCache:
     def memory_used(self) -> int:
         return self._bytes
 
+    @property
+    def entries(self) -> int:
+        return len(self._mem) + len(self._provisional)
+
     def peek(self, key: str, kind: str, artifact_id: str) -> tuple[Any | None, bool]:
         """(the view under `key` or None, whether it is durable rather than provisional)."""
         with self._lock:

@@ -25,7 +25,13 @@ as a subprocess of its own (loopback, no token) for --minutes while
     its time; the issue-30 run: `--probe-edit-every 3`);
   - every --sample-every s a sampler records the RSS of the server's process tree (psutil when
     installed, else /proc), calls and errors so far, and the generation and document count from
-    the index_status tool, and prints a row.
+    the index_status tool, and prints a row;
+  - with --diagnostics the server runs with CANOPY_DIAGNOSTICS=1 and each sample also keeps its
+    GET /debug/memory report (canopy.server.diagnostics: the caches' bytes and entries, live
+    stores, connections and table objects, readers' table sets, smaps_rollup, glibc's heap,
+    pyarrow's pool), with live objects by type every --objects-every samples; --tracemalloc N
+    runs the server with PYTHONTRACEMALLOC=N, and those reports add the lines whose Python
+    allocations grew most since the first.
 A failed call (exception or isError result) is counted by kind and the first message of each kind
 is printed when it happens; "No community ... in this index" from drill_down, when an update
 replaced the community a client had just listed, is counted apart as a stale id. Server log lines
@@ -53,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -443,6 +450,17 @@ async def status(client: Any, timeout: float) -> dict[str, Any]:
     return {"generation": s.get("generation"), "documents": s.get("documents")}
 
 
+def diagnostics(port: int, objects: bool, timeout: float) -> dict[str, Any]:
+    """The server's GET /debug/memory report (canopy.server.diagnostics), or {"error": ...}."""
+    url = f"http://127.0.0.1:{port}/debug/memory" + ("?objects=1" if objects else "")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            report: dict[str, Any] = json.loads(answer.read())
+            return report
+    except Exception as exc:  # noqa: BLE001 - kept in the sample, the run goes on
+        return {"error": exc_text(exc)}
+
+
 def print_header() -> None:
     print("| min | t s | RSS MB | anon / file MB | calls | errors | calls/s (last interval) | "
           "in flight | generation | documents | updates applied | threads | fds |")
@@ -491,6 +509,9 @@ async def soak(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str
                    **editor.done, **await status(control, timeout)}
             if "error" in row:
                 tally.error("index_status (sampler)", row["error"])
+            if args.diagnostics:
+                objects = len(samples) % args.objects_every == 0
+                row["diagnostics"] = await asyncio.to_thread(diagnostics, port, objects, timeout)
             samples.append(row)
             print_row(row)
             save()
@@ -647,6 +668,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--call-timeout", type=float, default=120.0, help="seconds per MCP call")
     p.add_argument("--settle", type=float, default=10.0,
                    help="seconds after the clients stop before the last sample")
+    p.add_argument("--diagnostics", action="store_true",
+                   help="serve with CANOPY_DIAGNOSTICS=1 and keep its /debug/memory report in "
+                        "each sample")
+    p.add_argument("--objects-every", type=int, default=6,
+                   help="with --diagnostics: live objects by type every N samples")
+    p.add_argument("--tracemalloc", type=int, default=0,
+                   help="serve with PYTHONTRACEMALLOC=N (frames; 0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repo", type=Path, default=HERE_REPO,
                    help="checkout whose server is run (default: this script's)")
@@ -704,6 +732,10 @@ def main(argv: list[str] | None = None) -> None:
     if built.returncode != 0:
         raise SystemExit(f"canopy index failed ({built.returncode}):\n{built.stderr[-3000:]}")
     log(f"indexed in {report['index_s']} s")
+    if args.diagnostics:
+        env["CANOPY_DIAGNOSTICS"] = "1"
+    if args.tracemalloc:
+        env["PYTHONTRACEMALLOC"] = str(args.tracemalloc)
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     argv_ = [sys.executable, "-m", "canopy.server.cli", "serve", str(docs), "--index-dir",

@@ -40,6 +40,7 @@ import math
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -223,6 +224,7 @@ class VectorStore:
         self.session = session
         self._db = lancedb.connect(str(self.path), session=session)
         self._local = threading.local()
+        self._sets: weakref.WeakSet[_TableSet] = weakref.WeakSet()  # every thread's (diagnostics)
         self._clearing: set[str] = set()
         # Per table, the fragments this writer deleted rows from (a row address is the
         # fragment id in its high 32 bits, the offset in the low ones).
@@ -490,6 +492,7 @@ class VectorStore:
             tables = self._moved(idle.reader.tables if idle else {}, versions)
             held = _TableSet(key, VectorReader(tables, self.path, self.session))
             sets.append(held)
+            self._sets.add(held)
         held.users += 1
         try:
             yield held.reader
@@ -497,6 +500,13 @@ class VectorStore:
             held.users -= 1
             if not held.users and sum(not s.users for s in sets) > 1:
                 sets.remove(held)  # one idle set per thread is enough to move
+
+    def held_sets(self) -> dict[str, int]:
+        """Readers' table sets alive over every thread: how many, at how many distinct
+        generations' versions, and the calls reading through them."""
+        sets = list(self._sets)
+        return {"sets": len(sets), "generations": len({s.key for s in sets}),
+                "users": sum(s.users for s in sets)}
 
     def reader(self, versions: dict[str, int]) -> VectorReader:
         """This thread's reader of the tables at these versions, for one-off use (warming,
@@ -538,7 +548,7 @@ class VectorStore:
             log.debug("search tables not warmed: %s", exc)
 
 
-@dataclass
+@dataclass(eq=False)  # identity: sets are removed from lists, and kept in a WeakSet
 class _TableSet:
     """A reader of one thread's table objects checked out at one generation's versions, and
     how many of the thread's calls are reading through it."""

@@ -52,6 +52,10 @@ class BoundedCache:
     def size(self) -> int:
         return self._bytes
 
+    @property
+    def entries(self) -> int:
+        return len(self._items)
+
 
 @dataclass
 class EngineCaches:

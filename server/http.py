@@ -132,8 +132,10 @@ def mount_beside_mcp(server: MCPServer, slot: ServiceSlot, *, docs: str, princip
     """What every Canopy HTTP server serves beside /mcp (one process, its workers, a replica):
     the REST wing's API at /api/v1 (the same tools as JSON endpoints) and the web wing's view
     at /ui/. `docs`: the name the web view shows for the index."""
+    from canopy.server.diagnostics import mount_diagnostics
     from canopy.server.wings import wing_module
 
+    mount_diagnostics(server, slot, host)
     wing_module("rest", "endpoints").mount_rest(server, host)
     wing_module("web").mount_web(server, slot, docs=docs, principal=principal,
                                  auth_required=auth_required, host=host)

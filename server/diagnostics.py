@@ -1,0 +1,166 @@
+"""An opt-in memory report of a serving process, for soaks (benchmarks/soak.py): what the
+caches hold, which per-generation objects are alive, and where native memory sits.
+
+Off unless the environment sets CANOPY_DIAGNOSTICS=1, and then served only on a loopback host
+(GET /debug/memory, beside /mcp): the report names no document, but counts of what a process
+holds are nobody else's business. `?objects=1` adds live objects counted by type (a walk of
+the heap: about a second at a few million objects, with the GIL held), and, when tracemalloc
+traces (PYTHONTRACEMALLOC=N), the lines whose allocations grew most since the first report.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import sys
+import threading
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
+
+    from canopy.server.first_build import ServiceSlot
+    from canopy.server.service import CanopyService
+
+__all__ = ["DIAGNOSTICS_ENV", "DIAGNOSTICS_PATH", "memory_report", "mount_diagnostics"]
+
+DIAGNOSTICS_ENV = "CANOPY_DIAGNOSTICS"
+DIAGNOSTICS_PATH = "/debug/memory"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# Types whose live instances tell per-generation objects from a cache (counted on every report).
+_WATCHED = ("Connection", "Store", "Snapshot", "VectorStore", "VectorReader", "_TableSet",
+            "LanceTable", "AsyncTable", "LanceDBConnection", "AsyncConnection", "Session")
+_baseline: list[tracemalloc.Snapshot] = []
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def malloc_mb() -> dict[str, float]:
+    """glibc's heap (mallinfo2, glibc 2.33+): bytes in use and free in its arenas, and in mmap'd
+    chunks, in MB; {} elsewhere. (Memory LanceDB allocates through its own allocator is not
+    in it.)"""
+    if not sys.platform.startswith("linux"):
+        return {}
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    fn.restype = _MallInfo2
+    m = fn()
+    mb = 2**20
+    return {"arena_mb": round(m.arena / mb, 1), "in_use_mb": round(m.uordblks / mb, 1),
+            "free_mb": round(m.fordblks / mb, 1), "mmap_mb": round(m.hblkhd / mb, 1),
+            "top_free_mb": round(m.keepcost / mb, 1)}
+
+
+def smaps_mb(pid: int | None = None) -> dict[str, float]:
+    """/proc/PID/smaps_rollup's fields in MB (Linux; {} elsewhere)."""
+    try:
+        text = Path(f"/proc/{pid or os.getpid()}/smaps_rollup").read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines()[1:]:
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            out[name.strip()] = round(int(parts[0]) / 1024, 1)
+    return out
+
+
+def cache_report(service: CanopyService) -> dict[str, Any]:
+    """Bytes and entries of each of the service's caches."""
+    views = service.view_cache
+    evidence = service.caches.unit_evidence
+    out: dict[str, Any] = {
+        "views": {"bytes": views.memory_used, "budget": views.memory_bytes,
+                  "entries": views.entries},
+        "unit_evidence": {"bytes": evidence.size, "budget": evidence.max_bytes,
+                          "entries": evidence.entries},
+    }
+    session = service.vectors.session
+    if session is not None:
+        out["lance_session"] = {"bytes": int(session.size_bytes()),
+                                "entries": int(session.approx_num_items())}
+    return out
+
+
+def watched_objects() -> dict[str, int]:
+    """Live instances of the per-generation types (`_WATCHED`), by type name."""
+    counts: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        name = type(obj).__name__
+        if name in _WATCHED:
+            counts[f"{type(obj).__module__}.{name}"] += 1
+    return dict(sorted(counts.items()))
+
+
+def objects_by_type(top: int = 40) -> dict[str, int]:
+    counts = Counter(type(o).__name__ for o in gc.get_objects())
+    return dict(counts.most_common(top))
+
+
+def traced_growth(top: int = 30) -> list[dict[str, Any]] | None:
+    """The lines whose traced allocations grew most since the first call (None: not tracing)."""
+    if not tracemalloc.is_tracing():
+        return None
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)])
+    if not _baseline:
+        _baseline.append(snap)
+    diff = snap.compare_to(_baseline[0], "lineno")
+    return [{"where": str(d.traceback[0]), "size_kb": round(d.size / 1024, 1),
+             "growth_kb": round(d.size_diff / 1024, 1), "count_growth": d.count_diff}
+            for d in diff[:top]]
+
+
+def memory_report(service: CanopyService | None, *, objects: bool = False) -> dict[str, Any]:
+    """The report GET /debug/memory answers (`service` None: not opened yet)."""
+    report: dict[str, Any] = {"pid": os.getpid(), "threads": threading.active_count(),
+                              "smaps_mb": smaps_mb(), "malloc": malloc_mb(),
+                              "gc_counts": list(gc.get_count()),
+                              "gc_tracked": len(gc.get_objects())}
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        report["pyarrow"] = {"allocated_bytes": int(pa.total_allocated_bytes()),
+                             "pool": pa.default_memory_pool().backend_name}
+    if service is not None:
+        report["caches"] = cache_report(service)
+        report["vector_sets"] = service.vectors.held_sets()
+    report["watched"] = watched_objects()
+    if objects:
+        report["by_type"] = objects_by_type()
+        report["traced_growth"] = traced_growth()
+        if tracemalloc.is_tracing():
+            report["traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 1)
+    return report
+
+
+def mount_diagnostics(server: MCPServer, slot: ServiceSlot, host: str) -> bool:
+    """Add GET /debug/memory to `server` when CANOPY_DIAGNOSTICS=1 and `host` is loopback;
+    whether it was added."""
+    if os.environ.get(DIAGNOSTICS_ENV) != "1" or host not in _LOOPBACK:
+        return False
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    async def endpoint(request: Request) -> JSONResponse:
+        try:
+            service = slot.service
+        except Exception:  # noqa: BLE001 - not opened yet: the process is reported alone
+            service = None
+        return JSONResponse(memory_report(service,
+                                          objects=request.query_params.get("objects") == "1"))
+
+    server.custom_route(DIAGNOSTICS_PATH, methods=["GET"], include_in_schema=False)(endpoint)
+    return True
