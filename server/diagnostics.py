@@ -90,8 +90,8 @@ def cache_report(service: CanopyService) -> dict[str, Any]:
     }
     session = service.vectors.session
     if session is not None:
-        out["lance_session"] = {"bytes": int(session.size_bytes()),
-                                "entries": int(session.approx_num_items())}
+        out["lance_session"] = {"bytes": int(session.size_bytes),
+                                "entries": int(session.approx_num_items)}
     return out
 
 
