@@ -511,7 +511,7 @@ async def soak(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str
                 tally.error("index_status (sampler)", row["error"])
             if args.diagnostics:
                 objects = len(samples) % args.objects_every == 0
-                row["diagnostics"] = await asyncio.to_thread(diagnostics, port, objects, timeout)
+                row["diagnostics"] = await asyncio.to_thread(diagnostics, port, objects, 30.0)
             samples.append(row)
             print_row(row)
             save()

@@ -78,6 +78,37 @@ def smaps_mb(pid: int | None = None) -> dict[str, float]:
     return out
 
 
+def anon_mb(pid: int | None = None) -> dict[str, float]:
+    """Resident anonymous memory by where it lies (/proc/PID/smaps, Linux; {} elsewhere), MB:
+    glibc's main arena ("[heap]"), threads' stacks, and other anonymous mappings - glibc's
+    thread arenas (64 MB reservations), jemalloc's extents (LanceDB) and mimalloc's segments
+    (pyarrow) - split by the mapping's size (up to 64 MB, larger)."""
+    try:
+        text = Path(f"/proc/{pid or os.getpid()}/smaps").read_text()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    kind = None
+    size_kb = 0
+    for line in text.splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            size_kb = (hi - lo) >> 10
+            name = head[5] if len(head) > 5 else ""
+            if name == "[heap]":
+                kind = "heap"
+            elif name.startswith("[stack"):
+                kind = "stack"
+            elif not name:
+                kind = "anon_le_64mb" if size_kb <= 65536 else "anon_gt_64mb"
+            else:
+                kind = None
+        elif kind is not None and line.startswith("Rss:"):
+            out[kind] = out.get(kind, 0.0) + int(head[1]) / 1024
+    return {k: round(v, 1) for k, v in sorted(out.items())}
+
+
 def cache_report(service: CanopyService) -> dict[str, Any]:
     """Bytes and entries of each of the service's caches."""
     views = service.view_cache
@@ -127,7 +158,7 @@ def traced_growth(top: int = 30) -> list[dict[str, Any]] | None:
 def memory_report(service: CanopyService | None, *, objects: bool = False) -> dict[str, Any]:
     """The report GET /debug/memory answers (`service` None: not opened yet)."""
     report: dict[str, Any] = {"pid": os.getpid(), "threads": threading.active_count(),
-                              "smaps_mb": smaps_mb(), "malloc": malloc_mb(),
+                              "smaps_mb": smaps_mb(), "anon_mb": anon_mb(), "malloc": malloc_mb(),
                               "gc_counts": list(gc.get_count()),
                               "gc_tracked": len(gc.get_objects())}
     pa = sys.modules.get("pyarrow")
