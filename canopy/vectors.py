@@ -59,8 +59,9 @@ if TYPE_CHECKING:
 # lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
 # commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
-__all__ = ["FOLD_CHECK_ROWS", "TABLES", "Hit", "VectorReader", "VectorRow", "VectorStore", "floor",
-           "load_scrub", "merge_scrub", "rrf", "superseded"]
+__all__ = ["FOLD_CHECK_ROWS", "METADATA_CACHE_MAX", "TABLES", "Hit", "VectorReader", "VectorRow",
+           "VectorStore", "floor", "load_scrub", "merge_scrub", "metadata_cache_bytes", "rrf",
+           "superseded"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -101,6 +102,20 @@ _REFINE = 5
 # the tidy): rows added later only join the partitions they are nearest to.
 _RETRAIN_GROWTH = 4
 _INDEX_NAME = re.compile(r"vector_sq_r(\d+)$")
+
+
+# LanceDB's metadata cache keeps each version's manifest and deletion files, and nothing evicts
+# a version's once readers have moved on: under `serve --watch` it filled with retired
+# versions (~0.15 MB a generation at 100 articles, an edit every 3 s: ~1 MB/min for 25 minutes
+# at a quarter of the default budget; benchmarks/soak.py). What one generation reads of it is
+# far smaller, so it gets at most this much, reached within minutes and then held; the index
+# cache (index pages: what searches reread) gets the rest of the budget.
+METADATA_CACHE_MAX = 8 << 20
+
+
+def metadata_cache_bytes(cache_bytes: int) -> int:
+    """What of a server's LanceDB cache budget goes to table metadata (the rest: index pages)."""
+    return min(cache_bytes // 4, METADATA_CACHE_MAX)
 
 
 def _vector_index_name(rows: int) -> str:
@@ -219,8 +234,9 @@ class VectorStore:
 
         session = None
         if cache_bytes is not None:
-            session = lancedb.Session(index_cache_size_bytes=cache_bytes * 3 // 4,
-                                      metadata_cache_size_bytes=cache_bytes // 4)
+            metadata = metadata_cache_bytes(cache_bytes)
+            session = lancedb.Session(index_cache_size_bytes=cache_bytes - metadata,
+                                      metadata_cache_size_bytes=metadata)
         self.session = session
         self._db = lancedb.connect(str(self.path), session=session)
         self._local = threading.local()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,16 +56,49 @@ class BoundedCache:
     def entries(self) -> int:
         return len(self._items)
 
+    def keys(self) -> list[Hashable]:
+        with self._lock:
+            return list(self._items)
+
+    def retain(self, keep: Callable[[Hashable], bool]) -> int:
+        """Drop the entries whose key `keep` refuses; the bytes freed."""
+        freed = 0
+        with self._lock:
+            for key in [k for k in self._items if not keep(k)]:
+                freed += self._items.pop(key)[1]
+            self._bytes -= freed
+        return freed
+
 
 @dataclass
 class EngineCaches:
-    """Derived, content-keyed data engines reuse across calls (never stale: keys hash content)."""
+    """Derived, content-keyed data engines reuse across calls (never stale: keys hash content).
+
+    A key is never stale, but it can be dead: an edited or deleted unit's id is never asked for
+    again. `retire` drops such entries once a newer generation is served; left to the LRU they
+    filled the budget with dead text under `serve --watch` (an edit every 3 s, 100 articles:
+    the unit analyses grew ~3 MB/min, still filling at minute 10; benchmarks/soak.py)."""
 
     unit_evidence: BoundedCache = field(default_factory=lambda: BoundedCache(32 << 20))
+    generation: int = 0  # the newest generation `retire` has pruned for
+    _retiring: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @staticmethod
     def within(max_bytes: int) -> EngineCaches:
         return EngineCaches(BoundedCache(max_bytes))
+
+    def retire(self, generation: int, live_units: Callable[[list[str]], Iterable[str]]) -> int:
+        """Once per generation newer than any seen: drop the unit analyses of units that
+        `live_units(ids)` (those of `ids` live in `generation`) leaves out. The bytes freed."""
+        with self._retiring:
+            if generation <= self.generation:
+                return 0
+            self.generation = generation
+            cached = sorted({key[0] for key in self.unit_evidence.keys()
+                             if isinstance(key, tuple)})
+            live = set(live_units(cached)) if cached else set()
+            return self.unit_evidence.retain(
+                lambda key: isinstance(key, tuple) and key[0] in live)
 
 
 @dataclass

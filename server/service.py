@@ -271,6 +271,8 @@ class CanopyService:
             if generation == 0:
                 raise IndexMissing(f"no index at {self.ws.index_dir}: run `canopy index "
                                    f"{self.ws.docs_dir}` first")
+            # The first call of a newer generation drops analyses of units it no longer has.
+            self.caches.retire(generation, snap.unit_acl)
             policy = self._policy(generation)
             name = who.name if isinstance(who, Principal) else who
             if policy.enabled and name not in policy.settings.principals:

@@ -1,0 +1,116 @@
+"""A serving process's memory under updates (issue 30's soak): what a generation leaves in the
+caches is released once a newer one is served, or held within a budget that is soon reached;
+and the opt-in diagnostics report that shows it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import canopy.vectors
+from canopy.server.context import EngineCaches
+from canopy.server.diagnostics import cache_report, memory_report
+from canopy.server.engines import basic_search, local_search
+from canopy.server.runtime import build_index, open_workspace
+from canopy.server.service import CanopyService
+from canopy.vectors import VectorRow, VectorStore
+
+
+def _cached_units(svc: CanopyService) -> set[str]:
+    return {key[0] for key in svc.caches.unit_evidence.keys()}
+
+
+def test_a_newer_generation_drops_the_analyses_of_units_it_no_longer_has(
+        example_docs: Path, tmp_path: Path) -> None:
+    ws = open_workspace(example_docs, tmp_path / "index")
+    build_index(ws)
+    svc = CanopyService(ws)
+    try:
+        for q in ("Who supplies the cranes?", "What did the research team find?"):
+            asyncio.run(svc.run(None, lambda c, q=q: local_search(c, q)))
+            asyncio.run(svc.run(None, lambda c, q=q: basic_search(c, q, k=5)))
+        cached = _cached_units(svc)
+        with svc.store.snapshot() as snap:
+            paths = {uid: doc.path for uid, (_, doc) in snap.unit_documents(cached).items()}
+        assert len(set(paths.values())) >= 2, paths  # analyses of units of several documents
+        gone = sorted(set(paths.values()))[0]
+        (example_docs / gone).unlink()
+        build_index(open_workspace(example_docs, tmp_path / "index"))
+        before = svc.caches.unit_evidence.size
+
+        with svc.context(None):  # the first call of the new generation
+            pass
+
+        left = _cached_units(svc)
+        dead = {uid for uid, path in paths.items() if path == gone}
+        assert dead and not left & dead  # the deleted document's analyses are released
+        assert left == cached - dead  # the live units' analyses stay
+        assert svc.caches.unit_evidence.size < before
+        assert svc.caches.unit_evidence.size == sum(
+            svc.caches.unit_evidence._items[k][1] for k in svc.caches.unit_evidence.keys())
+    finally:
+        svc.close()
+
+
+def test_engine_caches_retire_each_generation_once_and_never_an_older_one() -> None:
+    caches = EngineCaches.within(1 << 20)
+    for uid in ("a", "b", "c"):
+        caches.unit_evidence.put((uid, "h"), uid, 100)
+    asked: list[list[str]] = []
+
+    def live(ids: list[str]) -> list[str]:
+        asked.append(ids)
+        return [i for i in ids if i != "b"]
+
+    assert caches.retire(2, live) == 100
+    assert {k[0] for k in caches.unit_evidence.keys()} == {"a", "c"}
+    assert caches.unit_evidence.size == 200
+    assert caches.retire(2, live) == 0 and caches.retire(1, live) == 0  # once; never backwards
+    assert asked == [["a", "b", "c"]]
+
+
+def _rows(n: int, step: int) -> list[VectorRow]:
+    rng = np.random.default_rng(step)
+    return [VectorRow(f"r{step}_{i}", f"word{i % 50} other{step} text", f"h{step}_{i}",
+                      rng.random(8, dtype=np.float32), (0,)) for i in range(n)]
+
+
+def test_readers_moving_through_many_versions_keep_lancedb_metadata_within_its_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each version's manifest and deletion files enter LanceDB's metadata cache and nothing
+    # evicts a retired version's; uncapped (a quarter of these 8 MB), 60 versions of this table
+    # held ~1.8 MB of them.
+    monkeypatch.setattr(canopy.vectors, "METADATA_CACHE_MAX", 128 << 10)
+    writer = VectorStore(tmp_path, 8)
+    writer.write("text_units", [], _rows(3000, 0))
+    writer.maintain("text_units")
+    served = VectorStore(tmp_path, 8, cache_bytes=8 << 20)
+    assert served.session is not None
+    query = np.full(8, 0.5, dtype=np.float32)
+    for step in range(1, 61):
+        writer.write("text_units", [f"r0_{step}"], _rows(5, step))
+        with served.reading(writer.versions()) as reader:
+            asyncio.run(reader.search("text_units", vector=query, text="word3", k=5))
+    assert served.session.size_bytes < 1 << 20
+
+
+def test_the_diagnostics_report_counts_the_caches_and_the_readers(
+        examples_index: Path) -> None:
+    from tests.conftest import EXAMPLES
+
+    svc = CanopyService(open_workspace(EXAMPLES, examples_index))
+    try:
+        asyncio.run(svc.run(None, lambda c: local_search(c, "Who supplies the cranes?")))
+        caches = cache_report(svc)
+        assert caches["unit_evidence"]["entries"] == svc.caches.unit_evidence.entries > 0
+        assert caches["unit_evidence"]["bytes"] == svc.caches.unit_evidence.size
+        assert caches["lance_session"]["bytes"] > 0
+        report = memory_report(svc, objects=True)
+        assert report["vector_sets"]["sets"] >= 1 and report["vector_sets"]["users"] == 0
+        assert report["watched"].get("canopy.store.store.Store", 0) >= 1
+        assert report["by_type"]
+    finally:
+        svc.close()
