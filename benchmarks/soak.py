@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import re
@@ -185,6 +186,40 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     if not sxx:
         return None
     return round(sum((x - mx) * (y - my) for x, y in points) / sxx, 2)
+
+
+def slope_se(points: list[tuple[float, float]]) -> float | None:
+    """Standard error of `slope(points)` (MB/min): RSS swings by tens of MB between samples
+    with the calls in flight, so one run's slope is good to about this much."""
+    n = len(points)
+    if n < 3:
+        return None
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if not sxx:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    residual = sum((y - my - b * (x - mx)) ** 2 for x, y in points)
+    return round(math.sqrt(residual / (n - 2) / sxx), 2)
+
+
+def diagnostics_slopes(samples: list[dict[str, Any]], since_min: float) -> dict[str, float | None]:
+    """With --diagnostics: slopes (MB/min) from `since_min` on of what the server reports - each
+    cache's bytes, glibc's heap in use, anonymous RSS - to tell what of RSS's slope grows."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for s in samples:
+        d = s.get("diagnostics") or {}
+        if s["t_s"] / 60 < since_min or "caches" not in d:
+            continue
+        t = s["t_s"] / 60
+        for name, c in d["caches"].items():
+            series.setdefault(f"{name}_mb", []).append((t, c["bytes"] / 2**20))
+        if d.get("malloc"):
+            series.setdefault("glibc_in_use_mb", []).append((t, d["malloc"]["in_use_mb"]))
+        if d.get("smaps_mb"):
+            series.setdefault("anonymous_mb", []).append((t, d["smaps_mb"].get("Anonymous", 0)))
+    return {name: slope(points) for name, points in sorted(series.items())}
 
 
 # ---- what the run counts ------------------------------------------------------------------------
@@ -581,6 +616,10 @@ def summarize(report: dict[str, Any], args: argparse.Namespace,
         "slope_after_minute_1_mb_per_min": slope([p for p in points if p[0] >= 1 - 1 / 60]),
         "slope_last_5_min_mb_per_min": slope([p for p in points
                                               if p[0] >= args.minutes - 5 - 1 / 60]),
+        "slope_last_5_min_se_mb_per_min": slope_se([p for p in points
+                                                    if p[0] >= args.minutes - 5 - 1 / 60]),
+        "diagnostics_slopes_last_5_min_mb_per_min": diagnostics_slopes(
+            samples, args.minutes - 5 - 1 / 60) if args.diagnostics else None,
         "rss_growth_last_5_min_mb": (round(rss[-1] - next(
             s["rss_mb"] for s in samples if s["t_s"] >= (args.minutes - 5) * 60 - 1), 1)
             if rss and args.minutes >= 5 else None),
@@ -620,8 +659,12 @@ def print_summary(s: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"slope of RSS: first half {f} MB/min, second half {g} MB/min (minute 1 to the end: "
           f"{s['slope_after_minute_1_mb_per_min']} MB/min); threads {s['threads_start_end']}, "
           f"open fds {s['fds_start_end']} (start, end of load)")
-    print(f"last five minutes: slope {s['slope_last_5_min_mb_per_min']} MB/min, "
+    print(f"last five minutes: slope {s['slope_last_5_min_mb_per_min']} ± "
+          f"{s['slope_last_5_min_se_mb_per_min']} MB/min, "
           f"{s['rss_growth_last_5_min_mb']} MB from their first sample to the last")
+    if s["diagnostics_slopes_last_5_min_mb_per_min"]:
+        print(f"of which (slopes, MB/min, last five minutes): "
+              f"{s['diagnostics_slopes_last_5_min_mb_per_min']}")
     if args.probe_edit_every:
         print(f"probe document: {s['probe_checks']} checks, {s['probe_misses']} missing "
               f"({s['probe_miss_times_s']}), {len(s['probe_errors'])} prober errors, "
