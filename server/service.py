@@ -123,7 +123,13 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
     try:
         loop.run_forever()
     finally:
-        loop.close()
+        try:
+            # Finalise parked async generators, as asyncio.run does: canopy.llm.PerLoop closes
+            # each loop's HTTP session there (closed without it, aiohttp's were reported as
+            # "Unclosed client session" at exit).
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 def _cancel_and_stop(loop: asyncio.AbstractEventLoop) -> None:

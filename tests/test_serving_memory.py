@@ -5,17 +5,19 @@ and the opt-in diagnostics report that shows it."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import canopy.vectors
+from canopy.llm.loops import PerLoop
 from canopy.server.context import EngineCaches
 from canopy.server.diagnostics import cache_report, memory_report
 from canopy.server.engines import basic_search, local_search
 from canopy.server.runtime import build_index, open_workspace
-from canopy.server.service import CanopyService
+from canopy.server.service import CanopyService, _CallLoops
 from canopy.vectors import VectorRow, VectorStore
 
 
@@ -114,3 +116,22 @@ def test_the_diagnostics_report_counts_the_caches_and_the_readers(
         assert report["by_type"]
     finally:
         svc.close()
+
+
+def test_closing_the_call_loops_closes_what_each_loop_opened() -> None:
+    # PerLoop closes a loop's HTTP session (aiohttp's) when the loop finalises its async
+    # generators; call loops closed without that left sessions "unclosed" at exit.
+    closed = threading.Event()
+
+    async def close(_: object) -> None:
+        closed.set()
+
+    sessions = PerLoop(object, close)
+    lanes = _CallLoops(2, 4, "test-call")
+
+    async def calls() -> None:
+        await asyncio.gather(*(lanes.run(sessions.get) for _ in range(2)))
+
+    asyncio.run(calls())
+    lanes.close()
+    assert closed.wait(10)
