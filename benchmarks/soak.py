@@ -545,7 +545,7 @@ async def soak(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str
             if "error" in row:
                 tally.error("index_status (sampler)", row["error"])
             if args.diagnostics:
-                objects = len(samples) % args.objects_every == 0
+                objects = bool(args.objects_every) and len(samples) % args.objects_every == 0
                 row["diagnostics"] = await asyncio.to_thread(diagnostics, port, objects, 30.0)
             samples.append(row)
             print_row(row)
@@ -714,8 +714,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--diagnostics", action="store_true",
                    help="serve with CANOPY_DIAGNOSTICS=1 and keep its /debug/memory report in "
                         "each sample")
-    p.add_argument("--objects-every", type=int, default=6,
-                   help="with --diagnostics: live objects by type every N samples")
+    p.add_argument("--objects-every", type=int, default=0,
+                   help="with --diagnostics: live objects by type every N samples (0: never; "
+                        "the heap walk can disturb the calls running meanwhile)")
     p.add_argument("--tracemalloc", type=int, default=0,
                    help="serve with PYTHONTRACEMALLOC=N (frames; 0: off)")
     p.add_argument("--seed", type=int, default=0)

@@ -6,6 +6,9 @@ Off unless the environment sets CANOPY_DIAGNOSTICS=1, and then served only on a 
 holds are nobody else's business. `?objects=1` adds live objects counted by type (a walk of
 the heap: about a second at a few million objects, with the GIL held), and, when tracemalloc
 traces (PYTHONTRACEMALLOC=N), the lines whose allocations grew most since the first report.
+The walk can disturb the calls running meanwhile: gc.get_objects() hands out tuples another
+thread is still building, whose resize then fails (one global_search of a soak answered
+"SystemError: bad argument to internal function"); so only a request that asks walks.
 """
 
 from __future__ import annotations
@@ -168,8 +171,8 @@ def memory_report(service: CanopyService | None, *, objects: bool = False) -> di
     if service is not None:
         report["caches"] = cache_report(service)
         report["vector_sets"] = service.vectors.held_sets()
-    report["watched"] = watched_objects()
     if objects:
+        report["watched"] = watched_objects()
         report["by_type"] = objects_by_type()
         report["traced_growth"] = traced_growth()
         if tracemalloc.is_tracing():
