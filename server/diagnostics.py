@@ -8,7 +8,9 @@ the heap: about a second at a few million objects, with the GIL held), and, when
 traces (PYTHONTRACEMALLOC=N), the lines whose allocations grew most since the first report.
 The walk can disturb the calls running meanwhile: gc.get_objects() hands out tuples another
 thread is still building, whose resize then fails (one global_search of a soak answered
-"SystemError: bad argument to internal function"); so only a request that asks walks.
+"SystemError: bad argument to internal function", even with only len(gc.get_objects()) in
+each report); so only a request that asks walks, and a soak's figures come from runs that
+never ask.
 """
 
 from __future__ import annotations
@@ -162,8 +164,7 @@ def memory_report(service: CanopyService | None, *, objects: bool = False) -> di
     """The report GET /debug/memory answers (`service` None: not opened yet)."""
     report: dict[str, Any] = {"pid": os.getpid(), "threads": threading.active_count(),
                               "smaps_mb": smaps_mb(), "anon_mb": anon_mb(), "malloc": malloc_mb(),
-                              "gc_counts": list(gc.get_count()),
-                              "gc_tracked": len(gc.get_objects())}
+                              "gc_counts": list(gc.get_count())}
     pa = sys.modules.get("pyarrow")
     if pa is not None:
         report["pyarrow"] = {"allocated_bytes": int(pa.total_allocated_bytes()),
@@ -172,6 +173,7 @@ def memory_report(service: CanopyService | None, *, objects: bool = False) -> di
         report["caches"] = cache_report(service)
         report["vector_sets"] = service.vectors.held_sets()
     if objects:
+        report["gc_tracked"] = len(gc.get_objects())
         report["watched"] = watched_objects()
         report["by_type"] = objects_by_type()
         report["traced_growth"] = traced_growth()
