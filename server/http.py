@@ -131,7 +131,9 @@ def mount_beside_mcp(server: MCPServer, slot: ServiceSlot, *, docs: str, princip
                      auth_required: bool, host: str) -> None:
     """What every Canopy HTTP server serves beside /mcp (one process, its workers, a replica):
     the REST wing's API at /api/v1 (the same tools as JSON endpoints) and the web wing's view
-    at /ui/. `docs`: the name the web view shows for the index."""
+    at /ui/, and with CANOPY_DIAGNOSTICS=1 on a loopback host the memory report at
+    /debug/memory (canopy.server.diagnostics). `docs`: the name the web view shows for the
+    index."""
     from canopy.server.diagnostics import mount_diagnostics
     from canopy.server.wings import wing_module
 
