@@ -87,12 +87,14 @@ class EngineCaches:
     def within(max_bytes: int) -> EngineCaches:
         return EngineCaches(BoundedCache(max_bytes))
 
-    def retire(self, generation: int, live_units: Callable[[list[str]], Iterable[str]]) -> int:
+    def retire(self, generation: int, live_units: Callable[[list[str]], Iterable[str]]
+               ) -> int | None:
         """Once per generation newer than any seen: drop the unit analyses of units that
-        `live_units(ids)` (those of `ids` live in `generation`) leaves out. The bytes freed."""
+        `live_units(ids)` (those of `ids` live in `generation`) leaves out. The bytes freed;
+        None when `generation` is not newer (nothing was done)."""
         with self._retiring:
             if generation <= self.generation:
-                return 0
+                return None
             self.generation = generation
             cached = sorted({key[0] for key in self.unit_evidence.keys()
                              if isinstance(key, tuple)})

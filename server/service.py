@@ -277,8 +277,12 @@ class CanopyService:
             if generation == 0:
                 raise IndexMissing(f"no index at {self.ws.index_dir}: run `canopy index "
                                    f"{self.ws.docs_dir}` first")
-            # The first call of a newer generation drops analyses of units it no longer has.
-            self.caches.retire(generation, snap.unit_acl)
+            # The first call of a newer generation drops analyses of units it no longer has,
+            # then hands back what glibc keeps of freed memory: a retired generation's reads and
+            # analyses, freed by now, stayed resident in its arenas (benchmarks/soak.py with
+            # --diagnostics: glibc's free space grew ~3 MB/min while its memory in use held).
+            if self.caches.retire(generation, snap.unit_acl) is not None:
+                release_free()
             policy = self._policy(generation)
             name = who.name if isinstance(who, Principal) else who
             if policy.enabled and name not in policy.settings.principals:

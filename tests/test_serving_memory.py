@@ -26,7 +26,7 @@ def _cached_units(svc: CanopyService) -> set[str]:
 
 
 def test_a_newer_generation_drops_the_analyses_of_units_it_no_longer_has(
-        example_docs: Path, tmp_path: Path) -> None:
+        example_docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = open_workspace(example_docs, tmp_path / "index")
     build_index(ws)
     svc = CanopyService(ws)
@@ -42,9 +42,15 @@ def test_a_newer_generation_drops_the_analyses_of_units_it_no_longer_has(
         (example_docs / gone).unlink()
         build_index(open_workspace(example_docs, tmp_path / "index"))
         before = svc.caches.unit_evidence.size
+        trims: list[bool] = []
+        monkeypatch.setattr("canopy.server.service.release_free", lambda: trims.append(True))
 
         with svc.context(None):  # the first call of the new generation
             pass
+        with svc.context(None):  # and a second one
+            pass
+
+        assert trims == [True]  # malloc's free memory handed back once, at the first
 
         left = _cached_units(svc)
         dead = {uid for uid, path in paths.items() if path == gone}
@@ -70,7 +76,7 @@ def test_engine_caches_retire_each_generation_once_and_never_an_older_one() -> N
     assert caches.retire(2, live) == 100
     assert {k[0] for k in caches.unit_evidence.keys()} == {"a", "c"}
     assert caches.unit_evidence.size == 200
-    assert caches.retire(2, live) == 0 and caches.retire(1, live) == 0  # once; never backwards
+    assert caches.retire(2, live) is None and caches.retire(1, live) is None  # once; not back
     assert asked == [["a", "b", "c"]]
 
 
