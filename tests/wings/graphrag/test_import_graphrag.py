@@ -11,6 +11,7 @@ titles) is told apart from what Canopy's builtin provider would write."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -301,6 +302,10 @@ def test_a_claim_of_a_restricted_unit_is_not_shown_to_a_caller_who_cannot_read_i
     named in both documents, so `staff` sees the entity, but the claim from the supplier profile
     (restricted) is shown only to `buyer`, who may read it."""
     docs = _fresh_docs(tmp_path)
+    # The documents are dated by their files' time (no front matter): a checkout made this month
+    # would date them 2026-12 like the secret claim, so they get a time of their own.
+    for path in docs.rglob("*"):
+        os.utime(path, (1592179200, 1592179200))  # 2020-06-15
     (docs / "canopy.toml").write_text(
         '[acl]\ndefault = ["staff"]\n\n[[acl.rules]]\nglob = "suppliers/**"\n'
         'labels = ["procurement"]\n\n[acl.principals]\nbuyer = ["staff", "procurement"]\n'
