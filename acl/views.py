@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from canopy.aliases import display_name
 from canopy.errors import EndpointUnavailable, InvalidOutput
 from canopy.ids import content_hash
 from canopy.indexer.operations.merging import most_frequent, summary_input, summary_key
@@ -97,16 +98,15 @@ async def _summary(reader: CallerReader, name: str, descs: list[str],
 async def entity_view(reader: CallerReader, entity: Entity, key: str) -> tuple[Entity | None, bool]:
     """The caller's view of `entity` from its instances in live units they can read, and
     whether it is durable; None when no such instance exists."""
-    rows = reader._snap.entity_instances(
-        [reader.entity_key(entity.id)], classes=reader.caller.readable
-    )
+    key = reader.entity_key(entity.id)
+    rows = reader._snap.entity_instances([key], classes=reader.caller.readable)
     if not rows:
         return None, True
     names: Counter[str] = Counter(r.name for r in rows)
     types: Counter[str] = Counter(r.type for r in rows)
     descs = list(dict.fromkeys(r.description for r in rows if r.description))
     units = tuple(sorted({r.unit_id for r in rows}))
-    name = most_frequent(names)
+    name = display_name(names, key)
     description, durable = (await _summary(reader, name, descs, units)) if len(descs) > 1 else (
         descs[0] if descs else "", True)
     return Entity(entity.id, name, most_frequent(types), description, units, 0), durable

@@ -6,12 +6,14 @@ import hashlib
 import re
 import unicodedata
 
-__all__ = ["KEYS_VERSION", "content_hash", "entity_id", "fold_accents", "normalize_name",
-           "relationship_id", "text_hash", "unit_id"]
+__all__ = ["KEYS_VERSION", "LEGAL_FORMS", "content_hash", "entity_id", "entity_key",
+           "fold_accents", "key_words", "normalize_name", "relationship_id", "text_hash",
+           "unit_id"]
 
 # Of `normalize_name`: entity ids and merge keys derive from it, so a change re-extracts and
-# rebuilds every index (indexer/pipeline.py fingerprints). 2: accents folded.
-KEYS_VERSION = 2
+# rebuilds every index (indexer/pipeline.py fingerprints). 2: accents folded. 3: merge keys are
+# `entity_key` (legal forms dropped, spaces removed) and links within a unit (canopy.aliases).
+KEYS_VERSION = 3
 
 
 def content_hash(*parts: str, length: int = 16) -> str:
@@ -69,8 +71,31 @@ def normalize_name(name: str) -> str:
     return " ".join(s.split())
 
 
+# Legal forms of companies, as the trailing word of a name (a general list, not a corpus's).
+LEGAL_FORMS = frozenset({
+    "inc", "incorporated", "ltd", "limited", "llc", "plc", "corp", "corporation", "co", "gmbh",
+    "ag", "sa", "nv", "bv", "llp", "pty", "spa", "srl", "oyj", "ab", "kk",
+})
+
+
+def key_words(name: str) -> list[str]:
+    """The name's words, normalized, without trailing legal forms (one word is always kept)."""
+    words = normalize_name(name).split()
+    while len(words) > 1 and words[-1] in LEGAL_FORMS:
+        words.pop()
+    return words
+
+
+def entity_key(name: str) -> str:
+    """The merge key of an entity name: normalized (`normalize_name`), trailing legal forms
+    dropped, spaces removed. "Open AI" and "OpenAI" share one, so do "Helio Cells, Ltd." and
+    "Helio Cells"; "" for a name without letters or digits. Idempotent: a key is its own key."""
+    return "".join(key_words(name))
+
+
 def entity_id(name: str) -> str:
-    return "ent-" + content_hash(normalize_name(name))
+    """The id of the entity a name (or merge key) names."""
+    return "ent-" + content_hash(entity_key(name))
 
 
 def relationship_id(source_key: str, target_key: str) -> str:

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from canopy.ids import entity_id, normalize_name, relationship_id
+from canopy.ids import entity_id, entity_key, relationship_id
 from canopy.indexer.operations.clustering import (
     ClusterParams,
     EdgeArrays,
@@ -215,10 +215,10 @@ def summaries(sample: Sequence[Extraction]) -> int:
     for ex in sample:
         for e in ex.entities:
             if e.description.strip():
-                entities[normalize_name(e.name)].add(e.description.strip())
+                entities[entity_key(e.name)].add(e.description.strip())
         for r in ex.relationships:
             if r.description.strip():
-                key = relationship_id(normalize_name(r.source), normalize_name(r.target))
+                key = relationship_id(entity_key(r.source), entity_key(r.target))
                 relations[key].add(r.description.strip())
     return sum(len(d) > 1 for d in (*entities.values(), *relations.values()))
 

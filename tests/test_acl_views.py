@@ -22,7 +22,7 @@ from mcp import Client
 import canopy.acl.view_cache
 from canopy.acl.access import State
 from canopy.errors import EndpointUnavailable, InvalidArgument, NotFound
-from canopy.ids import normalize_name
+from canopy.ids import entity_key
 from canopy.llm import ChatClient
 from canopy.providers.builtin import BuiltinProvider
 from canopy.providers.llm_provider import LLMProvider
@@ -147,7 +147,7 @@ def mixed_entity(svc: CanopyService, g: Graph, *, several: bool) -> str:
         rows = svc.store.writer.execute(
             "SELECT DISTINCT description FROM entity_instances WHERE key = ? AND unit_id IN "
             "(SELECT value FROM json_each(?))",
-            (normalize_name(e.name), json.dumps(units)),
+            (entity_key(e.name), json.dumps(units)),
         ).fetchall()
         if (len({r[0] for r in rows if r[0]}) > 1) == several:
             return e.id
@@ -210,7 +210,7 @@ def test_an_entity_view_is_its_visible_instances_one_description_as_is(service, 
     rows = service.store.writer.execute(
         "SELECT DISTINCT description FROM entity_instances WHERE key = ? AND unit_id IN "
         "(SELECT value FROM json_each(?))",
-        (normalize_name(canonical.name), json.dumps(view.text_unit_ids))).fetchall()
+        (entity_key(canonical.name), json.dumps(view.text_unit_ids))).fetchall()
     assert {r[0] for r in rows} == {view.description}
 
 

@@ -4,6 +4,9 @@
 An extraction is saved as soon as it exists (outside generations), one row per entity,
 relationship and claim instance, keyed by normalized name. Rules that make merging a function of
 each unit alone, so an incremental update merges exactly as a full build does:
+- an instance is keyed by its name's merge key (canopy.ids.entity_key), or by the key of the
+  longer name it stands for in this unit (canopy.aliases.unit_aliases: "Altman" beside "Sam
+  Altman"); the row keeps the name as written, which is the merge's record;
 - an instance with an empty name is dropped;
 - a relationship instance counts only when both endpoints are entities extracted from the same
   unit (and are distinct); a claim only when its subject is.
@@ -15,7 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from canopy.ids import normalize_name, relationship_id
+from canopy.aliases import unit_aliases
+from canopy.ids import entity_key, relationship_id
 from canopy.model import ClaimInstance, EntityInstance, Extraction, RelationshipInstance
 
 __all__ = ["InstanceRows", "extraction_rows", "payload_extraction"]
@@ -34,24 +38,31 @@ def extraction_rows(ex: Extraction) -> InstanceRows:
     """The instance rows of one unit's extraction (see the module docstring for the rules)."""
     out = InstanceRows()
     keys: set[str] = set()
+    links = unit_aliases((e.name, e.type) for e in ex.entities)
+
+    def key_of(name: str) -> str:
+        key = entity_key(name)
+        link = links.get(key)
+        return link.canonical if link is not None else key
+
     for pos, e in enumerate(ex.entities):
-        key = normalize_name(e.name)
+        key = key_of(e.name)
         if not key:
             continue
         keys.add(key)
         out.entities.append((ex.unit_id, pos, key, e.name.strip(), e.type.strip().lower(),
                              e.description.strip()))
     for pos, r in enumerate(ex.relationships):
-        a, b = normalize_name(r.source), normalize_name(r.target)
+        a, b = key_of(r.source), key_of(r.target)
         if a == b or a not in keys or b not in keys:
             continue
         out.relationships.append((ex.unit_id, pos, relationship_id(a, b), min(a, b), max(a, b),
                                   r.description.strip(), float(r.strength)))
     for pos, c in enumerate(ex.claims):
-        subject = normalize_name(c.subject)
+        subject = key_of(c.subject)
         if subject not in keys:
             continue
-        obj = normalize_name(c.object) if c.object else ""
+        obj = key_of(c.object) if c.object else ""
         out.claims.append((ex.unit_id, pos, subject, obj, c.type, c.status, c.description,
                            c.start_date, c.end_date, c.quote))
     return out

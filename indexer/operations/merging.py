@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from canopy.aliases import display_name
 from canopy.ids import content_hash, entity_id
 from canopy.model import Entity, Relationship
 from canopy.store.reads import EntityInstanceRow, RelationshipInstanceRow
@@ -95,7 +96,8 @@ class RelationshipDraft:
 
 
 def merge_entities(rows: Iterable[EntityInstanceRow]) -> dict[str, EntityDraft]:
-    """Drafts by normalized name from instance rows given in merge order (GraphReads order)."""
+    """Drafts by merge key from instance rows given in merge order (GraphReads order); named
+    by the entity's own form of the name, not a short form merged into it (canopy.aliases)."""
     names: dict[str, Counter[str]] = {}
     types: dict[str, Counter[str]] = {}
     descs: dict[str, list[str]] = {}
@@ -107,7 +109,7 @@ def merge_entities(rows: Iterable[EntityInstanceRow]) -> dict[str, EntityDraft]:
         if r.description and r.description not in kept:
             kept.append(r.description)
         units.setdefault(r.key, {})[r.unit_id] = r.acl
-    return {key: EntityDraft(entity_id(key), key, most_frequent(names[key]),
+    return {key: EntityDraft(entity_id(key), key, display_name(names[key], key),
                              most_frequent(types[key]), tuple(descs[key]),
                              tuple(sorted(units[key].items())))
             for key in names}

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from canopy.acl.reader import CallerReader
 from canopy.errors import InvalidArgument, NotFound
-from canopy.ids import normalize_name
+from canopy.ids import entity_key
 from canopy.model import Entity, Relationship, Report
 from canopy.server.context import QueryContext
 from canopy.server.engines.cards import (
@@ -303,7 +303,7 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, pag
 async def _entity(ctx: QueryContext, name: str, finding: int | None, page: _Page
                   ) -> DrillResult:
     reader = ctx.reader
-    eid = reader.entity_ids_by_key([normalize_name(name)]).get(normalize_name(name))
+    eid = reader.entity_ids_by_key([entity_key(name)]).get(entity_key(name))
     if eid is None and reader.entity_states([name]).get(name):
         eid = name  # an entity id from a citation
     entity = (await reader.entities([eid])).get(eid) if eid is not None else None

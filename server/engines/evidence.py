@@ -65,7 +65,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from canopy.ids import content_hash, normalize_name
+from canopy.ids import content_hash, entity_key
 from canopy.model import Document, TextUnit
 from canopy.providers.builtin.mentions import heading_name
 from canopy.providers.builtin.text import lexical_terms, read_sentence_terms, split_at_stops
@@ -272,7 +272,7 @@ def with_document_evidence(scores: dict[str, float], document_of: Callable[[str]
 def page_key(title: str) -> str:
     """The entity key a document's title names ("" when the title is not a name)."""
     name = heading_name(title)
-    return normalize_name(name) if name else ""
+    return entity_key(name) if name else ""
 
 
 def credit_pages(scores: dict[str, float], units: dict[str, tuple[TextUnit, Document]],

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from canopy.ids import normalize_name
+from canopy.ids import entity_key, normalize_name
 from canopy.model import Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock
 from canopy.server.context import QueryContext
@@ -231,7 +231,9 @@ def _named(ctx: QueryContext, query: str) -> list[tuple[str, bool]]:
     for run in _CJK_RUN.findall(normalized):  # CJK text is not space-delimited: every substring
         for n in range(min(MAX_CJK_NAME, len(run)), 1, -1):
             spans += [(-1, -1, run[i:i + n]) for i in range(len(run) - n + 1)]
-    found_names = ctx.reader.entity_ids_by_key({name for _, _, name in spans})
+    found_keys = ctx.reader.entity_ids_by_key({entity_key(name) for _, _, name in spans})
+    found_names = {name: found_keys[entity_key(name)] for _, _, name in spans
+                   if entity_key(name) in found_keys}
     found: list[tuple[bool, int, str]] = []
     kept: list[tuple[int, int]] = []
     seen: set[str] = set()

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from canopy.claims import checked_claim, claim_key, verified_quote
-from canopy.ids import content_hash, normalize_name, text_hash
+from canopy.ids import content_hash, entity_key, text_hash
 from canopy.indexer.loaders import LoadedDocument
 from canopy.indexer.operations.chunking import chunk_document
 from canopy.model import (
@@ -188,7 +188,7 @@ def _place(out: GROutput, located: list[tuple[GRUnit, int, int]], replayed: list
     by_title = {e.title: e for e in out.entities}
     by_key: dict[str, GREntity] = {}
     for e in out.entities:
-        by_key.setdefault(normalize_name(e.title), e)
+        by_key.setdefault(entity_key(e.title), e)
     for gu, a, b in located:
         near = sorted(((min(b, u.char_end) - max(a, u.char_start), u.id) for u in replayed
                        if min(b, u.char_end) > max(a, u.char_start)), reverse=True)
@@ -216,11 +216,11 @@ def _place(out: GROutput, located: list[tuple[GRUnit, int, int]], replayed: list
             rels[uid].append(RelationshipInstance(r.source, r.target, r.description,
                                                   r.weight / max(1, len(r.unit_ids))))
         for c in claims_of.get(gu.id, []):
-            subject = by_key.get(normalize_name(c.subject) or "\0")
+            subject = by_key.get(entity_key(c.subject) or "\0")
             if subject is None:
                 continue
             # GraphRAG writes NONE for an unknown object; no entity has an empty key
-            obj = by_key.get(normalize_name(c.object)) if normalize_name(c.object) else None
+            obj = by_key.get(entity_key(c.object)) if entity_key(c.object) else None
             uid = next((u for _, u in near if verified_quote(c.source_text, texts[u])),
                        next((u for _, u in near if subject.title.casefold() in lowered[u]),
                             near[0][1]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from canopy.ids import entity_id, normalize_name, relationship_id
+from canopy.ids import entity_id, entity_key, relationship_id
 from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.model import Extraction, TextUnit
 from canopy.providers.base import FindingOut, Provider, ReportContext, ReportOut
@@ -47,8 +47,8 @@ class ReplayProvider:
         self._given = given
         self._reports: dict[str, GRReport] = {community_key(n): r for n, r in out.reports.items()}
         self._entity = {e.human_id: entity_id(e.title) for e in out.entities}
-        self._relationship = {r.human_id: relationship_id(normalize_name(r.source),
-                                                          normalize_name(r.target))
+        self._relationship = {r.human_id: relationship_id(entity_key(r.source),
+                                                          entity_key(r.target))
                               for r in out.relationships}
         self.name = inner.name
         self.stats = ReplayStats()

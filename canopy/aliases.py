@@ -1,0 +1,149 @@
+"""Entity resolution: which names of an extraction name one entity (design §3.4, issue 31).
+
+Two kinds of evidence, and where each applies:
+
+- **a name's form** (`canopy.ids.entity_key`): case, punctuation, accents, spacing ("Open AI" /
+  "OpenAI") and a trailing legal form ("Helio Cells Ltd" / "Helio Cells"). The two names alone
+  are the evidence, so it applies to every instance, in every unit.
+- **the text unit both names occur in** (`unit_aliases`): a surname standing for the one person
+  of the unit with that surname ("Altman" for "Sam Altman"), an initialism or a clipped form of
+  the one longer name of the unit it abbreviates ("FBI" for "Federal Bureau of Investigation",
+  "Fed" for "Federal Reserve"). A short form with two candidates in the unit ("Kelce" beside
+  "Travis Kelce" and "Jason Kelce") is left alone. Such a link renames the instances of **that
+  unit** only.
+
+The access rule follows from the second kind: an instance is merged under another name only on
+evidence in its own text unit, which carries the same ACL labels. So whoever may read a merged
+instance may read the text that links the two names, and a caller is never served a merge that
+only text they cannot read supports: through the provenance gate (design §2) they are served a
+view of the merged entity built from their readable instances, under the name those instances
+support, and the other name stays an entity of its own. Every resolution is a function of one
+unit's extraction, so an incremental update merges exactly as a fresh build does, and an edit
+that removes a link's evidence (a new unit) splits the names again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from canopy.ids import entity_key, key_words
+
+__all__ = ["Alias", "alias_rule", "display_name", "unit_aliases"]
+
+# Words an initialism skips ("Bank of America" -> "BoA", "BA").
+_JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "la", "du", "des",
+                      "der", "von", "van", "y", "e", "et", "und"})
+_ROMAN = re.compile(r"^[ivxlcdm]+$")
+_GENERATIONAL = frozenset({"jr", "sr", "ii", "iii", "iv"})
+_LETTERS = re.compile(r"[^\W\d_]+")
+SURNAME, INITIALISM, ABBREVIATION, FORM = "surname", "initialism", "abbreviation", "form"
+
+
+@dataclass(frozen=True)
+class Alias:
+    """Within one unit, the instances named `key` belong to the entity named `canonical`."""
+
+    key: str
+    canonical: str
+    rule: str
+
+
+@dataclass
+class _Form:
+    key: str
+    words: list[str]
+    written: str  # the surface form as extracted (capitals count for initialisms)
+    types: Counter[str]
+
+    @property
+    def type(self) -> str:
+        return min(self.types.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def _initials(words: list[str]) -> set[str]:
+    """Initialisms a multi-word name is abbreviated to: every word's initial, or the initials of
+    its words but joiners ("of", "the")."""
+    out = {"".join(w[0] for w in words)}
+    content = [w for w in words if w not in _JOINERS]
+    if len(content) >= 2:
+        out.add("".join(w[0] for w in content))
+    return out
+
+
+def _is_initialism(written: str) -> bool:
+    """Written as capitals, optionally dotted: "FBI", "U.S."."""
+    letters = "".join(_LETTERS.findall(written))
+    return 2 <= len(letters) <= 6 and letters.isupper() and set(written) <= set(letters) | {"."}
+
+
+def _surname(short: _Form, long: _Form) -> bool:
+    if short.type != "person" or long.type != "person" or len(long.words) < 2:
+        return False
+    words = [w for w in long.words if w not in _GENERATIONAL and not _ROMAN.match(w)]
+    (w,) = short.words
+    return len(words) >= 2 and words[-1] == w and w != words[0]
+
+
+def _abbreviation(short: _Form, long: _Form) -> bool:
+    """A clipped first word ("Fed" for "Federal Reserve"): at most four letters and at most
+    about half the word, written capitalized, of a name that is not a person's."""
+    (w,) = short.words
+    first = long.words[0]
+    return (len(long.words) >= 2 and "person" not in (short.type, long.type)
+            and 3 <= len(w) <= 4 and 2 * len(w) <= len(first) + 1 and first.startswith(w)
+            and w.isalpha() and short.written[:1].isupper() and not short.written.isupper())
+
+
+def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
+    """The links one unit's entity instances ((name, type) each) support, by the key of the
+    short form: only a short form with exactly one candidate long form in the unit is linked."""
+    forms: dict[str, _Form] = {}
+    for name, type_ in names:
+        key = entity_key(name)
+        if not key:
+            continue
+        f = forms.get(key)
+        if f is None:
+            f = forms[key] = _Form(key, key_words(name), name.strip(), Counter())
+        f.types[type_.strip().lower()] += 1
+    longs = [f for f in forms.values() if len(f.words) >= 2]
+    out: dict[str, Alias] = {}
+    for short in sorted(forms.values(), key=lambda f: f.key):
+        initialism = _is_initialism(short.written)
+        if len(short.words) != 1 and not initialism:
+            continue
+        found: dict[str, str] = {}
+        for long in longs:
+            if long.key == short.key:
+                continue
+            if initialism:
+                if short.key in _initials(long.words):
+                    found[long.key] = INITIALISM
+            elif _surname(short, long):
+                found[long.key] = SURNAME
+            elif _abbreviation(short, long):
+                found[long.key] = ABBREVIATION
+        if len(found) == 1:
+            ((canonical, rule),) = found.items()
+            out[short.key] = Alias(short.key, canonical, rule)
+    return out
+
+
+def alias_rule(alias: str, canonical: str, alias_type: str = "", canonical_type: str = "") -> str:
+    """Which rule links a surface form to the entity it was merged into: `FORM` when the forms
+    share a key, else the unit rule that would link them ("" when none would)."""
+    if entity_key(alias) == entity_key(canonical):
+        return FORM
+    found = unit_aliases([(alias, alias_type), (canonical, canonical_type)])
+    link = found.get(entity_key(alias))
+    return link.rule if link is not None and link.canonical == entity_key(canonical) else ""
+
+
+def display_name(names: Counter[str], key: str) -> str:
+    """An entity's name: its most frequent surface form among those with its own key ("Sam
+    Altman", not the "Altman" merged into it), ties to the smallest; any form when none has."""
+    own = Counter({n: c for n, c in names.items() if entity_key(n) == key}) or names
+    return min(own.items(), key=lambda kv: (-kv[1], kv[0]))[0]
