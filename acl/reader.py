@@ -35,6 +35,7 @@ from canopy.acl.caller import Caller
 from canopy.acl.inventory import Inventory
 from canopy.acl.view_cache import BuiltView, ViewCache
 from canopy.acl.views import ViewParams, entity_view, relationship_view, report_view, view_key
+from canopy.aliases import MergedName, merged_names
 from canopy.errors import ConfigError
 from canopy.model import Claim, Document, Entity, Relationship, Report, TextUnit
 from canopy.periods import TimeWindow
@@ -472,6 +473,15 @@ class CallerReader:
         if view is not None:
             self.provisional_used |= not durable
             self._served[("report", cid)] = view
+
+    def merged_names(self, eid: str) -> list[MergedName]:
+        """The other names entity `eid` was merged from, as the caller's own readable, live
+        units support them (canopy.aliases): a link only hidden text makes is never listed."""
+        if not self.entity_states([eid]).get(eid):
+            return []
+        key = self.entity_key(eid)
+        rows = self._snap.entity_instances([key], classes=self.caller.readable)
+        return merged_names(key, ((r.name, r.type, r.unit_id) for r in rows))
 
     def claims_of(self, entity_ids: Iterable[str]) -> list[Claim]:
         """Servable claims about these entities (claims are per unit: no views)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from canopy.ids import entity_key, key_words
 
-__all__ = ["Alias", "alias_rule", "display_name", "unit_aliases"]
+__all__ = ["Alias", "MergedName", "alias_rule", "display_name", "merged_names", "unit_aliases"]
 
 # Words an initialism skips ("Bank of America" -> "BoA", "BA").
 _JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "la", "du", "des",
@@ -147,3 +147,38 @@ def display_name(names: Counter[str], key: str) -> str:
     Altman", not the "Altman" merged into it), ties to the smallest; any form when none has."""
     own = Counter({n: c for n, c in names.items() if entity_key(n) == key}) or names
     return min(own.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+@dataclass(frozen=True)
+class MergedName:
+    """A name merged into an entity under another key, with the rule that linked it and the
+    units whose text supports the link (those it was merged in)."""
+
+    name: str
+    rule: str
+    text_unit_ids: tuple[str, ...]
+
+
+def merged_names(key: str, instances: Iterable[tuple[str, str, str]]) -> list[MergedName]:
+    """The names of an entity's instances ((name, type, unit id) each) written otherwise than
+    its own name, by name: what drill_down shows as the merge's record. Given only the instances
+    a caller may read, it shows only the links their text supports."""
+    instances = list(instances)
+    names = Counter(n for n, _, _ in instances)
+    if not names:
+        return []
+    own = display_name(names, key)
+    own_type = Counter(t for n, t, _ in instances if n == own)
+    canonical_type = min(own_type.items(), key=lambda kv: (-kv[1], kv[0]))[0] if own_type else ""
+    units: dict[str, set[str]] = {}
+    types: dict[str, Counter[str]] = {}
+    for name, type_, unit in instances:
+        if name != own and name.casefold() != own.casefold():
+            units.setdefault(name, set()).add(unit)
+            types.setdefault(name, Counter())[type_] += 1
+    out = []
+    for name in sorted(units):
+        t = min(types[name].items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        out.append(MergedName(name, alias_rule(name, own, t, canonical_type) or FORM,
+                              tuple(sorted(units[name]))))
+    return out

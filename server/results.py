@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 __all__ = [
     "Citation",
+    "AliasCard",
     "ClaimCard",
     "CommunityCard",
     "Coverage",
@@ -154,6 +155,14 @@ class EntityCard(BaseModel):
     degree: int
 
 
+class AliasCard(BaseModel):
+    name: str = Field(description="Another name the entity was merged from, as written")
+    rule: str = Field(description="What linked it: form (case, punctuation, accents, spacing, "
+                      "legal suffix), surname, initialism or abbreviation")
+    text_unit_ids: list[str] = Field(description="Text units (readable by you) whose text "
+                                     "supports the link")
+
+
 class RelationshipCard(BaseModel):
     id: str
     source: str = Field(description="Source entity name")
@@ -212,6 +221,9 @@ class DrillResult(BaseModel):
     claims: list[ClaimCard] = Field(
         default_factory=list, description="Claims about the entity (drill_down(entity=...)), "
         "with their period and source quote")
+    aliases: list[AliasCard] = Field(
+        default_factory=list, description="Other names the entity (drill_down(entity=...)) was "
+        "merged from, each with its rule and supporting text units")
     sources: list[SourceSpan] = Field(
         default_factory=list, description="Source text spans (leaf or finding)")
     truncated: bool = False

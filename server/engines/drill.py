@@ -32,7 +32,7 @@ from canopy.server.engines.common import (
     metered,
     tokenizer,
 )
-from canopy.server.results import ClaimCard, CommunityCard, DrillResult, SourceSpan
+from canopy.server.results import AliasCard, ClaimCard, CommunityCard, DrillResult, SourceSpan
 
 __all__ = ["MAX_LIMIT", "REPORT_CHILDREN", "drill_down", "list_servable_reports", "no_community",
            "no_entity", "report_markdown", "served_ancestors", "served_children", "source_span"]
@@ -309,6 +309,16 @@ async def _entity(ctx: QueryContext, name: str, finding: int | None, page: _Page
     entity = (await reader.entities([eid])).get(eid) if eid is not None else None
     if entity is None:
         raise no_entity(name)
+    result = await _entity_in_context(ctx, entity, finding, page)
+    result.aliases = [AliasCard(name=m.name, rule=m.rule, text_unit_ids=list(m.text_unit_ids))
+                      for m in reader.merged_names(entity.id)]
+    return result
+
+
+async def _entity_in_context(ctx: QueryContext, entity: Entity, finding: int | None,
+                             page: _Page) -> DrillResult:
+    """The entity in its deepest community with a report, or alone with its relationships."""
+    reader = ctx.reader
     chain = reader.communities_of([entity.id]).get(entity.id, [])  # deepest first
     states = reader.community_states(chain)
     for cid in chain:
