@@ -195,6 +195,36 @@ def test_each_step_applied_one_at_a_time_also_matches(tmp_path: Path) -> None:
     assert canonical(ws.index_dir) == canonical(fresh.index_dir)
 
 
+def test_an_edit_removing_a_merges_only_evidence_splits_the_entity_like_a_fresh_build(
+    tmp_path: Path,
+) -> None:
+    """Issue 31: "Altman" merges into "Sam Altman" on the unit that names both; an edit that
+    removes the full name from that unit splits them again, exactly as a fresh build does, and
+    so does restoring it."""
+    docs = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "projects", docs / "projects")
+    note = docs / "interview.md"
+    full = ("# Interview\n\nSam Altman spoke to Maria Okafor in Lisbon about Helio Cells. "
+            "Later Altman met Maria Okafor again, and Altman praised Helio Cells.\n")
+    note.write_text(full, encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "incremental")
+    build_index(ws)
+
+    def names(index_dir: Path) -> dict[str, str]:
+        return {e.name: e.id for e in graph_of(index_dir).entities.values()}
+
+    assert "Sam Altman" in names(ws.index_dir) and "Altman" not in names(ws.index_dir)
+    for text, merged in ((full.replace("Sam Altman spoke", "A reporter spoke"), False),
+                         (full, True)):
+        note.write_text(text, encoding="utf-8")
+        build_index(ws)
+        assert ("Altman" not in names(ws.index_dir)) == merged
+        fresh = open_workspace(docs, index_dir=tmp_path / f"fresh-{merged}")
+        build_index(fresh)
+        assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+        assert_community_invariants(ws.index_dir)
+
+
 @pytest.mark.parametrize(("seed", "migration", "undo"), [
     # community_edges and member_ranks: filled from the committed generation
     (5, "m008_community_index", ("DROP TABLE community_edges", "DROP TABLE member_ranks")),
