@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from canopy.ids import entity_key, key_words
+from canopy.providers.builtin.lexicon import FIRST_NAMES, HONORIFICS
 
 __all__ = ["Alias", "MergedName", "alias_rule", "display_name", "merged_names", "unit_aliases"]
 
@@ -39,7 +40,8 @@ _JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "
 _ROMAN = re.compile(r"^[ivxlcdm]+$")
 _GENERATIONAL = frozenset({"jr", "sr", "ii", "iii", "iv"})
 _LETTERS = re.compile(r"[^\W\d_]+")
-SURNAME, INITIALISM, ABBREVIATION, FORM = "surname", "initialism", "abbreviation", "form"
+SURNAME, GIVEN_NAME, INITIALISM, ABBREVIATION, FORM = (
+    "surname", "given name", "initialism", "abbreviation", "form")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class _Form:
     words: list[str]
     written: str  # the surface form as extracted (capitals count for initialisms)
     types: Counter[str]
+    first: int  # position of its first instance in the unit's extraction (text order)
 
     @property
     def type(self) -> str:
@@ -74,17 +77,39 @@ def _initials(words: list[str]) -> set[str]:
 
 
 def _is_initialism(written: str) -> bool:
-    """Written as capitals, optionally dotted: "FBI", "U.S."."""
+    """Written as capitals, optionally dotted: "FBI", "U.S.". Two undotted capitals ("AI",
+    "TD", "RW") are as often a common abbreviation of the text as a name's initials: not."""
     letters = "".join(_LETTERS.findall(written))
-    return 2 <= len(letters) <= 6 and letters.isupper() and set(written) <= set(letters) | {"."}
+    dotted = "." in written
+    return ((3 if not dotted else 2) <= len(letters) <= 6 and letters.isupper()
+            and set(written) <= set(letters) | {"."})
 
 
 def _surname(short: _Form, long: _Form) -> bool:
-    if short.type != "person" or long.type != "person" or len(long.words) < 2:
+    """The last word of a person's full name ("Altman" of "Sam Altman"). A full name is a
+    person's when typed so or when it starts with a known first name (an extractor may type
+    "Pat Cummins" an organization); the short form is never a place."""
+    if len(long.words) < 2 or "geo" in (short.type, long.type):
         return False
     words = [w for w in long.words if w not in _GENERATIONAL and not _ROMAN.match(w)]
+    while words and words[0] in HONORIFICS:  # "Mrs. Fezziwig" is no fuller name of "Fezziwig"
+        words.pop(0)
+    if len(words) < 2 or not (long.type == "person" or words[0] in FIRST_NAMES):
+        return False
+    if short.type not in ("person", long.type):
+        return False
     (w,) = short.words
-    return len(words) >= 2 and words[-1] == w and w != words[0]
+    return words[-1] == w and w != words[0]
+
+
+def _given_name(short: _Form, long: _Form) -> bool:
+    """A known first name standing for the one person of the unit with it ("Alicia" for "Alicia
+    Huberman")."""
+    (w,) = short.words
+    if w not in FIRST_NAMES or short.type not in ("person", long.type) or long.type == "geo":
+        return False
+    words = [x for x in long.words if x not in HONORIFICS]
+    return len(words) >= 2 and words[0] == w and (long.type == "person" or w in FIRST_NAMES)
 
 
 def _abbreviation(short: _Form, long: _Form) -> bool:
@@ -98,16 +123,17 @@ def _abbreviation(short: _Form, long: _Form) -> bool:
 
 
 def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
-    """The links one unit's entity instances ((name, type) each) support, by the key of the
-    short form: only a short form with exactly one candidate long form in the unit is linked."""
+    """The links one unit's entity instances ((name, type) each, in text order) support, by the
+    key of the short form: a short form stands for a longer name first written before it, and
+    only one with exactly one such candidate in the unit is linked."""
     forms: dict[str, _Form] = {}
-    for name, type_ in names:
+    for pos, (name, type_) in enumerate(names):
         key = entity_key(name)
         if not key:
             continue
         f = forms.get(key)
         if f is None:
-            f = forms[key] = _Form(key, key_words(name), name.strip(), Counter())
+            f = forms[key] = _Form(key, key_words(name), name.strip(), Counter(), pos)
         f.types[type_.strip().lower()] += 1
     longs = [f for f in forms.values() if len(f.words) >= 2]
     out: dict[str, Alias] = {}
@@ -124,6 +150,8 @@ def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
                     found[long.key] = INITIALISM
             elif _surname(short, long):
                 found[long.key] = SURNAME
+            elif _given_name(short, long):
+                found[long.key] = GIVEN_NAME
             elif _abbreviation(short, long):
                 found[long.key] = ABBREVIATION
         if len(found) == 1:

@@ -79,9 +79,15 @@ LEGAL_FORMS = frozenset({
 
 
 def key_words(name: str) -> list[str]:
-    """The name's words, normalized, without trailing legal forms (one word is always kept)."""
-    words = normalize_name(name).split()
+    """The name's words, normalized ("&" read as "and"), without trailing legal forms: one word
+    is always kept, and a country's name keeps its suffix ("India Inc" is India's business
+    world, not India)."""
+    from canopy.providers.builtin.lexicon import GAZETTEER
+
+    words = normalize_name(name.replace("&", " and ")).split()
     while len(words) > 1 and words[-1] in LEGAL_FORMS:
+        if len(words) == 2 and words[0] in GAZETTEER:
+            break
         words.pop()
     return words
 

@@ -26,6 +26,11 @@ class TestNameForms:
     def test_other_names_do_not(self, a: str, b: str) -> None:
         assert entity_key(a) != entity_key(b)
 
+    def test_a_country_keeps_its_legal_suffix_and_an_ampersand_reads_as_and(self) -> None:
+        assert entity_key("India Inc") != entity_key("India")
+        assert entity_key("Johnson & Johnson") == entity_key("Johnson and Johnson")
+        assert entity_key("S&P") != entity_key("SP")
+
     def test_a_key_is_its_own_key_and_a_legal_form_alone_is_a_name(self) -> None:
         assert entity_key(entity_key("Sam Altman")) == entity_key("Sam Altman") == "samaltman"
         assert entity_key("Ltd") == "ltd"
@@ -53,6 +58,22 @@ class TestLinksWithinAUnit:
 
     def test_an_initialism_is_written_in_capitals(self) -> None:
         assert unit_aliases([("Us", "organization"), ("United States", "geo")]) == {}
+
+    def test_two_undotted_capitals_are_no_initialism(self) -> None:
+        """"AI", "TD", "RW" abbreviate common words as often as a name of the unit."""
+        assert unit_aliases([("Amnesty International", "organization"),
+                             ("AI", "organization")]) == {}
+
+    def test_an_honorific_and_a_surname_are_no_full_name(self) -> None:
+        assert unit_aliases([("Mrs. Fezziwig", "person"), ("Fezziwig", "person")]) == {}
+
+    def test_a_typed_organization_with_a_first_name_is_a_persons_name(self) -> None:
+        got = unit_aliases([("Brian Cummins", "organization"), ("Cummins", "organization")])
+        assert got["cummins"].rule == "surname"
+
+    def test_a_first_name_stands_for_the_one_person_of_the_unit_with_it(self) -> None:
+        got = unit_aliases([("Alicia Huberman", "person"), ("Alicia", "person")])
+        assert got["alicia"].canonical == "aliciahuberman" and got["alicia"].rule == "given name"
 
     def test_a_clipped_first_word_links_only_when_one_name_has_it(self) -> None:
         fed = unit_aliases([("Federal Reserve", "organization"), ("Fed", "organization")])
