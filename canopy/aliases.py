@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from canopy.ids import entity_key, key_words
 from canopy.providers.builtin.lexicon import FIRST_NAMES, HONORIFICS
 
-__all__ = ["Alias", "MergedName", "alias_rule", "display_name", "merged_names", "unit_aliases"]
+__all__ = ["Alias", "MergedName", "alias_candidates", "alias_rule", "display_name",
+           "linked_keys", "merged_names", "unit_aliases"]
 
 # Words an initialism skips ("Bank of America" -> "BoA", "BA").
 _JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "la", "du", "des",
@@ -40,8 +41,9 @@ _JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "
 _ROMAN = re.compile(r"^[ivxlcdm]+$")
 _GENERATIONAL = frozenset({"jr", "sr", "ii", "iii", "iv"})
 _LETTERS = re.compile(r"[^\W\d_]+")
-SURNAME, GIVEN_NAME, INITIALISM, ABBREVIATION, FORM = (
-    "surname", "given name", "initialism", "abbreviation", "form")
+SURNAME, GIVEN_NAME, INITIALISM, ABBREVIATION, FORM, CONFIRMED = (
+    "surname", "given name", "initialism", "abbreviation", "form", "confirmed")
+MAX_CANDIDATES = 24  # pairs of one unit asked about in one confirmation request
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,48 @@ def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
     return out
 
 
+def alias_candidates(names: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Pairs (shorter name, longer name) of one unit's entities ((name, type) each) that the
+    rules leave open and the unit's text could settle: the shorter's words all in the longer
+    ("Apple" / "Apple Watch", "Kelce" / "Travis Kelce" beside "Jason Kelce"), or capitals that
+    spell its initials ("AI" / "Amnesty International"). What an LLM is asked to confirm."""
+    names = list(names)
+    linked = unit_aliases(names)
+    forms: dict[str, tuple[str, list[str]]] = {}
+    for name, _ in names:
+        key = entity_key(name)
+        if key and key not in forms:
+            forms[key] = (name.strip(), key_words(name))
+    out: list[tuple[str, str]] = []
+    for short_key, (short, short_words) in sorted(forms.items()):
+        if short_key in linked:
+            continue
+        letters = "".join(_LETTERS.findall(short))
+        capitals = letters.isupper() and 2 <= len(letters) <= 6
+        for long_key, (long, long_words) in sorted(forms.items()):
+            if long_key == short_key or len(long_words) < 2 or len(long_words) <= len(short_words):
+                continue
+            if set(short_words) < set(long_words) or (
+                    capitals and letters.lower() in _initials(long_words)):
+                out.append((short, long))
+    return out[:MAX_CANDIDATES]
+
+
+def linked_keys(names: list[tuple[str, str]], confirmed: Iterable[tuple[str, str]] = ()
+                ) -> dict[str, Alias]:
+    """Every link of one unit: its rules' (`unit_aliases`) and the pairs the provider confirmed
+    from its text (`confirmed`, (short, long) names of this unit's entities)."""
+    links = unit_aliases(names)
+    here = {entity_key(n) for n, _ in names}
+    for short, long in confirmed:
+        s, t = entity_key(short), entity_key(long)
+        if s in here and t in here and s != t and s not in links:
+            target = links[t].canonical if t in links else t
+            if target != s:
+                links[s] = Alias(s, target, CONFIRMED)
+    return links
+
+
 def alias_rule(alias: str, canonical: str, alias_type: str = "", canonical_type: str = "") -> str:
     """Which rule links a surface form to the entity it was merged into: `FORM` when the forms
     share a key, else the unit rule that would link them ("" when none would)."""
@@ -207,6 +251,6 @@ def merged_names(key: str, instances: Iterable[tuple[str, str, str]]) -> list[Me
     out = []
     for name in sorted(units):
         t = min(types[name].items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        out.append(MergedName(name, alias_rule(name, own, t, canonical_type) or FORM,
+        out.append(MergedName(name, alias_rule(name, own, t, canonical_type) or CONFIRMED,
                               tuple(sorted(units[name]))))
     return out

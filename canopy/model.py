@@ -131,6 +131,9 @@ class Extraction:
     relationships: tuple[RelationshipInstance, ...] = ()
     claims: tuple[ClaimInstance, ...] = ()
     passes: int = 1  # extraction + gleaning passes actually run
+    # (name, longer name it stands for) pairs of this unit's entities that the provider confirmed
+    # from the unit's text (canopy.aliases: the LLM confirmation of the pairs its rules leave open)
+    links: tuple[tuple[str, str], ...] = ()
 
 
 # ---- merged graph -------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from canopy.aliases import alias_candidates
 from canopy.ids import entity_id, entity_key, relationship_id
 from canopy.indexer.operations.clustering import (
     ClusterParams,
@@ -99,7 +100,7 @@ class Projection:
         pace to time them (on the example corpus it said 48 s for a 6 s build)."""
         if self.rate <= 0:
             return None
-        extraction = self.calls.get("extract", 0) + self.calls.get("glean", 0)
+        extraction = sum(self.calls.get(t, 0) for t in ("extract", "glean", "resolve"))
         return max(0, extraction - self.calls_made) / self.rate
 
 
@@ -175,7 +176,11 @@ class Forecast:
         half = sample[:k // 2]
         n = self.units
         gleanings = sum(ex.passes - 1 for ex in sample)  # passes: extraction + gleanings
-        calls = {"extract": n, "glean": round(gleanings * n / max(1, k))}
+        # a unit whose names leave pairs open asks one confirmation (LLMProvider.extract)
+        resolving = sum(bool(alias_candidates((e.name, e.type) for e in ex.entities))
+                        for ex in sample)
+        calls = {"extract": n, "glean": round(gleanings * n / max(1, k)),
+                 "resolve": round(resolving * n / max(1, k))}
         size = self._size
         t_half, t_sample = size(ex.unit_id for ex in half), size(ex.unit_id for ex in sample)
         t_total = size(self._all)

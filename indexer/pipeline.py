@@ -92,7 +92,7 @@ def extraction_fingerprint(settings: Settings, provider: Provider) -> str:
     keys of names (canopy.ids.normalize_name) have theirs; replaced extraction or gleaning
     templates change it too."""
     version = getattr(provider, "extraction_version", None)
-    prompts = prompt_key(provider, "extract", "glean")
+    prompts = prompt_key(provider, "extract", "glean", "resolve")
     return content_hash(provider.name, settings.chunking.model_dump_json(),
                         settings.extract.model_dump_json(), f"keys-{KEYS_VERSION}",
                         *([version] if version else []), *([prompts] if prompts else []))

@@ -10,6 +10,7 @@ __all__ = ["TASKS", "file_name", "load_prompt"]
 TASKS = (
     "extract",
     "glean",
+    "resolve",
     "summarize",
     "report",
     "rate",

@@ -39,6 +39,7 @@ MEANINGS = {
     "max_words": "the length budget in words",
     "name": "the name of the entity or relationship described",
     "names": "index entity names found in the question, one per line",
+    "pairs": "numbered pairs of names found in the text, one per line as 'N. name | name'",
     "persona": "one potential user of the collection",
     "points": "the analysts' points, most important first",
     "query": "the user's question",

@@ -127,7 +127,9 @@ def estimate_build(ws: Workspace, *, sample: int = 40, price_in: float | None = 
 
 
 _QUANTITIES = ("calls", "prompt_tokens", "completion_tokens")
-_PER_UNIT = {"extract", "glean"}  # one call per unit and gleaning pass (LLMProvider.extract)
+# one call per unit and gleaning pass, and at most one confirmation of its names' open pairs
+# (LLMProvider.extract)
+_PER_UNIT = {"extract", "glean", "resolve"}
 
 
 def _sample_build(ws: Workspace, units: list[TextUnit]

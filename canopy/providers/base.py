@@ -89,6 +89,15 @@ class ExtractionOut(BaseModel):
     claims: list[ClaimOut] = []
 
 
+class AliasAnswer(BaseModel):
+    id: int = Field(description="The pair's number")
+    same: bool = Field(description="Whether both names refer to one entity in the passage")
+
+
+class AliasesOut(BaseModel):
+    pairs: list[AliasAnswer] = []
+
+
 class SummaryOut(BaseModel):
     description: str
 
@@ -354,7 +363,7 @@ class BatchExtractor(Protocol):
 
 
 # The prompts whose output is stored in the index (the others apply at query time).
-INDEX_TASKS = ("extract", "glean", "summarize", "report")
+INDEX_TASKS = ("extract", "glean", "resolve", "summarize", "report")
 
 
 def prompt_key(provider: Provider, *tasks: str) -> str:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
+from canopy.aliases import alias_candidates
 from canopy.claims import checked_claim, claim_key
+from canopy.errors import InvalidOutput
 from canopy.ids import normalize_name
 from canopy.limiter import LimiterStats
 from canopy.llm import ChatClient
@@ -27,6 +29,7 @@ from canopy.model import (
     TextUnit,
 )
 from canopy.providers.base import (
+    AliasesOut,
     ContextBlock,
     DriftOut,
     ExtractionOut,
@@ -97,7 +100,24 @@ class LLMProvider:
             passes += 1
             if not acc.add(out):
                 break
-        return acc.result(unit.id, passes)
+        return await self._confirm_links(unit, acc.result(unit.id, passes))
+
+    async def _confirm_links(self, unit: TextUnit, ex: Extraction) -> Extraction:
+        """`ex` with the pairs of its names the resolution rules leave open (canopy.aliases)
+        confirmed or not from the unit's text: all of a unit's pairs in one request (cached like
+        every request). Unusable output confirms nothing; the extraction stands."""
+        pairs = alias_candidates((e.name, e.type) for e in ex.entities)
+        if not pairs:
+            return ex
+        listing = "\n".join(f"{i}. {a} | {b}" for i, (a, b) in enumerate(pairs, 1))
+        prompt = self.prompts.render("resolve", pairs=listing, text=unit.text)
+        try:
+            out = await self.client.json("resolve", _user(prompt), AliasesOut)
+        except InvalidOutput:
+            return ex
+        same = {a.id for a in out.pairs if a.same}
+        return dataclasses.replace(
+            ex, links=tuple(p for i, p in enumerate(pairs, 1) if i in same))
 
     async def summarize(self, name: str, descriptions: list[str], *, max_tokens: int) -> str:
         distinct = list(dict.fromkeys(d.strip() for d in descriptions if d.strip()))

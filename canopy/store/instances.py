@@ -6,7 +6,8 @@ relationship and claim instance, keyed by normalized name. Rules that make mergi
 each unit alone, so an incremental update merges exactly as a full build does:
 - an instance is keyed by its name's merge key (canopy.ids.entity_key), or by the key of the
   longer name it stands for in this unit (canopy.aliases.unit_aliases: "Altman" beside "Sam
-  Altman"); the row keeps the name as written, which is the merge's record;
+  Altman", or a pair the provider confirmed from the unit's text, `Extraction.links`); the row
+  keeps the name as written, which is the merge's record;
 - an instance with an empty name is dropped;
 - a relationship instance counts only when both endpoints are entities extracted from the same
   unit (and are distinct); a claim only when its subject is.
@@ -18,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from canopy.aliases import unit_aliases
+from canopy.aliases import linked_keys
 from canopy.ids import entity_key, relationship_id
 from canopy.model import ClaimInstance, EntityInstance, Extraction, RelationshipInstance
 
@@ -38,7 +39,7 @@ def extraction_rows(ex: Extraction) -> InstanceRows:
     """The instance rows of one unit's extraction (see the module docstring for the rules)."""
     out = InstanceRows()
     keys: set[str] = set()
-    links = unit_aliases((e.name, e.type) for e in ex.entities)
+    links = linked_keys([(e.name, e.type) for e in ex.entities], ex.links)
 
     def key_of(name: str) -> str:
         key = entity_key(name)

@@ -333,6 +333,26 @@ def glean(body: dict[str, Any]) -> dict[str, Any]:
     return empty
 
 
+def resolve(prompt: str) -> dict[str, Any]:
+    """A pair is one entity when the shorter name's capitals spell the longer's initials, or
+    when it is the longer's last word and the passage writes it alone after the full name."""
+    text = section(prompt, "Passage")
+    out = []
+    for line in section(prompt, "Pairs").splitlines():
+        m = re.match(r"^(\d+)\. (.+?) \| (.+)$", line.strip())
+        if not m:
+            continue
+        short, long = m.group(2), m.group(3)
+        words = re.findall(r"\w+", long)
+        initials = "".join(w[0] for w in words).upper()
+        alone = re.sub(re.escape(long), "", text)
+        same = (short.isupper() and short.replace(".", "") == initials) or (
+            words[-1] == short and long in text and re.search(rf"\b{re.escape(short)}\b", alone)
+            is not None)
+        out.append({"id": int(m.group(1)), "same": bool(same)})
+    return {"pairs": out}
+
+
 def summarize(prompt: str) -> str:
     lines = section(prompt, "Descriptions").splitlines()
     items = [ln[2:].strip() for ln in lines if ln.startswith("- ")]
@@ -600,6 +620,7 @@ def chat_content(task: str, body: dict[str, Any]) -> str:
     prompt = users[0] if users else ""
     json_tasks = {
         "extract": extract,
+        "resolve": resolve,
         "report": report,
         "rate": rate,
         "map": map_points,
