@@ -217,7 +217,8 @@ async def drill_down(
 ) -> Annotated[CallToolResult, DrillResult]:
     """Returns one point of the community hierarchy: a community's report, findings, parents,
     children, member entities, relationships and source text; for an entity, also the claims
-    about it (type, status, period, verbatim source quote).
+    about it (type, status, period, verbatim source quote) and the other names it was merged
+    from (`aliases`: the rule and the text units supporting each).
 
     Use it to navigate and verify rather than to answer: with no arguments it lists the
     top-level communities; with community_id (or entity, not both) it opens one community, so

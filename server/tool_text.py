@@ -112,6 +112,10 @@ def drill_text(r: DrillResult) -> str:
     if entity is not None:
         out.append(f"Entity {entity.name} ({entity.type}, degree {entity.degree}) [{entity.id}]: "
                    f"{entity.description}\n")
+        if r.aliases:
+            out.append("Also named: " + "; ".join(
+                f"{a.name} ({a.rule}; units: {', '.join(a.text_unit_ids[:5])})" for a in r.aliases)
+                + "\n")
     if r.community is None:
         out.append("Top of the community hierarchy. "
                    "Pass one of these ids as drill_down(community_id=...):")
