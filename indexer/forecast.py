@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from canopy.aliases import alias_candidates
-from canopy.ids import entity_id, entity_key, relationship_id
+from canopy.ids import entity_id
 from canopy.indexer.operations.clustering import (
     ClusterParams,
     EdgeArrays,
@@ -41,6 +41,7 @@ from canopy.indexer.operations.grouping import top_size
 from canopy.model import Extraction
 from canopy.providers.base import Usage
 from canopy.settings import Settings
+from canopy.store.instances import extraction_rows
 
 __all__ = ["DEFAULT_SAMPLE", "ExtractionPlan", "Forecast", "PlanEvent", "PlanSink",
            "Projection", "checkpoint", "extrapolate", "sample_key"]
@@ -213,18 +214,19 @@ def _calls(usage: dict[str, Usage]) -> dict[str, int]:
 
 
 def summaries(sample: Sequence[Extraction]) -> int:
-    """Summary calls the merge of these extractions makes: one per entity (by normalized name)
-    and per relationship (by its unordered ends) with more than one distinct description."""
+    """Summary calls the merge of these extractions makes: one per entity (by merge key, as
+    the instance rows key it: canopy.store.instances) and per relationship with more than one
+    distinct description."""
     entities: dict[str, set[str]] = defaultdict(set)
     relations: dict[str, set[str]] = defaultdict(set)
     for ex in sample:
-        for e in ex.entities:
-            if e.description.strip():
-                entities[entity_key(e.name)].add(e.description.strip())
-        for r in ex.relationships:
-            if r.description.strip():
-                key = relationship_id(entity_key(r.source), entity_key(r.target))
-                relations[key].add(r.description.strip())
+        rows = extraction_rows(ex)
+        for *_, key, _name, _type, description in rows.entities:
+            if description:
+                entities[key].add(description)
+        for _unit, _pos, rid, _a, _b, description, _strength in rows.relationships:
+            if description:
+                relations[rid].add(description)
     return sum(len(d) > 1 for d in (*entities.values(), *relations.values()))
 
 

@@ -23,7 +23,8 @@ PLAN = re.compile(r"^plan: (\d+) text units to extract with fake-model: (\d+) ex
                   r"\+ (\d+) to (\d+) gleaning calls .* requests; summaries and reports follow",
                   re.MULTILINE)
 PROJECTION = re.compile(r"^projection from the first (\d+) of (\d+) units: about (\d+) extraction "
-                        r"\+ (\d+) gleaning \+ ([\d,]+) summary \+ ([\d,]+) report calls, about "
+                        r"\+ (\d+) gleaning \+ (\d+) name-confirmation \+ ([\d,]+) summary \+ "
+                        r"([\d,]+) report calls, about "
                         r"([\d,]+) in all; at [\d.]+ calls/s so far, extraction has about \S+ left "
                         r"\(the later stages print their own time left\)$", re.MULTILINE)
 
@@ -71,8 +72,8 @@ def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_rea
 
         projection = PROJECTION.search(first.stderr)
         assert projection, first.stderr
-        sample, total, p_extract, p_glean, p_summ, p_report, p_all = map(_number,
-                                                                         projection.groups())
+        sample, total, p_extract, p_glean, p_resolve, p_summ, p_report, p_all = map(
+            _number, projection.groups())
         assert (sample, total) == (checkpoint(18), 18) == (8, 18)  # a real projection
         assert p_extract == units == estimated["extract"]
         assert abs(p_glean - usage["glean"]["calls"]) <= units // 4
@@ -87,7 +88,9 @@ def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_rea
         for projected, real in ((p_summ, usage["summarize"]["calls"]),
                                 (p_report, usage["report"]["calls"])):
             assert real / 2 <= projected <= real * 2, (projected, real)
-        assert p_all == p_extract + p_glean + p_summ + p_report
+        # names' open pairs: at most one confirmation per unit, as the build asked
+        assert p_resolve <= units and usage.get("resolve", {}).get("calls", 0) <= units
+        assert p_all == p_extract + p_glean + p_resolve + p_summ + p_report
         assert json.loads(first.stdout)["plan"]["extract_calls"] == extract
 
         # An update: the plan covers the units the edit changed, and the summary's last line
@@ -101,7 +104,8 @@ def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_rea
     assert plan, second.stderr
     units = int(plan.group(1))
     last = second.stdout.rstrip("\n").splitlines()[-1]
-    made = re.fullmatch(r"  LLM calls [\d,]+ by task: extract (\d+), glean (\d+), summarize \d+, "
+    made = re.fullmatch(r"  LLM calls [\d,]+ by task: extract (\d+), glean (\d+), "
+                        r"(?:resolve \d+, )?summarize \d+, "
                         r"report \d+(?:; [\d,]+ more answered from the cache)? "
                         r"\(planned: extract (\d+), glean (\d+)-(\d+)"
                         r"(; projected: about [\d,]+ in all)?\)", last)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # canopy.indexer.forecast imports the clustering code: only t
 __all__ = ["PlanLines", "calls_line"]
 
 # Tasks in pipeline order; any other task a provider reports follows in name order.
-_ORDER = ("extract", "glean", "summarize", "report")
+_ORDER = ("extract", "glean", "resolve", "summarize", "report")
 
 
 @dataclass
@@ -76,6 +76,7 @@ def plan_line(p: ExtractionPlan) -> str:
 def projection_line(p: Projection) -> str:
     c = p.calls
     parts = [f"{c.get('extract', 0):,} extraction", f"{c.get('glean', 0):,} gleaning",
+             f"{c.get('resolve', 0):,} name-confirmation",  # canopy.aliases, one per unit at most
              f"{c.get('summarize', 0):,} summary", f"{c.get('report', 0):,} report"]
     eta = p.eta_s
     pace = (f"; at {p.rate:.1f} calls/s so far, extraction has about {duration(eta)} left "
