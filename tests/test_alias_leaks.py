@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from canopy.ids import entity_id
-from canopy.server.export.collect import collect_tables
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
-from canopy.server.web.data import entity_page, find_entities, hierarchy
+from canopy.server.wings.graphrag.export.collect import collect_tables
+from canopy.server.wings.web.data import entity_page, find_entities, hierarchy
 from tests.test_acl_leaks import sweep
 
 LEASE = """# Warehouse lease
@@ -65,11 +65,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _build(docs: Path, index: Path) -> CanopyService:
-    build_index(open_workspace(docs, index_dir=index))
-    return CanopyService(open_workspace(docs, index_dir=index))
 
 
 @pytest.fixture(scope="module")
