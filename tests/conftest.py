@@ -15,6 +15,7 @@ import pytest
 if TYPE_CHECKING:
     from canopy.acl.reader import CallerReader
     from canopy.server.runtime import Workspace
+    from canopy.server.service import CanopyService
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -116,6 +117,18 @@ def examples_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with offline_env():
         build_index(open_workspace(EXAMPLES, index_dir=index_dir))
     return index_dir
+
+
+@pytest.fixture(scope="module")
+def examples_service(examples_index: Path) -> Iterator[CanopyService]:
+    """A service over the shared examples index, one per test module (read only, offline)."""
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
+
+    with offline_env():
+        svc = CanopyService(open_workspace(EXAMPLES, index_dir=examples_index))
+    yield svc
+    svc.close()
 
 
 @pytest.fixture(autouse=True)

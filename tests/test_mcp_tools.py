@@ -5,7 +5,6 @@ SDK transports are exercised in test_mcp_server.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -18,9 +17,7 @@ from mcp.server.session import ServerSession
 from canopy.server.first_build import ServiceSlot
 from canopy.server.mcp_gateway import Gateway, ToolFailure, gateway_of
 from canopy.server.mcp_tools import drill_down, global_search, index_status_tool
-from canopy.server.runtime import open_workspace
 from canopy.server.service import CanopyService
-from tests.conftest import offline_env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "docs"
 
@@ -30,14 +27,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def service(examples_index: Path) -> Iterator[CanopyService]:
-    with offline_env():
-        svc = CanopyService(open_workspace(EXAMPLES, index_dir=examples_index))
-    yield svc
-    svc.close()
 
 
 @dataclass
@@ -58,10 +47,10 @@ def request_context(gateway: Gateway, session: RecordingSession) -> Context:
 
 
 async def test_global_search_called_directly_answers_from_the_lifespan_gateway_with_progress(
-    service: CanopyService,
+    examples_service: CanopyService,
 ) -> None:
     session = RecordingSession()
-    ctx = request_context(Gateway(ServiceSlot(service), None), session)
+    ctx = request_context(Gateway(ServiceSlot(examples_service), None), session)
     result = await global_search("What are the main risks across the supply chain?", ctx)
     assert result.structured_content is not None
     assert result.structured_content["method"] == "global"
@@ -71,18 +60,18 @@ async def test_global_search_called_directly_answers_from_the_lifespan_gateway_w
 
 
 async def test_a_tool_called_directly_forwards_not_found_as_a_tool_failure(
-    service: CanopyService,
+    examples_service: CanopyService,
 ) -> None:
-    ctx = request_context(Gateway(ServiceSlot(service), None), RecordingSession())
+    ctx = request_context(Gateway(ServiceSlot(examples_service), None), RecordingSession())
     with pytest.raises(ToolFailure) as raised:
         await drill_down(ctx, community_id="c1-0000000000")
     assert raised.value.kind == "not_found"
 
 
 async def test_index_status_counts_only_what_the_gateways_principal_may_read(
-    service: CanopyService,
+    examples_service: CanopyService,
 ) -> None:
-    ctx = request_context(Gateway(ServiceSlot(service), None), RecordingSession())
+    ctx = request_context(Gateway(ServiceSlot(examples_service), None), RecordingSession())
     status = (await index_status_tool(ctx)).structured_content
     assert status is not None and status["documents"] > 0
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from mcp import Client
 
 from canopy.server.mcp_app import build_server
-from canopy.server.runtime import open_workspace
 from canopy.server.service import CanopyService
 from canopy.server.wings.eval.retrieval import (
     EvalQuestion,
@@ -22,7 +19,6 @@ from canopy.server.wings.eval.retrieval import (
     evaluate,
     score_table,
 )
-from tests.conftest import EXAMPLES, offline_env
 
 QUESTIONS = [
     EvalQuestion("Which supplier makes the battery cells?", ("suppliers/helio_cells.md",)),
@@ -32,17 +28,9 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def service(examples_index: Path) -> Iterator[CanopyService]:
-    with offline_env():
-        svc = CanopyService(open_workspace(EXAMPLES, index_dir=examples_index))
-    yield svc
-    svc.close()
-
-
-def _cited_documents(service: CanopyService, tool: str, query: str) -> list[str]:
+def _cited_documents(examples_service: CanopyService, tool: str, query: str) -> list[str]:
     async def call() -> list[str]:
-        async with Client(build_server(service)) as client:
+        async with Client(build_server(examples_service)) as client:
             r = await client.call_tool(tool, {"query": query})
         assert r.structured_content is not None
         return list(dict.fromkeys(c["document"] for c in r.structured_content["citations"]
@@ -51,32 +39,33 @@ def _cited_documents(service: CanopyService, tool: str, query: str) -> list[str]
 
 
 def test_delivered_tools_score_the_documents_the_mcp_result_cites_in_its_order(
-        service: CanopyService) -> None:
-    scores = {s.tool: s for s in evaluate(service, QUESTIONS, ["local", "basic"], [1, 5, 10])}
+        examples_service: CanopyService) -> None:
+    scores = {s.tool: s
+              for s in evaluate(examples_service, QUESTIONS, ["local", "basic"], [1, 5, 10])}
     for tool, name in (("local", "local_search"), ("basic", "basic_search")):
         for q, ranked in zip(QUESTIONS, scores[tool].ranked_paths, strict=True):
-            assert ranked == _cited_documents(service, name, q.text)[:10]
+            assert ranked == _cited_documents(examples_service, name, q.text)[:10]
         assert scores[tool].median_documents is not None and scores[tool].truncated == 0
 
 
 def test_a_smaller_result_limit_delivers_fewer_documents_and_scores_what_it_delivers(
-        service: CanopyService, monkeypatch: pytest.MonkeyPatch) -> None:
+        examples_service: CanopyService, monkeypatch: pytest.MonkeyPatch) -> None:
     """The limit is part of what is scored: at 2,000 tokens a result carries fewer documents,
     and the score is computed from those, not from the ranking the engine started from."""
-    whole = evaluate(service, QUESTIONS, ["local", "local-ranking"], [10])
-    monkeypatch.setattr(service.ws.settings.query, "result_token_limit", 2000)
-    small = evaluate(service, QUESTIONS, ["local", "local-ranking"], [10])
+    whole = evaluate(examples_service, QUESTIONS, ["local", "local-ranking"], [10])
+    monkeypatch.setattr(examples_service.ws.settings.query, "result_token_limit", 2000)
+    small = evaluate(examples_service, QUESTIONS, ["local", "local-ranking"], [10])
     assert small[0].median_documents is not None and whole[0].median_documents is not None
     assert small[0].median_documents < whole[0].median_documents
     assert small[1].ranked_paths == whole[1].ranked_paths  # the ranking itself is unchanged
     for q, ranked in zip(QUESTIONS, small[0].ranked_paths, strict=True):
-        assert ranked == _cited_documents(service, "local_search", q.text)[:10]
+        assert ranked == _cited_documents(examples_service, "local_search", q.text)[:10]
         assert ranked == [p for p in ranked if p in whole[1].ranked_paths[QUESTIONS.index(q)]]
 
 
 def test_the_table_labels_what_each_row_measures_and_details_name_the_documents(
-        service: CanopyService) -> None:
-    scores = evaluate(service, QUESTIONS, ["local", "bm25", "local-ranking"], [2, 5])
+        examples_service: CanopyService) -> None:
+    scores = evaluate(examples_service, QUESTIONS, ["local", "bm25", "local-ranking"], [2, 5])
     table = "\n".join(score_table(scores, [2, 5]))
     assert "| local_search, as delivered |" in table
     assert "| local_search's ranking before assembly |" in table
