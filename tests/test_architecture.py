@@ -435,6 +435,7 @@ def test_the_depth_of_a_module_on_the_update_path() -> None:
 # providers, the settings or the LLM client.
 OPERATIONS_MAY_IMPORT = {
     "canopy.ids": None, "canopy.model": None, "canopy.tokenizer": None,
+    "canopy.aliases": {"display_name"},  # the name an entity is shown under: names in, a name out
     "canopy.store.rows": None,
     "canopy.store.reads": {"EntityInstanceRow", "RelationshipInstanceRow"},
     "canopy.providers.base": {"ReportContext", "ReportOut", "FindingOut"},
