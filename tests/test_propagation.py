@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from canopy.ids import entity_key
 from canopy.server.context import QueryContext
 from canopy.server.engines import evidence
 from canopy.server.engines.local_engine import build_local_context
@@ -19,6 +20,10 @@ from canopy.server.engines.propagation import UnitGraph, graph_evidence, persona
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
 from tests.conftest import offline_env
+
+# The merge keys of the corpus's names, as the reader is asked for them.
+ALMANAC, SOCIETY, PIET, MARA = (entity_key(n) for n in (
+    "Harbor Almanac", "Quillmoor Society", "Piet Oss", "Mara Holt"))
 
 QUESTION = "Who was the first president of the guild that prints the Harbor Almanac?"
 
@@ -101,7 +106,7 @@ class TestTwoHops:
     def test_the_walk_reaches_the_bridge_from_the_question_entity_alone(self, plain):
         with plain.context(None) as ctx:
             r = ctx.reader
-            scores = personalized_pagerank(UnitGraph(r), {"harbor almanac": 1.0}, {})
+            scores = personalized_pagerank(UnitGraph(r), {ALMANAC: 1.0}, {})
             paths = {u: doc.path for u, (_, doc) in r.units(scores).items()}
         assert set(paths.values()) == {"almanac.md", "society.md"}
         best = max(scores, key=lambda u: scores[u])
@@ -113,7 +118,7 @@ class TestTwoHops:
         with plain.context(None) as ctx:
             r = ctx.reader
             every = r.units(u for ids in r.mentioning_units(
-                ["harbor almanac", "quillmoor society", "piet oss", "mara holt"]).values()
+                [ALMANAC, SOCIETY, PIET, MARA]).values()
                 for u in ids)
             got = graph_evidence(r, [], dict.fromkeys(every, 1.0))
             by_path = {doc.path: got.get(u, 0.0) for u, (_, doc) in every.items()}
@@ -139,12 +144,12 @@ class TestPermissions:
 
     def test_graph_reads_count_and_return_only_units_the_caller_may_read(self, guarded):
         with guarded.context("admin") as admin, guarded.context("bob") as bob:
-            assert admin.reader.mention_counts(["quillmoor society"]) == {"quillmoor society": 3}
-            assert bob.reader.mention_counts(["quillmoor society"]) == {"quillmoor society": 1}
-            seen = bob.reader.mentioning_units(["quillmoor society"])["quillmoor society"]
+            assert admin.reader.mention_counts([SOCIETY]) == {SOCIETY: 3}
+            assert bob.reader.mention_counts([SOCIETY]) == {SOCIETY: 1}
+            seen = bob.reader.mentioning_units([SOCIETY])[SOCIETY]
             assert {d.path for _, d in bob.reader.units(seen).values()} == {"almanac.md"}
             hidden = [u for u, (_, d) in admin.reader.units(
-                admin.reader.mentioning_units(["quillmoor society"])["quillmoor society"]
+                admin.reader.mentioning_units([SOCIETY])[SOCIETY]
             ).items() if d.path != "almanac.md"]
             assert hidden and bob.reader.unit_mentions(hidden) == {}
 
@@ -163,7 +168,7 @@ class TestPermissions:
                 ).items()}
                 seeds = {u: 1.0 + i for i, u in enumerate(sorted(units, key=lambda u: (
                     units[u][1].path, units[u][0].ordinal)))}
-                keys = ["harbor almanac", "quillmoor society"]
+                keys = [ALMANAC, SOCIETY]
                 got = graph_evidence(r, keys, seeds)
                 located = r.units(got)
                 ev = {(located[u][1].path, located[u][0].ordinal): round(g, 9)
@@ -215,6 +220,6 @@ class TestEntityPages:
 
     def test_only_a_title_that_is_a_name_makes_a_page(self):
         assert evidence.page_key("Ostrevia") == "ostrevia"
-        assert evidence.page_key("Tallow Street (novel)") == "tallow street"
+        assert evidence.page_key("Tallow Street (novel)") == entity_key("tallow street")
         assert evidence.page_key("Notes from the chess evening") == ""
         assert evidence.page_key("Why commuters quit the ferry?") == ""

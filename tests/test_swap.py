@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from canopy.ids import entity_key
 from canopy.indexer.pipeline import run_index
 from canopy.indexer.watcher import Watcher
 from canopy.providers import make_embedder
@@ -142,9 +143,9 @@ def test_readers_see_one_generation_per_request_while_an_update_commits(indexed:
             thread.join()
             assert service.store.generation > pinned
             assert ctx.reader.generation == pinned
-            assert not ctx.reader.entity_ids_by_key(["orla dunmere"])
+            assert not ctx.reader.entity_ids_by_key([entity_key("Orla Dunmere")])
         with service.context(None) as ctx:
-            assert ctx.reader.entity_ids_by_key(["orla dunmere"])
+            assert ctx.reader.entity_ids_by_key([entity_key("Orla Dunmere")])
     finally:
         service.close()
 
@@ -165,13 +166,13 @@ def test_calls_side_by_side_on_one_event_loop_each_read_their_own_generation(
         release["older"] = asyncio.Event()
         started.set()
         await release["older"].wait()  # the newer call runs meanwhile, on this loop
-        found = bool(ctx.reader.entity_ids_by_key(["orla dunmere"]))
+        found = bool(ctx.reader.entity_ids_by_key([entity_key("Orla Dunmere")]))
         return generation, found, await basic_search(ctx, "Who joined Helio Cells?", k=5)
 
     async def newer(ctx: Any) -> tuple[int, bool, SearchResult]:
         threads.append(threading.get_ident())
         result = await basic_search(ctx, "Who joined Helio Cells?", k=5)
-        found = bool(ctx.reader.entity_ids_by_key(["orla dunmere"]))
+        found = bool(ctx.reader.entity_ids_by_key([entity_key("Orla Dunmere")]))
         release["older"].set()
         return ctx.reader.generation, found, result
 

@@ -307,8 +307,12 @@ def cached_lance_blob(cache: Path, manifest: Manifest) -> Path:
 def damage(path: Path) -> None:
     path.chmod(0o644)  # cached blobs are read-only
     data = bytearray(path.read_bytes())
-    data[len(data) // 2:len(data) // 2 + 16] = b"\x00" * 16
+    # Bits flipped, not bytes zeroed: a run of zeros may already be zeros, changing nothing.
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(b ^ 0xFF for b in data[middle:middle + 16])
+    before = hashlib.sha256(path.read_bytes()).digest()
     path.write_bytes(bytes(data))
+    assert hashlib.sha256(bytes(data)).digest() != before
 
 
 async def test_a_replica_restarted_on_a_damaged_cache_downloads_the_damaged_files_again(
