@@ -576,6 +576,7 @@ async def test_an_http_server_listens_before_its_first_build_and_reports_it(
                 first = await client.call_tool("local_search", {"query": "Who makes the cells?"})
                 assert fake.count("report") == 0  # the build is still extracting
                 assert first.is_error and "building the first index" in text_of(first)
+                fake.latency = 0.0  # the call met the build under way: let it finish quickly
                 done = await _after_first_build(client, "local_search",
                                                 {"query": "Who makes the cells?"})
                 assert not done.is_error, text_of(done)
@@ -829,6 +830,7 @@ async def test_a_first_start_answers_the_handshake_at_once_and_tools_report_the_
             assert first.is_error, text_of(first)
             assert "building the first index" in text_of(first)
             assert str(docs) in text_of(first) and "s so far" in text_of(first)
+            fake.latency = 0.0  # the call met the build under way: let it finish quickly
             done = await _after_first_build(client, "local_search",
                                             {"query": "Who makes the cells?"})
             assert not done.is_error, text_of(done)
