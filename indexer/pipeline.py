@@ -39,7 +39,9 @@ from canopy.indexer.stages.instances import extract_units
 from canopy.indexer.stages.reports import stage_reports
 from canopy.indexer.stages.revocation import pending_relabelled, pending_revoked, revoke
 from canopy.indexer.stages.vectors import (
+    EmbeddingsAhead,
     VectorOutcome,
+    embeds_remotely,
     retrain_noted,
     stage_vectors,
     tidy_search_tables,
@@ -267,8 +269,15 @@ async def run_index(
     try:
         b = Build(store, staging, settings, provider, embedder, tok, full,
                   progress or no_progress, given=given, on_plan=on_plan)
+        # An endpoint's embeddings are requested as their texts become final, while the chat
+        # stages run (the vectors stage then finds them cached): the units' now.
+        ahead = EmbeddingsAhead(b, enabled=embeds_remotely(embedder))
+        b.ahead = ahead
+        memo.callback(ahead.cancel)
         # 3. documents and text units (edit-stable chunking: unchanged units keep their ids)
         units = stage_documents(b, plan)
+        ahead.submit("text_units", units.added if not rebuild_vectors
+                     else b.reads.keys("text_units"))
         if revoked:  # a deleted document's text restored under the same path has its ids
             live = b.reads.unit_acl(revoked)
             revoked = [u for u in revoked if u not in live]
@@ -285,6 +294,7 @@ async def run_index(
         # (the deleted documents' units too: their claims go with them)
         changed = [*units.added, *units.removed, *units.relabelled, *revoked, *live_retry]
         graph = await stage_graph(b, changed)
+        ahead.submit("entities", graph.entities)  # written: their descriptions are final
         lap("merge")
         # 6. communities: a local update, or a fresh clustering
         hierarchy = stage_communities(b, graph)
@@ -295,6 +305,8 @@ async def run_index(
         reports = await stage_reports(b, graph, hierarchy, failed_reports)
         lap("reports")
         # 8. embeddings and search rows of what changed
+        await ahead.drain()
+        lap("embed_wait")
         vectors = await stage_vectors(b, rebuild=rebuild_vectors,
                                       erase=bool(units.removed or revoked or full))
         lap("vectors")
@@ -314,7 +326,7 @@ async def run_index(
         c.entities_changed = len(graph.entities) + len(graph.removed_entities)
         c.communities_recomputed = reports.communities
         c.reports_generated, c.reports_reused = reports.generated, reports.reused
-        c.embedded = vectors.embedded
+        c.embedded = vectors.embedded + ahead.requested  # texts sent to the embedder
         stats: dict[str, Any] = c.as_stats()
         load = provider.concurrency()
         if load is not None:  # the LLM client's achieved concurrency (shown by `canopy status`)

@@ -3,8 +3,9 @@ and its `BuildCounters`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.operations.clustering import GivenCommunities
@@ -13,10 +14,22 @@ from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
 from canopy.tokenizer import Tokenizer
 
-__all__ = ["Build", "BuildCounters", "Progress"]
+__all__ = ["Build", "BuildCounters", "EmbedSink", "Progress"]
 
 # progress(stage, total) -> advance(n); the CLI passes tqdm bars, library callers may pass None.
 Progress = Callable[[str, int], Callable[[int], None]]
+
+
+class EmbedSink(Protocol):
+    """Where a stage hands rows whose texts are final, to be embedded while the build goes on
+    (canopy.indexer.stages.vectors.EmbeddingsAhead)."""
+
+    def submit(self, table: str, ids: Iterable[str]) -> None: ...
+
+
+class _NoEmbedAhead:
+    def submit(self, table: str, ids: Iterable[str]) -> None:
+        return None
 
 
 def no_progress(stage: str, total: int) -> Callable[[int], None]:
@@ -63,6 +76,8 @@ class Build:
     given: GivenCommunities | None = None
     # told the extraction plan and the projection of a build that calls an LLM (the CLI prints)
     on_plan: PlanSink | None = None
+    # texts handed over as soon as they are final, so their embeddings overlap the later stages
+    ahead: EmbedSink = field(default_factory=_NoEmbedAhead)
 
     @property
     def reads(self) -> GraphReads:

@@ -344,4 +344,5 @@ async def _write(b: Build, items: list[tuple[Community, _Source]], sizes: Elemen
         acl = b.reads.unit_acl(report.text_unit_ids)
         gate = Gate(frozenset(acl.values()), "", False)
         b.staging.put("reports", [ReportRow(report, gate).values()])
+    b.ahead.submit("reports", (r.community_id for r in written))
     out.generated += len(written)

@@ -9,14 +9,16 @@ index built with another embedder, rewrites the tables from scratch.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from canopy.errors import ProviderError
 from canopy.ids import content_hash
 from canopy.indexer.stages.build import Build
 from canopy.settings import StorageSettings
@@ -32,12 +34,14 @@ from canopy.vectors import (
     superseded,
 )
 
-__all__ = ["VectorOutcome", "retrain_noted", "search_tables_need_tidy", "stage_vectors",
-           "tidy_search_tables"]
+__all__ = ["EmbeddingsAhead", "VectorOutcome", "embeds_remotely", "retrain_noted",
+           "search_tables_need_tidy", "stage_vectors", "tidy_search_tables"]
 
 log = logging.getLogger(__name__)
 
 _BATCH = 512
+# Texts being embedded ahead at once, in batches of _BATCH: bounds the memory of what waits.
+_AHEAD_BATCHES = 4
 
 
 @dataclass
@@ -78,6 +82,73 @@ def _items(b: Build, table: str, ids: list[str]) -> Iterator[_Item]:
             yield _Item(cid, r.full_text(), tuple(sorted(row.gate.acl)), r.text_unit_ids, r.level)
 
 
+def _keys(b: Build, items: list[_Item]) -> dict[str, str]:
+    """The embedding cache key of each item's text (embedder and text: nothing else)."""
+    return {it.id: content_hash(b.embedder.name, it.text, length=32) for it in items}
+
+
+def embeds_remotely(embedder: object) -> bool:
+    """Whether this embedder waits on an endpoint (it keeps a window of requests in flight);
+    the builtin ones compute in this process, where embedding ahead would only take turns."""
+    return callable(getattr(embedder, "concurrency", None))
+
+
+@dataclass
+class EmbeddingsAhead:
+    """Embeddings requested while the other stages run (issue: vectors waited for the last
+    report, then sent their batches one after another): the units' texts during extraction,
+    the entities' once merged, each report's once written. What it fetches goes to the
+    embedding cache, keyed by text alone, so `stage_vectors` later finds it there and
+    writes the same rows it would have written without it: this only moves requests earlier.
+    A request that fails here is left to `stage_vectors`, which asks again and reports
+    the failure as it always has."""
+
+    b: Build
+    enabled: bool = True
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(_AHEAD_BATCHES))
+    requested: int = 0  # texts sent to the endpoint ahead (the run's stats)
+
+    def submit(self, table: str, ids: Iterable[str]) -> None:
+        """Start embedding these rows' texts (ids of artifacts staged in the new generation)."""
+        ids = sorted(set(ids))
+        if not self.enabled or not ids:
+            return
+        for start in range(0, len(ids), _BATCH):
+            self._tasks.append(asyncio.ensure_future(self._one(table, ids[start:start + _BATCH])))
+
+    async def _one(self, table: str, ids: list[str]) -> None:
+        async with self._slots:
+            items = list(_items(self.b, table, ids))
+            keys = _keys(self.b, items)
+            cached = self.b.store.embeddings_get(keys.values())
+            missing = sorted({keys[it.id]: (it.text, it.units) for it in items
+                              if keys[it.id] not in cached}.items())
+            if not missing:
+                return
+            try:
+                got = await self.b.embedder.embed([text for _, (text, _) in missing])
+            except ProviderError as exc:
+                log.debug("embedding ahead failed (%s); the vectors stage asks again", exc)
+                return
+            self.requested += len(missing)
+            self.b.store.embeddings_put(
+                {k: np.asarray(v, dtype=np.float32).tobytes()
+                 for (k, _), v in zip(missing, got, strict=True)},
+                {k: units for k, (_, units) in missing})
+
+    async def drain(self) -> None:
+        """Wait for what was submitted (before the vectors stage reads the cache)."""
+        tasks, self._tasks = self._tasks, []
+        await asyncio.gather(*tasks)
+
+    def cancel(self) -> None:
+        """A run that ends early (an error) leaves nothing running behind it."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+
+
 async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcome:
     """Write the search rows of staged artifacts (all artifacts with `rebuild`). `erase`: text
     left the index in this run (deleted or edited units), so the rows it deletes are noted for
@@ -95,7 +166,7 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
         for start in range(0, len(ids), _BATCH):
             batch = ids[start:start + _BATCH]
             items = list(_items(b, table, batch))
-            keys = {it.id: content_hash(embedder.name, it.text, length=32) for it in items}
+            keys = _keys(b, items)
             cached = b.store.embeddings_get(keys.values())
             missing = sorted(
                 {keys[it.id]: it.text for it in items if keys[it.id] not in cached}.items()
