@@ -87,6 +87,19 @@ def _keys(b: Build, items: list[_Item]) -> dict[str, str]:
     return {it.id: content_hash(b.embedder.name, it.text, length=32) for it in items}
 
 
+async def _cached_and_new(b: Build, items: list[_Item], keys: dict[str, str]
+                          ) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """The vectors of these items' texts by key: those the cache holds, and those it did not,
+    asked of the embedder now (not yet cached: the caller records them with their units)."""
+    cached = b.store.embeddings_get(keys.values())
+    missing = sorted({keys[it.id]: it.text for it in items if keys[it.id] not in cached}.items())
+    if not missing:
+        return cached, {}
+    got = await b.embedder.embed([text for _, text in missing])
+    return cached, {k: np.asarray(v, dtype=np.float32).tobytes()
+                    for (k, _), v in zip(missing, got, strict=True)}
+
+
 def embeds_remotely(embedder: object) -> bool:
     """Whether this embedder waits on an endpoint (it keeps a window of requests in flight);
     the builtin ones compute in this process, where embedding ahead would only take turns."""
@@ -121,21 +134,15 @@ class EmbeddingsAhead:
         async with self._slots:
             items = list(_items(self.b, table, ids))
             keys = _keys(self.b, items)
-            cached = self.b.store.embeddings_get(keys.values())
-            missing = sorted({keys[it.id]: (it.text, it.units) for it in items
-                              if keys[it.id] not in cached}.items())
-            if not missing:
-                return
             try:
-                got = await self.b.embedder.embed([text for _, (text, _) in missing])
+                _, new = await _cached_and_new(self.b, items, keys)
             except ProviderError as exc:
                 log.debug("embedding ahead failed (%s); the vectors stage asks again", exc)
                 return
-            self.requested += len(missing)
-            self.b.store.embeddings_put(
-                {k: np.asarray(v, dtype=np.float32).tobytes()
-                 for (k, _), v in zip(missing, got, strict=True)},
-                {k: units for k, (_, units) in missing})
+            if new:
+                self.requested += len(new)
+                self.b.store.embeddings_put(
+                    new, {keys[it.id]: it.units for it in items if keys[it.id] in new})
 
     async def drain(self) -> None:
         """Wait for what was submitted (before the vectors stage reads the cache)."""
@@ -167,18 +174,9 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
             batch = ids[start:start + _BATCH]
             items = list(_items(b, table, batch))
             keys = _keys(b, items)
-            cached = b.store.embeddings_get(keys.values())
-            missing = sorted(
-                {keys[it.id]: it.text for it in items if keys[it.id] not in cached}.items()
-            )
-            if missing:
-                got = await embedder.embed([text for _, text in missing])
-                new = {k: np.asarray(v, dtype=np.float32).tobytes()
-                       for (k, _), v in zip(missing, got, strict=True)}
-                cached.update(new)
-                embedded += len(new)
-            else:
-                new = {}
+            cached, new = await _cached_and_new(b, items, keys)
+            cached.update(new)
+            embedded += len(new)
             # cached vectors too: a text now also derives from these units
             b.store.embeddings_put(new, {keys[it.id]: it.units for it in items})
             if not vectors.dims and cached:  # an endpoint tells its width with its first reply

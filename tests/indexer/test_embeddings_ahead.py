@@ -8,9 +8,12 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from canopy.errors import ProviderError
 from canopy.indexer import pipeline
+from canopy.providers.embed import OpenAIEmbedder
 from canopy.server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES
 from tests.fakes.openai_server import FakeOpenAI
@@ -60,13 +63,22 @@ def test_the_search_rows_are_those_of_a_build_that_embeds_at_the_end(
     assert _rows(early) == _rows(late)
 
 
-def test_a_failed_early_request_is_asked_again_by_the_vectors_stage(tmp_path: Path) -> None:
-    with FakeOpenAI() as fake:
-        original = fake.dims
+def test_a_failed_early_request_is_asked_again_by_the_vectors_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first embedding calls, the ones made ahead during extraction, fail: the build still
+    completes, and its embeddings are those of a build where nothing failed."""
+    real = OpenAIEmbedder.embed
+    failed: list[int] = []
 
-        # The first embedding requests fail past their retries; the build still completes
-        # with every row embedded (the vectors stage asks again).
-        fake.fail_next(3, status=500)
+    async def failing_first(self: OpenAIEmbedder, texts: list[str]) -> np.ndarray:
+        if len(failed) < 2:
+            failed.append(len(texts))
+            raise ProviderError("refused (the test's)")
+        return await real(self, texts)
+
+    with FakeOpenAI() as fake:
+        clean, _ = _build(tmp_path, fake, "clean")
+        monkeypatch.setattr(OpenAIEmbedder, "embed", failing_first)
         index, stats = _build(tmp_path, fake, "idx")
-    assert original and stats["embedded"] > 0
-    assert _rows(index)
+    assert len(failed) == 2 and stats["embedded"] > 0
+    assert _rows(index) == _rows(clean)
