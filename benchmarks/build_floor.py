@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_host import REPO, FakeHost
+from fake_host import REPO, FakeHost, serve_with_latency
 from index_bench import (
     RESULTS,
     machine,
@@ -84,31 +84,6 @@ Span = tuple[str, float, float, int]  # (task, arrival, reply, messages in the c
 
 def label_of(task: str) -> str:
     return LABELS.get(task, "other")
-
-
-# ---- the fake endpoint's side (its own process) -------------------------------------------------
-
-
-def serve(conn: Any, latency: float) -> None:
-    """The fake at `latency`; commands: "reset", "spans" (every request since the reset as a
-    Span, bodies dropped so the pipe carries little), "stop"."""
-    sys.path.insert(0, str(REPO))
-    from tests.fakes.openai_server import FakeOpenAI
-
-    fake = FakeOpenAI(latency=latency).start()
-    conn.send(fake.base_url)
-    while True:
-        cmd, _ = conn.recv()
-        if cmd == "reset":
-            fake.reset()
-            conn.send(None)
-        elif cmd == "spans":
-            conn.send([(r.task, r.time, r.finished or r.time, len(r.body.get("messages") or []))
-                       for r in fake.requests])
-        else:
-            fake.stop()
-            conn.send(None)
-            return
 
 
 # ---- the build's side (a fresh interpreter) ------------------------------------------------------
@@ -201,7 +176,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="canopy-build-floor-"))
     docs = work / "docs"
     n = materialize_multihop(docs, args.articles)
-    fake = FakeHost(serve, args.latency)
+    fake = FakeHost(serve_with_latency, args.latency)
     report: dict[str, Any] = {"machine": machine(), "articles": n, "latency_s": args.latency}
     try:
         fake.call("reset")

@@ -42,7 +42,8 @@ class FakeHost:
 def serve_with_latency(conn: Any, latency: float) -> None:
     """A fake with a fixed latency per request. "reset" takes None or (capacity, retry_after)
     for a fake that refuses with 429 past `capacity` requests in flight; "stats" gives the
-    requests, the refusals and the in-flight figures since the last reset."""
+    requests, the refusals and the in-flight figures since the last reset, "spans" each request as
+    (task, arrival, reply, messages in its conversation)."""
     sys.path.insert(0, str(REPO))
     from tests.fakes.openai_server import FakeOpenAI
 
@@ -58,6 +59,9 @@ def serve_with_latency(conn: Any, latency: float) -> None:
         elif cmd == "stats":
             conn.send({"requests": len(fake.requests), "refused": fake.refused,
                        **fake.in_flight_stats()})
+        elif cmd == "spans":  # every request since the reset, bodies dropped: the pipe stays light
+            conn.send([(r.task, r.time, r.finished or r.time, len(r.body.get("messages") or []))
+                       for r in fake.requests])
         else:
             fake.stop()
             conn.send(None)
