@@ -110,3 +110,15 @@ def test_a_build_against_a_token_budget_backs_off_and_completes(tmp_path, fake_o
     assert load["backoffs"] >= 1 and load["paused_s"] > 0
     answered = sum(1 for r in fake_openai.requests if r.status == 200)
     assert load["requests"] == len(fake_openai.requests) == answered + fake_openai.rate_limited
+
+
+def test_a_fault_of_one_kind_passes_requests_of_the_other_kind(
+    fake_openai: FakeOpenAI, client: openai.OpenAI
+) -> None:
+    fake_openai.fail_next(1, status=429, retry_after=0.01, kind="chat")
+    client.embeddings.create(model="fake", input=["an embedding goes through"])
+    refusal(client, "the chat request takes the fault")
+    ask(client, "and the next one is answered")
+    assert [r.status for r in fake_openai.requests] == [200, 429, 200]
+    with pytest.raises(ValueError):
+        fake_openai.fail_next(1, kind="completions")

@@ -10,7 +10,8 @@ json_schema name of its response_format, or else the `Task: <name>` marker of it
 answer is synthesised from the prompt (see `responses.py`), so it always validates.
 
 Fault injection (each consumes the next matching requests, in order):
-- `fail_next(n, status=429, retry_after=0.01)`: HTTP errors, with Retry-After / retry-after-ms;
+- `fail_next(n, status=429, retry_after=0.01, kind=None)`: HTTP errors, with Retry-After /
+  retry-after-ms; `kind="chat"` or `"embeddings"` fails only requests of that kind;
 - `malformed_next(n, kind="syntax"|"schema")`: 200 replies whose content is broken JSON, or
   JSON that matches no schema;
 - `hang_next(n, seconds)`: replies delayed past a client's timeout;
@@ -102,7 +103,9 @@ class FakeOpenAI:
         self._last = 0.0
         self._lock = threading.Lock()
         self._work = threading.Lock()  # the one slot of `serial` mode
-        self._faults: deque[tuple[int, float | None, str | None]] = deque()
+        # (status, retry_after, code, kind): kind None matches any request, else "chat" or
+        # "embeddings" only
+        self._faults: deque[tuple[int, float | None, str | None, str | None]] = deque()
         self._malformed: deque[str] = deque()
         self._hangs: deque[float] = deque()
         self._canned: dict[str, deque[str]] = {}
@@ -145,11 +148,25 @@ class FakeOpenAI:
     # ---- fault injection and inspection -------------------------------------------------------
 
     def fail_next(self, n: int = 1, status: int = 429, retry_after: float | None = 0.01,
-                  code: str | None = None) -> None:
+                  code: str | None = None, kind: str | None = None) -> None:
         """The next `n` requests fail with `status`; `code` is the error's type and code
-        (OpenAI's `insufficient_quota`, say), else rate_limit_exceeded / server_error."""
+        (OpenAI's `insufficient_quota`, say), else rate_limit_exceeded / server_error. With
+        `kind` ("chat" or "embeddings") only requests of that kind fail: a build sends its
+        embedding requests during the chat stages, so "the next n requests" alone can't say
+        which client's limiter sees the failures."""
+        if kind not in (None, "chat", "embeddings"):
+            raise ValueError("kind is None, 'chat' or 'embeddings'")
         with self._lock:
-            self._faults.extend([(status, retry_after, code)] * n)
+            self._faults.extend([(status, retry_after, code, kind)] * n)
+
+    def _take_fault(self, task: str) -> tuple[int, float | None, str | None] | None:
+        """The first queued fault this request matches, removed (caller holds the lock)."""
+        kind = "embeddings" if task == "embeddings" else "chat"
+        for i, (status, retry_after, code, only) in enumerate(self._faults):
+            if only is None or only == kind:
+                del self._faults[i]
+                return status, retry_after, code
+        return None
 
     def malformed_next(self, n: int = 1, kind: str = "syntax") -> None:
         if kind not in ("syntax", "schema"):
@@ -276,7 +293,7 @@ class FakeOpenAI:
                 self._tick(time.monotonic())
                 self._in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self._in_flight)
-                fault = self._faults.popleft() if self._faults else None
+                fault = self._take_fault(task)
                 hang = self._hangs.popleft() if self._hangs else 0.0
         if refusal is not None:
             status, extra, payload = self._answer(task, headers, body, refusal)

@@ -171,7 +171,7 @@ def llm_builds(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         # One executor for both Ray builds, as a long-lived writer would keep it: the endpoint
         # actors start once. It joins the module's cluster ("local" reuses a connection).
         cluster = connect_ray("local", ray_ws.settings.distributed)
-        fake.fail_next(6, status=429, retry_after=0.3)
+        fake.fail_next(6, status=429, retry_after=0.3, kind="chat")
         out["ray"] = build_index(ray_ws, ray=cluster)
         out["ray_requests"] = fake.tasks()
         out["ray_answered"] = [r.task for r in fake.requests if r.status == 200]
