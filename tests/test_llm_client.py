@@ -378,6 +378,21 @@ def test_embeddings_are_batched_normalised_float32_and_deterministic(fake_openai
     assert asyncio.run(embedder.embed([])).shape == (0, 64)
 
 
+def test_embeddings_are_asked_as_base64_and_read_as_floats_from_a_server_that_ignores_it(
+        fake_openai):
+    from canopy.providers.embed import normalize_rows
+    from tests.fakes import responses
+
+    texts = ["solar panels", "river delta"]
+    expected = normalize_rows(np.asarray([responses.embedding(t, 64) for t in texts]))
+    embedder = OpenAIEmbedder(EmbedSettings(base_url=fake_openai.base_url, model="fake-embed"))
+    packed = asyncio.run(embedder.embed(texts))
+    assert fake_openai.requests[-1].body["encoding_format"] == "base64"
+    fake_openai.float_embeddings = True
+    floats = asyncio.run(embedder.embed(texts))
+    assert np.allclose(packed, expected, atol=1e-6) and np.allclose(floats, expected, atol=1e-6)
+
+
 def test_embeddings_use_the_same_retry_policy(fake_openai):
     fake_openai.fail_next(1, status=429, retry_after=0.01)
     embedder = OpenAIEmbedder(EmbedSettings(base_url=fake_openai.base_url), backoff_base=0.001)

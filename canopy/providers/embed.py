@@ -108,8 +108,11 @@ class OpenAIEmbedder:
         endpoint: Endpoint = await self._loop_state.get()
         # Endpoints reject empty strings; a space embeds as "nothing" just as well.
         inputs = [t if t.strip() else " " for t in texts]
+        # base64 float32, as the official openai client asks by default (so servers made for it
+        # accept it): a quarter of the reply's bytes of a JSON float list, decoded by numpy
+        # instead of parsed number by number. A server that ignores it sends floats, read too.
         body = json.dumps(
-            {"input": inputs, "model": self.model, "encoding_format": "float"}, ensure_ascii=False
+            {"input": inputs, "model": self.model, "encoding_format": "base64"}, ensure_ascii=False
         ).encode("utf-8")
 
         async def once() -> bytes:
@@ -149,7 +152,8 @@ class OpenAIEmbedder:
 
 
 def _vector(value: list[float] | str) -> np.ndarray:
-    """One embedding: a list of floats, or base64 float32 (servers that ignore encoding_format)."""
+    """One embedding: base64 little-endian float32, or a list of floats (servers that ignore
+    encoding_format)."""
     if isinstance(value, str):
         return np.frombuffer(base64.b64decode(value), dtype="<f4")
     return np.asarray(value, dtype=np.float32)

@@ -30,6 +30,8 @@ Fault injection (each consumes the next matching requests, in order):
   faithful stand-in in a benchmark of seconds;
 - `serial = True`: requests are worked on one at a time, each for `latency` (a local server with
   one slot: latency grows with the queue, and nothing is ever refused);
+- `float_embeddings = True`: embeddings as JSON float lists whatever `encoding_format` asks
+  (a server that ignores it);
 - `reject_json_schema = True`: 400 "response_format json_schema is not supported";
 - `api_key = "..."` (401 otherwise) and `models = {...}` (404 for others); each request's
   headers are recorded (`requests[i].headers`, names in lower case).
@@ -89,6 +91,7 @@ class FakeOpenAI:
         self.capacity_retry_after: float | None = 0.05
         self.refused = 0
         self.serial = False
+        self.float_embeddings = False
         self.tpm: int | None = None  # tokens per rate window
         self.rpm: int | None = None  # requests per rate window
         self.rate_window_s = 60.0
@@ -411,7 +414,7 @@ class FakeOpenAI:
         data = []
         for i, text in enumerate(texts):
             vec = responses.embedding(text, dims)
-            if body.get("encoding_format") == "base64":
+            if body.get("encoding_format") == "base64" and not self.float_embeddings:
                 value: Any = base64.b64encode(struct.pack(f"<{dims}f", *vec)).decode("ascii")
             else:
                 value = vec
