@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -14,6 +15,7 @@ from canopy.prompts import TASKS, load_prompt, render
 from canopy.providers.base import ContextBlock, DriftOut, MapOut, MapPoint, ReportContext, ReportOut
 from canopy.providers.llm_provider import NO_DATA_ANSWER, LLMProvider
 from canopy.settings import LLMSettings
+from tests.fakes import responses
 from tests.fakes.openai_server import FakeOpenAI
 
 TYPES = ["organization", "person", "geo", "event"]
@@ -83,6 +85,22 @@ def test_gleaning_turns_continue_the_extraction_conversation(fake_openai):
     roles = [m["role"] for m in fake_openai.requests[1].body["messages"]]
     assert roles == ["user", "assistant", "user"]
     assert fake_openai.requests[1].body["messages"][2]["content"].startswith("Task: glean")
+
+
+def test_a_gleaning_turn_quotes_the_previous_answer_by_name_without_its_descriptions(
+        fake_openai):
+    """The answer is several times the unit's text: quoted whole, it made the gleaning
+    prompt the largest part of a build's prompt tokens."""
+    asyncio.run(
+        provider_for(fake_openai).extract(UNIT, entity_types=TYPES, claims=False, max_gleanings=1)
+    )
+    first = json.loads(responses.chat_content("extract", fake_openai.requests[0].body))
+    quoted = json.loads(fake_openai.requests[1].body["messages"][1]["content"])
+    assert first["entities"] and first["relationships"]
+    assert quoted["entities"] == [{"name": e["name"], "type": e["type"]}
+                                  for e in first["entities"]]
+    assert quoted["relationships"] == [{"source": r["source"], "target": r["target"]}
+                                       for r in first["relationships"]]
 
 
 def test_extract_without_gleanings_runs_one_pass(fake_openai):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 
 from canopy.aliases import alias_candidates
 from canopy.claims import checked_claim, claim_key
@@ -55,6 +56,19 @@ def _user(content: str) -> list[dict]:
     return [{"role": "user", "content": content}]
 
 
+def _listed(out: ExtractionOut) -> str:
+    """A pass's answer as the next gleaning turn quotes it: its items by name, descriptions left
+    out. What is missing is decided by names and pairs; resending the descriptions made the
+    gleaning prompt about ten times the extraction prompt (a unit's answer is several times its
+    text), the largest part of a build's prompt tokens."""
+    return json.dumps({
+        "entities": [{"name": e.name, "type": e.type} for e in out.entities],
+        "relationships": [{"source": r.source, "target": r.target} for r in out.relationships],
+        "claims": [{"subject": c.subject, "object": c.object, "type": c.type}
+                   for c in out.claims],
+    }, ensure_ascii=False)
+
+
 def _words(max_tokens: int) -> int:
     return max(20, int(max_tokens * 0.75))
 
@@ -93,7 +107,7 @@ class LLMProvider:
         for _ in range(max_gleanings):
             messages = [
                 *messages,
-                {"role": "assistant", "content": out.model_dump_json()},
+                {"role": "assistant", "content": _listed(out)},
                 *_user(self.prompts.render("glean", entity_types=types)),
             ]
             out = await self.client.json("glean", messages, ExtractionOut)
