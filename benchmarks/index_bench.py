@@ -161,11 +161,21 @@ def zero_latency_fake() -> FakeHost:
 def _fake_host(conn: Any) -> None:
     """Serve FakeOpenAI and answer the driver's commands over a pipe: reset, stats, stop."""
     sys.path.insert(0, str(REPO))
-    from tests.fakes.openai_server import FakeOpenAI
+    from tests.fakes.openai_server import FakeOpenAI, _prompt_tokens
 
     fake = FakeOpenAI(latency=0.0).start()
     conn.send(fake.base_url)
     cpu0 = time.process_time()
+
+    def chat_prompt_tokens() -> dict[str, int]:
+        # the fake's own count (a quarter of the messages' characters), the same for both
+        # systems: what each one's usage would report from this endpoint
+        out: dict[str, int] = {}
+        for r in fake.requests:
+            if r.task != "embeddings" and r.status == 200:
+                out[r.task] = out.get(r.task, 0) + _prompt_tokens(r.task, r.body)
+        return dict(sorted(out.items()))
+
     while True:
         cmd, _ = conn.recv()
         if cmd == "reset":
@@ -179,6 +189,7 @@ def _fake_host(conn: Any) -> None:
                     "by_task": dict(sorted(fake.calls.items())),
                     "max_in_flight": fake.max_in_flight,
                     "cpu_s": round(time.process_time() - cpu0, 3),
+                    "chat_prompt_tokens_by_task": chat_prompt_tokens(),
                 }
             )
         else:
@@ -329,6 +340,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                         data["fake_requests_by_task"] = st["by_task"]
                         data["fake_max_in_flight"] = st["max_in_flight"]
                         data["fake_server_cpu_s"] = st["cpu_s"]
+                        data["fake_chat_prompt_tokens_by_task"] = st[
+                            "chat_prompt_tokens_by_task"]
+                        data["fake_chat_prompt_tokens"] = sum(
+                            st["chat_prompt_tokens_by_task"].values())
                     if args.profile:
                         data["profile_top"] = profile_summary(Path(spec["profile"]))
                         data["profile_file"] = spec["profile"]
@@ -360,7 +375,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 gr.update(corpus=corpus, corpus_name=names[corpus],
                           loadavg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
                           fake_requests=st["requests"], fake_requests_by_task=st["by_task"],
-                          fake_max_in_flight=st["max_in_flight"], fake_server_cpu_s=st["cpu_s"])
+                          fake_max_in_flight=st["max_in_flight"], fake_server_cpu_s=st["cpu_s"],
+                          fake_chat_prompt_tokens_by_task=st["chat_prompt_tokens_by_task"],
+                          fake_chat_prompt_tokens=sum(st["chat_prompt_tokens_by_task"].values()))
                 graphrag_runs.append(gr)
                 print(f"[index_bench] {corpus}/graphrag: {gr['wall_s']:.2f} s, "
                       f"{gr['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
@@ -397,6 +414,10 @@ def run_graphrag(args: argparse.Namespace, docs: Path, root: Path, base_url: str
     return data
 
 
+def _count(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
 def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
@@ -415,7 +436,8 @@ def side_by_side(
                  "imports_s": ("imports_s", "imports_s"),
                  "process_s": ("process_s", "process_s"),
                  "peak_rss_mb": ("peak_rss_mb", "peak_rss_mb"),
-                 "requests": ("fake_requests", "fake_requests")}
+                 "requests": ("fake_requests", "fake_requests"),
+                 "chat_prompt_tokens": ("fake_chat_prompt_tokens", "fake_chat_prompt_tokens")}
         ratios = {k: round(ours[a] / gr[b], 4) for k, (a, b) in pairs.items()
                   if gr.get(b) and ours.get(a) is not None}
         out.append({"corpus": gr["corpus"], "corpus_name": gr["corpus_name"], "canopy": {
@@ -423,6 +445,8 @@ def side_by_side(
             "imports_s": ours.get("imports_s"),
             "peak_rss_mb": ours["peak_rss_mb"], "requests": ours.get("fake_requests"),
             "requests_by_task": ours.get("fake_requests_by_task"),
+            "chat_prompt_tokens": ours.get("fake_chat_prompt_tokens"),
+            "chat_prompt_tokens_by_task": ours.get("fake_chat_prompt_tokens_by_task"),
             "loadavg_1m": ours.get("loadavg_1m")}, "graphrag": gr, "ratio_canopy_over_graphrag":
             ratios})
     return out
@@ -557,22 +581,30 @@ def render(report: dict[str, Any]) -> str:
             f"(Canopy: fake mode, build; {g['system']}: tracemalloc {tm}):",
             "",
             "| system | wall s | CPU s | imports s (not in wall) | process s | peak RSS MB "
-            "| requests | requests by task | load avg before/after |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| requests | chat prompt tokens | requests by task | load avg before/after |",
+            "|---|---|---|---|---|---|---|---|---|---|",
             f"| Canopy | {c['wall_s']:.2f} | {c['cpu_s']:.2f} | {_secs(c.get('imports_s'))} "
             f"| {c['process_s']:.2f} "
-            f"| {c['peak_rss_mb']:.0f} | {c['requests']} | {_by_task(c['requests_by_task'])} "
+            f"| {c['peak_rss_mb']:.0f} | {c['requests']} | {_count(c.get('chat_prompt_tokens'))} "
+            f"| {_by_task(c['requests_by_task'])} "
             f"| {'/'.join(str(v) for v in c.get('loadavg_1m') or [])} |",
             f"| {g['system']} | {g['wall_s']:.2f} | {g['cpu_s']:.2f} "
             f"| {_secs(g.get('imports_s'))} | {g['process_s']:.2f} "
             f"| {g['peak_rss_mb']:.0f} | {g['fake_requests']} "
+            f"| {_count(g.get('fake_chat_prompt_tokens'))} "
             f"| {_by_task(g['fake_requests_by_task'])} "
             f"| {'/'.join(str(v) for v in g['loadavg_1m'])} |",
             "| Canopy / GraphRAG | " + " | ".join(
                 f"{x[k]:.3f}" if k in x else "-"
-                for k in ("wall_s", "cpu_s", "imports_s", "process_s", "peak_rss_mb", "requests"))
+                for k in ("wall_s", "cpu_s", "imports_s", "process_s", "peak_rss_mb", "requests",
+                          "chat_prompt_tokens"))
             + " | | |",
         ]
+        if c.get("chat_prompt_tokens_by_task") and g.get("fake_chat_prompt_tokens_by_task"):
+            lines += ["", "Chat prompt tokens by task (the fake's count, a quarter of the "
+                      "messages' characters): Canopy "
+                      f"{_by_task(c['chat_prompt_tokens_by_task'])}; {g['system']} "
+                      f"{_by_task(g['fake_chat_prompt_tokens_by_task'])}."]
         if g["errors"]:
             lines.append(f"GraphRAG reported errors: {'; '.join(g['errors'])}")
     profiled = [r for r in report["runs"] if r.get("profile_top")]

@@ -40,8 +40,10 @@ from canopy.indexer.operations.clustering import (
 from canopy.indexer.operations.grouping import top_size
 from canopy.model import Extraction
 from canopy.providers.base import Usage
+from canopy.providers.llm_provider import joined_fits
 from canopy.settings import Settings
 from canopy.store.instances import extraction_rows
+from canopy.tokenizer import get_tokenizer
 
 __all__ = ["DEFAULT_SAMPLE", "ExtractionPlan", "Forecast", "PlanEvent", "PlanSink",
            "Projection", "checkpoint", "extrapolate", "sample_key"]
@@ -185,7 +187,7 @@ class Forecast:
         size = self._size
         t_half, t_sample = size(ex.unit_id for ex in half), size(ex.unit_id for ex in sample)
         t_total = size(self._all)
-        for task, measure in (("summarize", summaries), ("report", self._reports)):
+        for task, measure in (("summarize", self._summaries), ("report", self._reports)):
             calls[task] = round(extrapolate(measure(half), t_half, measure(sample), t_sample,
                                             t_total))
         now = _calls(self._usage())
@@ -200,6 +202,13 @@ class Forecast:
             return sum(1 for _ in unit_ids)
         return sum(self._tokens.get(u, 0) for u in unit_ids)
 
+    def _summaries(self, sample: Sequence[Extraction]) -> int:
+        if not self.settings.llm.enabled:
+            return summaries(sample)
+        tok = get_tokenizer(self.settings.chunking.encoding)
+        budget = self.settings.extract.summary_max_tokens
+        return summaries(sample, lambda descs: joined_fits(descs, tok, budget))
+
     def _reports(self, sample: Sequence[Extraction]) -> int:
         c = self.settings.communities
         # The top level bounded and grouped as a build of the sample alone would (the
@@ -213,21 +222,24 @@ def _calls(usage: dict[str, Usage]) -> dict[str, int]:
     return {task: u.calls for task, u in usage.items()}
 
 
-def summaries(sample: Sequence[Extraction]) -> int:
+def summaries(sample: Sequence[Extraction],
+              fits: Callable[[list[str]], bool] | None = None) -> int:
     """Summary calls the merge of these extractions makes: one per entity (by merge key, as
     the instance rows key it: canopy.store.instances) and per relationship with more than one
-    distinct description."""
-    entities: dict[str, set[str]] = defaultdict(set)
-    relations: dict[str, set[str]] = defaultdict(set)
+    distinct description, unless `fits` says its descriptions stand as they are (an LLM
+    provider's `joined_fits`)."""
+    entities: dict[str, dict[str, None]] = defaultdict(dict)
+    relations: dict[str, dict[str, None]] = defaultdict(dict)
     for ex in sample:
         rows = extraction_rows(ex)
         for *_, key, _name, _type, description in rows.entities:
             if description:
-                entities[key].add(description)
+                entities[key][description.strip()] = None
         for _unit, _pos, rid, _a, _b, description, _strength in rows.relationships:
             if description:
-                relations[rid].add(description)
-    return sum(len(d) > 1 for d in (*entities.values(), *relations.values()))
+                relations[rid][description.strip()] = None
+    return sum(len(d) > 1 and not (fits and fits(list(d)))
+               for d in (*entities.values(), *relations.values()))
 
 
 def communities(sample: Sequence[Extraction], params: ClusterParams) -> int:

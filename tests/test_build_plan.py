@@ -143,6 +143,8 @@ def test_summaries_count_elements_with_several_distinct_descriptions() -> None:
     assert summaries([one, same]) == 2
     # Helio Cells, Bluewater and their relationship now have two descriptions each
     assert summaries([one, other]) == 3
+    # an LLM provider leaves descriptions that fit the summary budget joined: no call
+    assert summaries([one, other], lambda descs: len(" ".join(descs)) < 40) == 1
 
 
 def test_the_projection_waits_for_the_estimate_s_sample_in_feed_order() -> None:
@@ -150,7 +152,10 @@ def test_the_projection_waits_for_the_estimate_s_sample_in_feed_order() -> None:
     events: list[object] = []
     ids = [f"u{i:02d}" for i in range(90)]
     clock = iter([0.0, 10.0, 10.0])
-    forecast = Forecast(ids, Settings(llm={"base_url": "http://x", "model": "m"}), dict,
+    # a summary budget of 20 tokens: the units' descriptions of A, B and A-B (20 in each half
+    # of the sample) do not fit it joined, so each of them is a summary call
+    forecast = Forecast(ids, Settings(llm={"base_url": "http://x", "model": "m"},
+                                      extract={"summary_max_tokens": 20}), dict,
                         events.append, clock=lambda: next(clock))
     forecast.start()
     assert events == [ExtractionPlan(90, 1, "m")]
@@ -175,17 +180,20 @@ def test_the_projection_scales_by_tokens_as_the_estimate_does() -> None:
     events: list[object] = []
     ids = [f"u{i:02d}" for i in range(4)]
     tokens = {"u00": 100, "u01": 100, "u02": 600, "u03": 1200}
-    forecast = Forecast(ids, Settings(llm={"base_url": "http://x", "model": "m"}), dict,
+    # descriptions of 20 words against a summary budget of 20 tokens: several never fit joined
+    forecast = Forecast(ids, Settings(llm={"base_url": "http://x", "model": "m"},
+                                      extract={"summary_max_tokens": 20}), dict,
                         events.append, tokens=tokens)
+    one, two = "one " * 20, "two " * 20
     forecast.start()
     # with 4 units the sample is all of them: measured on u00 (the half) and on all four
-    forecast.finished("u00", _extraction("u00", ["A", "B"], "one"))
-    forecast.finished("u01", _extraction("u01", ["A", "B"], "two"))
+    forecast.finished("u00", _extraction("u00", ["A", "B"], one))
+    forecast.finished("u01", _extraction("u01", ["A", "B"], two))
     forecast.finished("u02", _extraction("u02", ["C"], "three"))
     forecast.finished("u03", _extraction("u03", ["D"], "four"))
     p = events[1]
-    assert isinstance(p, Projection) and p.calls["summarize"] == summaries(
-        [_extraction("u00", ["A", "B"], "one"), _extraction("u01", ["A", "B"], "two")])
+    assert isinstance(p, Projection) and p.calls["summarize"] == 3 == summaries(
+        [_extraction("u00", ["A", "B"], one), _extraction("u01", ["A", "B"], two)])
 
 
 def test_the_plan_line_gives_exact_extraction_and_a_gleaning_range() -> None:

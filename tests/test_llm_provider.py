@@ -202,12 +202,19 @@ def test_summarize_merges_several_descriptions(fake_openai):
         provider_for(fake_openai).summarize(
             "Helio Cells",
             ["Makes solar cells.", "Based in Lisbon.", "Makes solar cells."],
-            max_tokens=100,
+            max_tokens=6,  # the two distinct descriptions are 8 tokens: over the budget
         )
     )
     assert text == "Makes solar cells. Based in Lisbon."
     prompt = fake_openai.requests[0].body["messages"][0]["content"]
-    assert '"Helio Cells"' in prompt and fake_openai.requests[0].body["max_tokens"] == 100
+    assert '"Helio Cells"' in prompt and fake_openai.requests[0].body["max_tokens"] == 6
+
+
+def test_descriptions_that_fit_the_summary_budget_stand_joined_without_a_call(fake_openai):
+    descriptions = ["Makes solar cells.", "Based in Lisbon.", "Makes solar cells."]
+    text = asyncio.run(
+        provider_for(fake_openai).summarize("Helio Cells", descriptions, max_tokens=8))
+    assert text == "Makes solar cells. Based in Lisbon." and fake_openai.requests == []
 
 
 def test_summarize_of_one_description_needs_no_call(fake_openai):

@@ -25,11 +25,12 @@ def make_provider(settings: Settings, store: Store | None = None, *,
         from canopy.llm import ChatClient
         from canopy.prompt_dir import load_prompt_dir
         from canopy.providers.llm_provider import LLMProvider
+        from canopy.tokenizer import get_tokenizer
 
         client = ChatClient(settings.llm, cache=store, backoff_base=settings.llm.backoff_s,
                             prompts=load_prompt_dir(settings.prompts.dir),
                             endpoints=ray.endpoints if ray is not None else local_endpoint)
-        return LLMProvider(client)
+        return LLMProvider(client, get_tokenizer(settings.chunking.encoding))
     if ray is not None:
         return ray.builtin_provider()
     from canopy.providers.builtin import BuiltinProvider
