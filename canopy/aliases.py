@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 from canopy.ids import entity_key, key_words
 from canopy.providers.builtin.lexicon import FIRST_NAMES, HONORIFICS
@@ -63,9 +64,17 @@ class _Form:
     types: Counter[str]
     first: int  # position of its first instance in the unit's extraction (text order)
 
-    @property
-    def type(self) -> str:
+    @cached_property
+    def type(self) -> str:  # read only once the unit's instances are all counted
         return min(self.types.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+    @cached_property
+    def name_words(self) -> list[str]:
+        """The words a surname is the last of: no generational suffix, numeral or honorific."""
+        words = [w for w in self.words if w not in _GENERATIONAL and not _ROMAN.match(w)]
+        while words and words[0] in HONORIFICS:  # "Mrs. Fezziwig" is no fuller name of "Fezziwig"
+            words.pop(0)
+        return words
 
 
 def _initials(words: list[str]) -> set[str]:
@@ -93,9 +102,7 @@ def _surname(short: _Form, long: _Form) -> bool:
     "Pat Cummins" an organization); the short form is never a place."""
     if len(long.words) < 2 or "geo" in (short.type, long.type):
         return False
-    words = [w for w in long.words if w not in _GENERATIONAL and not _ROMAN.match(w)]
-    while words and words[0] in HONORIFICS:  # "Mrs. Fezziwig" is no fuller name of "Fezziwig"
-        words.pop(0)
+    words = long.name_words
     if len(words) < 2 or not (long.type == "person" or words[0] in FIRST_NAMES):
         return False
     if short.type not in ("person", long.type):
@@ -137,25 +144,41 @@ def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
         if f is None:
             f = forms[key] = _Form(key, key_words(name), name.strip(), Counter(), pos)
         f.types[type_.strip().lower()] += 1
-    longs = [f for f in forms.values() if len(f.words) >= 2]
+    # Each rule can only hold for a long form indexed under the short form's word (its initials,
+    # the last or first of its name words, its first word's first three or four letters), so a
+    # short form is tested against those alone, not against every long form of the unit.
+    by_initials: dict[str, list[_Form]] = {}
+    by_word: dict[str, list[_Form]] = {}
+    for long in forms.values():
+        if len(long.words) < 2:
+            continue
+        for initials in _initials(long.words):
+            by_initials.setdefault(initials, []).append(long)
+        first = long.words[0]
+        hooks = {long.name_words[-1] if long.name_words else "",
+                 next((w for w in long.words if w not in HONORIFICS), ""), first[:3], first[:4]}
+        for hook in hooks - {""}:
+            by_word.setdefault(hook, []).append(long)
     out: dict[str, Alias] = {}
     for short in sorted(forms.values(), key=lambda f: f.key):
         initialism = _is_initialism(short.written)
         if len(short.words) != 1 and not initialism:
             continue
         found: dict[str, str] = {}
-        for long in longs:
-            if long.key == short.key:
-                continue
-            if initialism:
-                if short.key in _initials(long.words):
+        if initialism:
+            for long in by_initials.get(short.key, ()):
+                if long.key != short.key:
                     found[long.key] = INITIALISM
-            elif _surname(short, long):
-                found[long.key] = SURNAME
-            elif _given_name(short, long):
-                found[long.key] = GIVEN_NAME
-            elif _abbreviation(short, long):
-                found[long.key] = ABBREVIATION
+        else:
+            for long in by_word.get(short.words[0], ()):
+                if long.key == short.key:
+                    continue
+                if _surname(short, long):
+                    found[long.key] = SURNAME
+                elif _given_name(short, long):
+                    found[long.key] = GIVEN_NAME
+                elif _abbreviation(short, long):
+                    found[long.key] = ABBREVIATION
         if len(found) == 1:
             ((canonical, rule),) = found.items()
             out[short.key] = Alias(short.key, canonical, rule)

@@ -42,11 +42,15 @@ class HashEmbedder:
             feats[t] += 1.0
         for a, b in pairwise(terms):
             feats[a + " " + b] += 0.5
-        v = np.zeros(self.dims, dtype=np.float32)
+        slots: list[int] = []
+        weights: list[float] = []
         for f, tf in feats.items():
             h = zlib.crc32(f.encode("utf-8"))
+            slots.append(h % self.dims)
             sign = 1.0 if (h >> 31) & 1 else -1.0
-            v[h % self.dims] += sign * (1.0 + math.log(tf) if tf >= 1 else tf)
+            weights.append(sign * (1.0 + math.log(tf) if tf >= 1 else tf))
+        # one bincount instead of a numpy item update per feature (a third of the embedder's time)
+        v = np.bincount(slots, weights, minlength=self.dims).astype(np.float32)
         n = float(np.linalg.norm(v))
         return v / n if n > 0 else v
 
