@@ -108,3 +108,55 @@ class TestInstanceRows:
                                          ("Altman", "person", "tu-2")])
         assert [(m.name, m.rule, m.text_unit_ids) for m in got] == [
             ("Altman", "surname", ("tu-1", "tu-2"))]
+
+
+def _every_pair(names: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """unit_aliases by brute force: every short form against every long form of the unit
+    (what its index of long forms by word must agree with)."""
+    from canopy import aliases as al
+
+    forms: dict[str, al._Form] = {}
+    for pos, (name, type_) in enumerate(names):
+        key = entity_key(name)
+        if key:
+            f = forms.setdefault(key, al._Form(key, al.key_words(name), name.strip(), Counter(),
+                                               pos))
+            f.types[type_.strip().lower()] += 1
+    out = {}
+    for short in forms.values():
+        initialism = al._is_initialism(short.written)
+        if len(short.words) != 1 and not initialism:
+            continue
+        found = {}
+        for long in forms.values():
+            if len(long.words) < 2 or long.key == short.key:
+                continue
+            if initialism:
+                if short.key in al._initials(long.words):
+                    found[long.key] = al.INITIALISM
+            elif al._surname(short, long):
+                found[long.key] = al.SURNAME
+            elif al._given_name(short, long):
+                found[long.key] = al.GIVEN_NAME
+            elif al._abbreviation(short, long):
+                found[long.key] = al.ABBREVIATION
+        if len(found) == 1:
+            out[short.key] = next(iter(found.items()))
+    return out
+
+
+_WORDS = ["Sam", "Altman", "Federal", "Fed", "Reserve", "Bureau", "of", "Investigation", "FBI",
+          "Mrs.", "Alicia", "Huberman", "II", "Jr", "Bank", "America", "BoA", "Travis", "Kelce",
+          "Jason", "Ltd", "Fede", "U.S.", "United", "States"]
+
+
+def test_the_indexed_rules_link_what_testing_every_pair_links() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        names = [(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 4))),
+                  rng.choice(["person", "organization", "geo", "event"]))
+                 for _ in range(rng.randint(2, 12))]
+        got = {k: (a.canonical, a.rule) for k, a in unit_aliases(names).items()}
+        assert got == _every_pair(names), names
