@@ -212,7 +212,7 @@ def connect_ray(address: str, settings: DistributedSettings) -> RayExecutor:
                 stage = Path(tempfile.mkdtemp(prefix="canopy-ray-code-"))
                 options["runtime_env"] = _shipped_code(stage)
         try:
-            ray.init(**options)  # uploads the runtime_env's modules before it returns
+            joined(ray, options)  # uploads the runtime_env's modules before it returns
         except (ConnectionError, TimeoutError, RuntimeError) as exc:
             # Ray turns on token authentication by itself only for a cluster it finds ("auto");
             # for an address the driver needs RAY_AUTH_MODE=token and the token.
@@ -232,6 +232,34 @@ def connect_ray(address: str, settings: DistributedSettings) -> RayExecutor:
         raise
     executor.startup_s += time.perf_counter() - t0
     return executor
+
+
+# Ray Client's server starts a server process per driver; when that start is slow (a loaded
+# head, a runtime_env to set up) the driver gets "Initialization failure from server" although
+# a second attempt joins (seen in this repo's Ray tests on a 2-core machine).
+_CLIENT_START_FAILURE = "Initialization failure from server"
+JOIN_ATTEMPTS = 3
+JOIN_WAIT_S = 2.0
+
+
+def _client_start_failed(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionError) and str(exc).startswith(_CLIENT_START_FAILURE)
+
+
+def joined(ray: Any, options: dict[str, Any]) -> None:
+    """`ray.init(**options)`, tried again (up to JOIN_ATTEMPTS, JOIN_WAIT_S apart) when Ray
+    Client's server failed to start this driver's session; other errors are raised at once."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
+
+    def again(state: Any) -> None:
+        log.info("Ray Client's server did not start a session; joining again")
+        ray.shutdown()  # a failed client init leaves its half-made connection behind
+
+    for attempt in Retrying(stop=stop_after_attempt(JOIN_ATTEMPTS), wait=wait_fixed(JOIN_WAIT_S),
+                            retry=retry_if_exception(_client_start_failed), before_sleep=again,
+                            reraise=True):
+        with attempt:
+            ray.init(**options)
 
 
 class RayExecutor:

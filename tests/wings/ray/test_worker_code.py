@@ -34,3 +34,40 @@ def test_the_shipped_code_imports_the_wing_and_has_the_writers_fingerprint(
     where, fingerprint = out.stdout.split()
     assert Path(where).is_relative_to(tmp_path)
     assert fingerprint == code_fingerprint()
+
+
+class _FlakyRay:
+    """A stand-in for the ray module: its init fails `failures` times with `error`."""
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.failures, self.error = failures, error
+        self.inits = self.shutdowns = 0
+
+    def init(self, **options: object) -> None:
+        self.inits += 1
+        if self.inits <= self.failures:
+            raise self.error
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+@pytest.mark.heavy  # the Ray wing's tests run where its extra is (the heavy command)
+def test_joining_is_tried_again_only_when_ray_clients_server_failed_to_start_a_session(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from canopy.server.wings.ray import cluster
+
+    monkeypatch.setattr(cluster, "JOIN_WAIT_S", 0.0)
+    start = ConnectionAbortedError("Initialization failure from server:\nTraceback ...")
+    ray = _FlakyRay(2, start)
+    cluster.joined(ray, {"address": "ray://127.0.0.1:1"})
+    assert (ray.inits, ray.shutdowns) == (3, 2)
+    ray = _FlakyRay(3, start)
+    with pytest.raises(ConnectionAbortedError):
+        cluster.joined(ray, {"address": "ray://127.0.0.1:1"})
+    assert ray.inits == cluster.JOIN_ATTEMPTS
+    refused = ConnectionError("Could not find any running Ray instance")
+    ray = _FlakyRay(1, refused)
+    with pytest.raises(ConnectionError, match="Could not find"):
+        cluster.joined(ray, {"address": "127.0.0.1:1"})
+    assert (ray.inits, ray.shutdowns) == (1, 0)
