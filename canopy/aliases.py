@@ -76,6 +76,11 @@ class _Form:
             words.pop(0)
         return words
 
+    @cached_property
+    def given_words(self) -> list[str]:
+        """The words a given name is the first of: no honorific."""
+        return [w for w in self.words if w not in HONORIFICS]
+
 
 def _initials(words: list[str]) -> set[str]:
     """Initialisms a multi-word name is abbreviated to: every word's initial, or the initials of
@@ -117,7 +122,7 @@ def _given_name(short: _Form, long: _Form) -> bool:
     (w,) = short.words
     if w not in FIRST_NAMES or short.type not in ("person", long.type) or long.type == "geo":
         return False
-    words = [x for x in long.words if x not in HONORIFICS]
+    words = long.given_words
     return len(words) >= 2 and words[0] == w and (long.type == "person" or w in FIRST_NAMES)
 
 
@@ -156,7 +161,7 @@ def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
             by_initials.setdefault(initials, []).append(long)
         first = long.words[0]
         hooks = {long.name_words[-1] if long.name_words else "",
-                 next((w for w in long.words if w not in HONORIFICS), ""), first[:3], first[:4]}
+                 long.given_words[0] if long.given_words else "", first[:3], first[:4]}
         for hook in hooks - {""}:
             by_word.setdefault(hook, []).append(long)
     out: dict[str, Alias] = {}

@@ -97,7 +97,11 @@ def key_words(name: str) -> list[str]:
     """The name's words, normalized ("&" read as "and"), without trailing legal forms: one word
     is always kept, and a country's name keeps its suffix ("India Inc" is India's business
     world, not India)."""
-    return list(_key_words(name) if len(name) <= _NAME_CHARS else _words_of(name))
+    return list(_name_words(name))
+
+
+def _name_words(name: str) -> tuple[str, ...]:
+    return _key_words(name) if len(name) <= _NAME_CHARS else _words_of(name)
 
 
 def _words_of(name: str) -> tuple[str, ...]:
@@ -118,7 +122,7 @@ def entity_key(name: str) -> str:
     """The merge key of an entity name: normalized (`normalize_name`), trailing legal forms
     dropped, spaces removed. "Open AI" and "OpenAI" share one, so do "Helio Cells, Ltd." and
     "Helio Cells"; "" for a name without letters or digits. Idempotent: a key is its own key."""
-    return "".join(_key_words(name) if len(name) <= _NAME_CHARS else _words_of(name))
+    return "".join(_name_words(name))
 
 
 def entity_id(name: str) -> str:

@@ -249,9 +249,15 @@ def _client_start_failed(exc: BaseException) -> bool:
 def joined(ray: Any, options: dict[str, Any]) -> None:
     """`ray.init(**options)`, tried again (up to JOIN_ATTEMPTS, JOIN_WAIT_S apart) when Ray
     Client's server failed to start this driver's session; other errors are raised at once."""
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
+    from tenacity import (
+        RetryCallState,
+        Retrying,
+        retry_if_exception,
+        stop_after_attempt,
+        wait_fixed,
+    )
 
-    def again(state: Any) -> None:
+    def again(state: RetryCallState) -> None:
         log.info("Ray Client's server did not start a session; joining again")
         ray.shutdown()  # a failed client init leaves its half-made connection behind
 
