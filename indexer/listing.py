@@ -30,10 +30,12 @@ import errno
 import fnmatch
 import os
 import stat
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from canopy.model import Skip
 from canopy.settings import CONFIG_FILENAME, INDEX_DIRNAME, InputSettings
@@ -275,6 +277,13 @@ def read_beneath(entry: FileEntry, max_bytes: int) -> bytes:
     return _read_open(fd, max_bytes)
 
 
+# A writer that rewrites a file in place (most scripts and many editors) truncates it, then
+# writes: a read in between sees no bytes, and the document would leave the index until the next
+# update. An empty file this recently changed is read again once it has been still this long.
+SETTLE_S = 0.5
+_READS = 4  # reads of one file at most, when it keeps changing while it is read
+
+
 def _read_open(fd: int, max_bytes: int, checked: os.stat_result | None = None) -> bytes:
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
@@ -282,10 +291,30 @@ def _read_open(fd: int, max_bytes: int, checked: os.stat_result | None = None) -
             raise LinkRefused(LINK_REASON)  # swapped between the check and the open
         if not stat.S_ISREG(st.st_mode):
             raise FileRefused(f"not a regular file ({_kind(st.st_mode)})")
-        data = fh.read(max_bytes + 1)
+        data = _settled(fh, st, max_bytes)
     if len(data) > max_bytes:
         raise FileRefused(f"larger than max_file_bytes (> {max_bytes})")
     return data
+
+
+def _settled(fh: BinaryIO, st: os.stat_result, max_bytes: int) -> bytes:
+    """The file's bytes as of a moment it was not being written: read again when its size or
+    modification time changed during the read, or when it is empty and changed less than
+    SETTLE_S ago (a rewrite in progress), up to _READS times."""
+    for _ in range(_READS - 1):
+        fh.seek(0)
+        data = fh.read(max_bytes + 1)
+        now = os.fstat(fh.fileno())
+        if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+            st = now  # written to while it was read
+            continue
+        age = time.time() - st.st_mtime_ns / 1e9
+        if data.strip() or not 0 <= age < SETTLE_S:
+            return data
+        time.sleep(SETTLE_S - age)
+        st = os.fstat(fh.fileno())
+    fh.seek(0)
+    return fh.read(max_bytes + 1)
 
 
 def _read_checked(root: Path, parts: tuple[bytes, ...], max_bytes: int) -> bytes:
