@@ -26,19 +26,16 @@ to a worker elsewhere (`canopy.server.wings.ray`, `canopy index --ray`), behind 
 
 from __future__ import annotations
 
+import functools
 import json
+import types
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import openai
-from openai._models import FinalRequestOptions
-
-try:  # the HTTP library the installed openai SDK is built on
+if TYPE_CHECKING:
     import httpx2 as httpx
-except ImportError:  # pragma: no cover - openai releases before 3
-    import httpx  # type: ignore[no-redef]
 
 __all__ = [
     "ConnectFailed",
@@ -123,17 +120,41 @@ _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 # Set from each request's own body, never from the template's.
 _PER_BODY = {"content-length", "transfer-encoding"}
 
-try:  # the SDK's aiohttp extra (`pip install openai[aiohttp]`)
-    import aiohttp
 
-    _AIOHTTP_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError,)
-except ImportError:  # pragma: no cover - exercised where the extra is not installed
-    aiohttp = None  # type: ignore[assignment]
-    _AIOHTTP_ERRORS = ()
-# What a send raises when no reply came: httpx's errors (also the SDK's aiohttp adapter's),
-# and what escapes that adapter's mapping.
-_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    httpx.TransportError, OSError, TimeoutError, *_AIOHTTP_ERRORS)
+
+@dataclass(frozen=True)
+class _Sdk:
+    """The SDK and the HTTP libraries under it. Imported on first use, not with this module:
+    `import openai` is most of a second of CPU, which an offline build (the builtin provider),
+    `canopy status` and a server's start would pay for nothing."""
+
+    openai: types.ModuleType
+    httpx: types.ModuleType
+    aiohttp: types.ModuleType | None  # the SDK's aiohttp extra (`pip install openai[aiohttp]`)
+    request_options: Any  # openai._models.FinalRequestOptions
+    aiohttp_errors: tuple[type[BaseException], ...]
+    # What a send raises when no reply came: httpx's errors (also the SDK's aiohttp adapter's),
+    # and what escapes that adapter's mapping.
+    transport_errors: tuple[type[BaseException], ...]
+
+
+@functools.cache
+def _sdk() -> _Sdk:
+    import openai
+    from openai._models import FinalRequestOptions
+
+    try:  # the HTTP library the installed openai SDK is built on
+        import httpx2 as httpx_module
+    except ImportError:  # pragma: no cover - openai releases before 3
+        import httpx as httpx_module  # type: ignore[no-redef]
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - exercised where the extra is not installed
+        aiohttp = None  # type: ignore[assignment]
+    aiohttp_errors: tuple[type[BaseException], ...] = (
+        (aiohttp.ClientError,) if aiohttp is not None else ())
+    return _Sdk(openai, httpx_module, aiohttp, FinalRequestOptions, aiohttp_errors,
+                (httpx_module.TransportError, OSError, TimeoutError, *aiohttp_errors))
 
 
 def transport_name(prefer_aiohttp: bool = True) -> Transport:
@@ -141,7 +162,9 @@ def transport_name(prefer_aiohttp: bool = True) -> Transport:
     preferred), else "httpx2" (the SDK's default). aiohttp speaks to HTTP proxies only, so a
     SOCKS proxy in the environment (ALL_PROXY=socks5://..., read as httpx reads it) keeps the
     SDK's default client, as before."""
-    if not prefer_aiohttp or aiohttp is None or not hasattr(openai, "DefaultAioHttpClient"):
+    sdk = _sdk()
+    if (not prefer_aiohttp or sdk.aiohttp is None
+            or not hasattr(sdk.openai, "DefaultAioHttpClient")):
         return "httpx2"  # the extra is missing, or the SDK predates its aiohttp client
     if any(str(url).lower().startswith("socks") for url in urllib.request.getproxies().values()):
         return "httpx2"
@@ -149,10 +172,11 @@ def transport_name(prefer_aiohttp: bool = True) -> Transport:
 
 
 def _http_client(transport: Transport, connections: int, timeout_s: float) -> Any:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    sdk = _sdk()
+    limits = sdk.httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     if transport == "aiohttp":
-        return openai.DefaultAioHttpClient(limits=limits, timeout=timeout_s)
-    return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s)
+        return sdk.openai.DefaultAioHttpClient(limits=limits, timeout=timeout_s)
+    return sdk.openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s)
 
 
 @dataclass(frozen=True)
@@ -168,8 +192,10 @@ class _Template:
 def _timed_out(exc: BaseException) -> bool:
     """Whether a transport failure is a timeout. The SDK's aiohttp adapter reports every
     connection failure (refused, reset, DNS) as httpx's ConnectTimeout, so its cause decides."""
+    sdk = _sdk()
     cause = exc.__cause__
-    if isinstance(exc, httpx.TimeoutException) and not isinstance(cause, _AIOHTTP_ERRORS):
+    if (isinstance(exc, sdk.httpx.TimeoutException)
+            and not isinstance(cause, sdk.aiohttp_errors)):
         return True
     return isinstance(cause, TimeoutError) or isinstance(exc, TimeoutError)
 
@@ -182,17 +208,19 @@ class JsonEndpoint:
 
     def __init__(self, base_url: str, api_key: str, *, timeout_s: float, connections: int,
                  transport: Transport | None = None) -> None:
+        self._sdk = sdk = _sdk()
         self.transport: Transport = transport or transport_name()
         self._http = _http_client(self.transport, connections, timeout_s)
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0,
+        self._client = sdk.openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0,
                                           timeout=timeout_s, http_client=self._http)
         self._templates: dict[str, _Template] = {}
 
     def _template(self, path: str) -> _Template:
         """The request the SDK makes for a JSON POST to `path` (its body aside)."""
+        sdk = self._sdk
         built = self._client._build_request(
-            FinalRequestOptions.construct(method="post", url=path, headers=_JSON, content=b""))
-        headers = httpx.Headers(
+            sdk.request_options.construct(method="post", url=path, headers=_JSON, content=b""))
+        headers = sdk.httpx.Headers(
             [(k, v) for k, v in built.headers.multi_items() if k.lower() not in _PER_BODY])
         template = self._templates[path] = _Template(built.url, headers, built.extensions)
         return template
@@ -201,11 +229,11 @@ class JsonEndpoint:
         """POST a JSON body (already encoded): the body of a 2xx reply, or `StatusError`,
         `RequestTimeout` or `ConnectFailed`."""
         t = self._templates.get(path) or self._template(path)
-        request = httpx.Request("POST", t.url, headers=t.headers, content=data,
-                                extensions=t.extensions)
+        request = self._sdk.httpx.Request("POST", t.url, headers=t.headers, content=data,
+                                          extensions=t.extensions)
         try:
             response = await self._http.send(request)
-        except _TRANSPORT_ERRORS as exc:
+        except self._sdk.transport_errors as exc:
             if _timed_out(exc):
                 raise RequestTimeout("request timed out") from exc
             cause = exc.__cause__ or exc
