@@ -17,7 +17,10 @@ as a subprocess of its own (loopback, no token) for --minutes while
   - an editor appends a sentence to the middle paragraph of a random document every
     --edit-every s, adds the next article of growth_bench's stream every --add-every s and
     deletes a random document every --delete-every s, so the watcher applies real updates,
-    deletions included;
+    deletions included. By default the corpus grows (an edited document keeps its sentence, and
+    there are two additions per deletion); with --steady it holds its size (an edit takes the
+    sentence out of a document that has it, and a deletion follows each addition), so memory that
+    grows with the index is not mistaken for memory that leaks;
   - with --probe-edit-every S, one more document (`soak-probe.md`, an article whose title holds
     the word "Quorvexian") is edited every S s, and a prober calls basic_search for it every
     --probe-check-every s in a session of its own: an edited document is served in its old
@@ -66,6 +69,7 @@ from typing import Any
 
 from growth_bench import (  # beside this script
     CORPUS,
+    EDIT_SENTENCE,
     HERE_REPO,
     RESULTS,
     child_env,
@@ -219,6 +223,8 @@ def diagnostics_slopes(samples: list[dict[str, Any]], since_min: float) -> dict[
             series.setdefault("glibc_in_use_mb", []).append((t, d["malloc"]["in_use_mb"]))
         if d.get("smaps_mb"):
             series.setdefault("anonymous_mb", []).append((t, d["smaps_mb"].get("Anonymous", 0)))
+        if "traced_mb" in d:  # --tracemalloc: Python's own allocations
+            series.setdefault("traced_mb", []).append((t, d["traced_mb"]))
     return {name: slope(points) for name, points in sorted(series.items())}
 
 
@@ -359,10 +365,11 @@ class Editor:
 
     def step(self, what: str) -> None:
         try:
+            edit = toggle_sentence if self.args.steady else edit_one_paragraph
             if what == "probe_edits":
-                edit_one_paragraph(self.docs / PROBE)
+                edit(self.docs / PROBE)
             elif what == "edits":
-                edit_one_paragraph(self.rng.choice([f for f in self.files() if f.name != PROBE]))
+                edit(self.rng.choice([f for f in self.files() if f.name != PROBE]))
             elif what == "adds":
                 write_article(self.docs, self.base, self.next_article)
                 self.next_article += 1
@@ -380,6 +387,9 @@ class Editor:
         if self.args.probe_edit_every:
             every["probe_edits"] = self.args.probe_edit_every
         due = dict(every)
+        if self.args.steady:  # a deletion half a period after each addition: the count holds
+            every["deletes"] = every["adds"]
+            due["deletes"] = every["adds"] * 1.5
         while not stop.is_set():
             now = time.monotonic() - t0
             for what, t in due.items():
@@ -391,6 +401,16 @@ class Editor:
                 await asyncio.wait_for(stop.wait(), timeout=wait)
             except TimeoutError:
                 pass
+
+
+def toggle_sentence(path: Path) -> None:
+    """--steady's edit: growth_bench's sentence appended to the middle paragraph when it is not
+    there, taken out when it is, so an edited document changes every time and never grows."""
+    text = path.read_text(encoding="utf-8")
+    if EDIT_SENTENCE in text:
+        path.write_text(text.replace(EDIT_SENTENCE, "", 1), encoding="utf-8")
+    else:
+        edit_one_paragraph(path)
 
 
 PROBE = "soak-probe.md"
@@ -701,6 +721,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--edit-every", type=float, default=20.0, help="seconds between edits")
     p.add_argument("--add-every", type=float, default=60.0, help="seconds between new articles")
     p.add_argument("--delete-every", type=float, default=120.0, help="seconds between deletions")
+    p.add_argument("--steady", action="store_true",
+                   help="a corpus that holds its size: each edit appends the sentence or takes it "
+                        "out again, and a deletion follows each addition (--delete-every is "
+                        "then --add-every)")
     p.add_argument("--probe-edit-every", type=float, default=0.0,
                    help="seconds between edits of the probe document (0: no probe)")
     p.add_argument("--probe-check-every", type=float, default=1.0,

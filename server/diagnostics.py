@@ -176,9 +176,9 @@ def memory_report(service: CanopyService | None, *, objects: bool = False) -> di
         report["gc_tracked"] = len(gc.get_objects())
         report["watched"] = watched_objects()
         report["by_type"] = objects_by_type()
+    if tracemalloc.is_tracing():  # no heap walk: PYTHONTRACEMALLOC asked for this alone
+        report["traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 1)
         report["traced_growth"] = traced_growth()
-        if tracemalloc.is_tracing():
-            report["traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 1)
     return report
 
 
