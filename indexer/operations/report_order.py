@@ -1,13 +1,20 @@
-"""The order reports are written in: bottom-up (Edge et al. 2024 §2.1.5), deepest level first,
-so a parent's context can substitute its children's reports; within a level by id, in chunks of
-at most `max_communities` communities and `max_members` members (one community larger than that
-is a chunk of its own), so memory follows the largest community, not the corpus."""
+"""The order reports are written in: bottom-up (Edge et al. 2024 §2.1.5), so a parent's context
+can substitute its children's reports, in chunks of at most `max_communities` communities and
+`max_members` members (one community larger than that is a chunk of its own), so memory follows
+the largest community, not the corpus.
+
+`report_plan` orders by height, not level: a community is written once the communities under it
+that are being rewritten are (a leaf at level 0 goes with the deepest leaves), and each chunk
+names the earlier chunks it waits for, so a scheduler can start a chunk the moment those are
+done instead of waiting for a whole level."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
-__all__ = ["by_member_budget", "levels_deepest_first", "report_batches"]
+__all__ = ["ReportChunk", "by_member_budget", "levels_deepest_first", "report_batches",
+           "report_plan"]
 
 
 def levels_deepest_first(ids_by_level: Mapping[int, set[str]]) -> list[tuple[int, list[str]]]:
@@ -36,3 +43,48 @@ def by_member_budget(ids: list[str], members: Mapping[str, int],
         total += n
     if chunk:
         yield chunk
+
+
+@dataclass(frozen=True)
+class ReportChunk:
+    """Communities written together, after the chunks `after` (indices into the plan) that hold
+    a child of one of them."""
+
+    ids: tuple[str, ...]
+    after: tuple[int, ...]
+    height: int  # 0: none of its communities has a child being rewritten
+
+
+def report_plan(ids_by_level: Mapping[int, set[str]], parent: Mapping[str, str | None],
+                members: Mapping[str, int], max_communities: int,
+                max_members: int) -> list[ReportChunk]:
+    """The chunks to write `ids_by_level`'s communities in, lowest height first (by level,
+    deepest first, then id within a height), each after the chunks holding its communities'
+    children among them. `parent`: each community's parent (None at the top); children not
+    being rewritten keep their committed reports and are waited for by nobody."""
+    height: dict[str, int] = {}
+    for _level, ids in levels_deepest_first(ids_by_level):  # children are one level deeper
+        for cid in ids:
+            height.setdefault(cid, 0)
+            up = parent.get(cid)
+            if up is not None:
+                height[up] = max(height.get(up, 0), height[cid] + 1)
+    level = {cid: lv for lv, ids in ids_by_level.items() for cid in ids}
+    height = {cid: h for cid, h in height.items() if cid in level}
+    kids: dict[str, list[str]] = {}
+    for cid in level:
+        up = parent.get(cid)
+        if up is not None:
+            kids.setdefault(up, []).append(cid)
+    plan: list[ReportChunk] = []
+    chunk_of: dict[str, int] = {}
+    for h in sorted(set(height.values())):
+        ids = sorted((cid for cid, hc in height.items() if hc == h),
+                     key=lambda c: (-level[c], c))
+        for part in report_batches(ids, max_communities):
+            for chunk in by_member_budget(part, members, max_members):
+                after = sorted({chunk_of[k] for cid in chunk for k in kids.get(cid, ())})
+                plan.append(ReportChunk(tuple(chunk), tuple(after), h))
+                for cid in chunk:
+                    chunk_of[cid] = len(plan) - 1
+    return plan

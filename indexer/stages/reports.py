@@ -1,4 +1,5 @@
-"""Fingerprints and reports of the communities the change touched, deepest level first.
+"""Fingerprints and reports of the communities the change touched, each once the communities
+under it are written (canopy.indexer.operations.report_order.report_plan).
 
 A community is recomputed when its members or place changed, a member entity or claim changed,
 a relationship inside it changed, a revocation left it stale, its report failed before, or a
@@ -18,9 +19,10 @@ relationships; an edit under one of them no longer reads them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,11 +37,7 @@ from canopy.indexer.operations.report_context import (
     reports_only_context,
     reports_only_fingerprint,
 )
-from canopy.indexer.operations.report_order import (
-    by_member_budget,
-    levels_deepest_first,
-    report_batches,
-)
+from canopy.indexer.operations.report_order import ReportChunk, report_batches, report_plan
 from canopy.indexer.operations.staleness import (
     CommunityChange,
     Lineage,
@@ -136,14 +134,71 @@ async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta,
     sizes = ElementSizes(b.tok)
     sem = asyncio.Semaphore(b.concurrency)
     rows = _Rows(b)
-    for _level, ids in levels_deepest_first(stale):
-        for part in report_batches(ids, _CHUNK):
-            members = {cid: row.n_members for cid, row in b.reads.communities(part).items()}
-            for chunk in by_member_budget(part, members, _CHUNK_MEMBERS):
-                await _chunk(b, h, chunk, sizes, sem, out, rows)
-                advance(len(chunk))
-                out.communities += len(chunk)
+    every = {cid for ids in stale.values() for cid in ids}
+    lineage: dict[str, str | None] = {}
+    members: dict[str, int] = {}
+    for part in report_batches(sorted(every), _CHUNK * 16):
+        for cid, row in b.reads.communities(part).items():
+            lineage[cid], members[cid] = row.parent, row.n_members
+    # With an endpoint, chunks of about a window each, so that a parent's chunk starts while
+    # other chunks of its children's height are still being written; offline (one report at a
+    # time on the CPU) the largest chunks, which read the store least often.
+    size = min(_CHUNK, max(16, b.concurrency)) if b.settings.llm.enabled else _CHUNK
+
+    async def write(chunk: ReportChunk) -> None:
+        await _chunk(b, h, list(chunk.ids), sizes, sem, out, rows)
+        advance(len(chunk.ids))
+        out.communities += len(chunk.ids)
+
+    plan = report_plan(stale, lineage, members, size, _CHUNK_MEMBERS)
+    await _in_plan_order(plan, members, write, _CHUNK_MEMBERS)
     return out
+
+
+async def _in_plan_order(plan: list[ReportChunk], members: dict[str, int],
+                         write: Callable[[ReportChunk], Awaitable[None]], limit: int) -> None:
+    """`write` every chunk of the plan as soon as the chunks it comes after are written, with
+    the chunks in progress holding at most `limit` members together. The first failure is
+    raised as it is and cancels the chunks still running or waiting."""
+    done = [asyncio.Event() for _ in plan]
+    budget = _MemberBudget(limit)
+
+    async def run(i: int, chunk: ReportChunk) -> None:
+        for j in chunk.after:
+            await done[j].wait()
+        async with budget.held(sum(members.get(cid, 0) for cid in chunk.ids)):
+            await write(chunk)
+        done[i].set()
+
+    tasks = [asyncio.ensure_future(run(i, chunk)) for i, chunk in enumerate(plan)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _MemberBudget:
+    """Chunks in progress at once hold at most `limit` members together (a chunk larger than
+    that runs alone), so concurrent chunks keep the stage's memory bound."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._cv = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def held(self, n: int) -> AsyncIterator[None]:
+        async with self._cv:
+            await self._cv.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
+            self.used += n
+        try:
+            yield
+        finally:
+            async with self._cv:
+                self.used -= n
+                self._cv.notify_all()
 
 
 # What a report is written from: the community's elements, or (a community too large for them)

@@ -1,12 +1,15 @@
 """The order reports are written in (canopy.indexer.operations.report_order): bottom-up, by id
-within a level, in chunks bounded by communities and by members."""
+within a level, in chunks bounded by communities and by members; the plan by height, each chunk
+after the chunks holding its children."""
 
 from __future__ import annotations
 
 from canopy.indexer.operations.report_order import (
+    ReportChunk,
     by_member_budget,
     levels_deepest_first,
     report_batches,
+    report_plan,
 )
 
 
@@ -35,3 +38,47 @@ def test_a_community_larger_than_the_budget_is_a_chunk_of_its_own() -> None:
 
 def test_a_community_of_unknown_size_counts_nothing() -> None:
     assert list(by_member_budget(["x", "y"], {}, 1)) == [["x", "y"]]
+
+
+# A tree: root R (level 0) over A and B (level 1); A over a1, a2 (level 2), B over b1 (level 2);
+# L is a level-0 community with no children.
+_PARENT = {"R": None, "L": None, "A": "R", "B": "R", "a1": "A", "a2": "A", "b1": "B"}
+_LEVELS = {0: {"R", "L"}, 1: {"A", "B"}, 2: {"a1", "a2", "b1"}}
+
+
+def _plan(levels: dict[int, set[str]], size: int = 2, members: dict[str, int] | None = None,
+          max_members: int = 100) -> list[ReportChunk]:
+    return report_plan(levels, _PARENT, members or {}, size, max_members)
+
+
+def test_the_plan_goes_by_height_so_a_childless_top_community_goes_with_the_leaves() -> None:
+    plan = _plan(_LEVELS, size=10)
+    assert [(c.height, c.ids) for c in plan] == [
+        (0, ("a1", "a2", "b1", "L")), (1, ("A", "B")), (2, ("R",))]
+    assert [c.after for c in plan] == [(), (0,), (1,)]
+
+
+def test_each_chunk_waits_for_exactly_the_chunks_holding_its_children() -> None:
+    plan = _plan(_LEVELS, size=2)
+    assert [c.ids for c in plan] == [("a1", "a2"), ("b1", "L"), ("A", "B"), ("R",)]
+    assert [c.after for c in plan] == [(), (), (0, 1), (2,)]
+    one = _plan(_LEVELS, size=1)  # A waits for a1's and a2's chunks, not for b1's
+    at = {c.ids[0]: i for i, c in enumerate(one)}
+    assert one[at["A"]].after == (at["a1"], at["a2"]) and one[at["B"]].after == (at["b1"],)
+    for i, chunk in enumerate(one):  # never before a chunk of a child
+        kids = {k for k, p in _PARENT.items() if p in chunk.ids}
+        assert all(at[k] < i for k in kids)
+
+
+def test_children_not_rewritten_are_waited_for_by_nobody() -> None:
+    # an edit under A: a1, A and R are rewritten; a2, B, b1 keep their reports
+    plan = _plan({0: {"R"}, 1: {"A"}, 2: {"a1"}}, size=10)
+    assert [(c.ids, c.after, c.height) for c in plan] == [
+        (("a1",), (), 0), (("A",), (0,), 1), (("R",), (1,), 2)]
+
+
+def test_the_plan_keeps_the_member_budget_per_chunk() -> None:
+    members = {"a1": 6, "a2": 6, "b1": 1, "L": 1, "A": 12, "B": 1, "R": 14}
+    plan = _plan(_LEVELS, size=10, members=members, max_members=8)
+    assert [c.ids for c in plan] == [("a1",), ("a2", "b1", "L"), ("A",), ("B",), ("R",)]
+    assert all(sum(members[i] for i in c.ids) <= 8 or len(c.ids) == 1 for c in plan)
