@@ -298,6 +298,9 @@ SOAKS = (
     ("soak_issue30_e.json", "e: the same"),
     ("soak_issue30_main_b32f8d5.json", "main alone: the same"),
     ("soak_issue30_cache64.json", "e's code with `[query] cache_mb = 64`: the same"),
+    ("soak_issue30_default_7e162fb.json", "7e162fb, another machine: the same"),
+    ("soak_issue30_steady_bcf9664.json", "bcf9664: the same with `--steady` (the corpus holds "
+                                         "its size: 10 additions, 9 deletions)"),
 )
 
 
