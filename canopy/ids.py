@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 __all__ = ["KEYS_VERSION", "LEGAL_FORMS", "content_hash", "entity_id", "entity_key",
@@ -63,9 +66,30 @@ def fold_accents(text: str) -> str:
 
 # Names recur: a build asks for the key of each entity, relationship end and claim subject of
 # every unit, most of them names seen before (1,827 articles: ~570k keys of ~70k names). Only
-# name-sized strings are kept (sentences and queries are normalized too, each once).
+# name-sized strings are kept, and only while a build runs (`memoized_names`): a server asks
+# for the keys of every word run of every question, which are seldom asked again; kept for the
+# process, they filled the memo to its bound (tens of MB) over a soak (benchmarks/soak.py).
 _NAME_CACHE = 1 << 16
 _NAME_CHARS = 120
+_builds = 0  # builds running in this process: the memo is used while there is one
+_builds_lock = threading.Lock()
+
+
+@contextmanager
+def memoized_names() -> Iterator[None]:
+    """Memoize name keys while the block runs (an index build); the memo is emptied when the
+    last such block of the process ends."""
+    global _builds
+    with _builds_lock:
+        _builds += 1
+    try:
+        yield
+    finally:
+        with _builds_lock:
+            _builds -= 1
+            if not _builds:
+                _normalized_name.cache_clear()
+                _key_words.cache_clear()
 
 
 def normalize_name(name: str) -> str:
@@ -74,7 +98,7 @@ def normalize_name(name: str) -> str:
 
     "Helio Cells, Ltd." and "HELIO CELLS LTD" merge, so do "Zürich" and "Zurich"; "李明" stays
     "李明"."""
-    return _normalized_name(name) if len(name) <= _NAME_CHARS else _normalized(name)
+    return _normalized_name(name) if _builds and len(name) <= _NAME_CHARS else _normalized(name)
 
 
 def _normalized(name: str) -> str:
@@ -101,7 +125,7 @@ def key_words(name: str) -> list[str]:
 
 
 def _name_words(name: str) -> tuple[str, ...]:
-    return _key_words(name) if len(name) <= _NAME_CHARS else _words_of(name)
+    return _key_words(name) if _builds and len(name) <= _NAME_CHARS else _words_of(name)
 
 
 def _words_of(name: str) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from canopy.health import (
     raise_if_damaged,
     writes_to,
 )
+from canopy.ids import memoized_names
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.pipeline import IndexResult, Labeler, Progress, run_index
 from canopy.providers import make_embedder, make_provider
@@ -128,9 +129,10 @@ def write_index(
             provider = make_provider(settings, store, ray=ray)
             embedder = make_embedder(settings, ray=ray)
             freeze_imports()  # the SDK they may have imported, out of the GC's way
-            return asyncio.run(run_index(docs_dir, store, settings, provider, embedder,
-                                         labeler=labeler, full=full, progress=progress,
-                                         tidy=tidy, on_revoked=on_revoked, on_plan=on_plan))
+            with memoized_names():
+                return asyncio.run(run_index(docs_dir, store, settings, provider, embedder,
+                                             labeler=labeler, full=full, progress=progress,
+                                             tidy=tidy, on_revoked=on_revoked, on_plan=on_plan))
         finally:
             store.close()
 

@@ -20,6 +20,7 @@ import numpy as np
 import ray
 
 from canopy.errors import ProviderError
+from canopy.ids import memoized_names
 from canopy.model import Extraction, TextUnit
 from canopy.providers.base import Embedder
 from canopy.providers.builtin import BuiltinProvider
@@ -33,7 +34,8 @@ MIN_EMBED_CHUNK = 32
 
 
 def _extract(units: list[TextUnit], entity_types: list[str], claims: bool) -> list[Extraction]:
-    return [extract_unit(u, entity_types=entity_types, claims=claims) for u in units]
+    with memoized_names():  # one batch of a build, on a worker
+        return [extract_unit(u, entity_types=entity_types, claims=claims) for u in units]
 
 
 @functools.lru_cache(maxsize=4)
