@@ -301,6 +301,8 @@ SOAKS = (
     ("soak_issue30_default_7e162fb.json", "7e162fb, another machine: the same"),
     ("soak_issue30_steady_bcf9664.json", "bcf9664: the same with `--steady` (the corpus holds "
                                          "its size: 10 additions, 9 deletions)"),
+    ("soak_issue30_steady_d1bc7f7.json", "d1bc7f7 (name keys memoized only during a build): "
+                                         "the same with `--steady`"),
 )
 
 
