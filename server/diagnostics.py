@@ -4,8 +4,9 @@ caches hold, which per-generation objects are alive, and where native memory sit
 Off unless the environment sets CANOPY_DIAGNOSTICS=1, and then served only on a loopback host
 (GET /debug/memory, beside /mcp): the report names no document, but counts of what a process
 holds are nobody else's business. `?objects=1` adds live objects counted by type (a walk of
-the heap: about a second at a few million objects, with the GIL held), and, when tracemalloc
-traces (PYTHONTRACEMALLOC=N), the lines whose allocations grew most since the first report.
+the heap: about a second at a few million objects, with the GIL held). When tracemalloc traces
+(PYTHONTRACEMALLOC=N), every report adds the traced total and the lines whose allocations grew
+most since the first report (no heap walk; the snapshot is slow under load).
 The walk can disturb the calls running meanwhile: gc.get_objects() hands out tuples another
 thread is still building, whose resize then fails (one global_search of a soak answered
 "SystemError: bad argument to internal function", even with only len(gc.get_objects()) in

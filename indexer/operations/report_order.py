@@ -76,11 +76,13 @@ def report_plan(ids_by_level: Mapping[int, set[str]], parent: Mapping[str, str |
         up = parent.get(cid)
         if up is not None:
             kids.setdefault(up, []).append(cid)
+    by_height: dict[int, list[str]] = {}
+    for cid, h in height.items():
+        by_height.setdefault(h, []).append(cid)
     plan: list[ReportChunk] = []
     chunk_of: dict[str, int] = {}
-    for h in sorted(set(height.values())):
-        ids = sorted((cid for cid, hc in height.items() if hc == h),
-                     key=lambda c: (-level[c], c))
+    for h in sorted(by_height):
+        ids = sorted(by_height[h], key=lambda c: (-level[c], c))
         for part in report_batches(ids, max_communities):
             for chunk in by_member_budget(part, members, max_members):
                 after = sorted({chunk_of[k] for cid in chunk for k in kids.get(cid, ())})
