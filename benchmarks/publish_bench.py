@@ -12,8 +12,8 @@ builtin provider:
    next to how the change spread over the database file: the share of its 4 KiB pages, and
    of runs of 16 and 256 pages (64 KiB, 1 MiB: what content-addressed chunks of the file
    would be), that differ from the generation before;
-2. a replica's local copy of each generation (`canopy.server.wings.publish.reader.materialize`):
-   time and bytes downloaded;
+2. a replica's local copy of each generation
+   (`canopy.server.wings.publish.replica_cache.materialize`): time and bytes downloaded;
 3. not chosen, the writer's LanceDB living on the object store: the indexer's writes to the
    three search tables (create, add in batches of 5,000, full-text index; then an update's
    delete + add of 20 rows), locally and on S3;
@@ -126,7 +126,7 @@ def main() -> None:
     from canopy.server.runtime import build_index, open_workspace
     from canopy.server.wings.publish.location import open_location
     from canopy.server.wings.publish.publishing import publish_index
-    from canopy.server.wings.publish.reader import materialize
+    from canopy.server.wings.publish.replica_cache import materialize
     from canopy.server.wings.publish.snapshot import stage_snapshot
     from canopy.server.wings.publish.writer import newest_manifest
 

@@ -23,9 +23,9 @@ random regular document, delete the oldest canary, add one, edit, move the oldes
   for each canary added or removed within the last bound + 60 s, round after round, and notes
   whether the answer (its citations and answer text, not the echoed query) holds the token;
 - a manifest follower lists the bucket's manifests every 0.5 s and reads each new one's
-  files (canopy.server.wings.publish.reader, in a cache of its own) to learn which canaries it
-  serves, which tokens its files hold, and when the writer wrote it (`published_at`; same machine,
-  same clock);
+  files (canopy.server.wings.publish.replica_cache, in a cache of its own) to learn which
+  canaries it serves, which tokens its files hold, and when the writer wrote it (`published_at`;
+  same machine, same clock);
 - a scanner lists every object of the bucket every 2 s (boto3; content-addressed objects are
   read once) and every file under both replicas' caches, and notes which canary tokens they
   hold, as someone holding all of them would read them: every page record opened with every
@@ -195,7 +195,11 @@ def follow_manifests(run: Run, endpoint: str, bucket: str, cache: Path) -> None:
 
     from canopy.server.wings.publish.location import open_location
     from canopy.server.wings.publish.manifest import Manifest, manifest_path
-    from canopy.server.wings.publish.reader import materialize, prune_cache, remove_generation
+    from canopy.server.wings.publish.replica_cache import (
+        materialize,
+        prune_cache,
+        remove_generation,
+    )
     from canopy.server.wings.publish.writer import published_seqs
 
     location = open_location(f"s3://{bucket}/{PREFIX}", endpoint_url=endpoint)

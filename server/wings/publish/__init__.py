@@ -10,7 +10,7 @@ folder or S3-compatible object storage), and the stateless replicas that serve t
 - `pagestore`: the database as encrypted page records and a page map per generation, so a
   generation uploads its changed pages and deleted text is erased with the old maps;
 - `writer`: upload, manifest, garbage collection;
-- `reader`: a replica's local copy of a published generation;
+- `replica_cache`: a replica's local copy of a published generation;
 - `publishing`: publishing a workspace's index (the writer lock, `index/watch --publish`);
 - `replica`: `canopy serve --index-uri`;
 - `cli`: `canopy publish`.

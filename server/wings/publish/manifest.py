@@ -55,7 +55,7 @@ class FileRef(BaseModel):
 
     def cached_blobs(self) -> set[str]:
         """The blobs a replica keeps for this file: packs only while it assembles the
-        database (canopy.server.wings.publish.reader)."""
+        database (canopy.server.wings.publish.replica_cache)."""
         return {self.pages} if self.pages else self.blobs()
 
 

@@ -17,7 +17,7 @@ kept apart from the records, in the generation's page map. A map holds only the 
 own generation's pages: once a page changes, its old record stays in its pack but the only key
 that opens it is in the maps of earlier generations, which are collected with their manifests
 `grace_s` after those were superseded (`writer`). From then on no blob at the URI,
-and none in a replica's cache (`reader`), holds what opens it: the text is erased
+and none in a replica's cache (`replica_cache`), holds what opens it: the text is erased
 cryptographically (NIST SP 800-88's "cryptographic erase"), in every generation. The images
 themselves are canonical (canopy.store.pages), so the current ones hold no byte SQLite left
 of deleted rows either.

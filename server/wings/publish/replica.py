@@ -2,7 +2,7 @@
 
 A replica owns nothing but a cache, and its MCP sessions are stateless (any replica answers any
 request, so a load balancer needs no stickiness): it opens the newest complete generation at the
-URI (its files downloaded into a local folder, `reader`), serves it like a local
+URI (its files downloaded into a local folder, `replica_cache`), serves it like a local
 index, polls the URI every `[publish] poll_s` and switches to a newer generation atomically (the
 slot hands the new service to the next call; calls in flight finish on the one they started
 with, which is closed `_DRAIN_S` later). Auth, views and caches are per replica.
@@ -29,7 +29,8 @@ deleted once its calls have drained, `_DRAIN_S` after the switch or
 sooner, so that it is gone by the writer's `grace_s` after the generation that superseded it
 was published (the replica switched within B of that: it drains for `grace_s` - B at most).
 A replica that starts deletes whatever a previous run left in its cache but the generation it
-opens, whose files it checks against the manifest first (canopy.server.wings.publish.reader).
+opens, whose files it checks against the manifest first
+(canopy.server.wings.publish.replica_cache).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from canopy.server.runtime import Workspace
 from canopy.server.service import CanopyService
 from canopy.server.wings.publish.location import Location, open_location
 from canopy.server.wings.publish.manifest import Manifest
-from canopy.server.wings.publish.reader import materialize, prune_cache, remove_generation
+from canopy.server.wings.publish.replica_cache import materialize, prune_cache, remove_generation
 from canopy.server.wings.publish.writer import newest_manifest, published_seqs
 from canopy.settings import Settings
 

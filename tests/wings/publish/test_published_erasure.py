@@ -225,7 +225,7 @@ def test_a_one_article_edit_or_deletion_publishes_only_the_pages_it_changed(
         tmp_path: Path) -> None:
     from canopy.server.runtime import build_index, open_workspace
     from canopy.server.wings.publish.publishing import publish_index
-    from canopy.server.wings.publish.reader import materialize
+    from canopy.server.wings.publish.replica_cache import materialize
     from canopy.server.wings.publish.snapshot import stage_snapshot
     from canopy.server.wings.publish.writer import collect_garbage
 

@@ -29,8 +29,8 @@ from canopy.server.runtime import build_index, open_workspace
 from canopy.server.wings.publish.location import open_location
 from canopy.server.wings.publish.manifest import MANIFESTS, Manifest, blob_path, manifest_path
 from canopy.server.wings.publish.publishing import publish_index
-from canopy.server.wings.publish.reader import materialize
 from canopy.server.wings.publish.replica import ReplicaSlot, build_replica
+from canopy.server.wings.publish.replica_cache import materialize
 from canopy.server.wings.publish.snapshot import stage_snapshot
 from canopy.server.wings.publish.writer import collect_garbage, newest_manifest, publish_staged
 from canopy.settings import load_settings
@@ -540,7 +540,7 @@ def test_a_damaged_database_assembled_before_is_not_built_on(
         fh.seek(kept[len(kept) // 2] * old_map.page_size + 200)
         fh.write(b"\xff" * 32)
 
-    with caplog.at_level("WARNING", logger="canopy.server.wings.publish.reader"):
+    with caplog.at_level("WARNING", logger="canopy.server.wings.publish.replica_cache"):
         folder, fetched = materialize(location, second, cache)
     assert "assembling it from the published pages alone" in caplog.text
     assert folder.joinpath("canopy.sqlite").read_bytes() == expected

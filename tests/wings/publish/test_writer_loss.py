@@ -31,8 +31,8 @@ from canopy.errors import IndexStale
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.wings.publish.location import Location, open_location
 from canopy.server.wings.publish.manifest import BLOBS, MANIFESTS
-from canopy.server.wings.publish.reader import materialize
 from canopy.server.wings.publish.replica import ReplicaSlot, build_replica
+from canopy.server.wings.publish.replica_cache import materialize
 from canopy.server.wings.publish.snapshot import stage_snapshot
 from canopy.server.wings.publish.writer import collect_garbage, newest_manifest, publish_staged
 from canopy.settings import load_settings
