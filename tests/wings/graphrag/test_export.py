@@ -23,7 +23,7 @@ from canopy.errors import ConfigError
 from canopy.server.api import Index
 from canopy.server.cli import main
 from canopy.server.runtime import build_index, open_workspace
-from canopy.server.wings.graphrag.export.schema import TABLES
+from canopy.server.wings.graphrag.export.columns import TABLES
 from tests.conftest import EXAMPLES, REPO, offline_env
 
 MULTI = REPO / "examples" / "multi-tenant"

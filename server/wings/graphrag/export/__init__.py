@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from canopy.server.context import QueryContext
 from canopy.server.wings.graphrag.export.collect import ExportTables, collect_tables
-from canopy.server.wings.graphrag.export.schema import TABLES
+from canopy.server.wings.graphrag.export.columns import TABLES
 from canopy.server.wings.graphrag.export.write import (
     FORMATS,
     MANIFEST,

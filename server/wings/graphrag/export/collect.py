@@ -29,7 +29,7 @@ _BATCH = 500  # artifacts per reader call (views of a batch are built concurrent
 
 @dataclass
 class ExportTables:
-    """Rows per table (canopy.server.wings.graphrag.export.schema.TABLES names their columns)."""
+    """Rows per table (canopy.server.wings.graphrag.export.columns.TABLES names their columns)."""
 
     rows: dict[str, list[Row]] = field(default_factory=dict)
 

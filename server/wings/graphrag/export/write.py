@@ -1,6 +1,6 @@
 """Writing collected tables as parquet, CSV or GraphML, and the folder they go to.
 
-- parquet: one file per table, with the types of `export.schema` (lists stay lists);
+- parquet: one file per table, with the types of `export.columns` (lists stay lists);
 - csv: one file per table, UTF-8 with a header; list and struct columns as JSON text, and
   fields that hold newlines quoted (pandas reads them as they are; pyarrow needs
   `ParseOptions(newlines_in_values=True)`);
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from canopy.errors import InvalidArgument
 from canopy.server.wings.graphrag.export.collect import ExportTables
-from canopy.server.wings.graphrag.export.schema import TABLES
+from canopy.server.wings.graphrag.export.columns import TABLES
 
 __all__ = ["FORMATS", "GRAPHML", "MANIFEST", "prepare_out_dir", "write_tables"]
 
