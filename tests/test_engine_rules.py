@@ -23,7 +23,7 @@ from canopy.ids import normalize_name
 from canopy.model import Report
 from canopy.providers.base import MapPoint, Provider
 from canopy.server.context import QueryContext
-from canopy.server.engines.common import tokenizer
+from canopy.server.engines.budget import tokenizer
 from canopy.server.engines.drift_engine import _next_questions, _open_questions, _Step
 from canopy.server.engines.global_engine import (
     _best_points,
@@ -487,7 +487,7 @@ def test_a_documents_second_unit_raises_its_units_and_a_single_unit_document_is_
 
 def test_the_cut_order_keeps_the_ranked_passages_head_to_the_end() -> None:
     from canopy.providers.base import ContextBlock
-    from canopy.server.engines.common import _cut_order
+    from canopy.server.engines.budget import _cut_order
 
     kinds = ["text_unit"] * 3 + ["entity"] * 2 + ["relationship"] * 2 + ["report"] * 2
     blocks = [ContextBlock(k, f"{k}{i}", "", "x") for i, k in enumerate(kinds)]

@@ -32,7 +32,7 @@ from canopy.server.engines import (
     report_markdown,
     source_span,
 )
-from canopy.server.engines.common import (
+from canopy.server.engines.budget import (
     NOTHING_FOUND,
     context_budget,
     delivered_tokens,

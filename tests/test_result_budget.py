@@ -207,10 +207,10 @@ async def test_a_cut_search_result_is_measured_only_until_it_fits(
     counts the whole result once, then once per round of cuts until one fits, and never counts
     a result it has just measured again. What it cuts is the ranking's tail: the passages it
     delivers are the first ones of the uncut result, in order."""
-    from canopy.server.engines import common
+    from canopy.server.engines import budget
 
     measured: list[str] = []
-    real_count = common.delivered_tokens
+    real_count = budget.delivered_tokens
 
     def counted(result: Any) -> int:
         measured.append(result.model_dump_json())
@@ -224,7 +224,7 @@ async def test_a_cut_search_result_is_measured_only_until_it_fits(
     # a limit below what the configured context needs (the examples' units are short, so
     # their excerpts at 20,000 / 100 tokens each are nearly whole)
     monkeypatch.setattr(examples.ws.settings.query, "result_token_limit", LIMIT // 2)
-    monkeypatch.setattr(common, "delivered_tokens", counted)
+    monkeypatch.setattr(budget, "delivered_tokens", counted)
     async with Client(build_server(examples)) as client:
         result = await client.call_tool("basic_search", args)
     page = result.structured_content

@@ -12,7 +12,7 @@ from __future__ import annotations
 from canopy.errors import InvalidArgument
 from canopy.providers.base import ContextBlock
 from canopy.server.context import QueryContext
-from canopy.server.engines.common import (
+from canopy.server.engines.budget import (
     NOTHING_FOUND,
     check_query,
     check_response_type,
@@ -38,7 +38,7 @@ async def basic_search(
 ) -> SearchResult:
     """Answer from the k text units most similar to the question (hybrid vector + BM25).
     `route`: why the `search` tool chose this engine, carried by the result (and counted in
-    its size). `since` / `until`: only passages from that time (common.within_window)."""
+    its size). `since` / `until`: only passages from that time (budget.within_window)."""
     query = check_query(query)
     response_type = check_response_type(response_type)
     within_window(ctx, since, until)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from canopy.ids import normalize_name
 from canopy.providers.base import ContextBlock, DriftOut, MapPoint
 from canopy.server.context import QueryContext
-from canopy.server.engines.common import (
+from canopy.server.engines.budget import (
     NOTHING_FOUND,
     check_query,
     check_response_type,

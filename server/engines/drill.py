@@ -18,6 +18,12 @@ from canopy.errors import InvalidArgument, NotFound
 from canopy.ids import entity_key
 from canopy.model import Entity, Relationship, Report
 from canopy.server.context import QueryContext
+from canopy.server.engines.budget import (
+    delivered_chars,
+    delivered_tokens,
+    metered,
+    tokenizer,
+)
 from canopy.server.engines.cards import (
     claim_card,
     community_card,
@@ -25,12 +31,6 @@ from canopy.server.engines.cards import (
     finding_cards,
     relationship_card,
     span_of,
-)
-from canopy.server.engines.common import (
-    delivered_chars,
-    delivered_tokens,
-    metered,
-    tokenizer,
 )
 from canopy.server.results import AliasCard, ClaimCard, CommunityCard, DrillResult, SourceSpan
 

@@ -347,7 +347,7 @@ def excerpt(ctx: QueryContext, unit: TextUnit, doc: Document, query: str, max_to
     """The unit's text, or when longer than `max_tokens`, the sentences that best match the
     question (each with the sentence before it, for context) in document order, gaps marked
     with "…"."""
-    from canopy.server.engines.common import tokenizer
+    from canopy.server.engines.budget import tokenizer
 
     text = unit.text
     tok = tokenizer()
@@ -382,7 +382,7 @@ def excerpt_text(ctx: QueryContext, text: str, query: str, max_tokens: int) -> s
     """`text` (an entity's, relationship's or report's), or when longer than `max_tokens`, its
     pieces that best match the question in their order, gaps marked with "…"; the first piece
     when none matches (a description's first sentence says what the thing is)."""
-    from canopy.server.engines.common import tokenizer
+    from canopy.server.engines.budget import tokenizer
 
     tok = tokenizer()
     if len(text) <= max_tokens or tok.count(text) <= max_tokens:

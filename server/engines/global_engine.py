@@ -19,7 +19,7 @@ A question about change over time (canopy.server.engines.change_questions) is an
 by period instead (canopy.server.engines.global_change): the selected communities' evidence is
 cut into periods, each period is mapped and reduced on its own, and the answer and citations
 follow the periods in time order. `since` / `until` restrict every question to the evidence of
-that window (common.within_window).
+that window (budget.within_window).
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from canopy.errors import InvalidArgument, InvalidOutput
 from canopy.model import Document, Report, TextUnit
 from canopy.providers.base import MapOut, MapPoint, usage_scope
 from canopy.server.context import QueryContext
-from canopy.server.engines.change_questions import change_question
-from canopy.server.engines.common import (
+from canopy.server.engines.budget import (
     NOTHING_FOUND,
     check_query,
     check_response_type,
@@ -44,6 +43,7 @@ from canopy.server.engines.common import (
     tokenizer,
     within_window,
 )
+from canopy.server.engines.change_questions import change_question
 from canopy.server.engines.evidence import excerpt, vector_weight
 from canopy.server.engines.global_change import (
     PERIOD_POINTS,

@@ -28,8 +28,7 @@ from canopy.ids import entity_key, normalize_name
 from canopy.model import Document, Entity, Relationship, Report, TextUnit
 from canopy.providers.base import ContextBlock
 from canopy.server.context import QueryContext
-from canopy.server.engines.cards import claim_block
-from canopy.server.engines.common import (
+from canopy.server.engines.budget import (
     NOTHING_FOUND,
     block_tokens,
     check_query,
@@ -41,6 +40,7 @@ from canopy.server.engines.common import (
     pack_blocks,
     within_window,
 )
+from canopy.server.engines.cards import claim_block
 from canopy.server.engines.evidence import excerpt, excerpt_text, rank_units
 from canopy.server.results import RouteInfo, SearchResult
 from canopy.store import Edge

@@ -44,13 +44,13 @@ from canopy.providers.builtin.relevance import is_generic
 from canopy.providers.builtin.text import stem
 from canopy.server.context import QueryContext
 from canopy.server.engines.basic_engine import basic_search
-from canopy.server.engines.change_questions import change_question
-from canopy.server.engines.common import (
+from canopy.server.engines.budget import (
     check_query,
     check_response_type,
     metered,
     within_window,
 )
+from canopy.server.engines.change_questions import change_question
 from canopy.server.engines.evidence import split_clauses
 from canopy.server.engines.global_engine import global_search
 from canopy.server.engines.local_engine import local_search, named_entities
@@ -279,7 +279,7 @@ async def routed_search(ctx: QueryContext, query: str, *,
                         until: str | None = None) -> SearchResult:
     """Route `query` (choose_route), answer it with that engine, and say so in `route`; the
     usage counts the classification call too. `since` / `until` restrict the routing (names
-    are linked among what the window holds) and the engine (common.within_window)."""
+    are linked among what the window holds) and the engine (budget.within_window)."""
     query = check_query(query)
     response_type = check_response_type(response_type)
     within_window(ctx, since, until)

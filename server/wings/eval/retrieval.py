@@ -256,7 +256,7 @@ async def _score_all(service: CanopyService, principal: str | None,
                      progress: Callable[[str], None]) -> list[ToolScore]:
     from mcp import Client
 
-    from canopy.server.engines.common import delivered_tokens
+    from canopy.server.engines.budget import delivered_tokens
     from canopy.server.mcp_app import build_server
     from canopy.server.results import SearchResult
 

@@ -1,5 +1,8 @@
-"""What every engine shares: argument checks, per-call metering, token budgets, and the cap that
-keeps a result under agent-host limits (design §6) with a note naming the next call."""
+"""An engine call's budget, which every engine shares: the tokens of context its result can carry
+(`context_budget`, `pack_blocks`, `fit_context`), the cap that keeps the result under
+agent-host limits (design §6) with a note naming the next call (`fit_result`), and the metering
+of the provider calls and tokens it spent (`metered`); beside them, the argument checks every
+engine makes first (`check_query`, `check_response_type`, `within_window`)."""
 
 from __future__ import annotations
 
