@@ -46,11 +46,11 @@ class Wing:
 WINGS: dict[str, Wing] = {wing.name: wing for wing in (
     Wing("rest", "the REST API"),
     Wing("web", "the web view"),
-    Wing("publish", "publishing and replicas", ("obstore",), (("publish", "cli:publish"),)),
+    Wing("publish", "publishing and replicas", ("obstore",), (("publish", "publish_cli:publish"),)),
     Wing("ray", "distributed indexing on Ray", ("ray",)),
     Wing("graphrag", "GraphRAG export and import", (),
          (("export", "export_cli:export"), ("import-graphrag", "import_cli:import_graphrag"))),
-    Wing("eval", "canopy eval", ("bm25s",), (("eval", "cli:eval_command"),)),
+    Wing("eval", "canopy eval", ("bm25s",), (("eval", "eval_cli:eval_command"),)),
 )}
 # command name -> (wing, "module:attribute"): what the CLI group lists beside its own commands
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -13,5 +13,5 @@ folder or S3-compatible object storage), and the stateless replicas that serve t
 - `replica_cache`: a replica's local copy of a published generation;
 - `publishing`: publishing a workspace's index (the writer lock, `index/watch --publish`);
 - `replica`: `canopy serve --index-uri`;
-- `cli`: `canopy publish`.
+- `publish_cli`: `canopy publish`.
 """

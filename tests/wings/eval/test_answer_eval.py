@@ -31,7 +31,7 @@ from canopy.server.wings.eval.answers import (
     read_questions,
     score,
 )
-from canopy.server.wings.eval.cli import NO_LLM
+from canopy.server.wings.eval.eval_cli import NO_LLM
 from canopy.settings import LLMSettings
 from tests.conftest import EXAMPLES, offline_env
 from tests.fakes.openai_server import FakeOpenAI
