@@ -1,6 +1,7 @@
 """The import direction is one way: server -> (indexer, acl) -> canopy (kernel) -> prompts; within
 the CLI package, the command modules never import the package that assembles them. Every layer
-installs under the one namespace `canopy` (`canopy.server`, `canopy.indexer`, ...)."""
+installs under the one namespace `canopy` (`canopy.server`, `canopy.indexer`, ...), and two modules
+share a name only as one thing at two depths."""
 
 from __future__ import annotations
 
@@ -467,3 +468,35 @@ def test_stages_run_no_sql_of_their_own() -> None:
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
              and node.func.attr in ("execute", "executemany", "executescript")]
     assert calls == []
+
+
+def _same_names() -> dict[str, list[str]]:
+    """Module file names that more than one library module has (a package's `__init__.py` and
+    `__main__.py` aside), each with the installed names of those modules."""
+    by_name: dict[str, list[str]] = {}
+    for module, path in sorted(MODULES.items()):
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.name, []).append(module)
+    return {name: modules for name, modules in by_name.items() if len(modules) > 1}
+
+
+def test_two_modules_share_a_name_only_as_one_thing_at_two_depths() -> None:
+    """Names say their level (issue 33): two library modules have one file name only when they
+    are the same thing at two depths (a store's rows and the stage that writes them, a command
+    and the engine call it runs), and then each one's docstring says so and names the other."""
+    unexplained = []
+    for modules in _same_names().values():
+        for module in modules:
+            doc = ast.get_docstring(ast.parse(MODULES[module].read_text(encoding="utf-8"))) or ""
+            said = " ".join(doc.split())  # the phrase may break across lines
+            others = [m for m in modules if m != module]
+            if "two depths" not in said or any(m not in said for m in others):
+                unexplained.append(f"{module} (beside {', '.join(others)})")
+    assert unexplained == []
+
+
+def test_the_names_that_repeat_are_found() -> None:
+    """The test above sees modules of one name anywhere in the library (or it would pass on
+    nothing): the `canopy warm` command and its engine call are two of them."""
+    assert _same_names()["warm.py"] == ["canopy.server.cli.warm", "canopy.server.engines.warm"]
+    assert "__init__.py" not in _same_names()

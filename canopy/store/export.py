@@ -1,5 +1,11 @@
-"""The whole committed generation as Python objects: for exports and for tests that compare
-indexes. Nothing that serves or indexes uses it (it holds the whole graph in memory)."""
+"""The whole committed generation as Python objects: for tests that compare indexes and for
+benchmarks. Nothing that serves or indexes uses it (it holds the whole graph in memory).
+
+The same thing at two depths as the export package canopy.server.wings.graphrag.export (`canopy
+export`): both take a generation out whole; this one at the store's depth, every row and no
+caller, the package as one caller is served it, through their reader. The package does not use
+this module.
+"""
 
 from __future__ import annotations
 

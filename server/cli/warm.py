@@ -5,6 +5,9 @@ Views are built lazily on first use anyway; warming moves that cost (one report 
 a community, one summary call per entity or relationship view with several visible descriptions)
 to a moment you choose, e.g. right after `canopy index`. Views are cached in the index folder by
 content, so warming twice, or warming principals who see the same documents, costs nothing more.
+
+The same thing at two depths: this is the command; canopy.server.engines.warm is the engine call
+it runs for each principal (`warm_views`), which builds one caller's views.
 """
 
 from __future__ import annotations

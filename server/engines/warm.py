@@ -1,5 +1,9 @@
 """Pre-building per-caller views (`canopy warm`): every view a caller would be served, built now
-so that their first questions do not wait for provider calls."""
+so that their first questions do not wait for provider calls.
+
+The same thing at two depths: this is the engine call for one caller (`warm_views`);
+canopy.server.cli.warm is the `canopy warm` command, which runs it for each principal it names.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ entities and relationships as their views (names, descriptions, weights and prov
 their units only), the communities with a member they see and the reports they are served
 (canonical or re-derived from what they see), and counts over those rows alone. With no [acl]
 policy everyone reads everything, and the export is the whole index.
+
+The same thing at two depths as canopy.store.export: that module takes the generation out at the
+store's depth, every row and no caller (for tests and benchmarks); this package exports what a
+caller is served.
 """
 
 from __future__ import annotations
