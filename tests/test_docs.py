@@ -95,6 +95,18 @@ def test_every_file_the_docs_cite_exists() -> None:
     assert sorted(p for p in cited if not (REPO / p).exists()) == []
 
 
+README_MAX_LINES = 250  # issue 33: a page a newcomer reads; the rest lives under docs/
+
+
+def test_the_readme_is_a_page_a_newcomer_reads() -> None:
+    """README.md says what Canopy is, how to use it on a folder and where the rest lives, in at
+    most README_MAX_LINES lines: a topic that grows it past them has a page of its own in docs/
+    (issue 33: the README had grown to 1,257 lines of mostly benchmark history)."""
+    lines = len(README.read_text(encoding="utf-8").splitlines())
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines, more than {README_MAX_LINES}: move a topic to docs/")
+
+
 def test_the_platform_note_names_the_modes_the_link_tests_run() -> None:
     """docs/development.md's "Platforms" table says tests/test_links.py runs every test in a
     "descriptors" and a "checked paths" mode (the walk Windows takes); that is what its fixture
