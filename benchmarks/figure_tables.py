@@ -86,6 +86,29 @@ def retrieval_eval(results: Path) -> Table:
     return Table(header, tuple(rows), tuple(runs))
 
 
+def delivered(results: Path) -> Table:
+    """What a result of retrieval_eval's runs delivered: documents cited and tokens (medians
+    over questions) within `[query] result_token_limit`, and the share of results cut to fit."""
+    data = _load(results, "retrieval_eval.json")["datasets"]
+    rows, runs = [], []
+    for key, label in RETRIEVAL_SETS:
+        entry = data[key]
+        by_tool = {s["tool"]: s for s in entry["scores"]}
+        cells = []
+        for tool in ("local", "basic"):
+            score = by_tool[tool]
+            cells += [f"{score['median_documents']:.0f} / {score['median_tokens']:,.0f}",
+                      f"{100 * score['truncated']:.1f}%"]
+        rows.append((f"{label} ({entry['questions']:,})", f"{entry['result_token_limit']:,}",
+                     *cells))
+        runs.append(Run(_source("retrieval_eval.json"), entry["commit"], entry["command"],
+                        f"{entry['machine']}, {entry['provider']} provider, {entry['embedder']}"))
+    header = ("data set (DEV questions)", "result_token_limit",
+              "local_search: documents cited / tokens (medians)", "local_search: cut to fit",
+              "basic_search: documents cited / tokens (medians)", "basic_search: cut to fit")
+    return Table(header, tuple(rows), tuple(runs))
+
+
 ROUTER_FILE = "router_eval_1a596b2.json"
 ROUTER_SETS = (
     ("multihop-rag", "MultiHop-RAG, 609 articles"),
@@ -182,6 +205,25 @@ def embed_eval(results: Path) -> Table:
             rows.append((f"{label}, {name}", three(hashed, tool), three(llama, tool),
                          three(llama, full) if full in llama else ""))
     header = ("dataset, ranking", "hash", "wordllama", "wordllama fused at full weight")
+    return Table(header, tuple(rows), (_run(results, EMBED_FILE, data),))
+
+
+def embed_cost(results: Path) -> Table:
+    """What WordLlama costs beside hashing, in the same runs as embed_eval: CPU to load the model
+    and embed the texts, the whole build's CPU and peak memory, and the tools' query CPU."""
+    data = _load(results, EMBED_FILE)
+    rows = []
+    for dataset, label in (("multihop-rag", "MultiHop-RAG"), ("musique", "MuSiQue")):
+        texts = data["throughput"][dataset]
+        for embedder in ("hash", "wordllama"):
+            cost, run = texts[embedder], data["results"][dataset][embedder]
+            build, tools = run["build"], run["eval"]["tools"]
+            query = " / ".join(f"{tools[t]['cpu_p50_ms']:.1f}" for t in ("local", "basic"))
+            rows.append((f"{label} ({texts['texts']:,} texts, {texts['mb']} MB), {embedder}",
+                         f"{cost['load_cpu_s']:.2f}", f"{cost['embed_cpu_s']:.2f}",
+                         f"{build['cpu_s']:.1f}", f"{build['peak_mb']:.0f}", query))
+    header = ("dataset, embedder", "model load, CPU s", "embedding, CPU s", "whole build, CPU s",
+              "build peak MB", "query CPU p50 ms, local_search / basic_search")
     return Table(header, tuple(rows), (_run(results, EMBED_FILE, data),))
 
 
@@ -306,6 +348,12 @@ SOAKS = (
 )
 
 
+def _soak_run(results: Path, name: str, data: dict[str, Any]) -> Run:
+    machine = data["machine"]
+    return _run(results, name, data, f"load {machine['loadavg_start'][0]:.1f} at the start, "
+                                     f"{machine['loadavg_end'][0]:.1f} at the end")
+
+
 def soak(results: Path) -> Table:
     """`serve --watch` under 16 clients and updates: RSS by minute, and its slope at the end."""
     rows, runs = [], []
@@ -319,12 +367,38 @@ def soak(results: Path) -> Table:
                      f"{summary['slope_last_5_min_mb_per_min']:.1f}"
                      if "slope_last_5_min_mb_per_min" in summary else "",
                      f"{summary['updates_applied']}", f"{summary['calls']:,}, {summary['errors']}"))
-        machine = data["machine"]
-        runs.append(_run(results, name, data, f"load {machine['loadavg_start'][0]:.1f} at the "
-                                              f"start, {machine['loadavg_end'][0]:.1f} at the end"))
+        runs.append(_soak_run(results, name, data))
     header = ("run (100 articles, 16 clients)", "RSS MB at the end of minute (n)",
               "slope, second half, MB/min", "slope, last 5 minutes, MB/min", "updates",
               "calls, errors")
+    return Table(header, tuple(rows), tuple(runs))
+
+
+SOAK_DIAGNOSTICS = (
+    ("soak_issue30_default_7e162fb.json", "7e162fb, the default schedule"),
+    ("soak_issue30_steady_bcf9664.json", "bcf9664, `--steady`"),
+    ("soak_issue30_steady_d1bc7f7.json", "d1bc7f7 (name keys memoized only during a build), "
+                                         "`--steady`"),
+)
+SOAK_CACHES = ("lance_session_mb", "unit_evidence_mb", "views_mb")
+
+
+def soak_diagnostics(results: Path) -> Table:
+    """The soaks run with `--diagnostics`: RSS's slope over the last five minutes with its
+    standard error, and the slopes of what the server reports of itself over the same minutes."""
+    rows, runs = [], []
+    for name, label in SOAK_DIAGNOSTICS:
+        data = _load(results, name)
+        summary = data["summary"]
+        parts = summary["diagnostics_slopes_last_5_min_mb_per_min"]
+        rows.append((label, f"{summary['slope_last_5_min_mb_per_min']:.2f} ± "
+                            f"{summary['slope_last_5_min_se_mb_per_min']:.2f}",
+                     f"{parts['glibc_in_use_mb']:.2f}", f"{parts['anonymous_mb']:.2f}",
+                     " / ".join(f"{parts[c]:.2f}" for c in SOAK_CACHES)))
+        runs.append(_soak_run(results, name, data))
+    header = ("run (100 articles, 16 clients, a probe edited every 3 s)",
+              "RSS, last 5 minutes, MB/min (± standard error)", "glibc's heap in use, MB/min",
+              "anonymous RSS, MB/min", "caches: LanceDB session / unit evidence / views, MB/min")
     return Table(header, tuple(rows), tuple(runs))
 
 
@@ -364,7 +438,36 @@ def ray_bench(results: Path) -> Table:
         ("writer CPU s / Ray's processes' CPU s", *map(ray_cpu, builtin)),
     ]
     header = ("build", "local", "Ray, 1 worker", "Ray, 2 workers")
-    return Table(header, tuple(rows), (_run(results, RAY_FILE, data),))
+    return Table(header, tuple(rows), (_ray_run(results, data),))
+
+
+def _ray_run(results: Path, data: dict[str, Any]) -> Run:
+    """The run, with the load averages its rows and its sweep recorded."""
+    loads = [row[k] for row in data["rows"] for k in ("loadavg_before", "loadavg_after")]
+    loads += [point["loadavg"] for point in data.get("sweep", [])]
+    return _run(results, RAY_FILE, data, f"{data['machine']['cpus']} cores, "
+                                         f"load {min(loads):.1f}-{max(loads):.1f}")
+
+
+def ray_sweep(results: Path) -> Table:
+    """Ray's overhead a request against the requests in flight (ray_bench.py's `sweep`: no
+    build, the same number of requests at each point)."""
+    data = _load(results, RAY_FILE)
+    points = {(p["workers"], p["in_flight"]): p for p in data["sweep"]}
+    if not points:
+        raise ValueError(f"{RAY_FILE} has no sweep")
+    rows = []
+    for in_flight in sorted({k for _, k in points}):
+        cells = []
+        for workers in (1, 2):
+            point = points[(workers, in_flight)]
+            cells.append(f"{point['overhead_ms']:.1f} / {point['writer_wait_ms']:.2f}")
+        rows.append((f"{in_flight}", *cells))
+    requests = sorted({p["requests"] for p in data["sweep"]})
+    header = (f"requests in flight ({', '.join(map(str, requests))} requests a point)",
+              "Ray, 1 worker: overhead / writer's wait, ms a request",
+              "Ray, 2 workers: overhead / writer's wait, ms a request")
+    return Table(header, tuple(rows), (_ray_run(results, data),))
 
 
 def transcribed(results: Path, stem: str, table: str) -> Table:
@@ -390,7 +493,11 @@ RENDERERS: dict[str, Callable[[Path], Table]] = {
     "router_eval": router_eval,
     "router_held_out": router_held_out,
     "embed_eval": embed_eval,
+    "embed_cost": embed_cost,
+    "delivered": delivered,
+    "soak_diagnostics": soak_diagnostics,
     "ray_bench": ray_bench,
+    "ray_sweep": ray_sweep,
 }
 
 

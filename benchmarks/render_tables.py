@@ -17,7 +17,8 @@ figure whose run was never recorded has no results file and so no place in the d
     python benchmarks/render_tables.py --check   # exit 1 naming the blocks that differ
 
 tests/test_rendered_tables.py re-renders every block in memory and fails when one differs from
-its JSON, or when a table of figures stands outside a block.
+its JSON, when a table of figures stands outside a block, or when a sentence outside a block
+writes a measured figure (`prose_figures`).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.figure_tables import RESULTS, Run, Table, table_for
 
-__all__ = ["RESULTS", "blocks", "figure_tables_outside_blocks", "is_figure", "markdown", "pages",
-           "rendered", "stale_blocks", "table_for"]
+__all__ = ["PROSE_FIGURE", "RESULTS", "blocks", "figure_tables_outside_blocks", "is_figure",
+           "markdown", "pages", "prose", "prose_figures", "rendered", "stale_blocks", "table_for"]
 
 
 BLOCK = re.compile(r"^<!-- table: (?P<name>[\w./-]+) -->\n(?P<body>.*?)^<!-- /table -->$",
@@ -134,6 +135,64 @@ def figure_tables_outside_blocks(text: str) -> list[int]:
         else:
             close()
     close()
+    return found
+
+
+# ---- figures written in prose ---------------------------------------------------------------
+
+# A measured figure in a sentence: a number (or a range) with a unit of time, size, rate, share or
+# ratio ("0.358 s", "60.9-69.3 s", "86.8 MB", "7.6 ± 1.6 MB/min", "7.5%", "4.9x", "18 times"), or a
+# score beside its name ("precision 0.929", "0.07 R@10"). Counts and bare numbers are not looked
+# for: they are mostly sizes of corpora, examples and settings.
+_AMOUNT = r"[~≈±+−-]?\d[\d,]*(?:\.\d+)?(?:\s?[-–±]\s?\d[\d,]*(?:\.\d+)?)?"
+_UNIT = (r"(?:\s(?:s|ms|µs|min|h|seconds|minutes|hours|times)\b"
+         r"|\s?(?:ms|µs|MB/min|MB|GB|TB|kB|KB|KiB|MiB|GiB|calls/s)\b|%|x\b|×)")
+PROSE_FIGURE = re.compile(
+    rf"(?<![\w.,@/]){_AMOUNT}{_UNIT}"
+    r"|\b(?:R@\d+|precision|recall|accuracy|win rate)\s+(?:of\s+)?\d*\.\d+"
+    r"|(?<![\w.])\d*\.\d+\s+R@\d+")
+# What a setting, a schedule or a bound reads like: the figure right after one of these words
+# ("default 30 s", "every 2 s", "at most 16 MB", "under 1 MB", "after 5 s", "bound of 1
+# MB/min", "poll 2 s"), before "by default", or in brackets right after a setting's name in code
+# ("`load_timeout_s` (300 s"). Those are what the program is told, not what a run measured.
+_SETTING_BEFORE = re.compile(r"(?:\b(?:default|every|at most|up to|under|within|after|bound|"
+                             r"bound of|poll)\s+[~≈]?|`\s*\()$")
+_SETTING_AFTER = re.compile(r"^[^.;()]{0,30}\bby default\b")
+
+
+def _mask(text: str, pattern: str, flags: int = 0) -> str:
+    """`text` with each match of `pattern` blanked (its newlines kept, so lines keep their
+    numbers)."""
+    return re.sub(pattern, lambda m: re.sub(r"[^\n]", " ", m[0]), text, flags=flags)
+
+
+def prose(text: str) -> str:
+    """The sentences of a page, everything else blanked in place: rendered blocks, fenced
+    blocks (a program's output), HTML comments, table lines (figure_tables_outside_blocks
+    judges tables) and the inside of code spans (names, commands, printed lines)."""
+    text = _mask(text, BLOCK.pattern, BLOCK.flags)
+    text = _mask(text, r"^ *```.*?^ *```[^\n]*$", re.MULTILINE | re.DOTALL)
+    text = _mask(text, r"<!--.*?-->", re.DOTALL)
+    text = _mask(text, r"^ *\|[^\n]*$", re.MULTILINE)
+    return re.sub(r"`[^`]*`", lambda m: "`" + re.sub(r"[^\n]", "_", m[0][1:-1]) + "`", text)
+
+
+def prose_figures(text: str, allowed: tuple[str, ...] = ()) -> list[tuple[int, str, str]]:
+    """(line, figure, the `allowed` phrase it stands in or "") for each measured figure written in
+    the page's sentences outside every rendered block, settings and bounds aside. A phrase of
+    `allowed` matches across line breaks (its spaces stand for any run of white space)."""
+    sentences = prose(text)
+    spans = [(m.start(), m.end(), phrase) for phrase in allowed
+             for m in re.finditer(r"\s+".join(map(re.escape, phrase.split())), sentences)]
+    found = []
+    for match in PROSE_FIGURE.finditer(sentences):
+        before = sentences[max(0, match.start() - 20):match.start()]
+        if _SETTING_BEFORE.search(before) or _SETTING_AFTER.match(sentences[match.end():]):
+            continue
+        phrase = next((p for start, end, p in spans
+                       if start <= match.start() and match.end() <= end), "")
+        line = sentences.count("\n", 0, match.start()) + 1
+        found.append((line, " ".join(match[0].split()), phrase))
     return found
 
 
