@@ -35,6 +35,16 @@ HEAVY_FIXTURES = frozenset({"ray_cluster", "s3", "chromium", "tiny_model"})
 HEAVY_PARAM = "s3"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads -n (addopts' `-n auto`)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The heavy command (`-m heavy`) runs in one process: its fixtures are one Ray cluster, one
+    S3 server, one browser and one compiled inference server for the whole run, and each xdist
+    worker would start its own."""
+    expr = config.option.markexpr or ""
+    if "heavy" in expr.replace("not heavy", "") and getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
