@@ -48,6 +48,20 @@ class BoundedCache:
                 _, (_, n) = self._items.popitem(last=False)
                 self._bytes -= n
 
+    def grow(self, key: Hashable, size: int) -> None:
+        """Count `size` more bytes for `key`'s entry (what was added to its value after `put`),
+        evicting the least recent others past the budget; nothing when `key` is not held."""
+        with self._lock:
+            held = self._items.get(key)
+            if held is None:
+                return
+            self._items[key] = (held[0], held[1] + size)
+            self._items.move_to_end(key)
+            self._bytes += size
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, n) = self._items.popitem(last=False)
+                self._bytes -= n
+
     @property
     def size(self) -> int:
         return self._bytes

@@ -13,9 +13,11 @@ import pytest
 
 import canopy.vectors
 from canopy.llm.loops import PerLoop
-from canopy.server.context import EngineCaches
+from canopy.server.context import BoundedCache, EngineCaches
 from canopy.server.diagnostics import cache_report, memory_report
 from canopy.server.engines import basic_search, local_search
+from canopy.server.engines.budget import tokenizer
+from canopy.server.engines.evidence import excerpt, unit_evidence
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService, _CallLoops
 from canopy.vectors import VectorRow, VectorStore
@@ -78,6 +80,41 @@ def test_engine_caches_retire_each_generation_once_and_never_an_older_one() -> N
     assert caches.unit_evidence.size == 200
     assert caches.retire(2, live) is None and caches.retire(1, live) is None  # once; not back
     assert asked == [["a", "b", "c"]]
+
+
+def test_bytes_added_to_a_cached_value_count_against_the_budget() -> None:
+    cache = BoundedCache(1000)
+    for key in ("a", "b", "c"):
+        cache.put(key, key, 300)
+    cache.grow("a", 200)  # "a" is now the most recent, and the budget is passed
+    assert cache.keys() == ["c", "a"] and cache.size == 800
+    cache.grow("gone", 10_000)  # not held: nothing counted
+    assert cache.size == 800 == sum(cache._items[k][1] for k in cache.keys())
+
+
+def test_an_excerpt_counts_the_sentences_it_adds_to_the_units_analysis(
+        examples_service: CanopyService) -> None:
+    """The sentences and their token counts an excerpt adds to a cached unit analysis are in the
+    cache's bytes: they were not, and a server's analyses outgrew what their budget said."""
+    with examples_service.context(None) as ctx:
+        ctx.caches = EngineCaches.within(32 << 20)
+        long_units = [(u, d) for batch in ctx.reader.iter_units() for u, d in batch
+                      if tokenizer().count(u.text) > 300]
+        assert long_units
+        unit, doc = long_units[0]
+        stored = ctx.reader.sentence_terms([unit.id]).get(unit.id, "")
+        unit_evidence(ctx, unit, doc, stored)  # as ranking analyses it: no sentence strings
+        cache = ctx.caches.unit_evidence
+        (key,) = cache.keys()
+        before = cache._items[key][1]
+        assert cache._items[key][0].sentences is None
+        cut = excerpt(ctx, unit, doc, "Who leads the project?", 80)
+        ev, size = cache._items[key]
+        assert cut != unit.text and ev.sentences and ev.sentence_tokens
+        assert size >= before + len(unit.text) + len(ev.sentences) * 60
+        assert cache.size == size
+        excerpt(ctx, unit, doc, "What does it cost?", 80)  # the second excerpt adds nothing
+        assert cache._items[key][1] == size
 
 
 def _rows(n: int, step: int) -> list[VectorRow]:

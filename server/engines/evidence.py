@@ -147,12 +147,16 @@ class UnitEvidence:
     sentence_tokens: list[int] | None = None  # tokens of each sentence, when first needed
 
 
+def _evidence_key(unit: TextUnit, header: str) -> tuple[str, str]:
+    return (unit.id, content_hash(header))
+
+
 def unit_evidence(ctx: QueryContext, unit: TextUnit, doc: Document,
                   stored: str = "") -> UnitEvidence:
     """The unit's sentence analysis (cached by unit and document header: both are content),
     from its `stored` terms (builtin.text.sentence_terms) when they are of this version."""
     header = doc.header()
-    key = (unit.id, content_hash(header))
+    key = _evidence_key(unit, header)
     cache = ctx.caches.unit_evidence
     hit = cache.get(key)
     if hit is not None:
@@ -343,6 +347,12 @@ async def rank_units(ctx: QueryContext, query: str, vector: np.ndarray, *,
     return [h.id for h in rrf(ranked, [u for u in by_vector if u in units])]
 
 
+# Bytes of a sentence string beyond its characters (object header, its slot in the list), and of
+# one sentence's token count (its slot: counts under 257 are CPython's shared small ints).
+_SENTENCE_BYTES = 60
+_TOKEN_COUNT_BYTES = 8
+
+
 def excerpt(ctx: QueryContext, unit: TextUnit, doc: Document, query: str, max_tokens: int) -> str:
     """The unit's text, or when longer than `max_tokens`, the sentences that best match the
     question (each with the sentence before it, for context) in document order, gaps marked
@@ -354,10 +364,17 @@ def excerpt(ctx: QueryContext, unit: TextUnit, doc: Document, query: str, max_to
     if len(text) <= max_tokens:  # a token has at least one character
         return text
     ev = unit_evidence(ctx, unit, doc)
-    if ev.sentences is None:  # the same pieces the stored terms were read from
-        ev.sentences = split_at_stops(text)
     if ev.sentence_tokens is None:
+        added = 0
+        if ev.sentences is None:  # the same pieces the stored terms were read from
+            ev.sentences = split_at_stops(text)
+            added += len(text) + _SENTENCE_BYTES * len(ev.sentences)
         ev.sentence_tokens = [tok.count(s) + 1 for s in ev.sentences]
+        added += _TOKEN_COUNT_BYTES * len(ev.sentence_tokens)
+        # Counted against the cache's budget: left out, the analyses that had given excerpts
+        # held more than the budget said (a serving process's unit analyses kept growing
+        # while their accounted bytes stood still; benchmarks/heap_per_update.py --trace).
+        ctx.caches.unit_evidence.grow(_evidence_key(unit, doc.header()), added)
     if sum(ev.sentence_tokens) <= max_tokens and tok.count(text) <= max_tokens:
         return text
     weights, _ = term_weights(ctx, lexical_terms(query))
