@@ -11,7 +11,8 @@ provider through one `canopy.server.api.Index`, then --updates times: the same s
 update an addition and a deletion, `Index.update()`, then --calls rounds of local_search,
 basic_search (k 5) and drill_down with DEV questions (int(sha256(q), 16) % 5 != 0), and one
 global_search. After each update and its calls: `gc.collect()`, then glibc's heap in use
-(mallinfo2, canopy.server.diagnostics.malloc_mb). Printed: the figure per update and the
+(mallinfo2, canopy.server.diagnostics.malloc_mb) beside the process's RSS and its anonymous
+memory by kind (diagnostics.anon_mb). Printed: the figure per update and the
 least-squares slope per update over the second half. With --trace, tracemalloc (6 frames) runs
 from the fifth update and the lines whose allocations grew most between the seventh and the last
 are printed (each traced update is about ten times slower).
@@ -27,6 +28,7 @@ import json
 import random
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -38,7 +40,15 @@ from growth_serve import dev_questions
 from soak import slope, toggle_sentence
 
 from canopy.server.api import Index
-from canopy.server.diagnostics import malloc_mb
+from canopy.server.diagnostics import anon_mb, malloc_mb, smaps_mb
+
+
+def _caches_mb(index: Index) -> dict[str, float]:
+    """What the service's caches say they hold (diagnostics.cache_report), in MB."""
+    from canopy.server.diagnostics import cache_report
+
+    return {f"{name}_mb": round(entry["bytes"] / 2**20, 2)
+            for name, entry in cache_report(index._opened()).items()}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,7 +81,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 index.global_search(q)
         gc.collect()
         heap = malloc_mb()
+        anon = anon_mb()
         row = {"update": i, "in_use_mb": heap.get("in_use_mb"), "arena_mb": heap.get("arena_mb"),
+               "rss_mb": smaps_mb().get("Rss"), "anon_mb": round(sum(anon.values()), 1),
+               "anon_le_64mb": anon.get("anon_le_64mb"), "heap_mb": anon.get("heap"),
+               "threads": threading.active_count(), **_caches_mb(index),
                "seconds": round(time.perf_counter() - t0, 2)}
         if tracemalloc.is_tracing():
             row["traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 2)
@@ -87,7 +101,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                            for k, v in vars(args).items()},
         "rows": rows,
         "slope_mb_per_update_second_half": slope(
-            [(r["update"], r["in_use_mb"]) for r in half if r["in_use_mb"] is not None])}
+            [(r["update"], r["in_use_mb"]) for r in half if r["in_use_mb"] is not None]),
+        "rss_slope_mb_per_update_second_half": slope(
+            [(r["update"], r["rss_mb"]) for r in half if r["rss_mb"] is not None])}
     if len(snaps) == 2:
         diff = snaps[max(snaps)].compare_to(snaps[min(snaps)], "traceback")
         report["traced_growth"] = [
