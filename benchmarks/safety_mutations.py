@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = ["tests/indexer/operations/test_staleness.py", "tests/test_acl_globs.py",
-         "tests/test_update_compositions.py", "tests/test_acl_views.py",
-         "tests/test_engine_rules.py", "tests/test_acl_leaks.py", "tests/test_erasure.py"]
+TESTS = ["tests/indexer/operations/test_staleness.py", "tests/acl/test_acl_globs.py",
+         "tests/test_update_compositions.py", "tests/acl/test_acl_views.py",
+         "tests/server/engines/test_engine_rules.py", "tests/acl/test_acl_leaks.py",
+         "tests/test_erasure.py"]
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ job), and against a fast endpoint the client's CPU per request is the indexing t
   every post sends that request with its new body through the SDK's HTTP client: the SDK's
   per-request option models, header merging and URL parsing would otherwise cost more CPU than
   the HTTP exchange itself. For a client with a fixed API key (the only kind Canopy makes) the
-  SDK builds the same request every time; `tests/test_endpoint.py` checks that what goes on the
-  wire is what the SDK's own `post` sends.
+  SDK builds the same request every time; `tests/canopy/test_endpoint.py` checks that what goes
+  on the wire is what the SDK's own `post` sends.
 
 Failures are three exception types the retry policy classifies: `StatusError` (any status other
 than 2xx, with headers and body), `RequestTimeout`, and `ConnectFailed`.

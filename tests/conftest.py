@@ -1,4 +1,13 @@
-"""Shared fixtures. Every test runs with a clean environment: no real endpoint can leak in."""
+"""Shared fixtures. Every test runs with a clean environment: no real endpoint can leak in.
+
+The folders mirror the package: a test module sits in the folder that mirrors where the code it
+mostly checks lives, tests/canopy/ (the kernel), tests/indexer/, tests/acl/, tests/server/,
+tests/prompts/ or tests/wings/<wing>/, and in a subfolder (canopy/llm, canopy/providers,
+indexer/operations, server/engines) where several modules check one subpackage. Tests of the
+whole system stay at the top (the import rules, packaging, the docs and their rendered tables,
+erasure from disk, update compositions), with the suite's test of its own fake endpoint
+(test_fake_rate_limit) and the helpers every folder shares (this file, fakes/, compositions.py,
+net.py, inference/)."""
 
 from __future__ import annotations
 

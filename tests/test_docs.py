@@ -81,8 +81,9 @@ def test_every_setting_says_what_it_does(section: str) -> None:
     assert not blank, f"[{section}] keys without a description: {blank}"
 
 
-# A path of this repository as the docs cite it: `tests/test_links.py`, server/runtime.py. Under
-# docs/ only the pages and images (elsewhere "docs" is the user's folder: docs/canopy.toml).
+# A path of this repository as the docs cite it: `tests/indexer/test_links.py`,
+# server/runtime.py. Under docs/ only the pages and images (elsewhere "docs" is the user's
+# folder: docs/canopy.toml).
 _CITED = re.compile(r"(?<![\w/.~-])((?:tests|benchmarks|server|canopy|indexer|acl|prompts|"
                     r"examples|\.ci)/[\w./-]*\w|docs/[\w-]+\.(?:md|png))")
 
@@ -108,11 +109,11 @@ def test_the_readme_is_a_page_a_newcomer_reads() -> None:
 
 
 def test_the_platform_note_names_the_modes_the_link_tests_run() -> None:
-    """docs/development.md's "Platforms" table says tests/test_links.py runs every test in a
-    "descriptors" and a "checked paths" mode (the walk Windows takes); that is what its fixture
-    runs."""
+    """docs/development.md's "Platforms" table says tests/indexer/test_links.py runs every test
+    in a "descriptors" and a "checked paths" mode (the walk Windows takes); that is what its
+    fixture runs."""
     note = DEVELOPMENT.read_text(encoding="utf-8")
-    source = (REPO / "tests" / "test_links.py").read_text(encoding="utf-8")
+    source = (REPO / "tests" / "indexer" / "test_links.py").read_text(encoding="utf-8")
     assert '("descriptors" mode)' in note and '("checked paths" mode' in note
     assert 'params=["descriptors", "checked paths"]' in source
 

@@ -7,7 +7,7 @@ when it is freed, but not everything: a page rebuilt by B-tree balancing keeps, 
 unallocated space between its cell pointers and its cell content, bytes of cells that lived
 there before. Measured on the 100-article benchmark index after a one-article deletion: an
 entity description quoting the deleted article still sat in the unallocated space of an
-`entities` page; and on a small table with an index (tests/test_pages.py), 1-2 of 600 deleted
+`entities` page; and on a small table with an index (tests/canopy/test_pages.py), 1-2 of 600 deleted
 rows. Such bytes outlive the rows they came from, so a page is published canonical: every byte
 SQLite never reads is zero, namely
 
@@ -17,7 +17,7 @@ SQLite never reads is zero, namely
 - a freelist trunk page past its list of leaves.
 
 Cells, page headers and cell pointers are left as SQLite wrote them, so the canonical file is
-the same database (`integrity_check` passes, every row reads the same: tests/test_pages.py),
+the same database (`integrity_check` passes, every row reads the same: tests/canopy/test_pages.py),
 byte for byte where nothing was left behind. What else a file holds needs no cleaning:
 overflow pages carry a payload and the zeros of a freed page; the first 100 bytes are the
 file's header.

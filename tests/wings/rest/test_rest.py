@@ -33,9 +33,7 @@ from canopy.server.mcp_app import TOOL_RESULTS, build_server
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
 from canopy.server.wings.rest.endpoints import API_PREFIX, mount_rest
-from tests.conftest import offline_env, require_heavy
-from tests.net import free_port, wait_for_port
-from tests.test_auth import (
+from tests.acl.test_auth import (
     DEMO,
     DOCUMENTS,
     FINANCE_FACTS,
@@ -45,6 +43,8 @@ from tests.test_auth import (
     http_client,
     text_of,
 )
+from tests.conftest import offline_env, require_heavy
+from tests.net import free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
 

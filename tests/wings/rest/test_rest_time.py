@@ -1,6 +1,6 @@
 """The REST API's search endpoints take `since` / `until` (issue 31, "Time"): they are the MCP
 tools' own argument schemas, so the window, its validation and its message are the tools'. Over
-tests/test_time.py's dated DEV subset of MultiHop-RAG."""
+tests/server/engines/test_time.py's dated DEV subset of MultiHop-RAG."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import httpx2
 
 from canopy.server.mcp_app import build_server
 from canopy.server.service import CanopyService
-from tests.test_time import WINDOW, news, paths_in
+from tests.server.engines.test_time import WINDOW, news, paths_in
 from tests.wings.rest.test_rest import in_process
 
 __all__ = ["news"]  # the module fixture, built once for this module

@@ -24,8 +24,7 @@ from canopy.server.engines import drill_down
 from canopy.server.service import CanopyService
 from canopy.server.wings.web.data import community_page, hierarchy
 from canopy.server.wings.web.models import CommunityPage, Hierarchy
-from tests.conftest import REPO, indexed_examples, offline_env, report_reads
-from tests.test_auth import (
+from tests.acl.test_auth import (
     DEMO,
     FINANCE_FACTS,
     HR_FACT,
@@ -33,6 +32,7 @@ from tests.test_auth import (
     http_client,
     multi_tenant_copy,
 )
+from tests.conftest import REPO, indexed_examples, offline_env, report_reads
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +333,7 @@ def test_a_bound_out_of_range_is_refused(base: str, query: str, error: str) -> N
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CanopyService]:
-    from tests.test_engines import POLICY
+    from tests.server.engines.test_engines import POLICY
 
     svc = CanopyService(indexed_examples(tmp_path_factory.mktemp("web-tree"), POLICY))
     yield svc

@@ -23,8 +23,8 @@ import httpx2
 import pytest
 
 from canopy.server.runtime import build_index, open_workspace
+from tests.acl.test_auth import DEMO, HR_FACT, canopy_serve_http, multi_tenant_copy
 from tests.conftest import EXAMPLES, offline_env
-from tests.test_auth import DEMO, HR_FACT, canopy_serve_http, multi_tenant_copy
 from tests.wings.web.browser import Browser, require_chromium
 
 WIDTH, HEIGHT = 1440, 900

@@ -39,10 +39,9 @@ from canopy.server.mcp_app import build_server
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
 from canopy.store.export import load_graph
-from tests.conftest import offline_env, wait_until
+from tests.conftest import REPO, offline_env, wait_until
 from tests.net import free_port, wait_for_port
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "docs"
 TOOLS = {"global_search", "local_search", "drift_search", "basic_search", "search", "drill_down",
          "index_status"}

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
 
 
 def _run(code: str) -> str:

@@ -6,7 +6,6 @@ SDK transports are exercised in test_mcp_server.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -18,8 +17,6 @@ from canopy.server.first_build import ServiceSlot
 from canopy.server.mcp_gateway import Gateway, ToolFailure, gateway_of
 from canopy.server.mcp_tools import drill_down, global_search, index_status_tool
 from canopy.server.service import CanopyService
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "docs"
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def _run(code: str, tmp_path: Path) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CANOPY_")}

@@ -22,9 +22,7 @@ from canopy.indexer.index_writer import writer_lock, writer_waiting
 from canopy.indexer.watcher import Watcher
 from canopy.server.runtime import build_index, maintain_index, open_workspace, tidy_needed
 from canopy.store import Store
-from tests.conftest import EXAMPLES, wait_until
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import EXAMPLES, REPO, wait_until
 
 
 def _scrub(index_dir: Path) -> dict[str, list[int]]:

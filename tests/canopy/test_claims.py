@@ -27,8 +27,8 @@ from canopy.server.service import CanopyService
 from canopy.server.tool_text import drill_text
 from canopy.store import Store
 from canopy.store.export import load_graph
+from tests.canopy.providers.test_llm_provider import TYPES, provider_for
 from tests.fakes.openai_server import FakeOpenAI
-from tests.test_llm_provider import TYPES, provider_for
 
 # ---- normalisation (pure) -------------------------------------------------------------------
 

@@ -418,8 +418,8 @@ def test_a_used_up_quota_fails_at_once_instead_of_retrying_as_a_rate_limit(fake_
 
 def test_a_5xx_that_is_a_validation_error_of_the_request_is_refused_not_retried():
     """llama-cpp-python's server answers a response_format it does not know with HTTP 500 and
-    FastAPI's validation error (tests/test_inference_server.py meets it for real): the same
-    bytes get the same answer, so it is a refusal, not an outage to wait out."""
+    FastAPI's validation error (tests/canopy/llm/test_inference_server.py meets it for real): the
+    same bytes get the same answer, so it is a refusal, not an outage to wait out."""
     from canopy.endpoint import StatusError
     from canopy.llm.retries import _is_transient, invalid_request
 

@@ -30,7 +30,7 @@ from canopy.server.status import index_status
 from canopy.store import Store
 from canopy.store.export import load_graph
 from tests.conftest import EXAMPLES, REPO
-from tests.test_incremental import assert_community_invariants, canonical
+from tests.indexer.test_incremental import assert_community_invariants, canonical
 
 
 class Outage(BuiltinProvider):

@@ -41,10 +41,9 @@ from canopy.server.mcp_app import build_server
 from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
 from canopy.settings import AuthSettings
-from tests.conftest import offline_env
+from tests.conftest import REPO, offline_env
 from tests.net import free_port, wait_for_port
 
-REPO = Path(__file__).resolve().parents[1]
 MULTI = REPO / "examples" / "multi-tenant"
 DEMO = {  # the demo-only tokens of examples/multi-tenant/tokens.jsonl (its README prints them too)
     "alice": "cnpy_demo_alice_xvbRAsuIrTUPzlAyLDaMHsCWsoCPXAAG",

@@ -1,11 +1,10 @@
 """The top of the hierarchy at corpus scale (canopy.indexer.operations.grouping): the 609
-MultiHop-RAG news
-articles get a bounded overview, where clustering every component gave ~930 top-level
-communities, and a sensemaking question still reads across it.
+MultiHop-RAG news articles get a bounded overview, where clustering every component gave ~930
+top-level communities, and a sensemaking question still reads across it.
 
 Slow (a full build of the corpus per provider, minutes each on two cores), so outside the
-default run: `pytest -m slow tests/test_top_level.py`. benchmarks/hierarchy_bench.py measures the
-same builds side by side with the unbounded clustering, and updates of them.
+default run: `pytest -m slow tests/indexer/test_top_level.py`. benchmarks/hierarchy_bench.py
+measures the same builds side by side with the unbounded clustering, and updates of them.
 """
 
 from __future__ import annotations

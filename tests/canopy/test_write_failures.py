@@ -27,7 +27,7 @@ from canopy.indexer.watcher import Watcher
 from canopy.server.cli import main
 from canopy.server.runtime import build_index, open_workspace
 from tests.conftest import EXAMPLES, wait_until
-from tests.test_incremental import canonical
+from tests.indexer.test_incremental import canonical
 
 LANCE_ENOSPC = ("lance error: LanceError(IO): No space left on device (os error 28), "
                 "/root/.cargo/registry/src/lance-file-13.0.0/src/writer/structural.rs:258:9")
@@ -231,7 +231,7 @@ def test_a_partial_file_of_a_write_that_never_committed_is_no_damage(docs: Path,
     """A full disk can stop LanceDB mid-file: the partial data file belongs to a version the
     index never committed (the next writer rolls the table back). It read as "a search
     table's files are truncated ... damaged"; a truncated file of the committed version still
-    does (tests/test_recovery.py)."""
+    does (tests/canopy/test_recovery.py)."""
     import uuid
 
     index_dir = tmp_path / "index"

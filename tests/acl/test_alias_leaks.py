@@ -25,7 +25,7 @@ from canopy.server.runtime import build_index, open_workspace
 from canopy.server.service import CanopyService
 from canopy.server.wings.graphrag.export.collect import collect_tables
 from canopy.server.wings.web.data import entity_page, find_entities, hierarchy
-from tests.test_acl_leaks import sweep
+from tests.acl.test_acl_leaks import sweep
 
 LEASE = """# Warehouse lease
 
@@ -136,7 +136,7 @@ async def test_a_staff_caller_sees_each_name_as_the_staff_documents_alone_index_
 
 
 async def test_no_tool_or_resource_reveals_the_link_to_staff(indexes):
-    """Every tool and resource, following every handle (tests/test_acl_leaks.py's sweep): no
+    """Every tool and resource, following every handle (tests/acl/test_acl_leaks.py's sweep): no
     word only the memo writes, and no entity served under one name says the other."""
     docs, index, _, _ = indexes
     svc = _service(docs, index)

@@ -16,7 +16,7 @@ from canopy.server.status import index_status
 from canopy.store import Store
 from canopy.store.export import load_graph
 from canopy.vectors import VectorStore
-from tests.conftest import EXAMPLES, SHARED, require_shared
+from tests.conftest import EXAMPLES, REPO, SHARED, require_shared
 
 
 @pytest.fixture(scope="module")
@@ -287,32 +287,34 @@ def test_missing_shared_data_skips_with_its_reason_and_fails_where_it_is_require
 def test_tests_reach_the_shared_data_only_through_require_shared() -> None:
     """A test that builds its own path to ../shared and skips by itself would skip in CI too,
     unseen (REQUIRE_EVAL_DATA=1 fails only require_shared's skips). So only conftest.py names
-    that folder: no other test module spells it out or climbs above the repository
-    (`parents[2]`), and one that imports conftest's SHARED, CAROL or NEWS also uses
-    require_shared (carol_text and news_articles call it for you)."""
+    that folder: no other test module spells it out or climbs above the repository (past
+    `parents[1]` from tests/, `parents[2]` from tests/<folder>/, ...), and one that imports
+    conftest's SHARED, CAROL or NEWS also uses require_shared (carol_text and news_articles
+    call it for you)."""
     import ast
     import re
 
     shared = re.compile(r"(?:^|[/\\])shared(?:[/\\]|$)")  # a path part named shared
-    tests = Path(__file__).resolve().parent
     gated = {"SHARED", "CAROL", "NEWS"}
     offenders = []
-    for path in sorted(tests.rglob("*.py")):
+    for path in sorted((REPO / "tests").rglob("*.py")):
         if path.name == "conftest.py":
             continue
+        name = path.relative_to(REPO).as_posix()
+        repository = len(path.relative_to(REPO).parts) - 1  # path.parents[repository] is REPO
         tree = ast.parse(path.read_text(encoding="utf-8"))
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Constant) and isinstance(node.value, str)
                     and shared.search(node.value)):
-                offenders.append(f"{path.name}:{node.lineno} names the shared folder")
+                offenders.append(f"{name}:{node.lineno} names the shared folder")
             elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
                   and node.value.attr == "parents" and isinstance(node.slice, ast.Constant)
-                  and isinstance(node.slice.value, int) and node.slice.value >= 2):
-                offenders.append(f"{path.name}:{node.lineno} climbs above the repository")
+                  and isinstance(node.slice.value, int) and node.slice.value > repository):
+                offenders.append(f"{name}:{node.lineno} climbs above the repository")
             elif (isinstance(node, ast.ImportFrom) and node.module == "tests.conftest"
                   and gated & {a.name for a in node.names} and "require_shared" not in names):
-                offenders.append(f"{path.name}:{node.lineno} imports shared paths without "
+                offenders.append(f"{name}:{node.lineno} imports shared paths without "
                                  "require_shared")
     assert not offenders, offenders
 
