@@ -484,6 +484,39 @@ def transcribed(results: Path, stem: str, table: str) -> Table:
                  (Run(run.source, run.commit, run.command, note),))
 
 
+SUITE_FILE = "suite_time.json"
+
+
+def _suite_cell(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "not run"
+    summary = entry["summary"] or f"exit code {entry['exit_code']}"
+    workers = entry["workers"]
+    return (f"{entry['wall_s']:,.0f} s wall, {workers} "
+            f"{'process' if workers == 1 else 'workers'}: {summary}")
+
+
+def suite_time(results: Path) -> Table:
+    """The two test commands as .ci/run runs them, timed around the process (suite_time.py)."""
+    data = _load(results, SUITE_FILE)
+    before, after = data["load_before"][0], data["load_after"][0]
+    run = _run(results, SUITE_FILE, data, f"{data['machine']['cpus']} cores, load "
+                                          f"{before:.1f} before, {after:.1f} after")
+    rows = (("`python -m pytest` (default)", _suite_cell(data.get("default"))),
+            ("`python -m pytest -m heavy`", _suite_cell(data.get("heavy"))))
+    return Table(("command", "measured"), rows, (run,))
+
+
+def install_sizes(results: Path) -> Table:
+    """What the heavy libraries weigh installed, and a fresh venv of the [test] extra."""
+    data = _load(results, SUITE_FILE)
+    rows = [(name, "not installed" if mb is None else f"{mb:,.1f} MB")
+            for name, mb in data["sizes_mb"].items()]
+    if "venv" in data:
+        rows.append(("a fresh venv with `.[test]` (everything)", f"{data['venv']['mb']:,.0f} MB"))
+    return Table(("distribution", "installed"), tuple(rows), (_run(results, SUITE_FILE, data),))
+
+
 RENDERERS: dict[str, Callable[[Path], Table]] = {
     "figures": figures,
     "growth": growth,
@@ -498,6 +531,8 @@ RENDERERS: dict[str, Callable[[Path], Table]] = {
     "soak_diagnostics": soak_diagnostics,
     "ray_bench": ray_bench,
     "ray_sweep": ray_sweep,
+    "suite_time": suite_time,
+    "install_sizes": install_sizes,
 }
 
 
