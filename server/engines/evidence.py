@@ -364,13 +364,14 @@ def excerpt(ctx: QueryContext, unit: TextUnit, doc: Document, query: str, max_to
     if len(text) <= max_tokens:  # a token has at least one character
         return text
     ev = unit_evidence(ctx, unit, doc)
+    added = 0
+    if ev.sentences is None:  # the same pieces the stored terms were read from
+        ev.sentences = split_at_stops(text)
+        added += len(text) + _SENTENCE_BYTES * len(ev.sentences)
     if ev.sentence_tokens is None:
-        added = 0
-        if ev.sentences is None:  # the same pieces the stored terms were read from
-            ev.sentences = split_at_stops(text)
-            added += len(text) + _SENTENCE_BYTES * len(ev.sentences)
         ev.sentence_tokens = [tok.count(s) + 1 for s in ev.sentences]
         added += _TOKEN_COUNT_BYTES * len(ev.sentence_tokens)
+    if added:
         # Counted against the cache's budget: left out, the analyses that had given excerpts
         # held more than the budget said (a serving process's unit analyses kept growing
         # while their accounted bytes stood still; benchmarks/heap_per_update.py --trace).
