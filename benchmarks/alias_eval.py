@@ -15,16 +15,22 @@ multihop = the 609 MultiHop-RAG articles, musique = the 1,890 MuSiQue paragraphs
 Christmas Carol, medical = GraphRAG-Bench's medical guides). Also printed: each corpus's entity
 count, and what it would be with names merged by normalized name alone (before issue 31): the
 distinct `canopy.ids.normalize_name` of the instances' written names in live units.
+
+Output: the lines above on stdout, and JSON in benchmarks/results/alias_eval.json (`--out`): the
+commit, the command and the machine, and per corpus and for all pooled the pairs, true pairs,
+merged pairs, precision, recall and errors, with each corpus's entity counts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import sqlite3
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -34,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 PAIRS = REPO / "benchmarks" / "data" / "alias_pairs.jsonl"
 CORPORA = ("multihop", "musique", "carol", "medical")
+RESULTS_FILE = REPO / "benchmarks" / "results" / "alias_eval.json"
 
 
 def instances(index: Path) -> list[tuple[str, str, str, str]]:
@@ -84,6 +91,14 @@ def score(pairs: list[dict[str, Any]], keys: dict[str, dict[tuple[str, str], set
     recall = tp / (tp + fn) if tp + fn else 0.0
     return {"true": tp + fn, "false": fp + tn, "merged": tp + fp, "precision": round(precision, 3),
             "recall": round(recall, 3), "errors": errors}
+
+
+def as_json(r: dict[str, Any]) -> dict[str, Any]:
+    """A score as the results file keeps it."""
+    out = {"pairs": r["true"] + r["false"], "true_pairs": r["true"], "false_pairs": r["false"],
+           "merged": r["merged"], "precision": r["precision"], "recall": r["recall"]}
+    out.update({k: r[k] for k in ("entities", "entities_by_normalized_name") if k in r})
+    return {**out, "errors": [list(e) for e in r["errors"]]}
 
 
 _CAPS = re.compile(r"^[A-Z][A-Z.&]{1,7}$")
@@ -163,7 +178,9 @@ def main() -> None:
                     help="write pairs to label (JSONL) instead of scoring the sample")
     ap.add_argument("--per-kind", type=int, default=25, help="candidates per corpus and kind")
     ap.add_argument("--pairs", type=Path, default=PAIRS, help="the labelled sample")
+    ap.add_argument("--out", type=Path, default=RESULTS_FILE, help="JSON of the scores")
     args = ap.parse_args()
+    from benchmarks.retrieval_eval import _commit, machine
     from benchmarks.router_eval import corpus_index
 
     rows = {c: instances(corpus_index(c, args.work)[1]) for c in args.corpora}
@@ -191,6 +208,14 @@ def main() -> None:
               f"precision {r['precision']:.3f}  recall {r['recall']:.3f}{extra}")
     for kind, a, b in result["all"]["errors"]:
         print(f"  {kind}: {a!r} / {b!r}")
+    report = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"),
+              "command": "python benchmarks/alias_eval.py " + " ".join(sys.argv[1:]),
+              "machine": machine(), "pairs_file": os.path.relpath(args.pairs, REPO),
+              "corpora": {c: as_json(result[c]) for c in args.corpora},
+              "all": {k: v for k, v in as_json(result["all"]).items() if k != "errors"}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
