@@ -128,8 +128,10 @@ def main() -> None:
         if name not in COMMANDS:
             raise SystemExit(f"unknown command {name!r}: default or heavy")
         extra, env = COMMANDS[name]
+        # -v against addopts' -q: pytest's default verbosity, at which xdist says how many
+        # workers it started ("created: 2/2 workers"); at -q it says nothing of them.
         record[name] = run_command([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                                    *extra], env)
+                                    "-v", *extra], env)
         print(f"{name} suite: {record[name]['summary']} (wall {record[name]['wall_s']} s, "
               f"{record[name]['workers']} workers)")
     if args.venv:

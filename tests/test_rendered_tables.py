@@ -145,9 +145,7 @@ NOT_MEASURED = {
 
 # Pages whose prose figures another change is moving out (issue 33): skipped while they hold
 # some, and to be dropped from here once they hold none (the test then fails to say so).
-PENDING = {
-    "development.md": "the test suite's times and the extras' sizes; being reworded on main",
-}
+PENDING: dict[str, str] = {}
 
 
 def _prose_figures(page: Path) -> list[tuple[int, str]]:
