@@ -227,6 +227,36 @@ def embed_cost(results: Path) -> Table:
     return Table(header, tuple(rows), (_run(results, EMBED_FILE, data),))
 
 
+ALIAS_FILE = "alias_eval.json"
+ALIAS_CORPORA = (
+    ("multihop", "MultiHop-RAG, 609 articles"),
+    ("musique", "MuSiQue sample, 1,890 paragraphs"),
+    ("carol", "A Christmas Carol"),
+    ("medical", "GraphRAG-Bench's medical guides"),
+)
+
+
+def alias_eval(results: Path) -> Table:
+    """Entity resolution on the hand-labelled pairs: merge precision and recall per corpus and
+    pooled, and each corpus's entities by normalized name alone and after merging."""
+    data = _load(results, ALIAS_FILE)
+    rows = []
+    for key, label in ALIAS_CORPORA:
+        entry = data["corpora"][key]
+        rows.append((label, f"{entry['true_pairs']} / {entry['false_pairs']}",
+                     f"{entry['merged']}", f"{entry['precision']:.3f}", f"{entry['recall']:.3f}",
+                     f"{entry['entities_by_normalized_name']:,} -> {entry['entities']:,}"))
+    pooled = data["all"]
+    rows.append(("all pairs", f"{pooled['true_pairs']} / {pooled['false_pairs']}",
+                 f"{pooled['merged']}", f"{pooled['precision']:.3f}", f"{pooled['recall']:.3f}",
+                 ""))
+    header = ("corpus (builtin provider)", "pairs naming one entity / two", "pairs merged",
+              "precision", "recall", "entities: by normalized name alone -> after merging")
+    machine = data["machine"]
+    return Table(header, tuple(rows), (_run(results, ALIAS_FILE, data,
+                                            f"{machine['cpus']} cores"),))
+
+
 GROWTH_10K = "growth_10k_bc304a3.json"
 GROWTH_1827 = "growth_1827_bc304a3.json"
 
@@ -533,6 +563,7 @@ RENDERERS: dict[str, Callable[[Path], Table]] = {
     "ray_sweep": ray_sweep,
     "suite_time": suite_time,
     "install_sizes": install_sizes,
+    "alias_eval": alias_eval,
 }
 
 
