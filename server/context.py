@@ -44,9 +44,7 @@ class BoundedCache:
                 self._bytes -= old[1]
             self._items[key] = (value, size)
             self._bytes += size
-            while self._bytes > self.max_bytes and len(self._items) > 1:
-                _, (_, n) = self._items.popitem(last=False)
-                self._bytes -= n
+            self._evict()
 
     def grow(self, key: Hashable, size: int) -> None:
         """Count `size` more bytes for `key`'s entry (what was added to its value after `put`),
@@ -58,9 +56,13 @@ class BoundedCache:
             self._items[key] = (held[0], held[1] + size)
             self._items.move_to_end(key)
             self._bytes += size
-            while self._bytes > self.max_bytes and len(self._items) > 1:
-                _, (_, n) = self._items.popitem(last=False)
-                self._bytes -= n
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recent entries while over the budget, never the newest (lock held)."""
+        while self._bytes > self.max_bytes and len(self._items) > 1:
+            _, (_, n) = self._items.popitem(last=False)
+            self._bytes -= n
 
     @property
     def size(self) -> int:
