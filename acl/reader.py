@@ -481,7 +481,9 @@ class CallerReader:
             return []
         key = self.entity_key(eid)
         rows = self._snap.entity_instances([key], classes=self.caller.readable)
-        return merged_names(key, ((r.name, r.type, r.unit_id) for r in rows))
+        units = self._snap.units({r.unit_id for r in rows})
+        documents = {u: row.unit.document_id for u, row in units.items()}
+        return merged_names(key, ((r.name, r.type, r.unit_id) for r in rows), documents)
 
     def claims_of(self, entity_ids: Iterable[str]) -> list[Claim]:
         """Servable claims about these entities (claims are per unit: no views)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -34,7 +34,7 @@ from canopy.ids import entity_key, key_words
 from canopy.providers.builtin.lexicon import FIRST_NAMES, HONORIFICS
 
 __all__ = ["Alias", "MergedName", "alias_candidates", "alias_rule", "display_name",
-           "linked_keys", "merged_names", "unit_aliases"]
+           "document_links", "linked_keys", "merged_names", "unit_aliases"]
 
 # Words an initialism skips ("Bank of America" -> "BoA", "BA").
 _JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "la", "du", "des",
@@ -82,38 +82,67 @@ class _Form:
         return [w for w in self.words if w not in HONORIFICS]
 
 
-def _initials(words: list[str]) -> set[str]:
+def _initials(words: list[str], written: str = "") -> set[str]:
     """Initialisms a multi-word name is abbreviated to: every word's initial, or the initials of
-    its words but joiners ("of", "the")."""
-    out = {"".join(w[0] for w in words)}
+    its words but joiners ("of", "the"). A word written in capitals (`written`: the name as
+    written) is an initialism itself and gives all its letters ("CLL Tests" is "CLLT", not
+    "CT")."""
+    acronyms = {t.lower() for t in _LETTERS.findall(written) if len(t) >= 2 and t.isupper()}
+
+    def initial(w: str) -> str:
+        return w if w in acronyms else w[0]
+
+    out = {"".join(initial(w) for w in words)}
     content = [w for w in words if w not in _JOINERS]
     if len(content) >= 2:
-        out.add("".join(w[0] for w in content))
+        out.add("".join(initial(w) for w in content))
     return out
 
 
-def _is_initialism(written: str) -> bool:
+def _is_initialism(written: str, two_capitals: bool = False) -> bool:
     """Written as capitals, optionally dotted: "FBI", "U.S.". Two undotted capitals ("AI",
-    "TD", "RW") are as often a common abbreviation of the text as a name's initials: not."""
+    "TD", "RW") are as often a common abbreviation of the text as a name's initials: only with
+    `two_capitals` (`document_links` asks more of them)."""
     letters = "".join(_LETTERS.findall(written))
     dotted = "." in written
-    return ((3 if not dotted else 2) <= len(letters) <= 6 and letters.isupper()
+    return ((2 if dotted or two_capitals else 3) <= len(letters) <= 6 and letters.isupper()
             and set(written) <= set(letters) | {"."})
 
 
 def _surname(short: _Form, long: _Form) -> bool:
     """The last word of a person's full name ("Altman" of "Sam Altman"). A full name is a
-    person's when typed so or when it starts with a known first name (an extractor may type
-    "Pat Cummins" an organization); the short form is never a place."""
-    if len(long.words) < 2 or "geo" in (short.type, long.type):
+    person's when typed so, when it starts with a known first name (an extractor may type "Pat
+    Cummins" an organization), or when it is two words and the surname alone is typed a person
+    ("Ohtani" beside "Shohei Ohtani"); the surname is typed a person or like the full name;
+    neither is typed a place more often than a person; a hyphenated word is one word
+    ("High-grade" is no full name of "Grade")."""
+    if len(long.words) < 2 or len(long.written.split()) < 2:
+        return False
+    if _place(short) or _place(long):
         return False
     words = long.name_words
-    if len(words) < 2 or not (long.type == "person" or words[0] in FIRST_NAMES):
+    two = len(words) == 2 and len(long.written.split()) == 2  # a given name and a surname
+    if len(words) < 2 or not (_person(long) or words[0] in FIRST_NAMES
+                              or (_person(short) and two)):
         return False
-    if short.type not in ("person", long.type):
+    if not (_person(short) or _person(long) or set(short.types) & set(long.types)):
         return False
     (w,) = short.words
-    return words[-1] == w and w != words[0]
+    last = key_words(long.written.split()[-1])
+    return words[-1] == w and w != words[0] and last == [w]
+
+
+def _person(f: _Form) -> bool:
+    return f.type == "person"
+
+
+def _place(f: _Form) -> bool:
+    return f.types["geo"] > f.types["person"]
+
+
+def _two_capitals(written: str) -> bool:
+    """Two undotted capitals ("EU", "AI")."""
+    return _is_initialism(written, two_capitals=True) and not _is_initialism(written)
 
 
 def _given_name(short: _Form, long: _Form) -> bool:
@@ -136,10 +165,11 @@ def _abbreviation(short: _Form, long: _Form) -> bool:
             and w.isalpha() and short.written[:1].isupper() and not short.written.isupper())
 
 
-def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
+def unit_aliases(names: Iterable[tuple[str, str]], two_capitals: bool = False
+                 ) -> dict[str, Alias]:
     """The links one unit's entity instances ((name, type) each, in text order) support, by the
-    key of the short form: a short form stands for a longer name first written before it, and
-    only one with exactly one such candidate in the unit is linked."""
+    key of the short form: only a short form with exactly one candidate longer name in the unit
+    is linked. Two undotted capitals count as an initialism only with `two_capitals`."""
     forms: dict[str, _Form] = {}
     for pos, (name, type_) in enumerate(names):
         key = entity_key(name)
@@ -157,7 +187,7 @@ def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
     for long in forms.values():
         if len(long.words) < 2:
             continue
-        for initials in _initials(long.words):
+        for initials in _initials(long.words, long.written):
             by_initials.setdefault(initials, []).append(long)
         first = long.words[0]
         hooks = {long.name_words[-1] if long.name_words else "",
@@ -166,7 +196,7 @@ def unit_aliases(names: Iterable[tuple[str, str]]) -> dict[str, Alias]:
             by_word.setdefault(hook, []).append(long)
     out: dict[str, Alias] = {}
     for short in sorted(forms.values(), key=lambda f: f.key):
-        initialism = _is_initialism(short.written)
+        initialism = _is_initialism(short.written, two_capitals)
         if len(short.words) != 1 and not initialism:
             continue
         found: dict[str, str] = {}
@@ -212,7 +242,7 @@ def alias_candidates(names: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
             if long_key == short_key or len(long_words) < 2 or len(long_words) <= len(short_words):
                 continue
             if set(short_words) < set(long_words) or (
-                    capitals and letters.lower() in _initials(long_words)):
+                    capitals and letters.lower() in _initials(long_words, long)):
                 out.append((short, long))
     return out[:MAX_CANDIDATES]
 
@@ -232,12 +262,68 @@ def linked_keys(names: list[tuple[str, str]], confirmed: Iterable[tuple[str, str
     return links
 
 
+def document_links(units: Iterable[tuple[str, Iterable[tuple[str, str, str]]]]
+                   ) -> dict[str, dict[str, Alias]]:
+    """The links one document supports beyond those its units make alone. `units`: the
+    document's live units in text order, each (unit id, its instances as (name, type, unit key)
+    in position order), the unit key being what its own unit made of the instance
+    (`linked_keys`). Returns, by unit id, the links by the instances' unit key:
+
+    - the rules of `unit_aliases` over the whole document's names: a short form links to the one
+      longer name of the document it stands for ("FBI" in one unit, "Federal Bureau of
+      Investigation" in another); with two candidates in the document it is left alone;
+    - only once the longer name is written: not in a document that uses the short form in a unit
+      before the first that writes the longer one (an abbreviation in use before is its own);
+    - two undotted capitals ("EU") stand for the one name they are the initials of only where
+      every unit of the document that writes them writes that name too ("AI" in a unit without
+      "Amnesty International" is the common abbreviation, and so it is throughout);
+    - an instance its own unit linked keeps its unit's link.
+    """
+    units = [(uid, list(rows)) for uid, rows in units]
+    links = unit_aliases((name, type_) for _, rows in units for name, type_, _ in rows)
+    out: dict[str, dict[str, Alias]] = {}
+    first: dict[str, int] = {}  # the unit each name is first written in, in text order
+    for i, (_, rows) in enumerate(units):
+        for name, _, _ in rows:
+            first.setdefault(entity_key(name), i)
+    for uid, rows in units:
+        for name, _, unit_key in rows:
+            key = entity_key(name)
+            link = links.get(key)
+            if (link is not None and unit_key == key
+                    and first.get(link.canonical, len(units)) <= first[key]):
+                out.setdefault(uid, {})[key] = link
+    # Two capitals ("EU", "PL") are as often a common abbreviation of the text ("AI", "TD"):
+    # they stand for the name they are the initials of only where every unit of the document
+    # that writes them also writes that one name.
+    weak: dict[str, set[str]] = {}  # short key -> the names it abbreviates, unit by unit
+    unlinked: set[str] = set()
+    for _, rows in units:
+        here = unit_aliases(((n, t) for n, t, _ in rows), two_capitals=True)
+        for name, _, unit_key in rows:
+            key = entity_key(name)
+            if unit_key != key or not _two_capitals(name):
+                continue
+            link = here.get(key)
+            if link is None or link.rule != INITIALISM:
+                unlinked.add(key)
+            else:
+                weak.setdefault(key, set()).add(link.canonical)
+    for uid, rows in units:
+        for name, _, unit_key in rows:
+            key = entity_key(name)
+            targets = weak.get(key, set())
+            if key not in unlinked and len(targets) == 1 and unit_key == key:
+                out.setdefault(uid, {})[key] = Alias(key, next(iter(targets)), INITIALISM)
+    return out
+
+
 def alias_rule(alias: str, canonical: str, alias_type: str = "", canonical_type: str = "") -> str:
     """Which rule links a surface form to the entity it was merged into: `FORM` when the forms
     share a key, else the unit rule that would link them ("" when none would)."""
     if entity_key(alias) == entity_key(canonical):
         return FORM
-    found = unit_aliases([(alias, alias_type), (canonical, canonical_type)])
+    found = unit_aliases([(alias, alias_type), (canonical, canonical_type)], two_capitals=True)
     link = found.get(entity_key(alias))
     return link.rule if link is not None and link.canonical == entity_key(canonical) else ""
 
@@ -259,10 +345,14 @@ class MergedName:
     text_unit_ids: tuple[str, ...]
 
 
-def merged_names(key: str, instances: Iterable[tuple[str, str, str]]) -> list[MergedName]:
+def merged_names(key: str, instances: Iterable[tuple[str, str, str]],
+                 documents: Mapping[str, str] | None = None) -> list[MergedName]:
     """The names of an entity's instances ((name, type, unit id) each) written otherwise than
     its own name, by name: what drill_down shows as the merge's record. Given only the instances
-    a caller may read, it shows only the links their text supports."""
+    a caller may read, it shows only the links their text supports. With `documents` (each
+    unit's document id), a name merged in a unit without the entity's own name (a link of its
+    document, `document_links`) is shown with the units of that document that write the own
+    name: the link's evidence."""
     instances = list(instances)
     names = Counter(n for n, _, _ in instances)
     if not names:
@@ -272,13 +362,24 @@ def merged_names(key: str, instances: Iterable[tuple[str, str, str]]) -> list[Me
     canonical_type = min(own_type.items(), key=lambda kv: (-kv[1], kv[0]))[0] if own_type else ""
     units: dict[str, set[str]] = {}
     types: dict[str, Counter[str]] = {}
+    with_own: set[str] = set()  # units writing a name of the entity's own key
     for name, type_, unit in instances:
+        if entity_key(name) == key:
+            with_own.add(unit)
         if name != own and name.casefold() != own.casefold():
             units.setdefault(name, set()).add(unit)
             types.setdefault(name, Counter())[type_] += 1
+    by_document: dict[str, set[str]] = {}
+    for unit in with_own:
+        if documents is not None and unit in documents:
+            by_document.setdefault(documents[unit], set()).add(unit)
     out = []
     for name in sorted(units):
         t = min(types[name].items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        out.append(MergedName(name, alias_rule(name, own, t, canonical_type) or CONFIRMED,
-                              tuple(sorted(units[name]))))
+        rule = alias_rule(name, own, t, canonical_type) or CONFIRMED
+        evidence = set(units[name])
+        if rule != FORM and documents is not None:
+            for unit in units[name] - with_own:
+                evidence |= by_document.get(documents.get(unit, ""), set())
+        out.append(MergedName(name, rule, tuple(sorted(evidence))))
     return out

@@ -17,7 +17,8 @@ __all__ = ["KEYS_VERSION", "LEGAL_FORMS", "content_hash", "entity_id", "entity_k
 # Of `normalize_name`: entity ids and merge keys derive from it, so a change re-extracts and
 # rebuilds every index (indexer/pipeline.py fingerprints). 2: accents folded. 3: merge keys are
 # `entity_key` (legal forms dropped, spaces removed) and links within a unit (canopy.aliases).
-KEYS_VERSION = 3
+# 4: and links within a document (canopy.aliases.document_links).
+KEYS_VERSION = 4
 
 
 def content_hash(*parts: str, length: int = 16) -> str:
@@ -136,6 +137,10 @@ def _words_of(name: str) -> tuple[str, ...]:
         if len(words) == 2 and words[0] in GAZETTEER:
             break
         words.pop()
+        if len(words) > 1 and words[-1] == "and":  # "JPMorgan Chase & Co"
+            words.pop()
+    if len(words) > 1 and words[0] == "the":  # "The Project Gutenberg Literary Archive ..."
+        words.pop(0)
     return tuple(words)
 
 

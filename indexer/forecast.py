@@ -232,10 +232,10 @@ def summaries(sample: Sequence[Extraction],
     relations: dict[str, dict[str, None]] = defaultdict(dict)
     for ex in sample:
         rows = extraction_rows(ex)
-        for *_, key, _name, _type, description in rows.entities:
+        for _unit, _pos, key, _name, _type, description, _unit_key in rows.entities:
             if description:
                 entities[key][description.strip()] = None
-        for _unit, _pos, rid, _a, _b, description, _strength in rows.relationships:
+        for _unit, _pos, rid, _a, _b, description, *_ in rows.relationships:
             if description:
                 relations[rid][description.strip()] = None
     return sum(len(d) > 1 and not (fits and fits(list(d)))

@@ -37,6 +37,7 @@ from canopy.indexer.stages.documents import DocumentPlan, plan_documents, stage_
 from canopy.indexer.stages.graph import stage_graph
 from canopy.indexer.stages.instances import extract_units
 from canopy.indexer.stages.reports import stage_reports
+from canopy.indexer.stages.resolve import stage_resolve
 from canopy.indexer.stages.revocation import pending_relabelled, pending_revoked, revoke
 from canopy.indexer.stages.vectors import (
     EmbeddingsAhead,
@@ -290,27 +291,31 @@ async def run_index(
             todo = sorted(set(todo) - store.extracted(todo)) + live_retry
         extracted = await extract_units(b, todo)
         lap("extract")
-        # 5. entities, relationships and claims touched by the changed units
+        # 5. the keys of the instances of every document with a new, gone or re-extracted unit
+        #    (names one unit links to a longer name in another unit of the document)
+        resolved = stage_resolve(b, [*units.added, *live_retry], units.removed)
+        # 6. entities, relationships and claims touched by the changed or rekeyed units
         # (the deleted documents' units too: their claims go with them)
-        changed = [*units.added, *units.removed, *units.relabelled, *revoked, *live_retry]
-        graph = await stage_graph(b, changed)
+        changed = [*units.added, *units.removed, *units.relabelled, *revoked, *live_retry,
+                   *resolved.units]
+        graph = await stage_graph(b, changed, keys=resolved.keys, rids=resolved.rids)
         ahead.submit("entities", graph.entities)  # written: their descriptions are final
         lap("merge")
-        # 6. communities: a local update, or a fresh clustering
+        # 7. communities: a local update, or a fresh clustering
         hierarchy = stage_communities(b, graph)
         stage_community_index(b, graph, hierarchy)
         lap("communities")
-        # 7. fingerprints and reports, bottom-up
+        # 8. fingerprints and reports, bottom-up
         failed_reports = [f.unit_id for f in scan.failures if f.task == "report"]
         reports = await stage_reports(b, graph, hierarchy, failed_reports)
         lap("reports")
-        # 8. embeddings and search rows of what changed
+        # 9. embeddings and search rows of what changed
         await ahead.drain()
         lap("embed_wait")
         vectors = await stage_vectors(b, rebuild=rebuild_vectors,
                                       erase=bool(units.removed or revoked or full))
         lap("vectors")
-        # 9. one atomic commit
+        # 10. one atomic commit
         failures = extracted.failures + reports.failures
         usage = {task: u.as_dict() for task, u in sorted(provider.usage().items())}
         meta = _commit_meta(store, docs_dir, provider, embedder, vectors, fingerprint,
@@ -372,6 +377,7 @@ def _commit_meta(store: Store, docs_dir: Path, provider: Provider, embedder: Emb
         "revoking": "0",
         "revoked_units": "[]",
         "relabelled_documents": "[]",
+        "rekeyed": "",
         "settings_fingerprint": fingerprint,
         "ignored_types": ignored_types,
         **hierarchy_meta,

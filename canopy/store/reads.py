@@ -145,7 +145,9 @@ class GraphReads:
         return dict(out)
 
     def unit_ids_of_documents(self, document_ids: Iterable[str]) -> dict[str, list[str]]:
-        sql = f"SELECT document_id, id FROM {self.t.text_units} WHERE document_id {_IN}"
+        """The live units of these documents, in text order."""
+        sql = (f"SELECT document_id, id FROM {self.t.text_units} WHERE document_id {_IN} "
+               "ORDER BY document_id, ordinal")
         out: dict[str, list[str]] = defaultdict(list)
         for doc, uid in self._rows(sql, _ids(document_ids)):
             out[doc].append(uid)
@@ -508,9 +510,9 @@ class GraphReads:
         distinct relationships with an instance in a live unit that has it as an endpoint."""
         ids = _ids(keys)
         sql = (f"SELECT source_key, rid, unit_id FROM main.relationship_instances "
-               f"WHERE source_key {_IN} UNION ALL "
+               f"WHERE source_key {_IN} AND rid != '' UNION ALL "
                f"SELECT target_key, rid, unit_id FROM main.relationship_instances "
-               f"WHERE target_key {_IN}")
+               f"WHERE target_key {_IN} AND rid != ''")
         found = self._rows(sql, ids, ids)
         live = self._live(r[2] for r in found)
         incident: dict[str, set[str]] = defaultdict(set)
@@ -691,7 +693,7 @@ class GraphReads:
             "ON u.id = i.unit_id")}
         rids = {r[0] for r in self._rows(
             f"SELECT DISTINCT i.rid FROM relationship_instances i JOIN {self.t.text_units} u "
-            "ON u.id = i.unit_id")}
+            "ON u.id = i.unit_id WHERE i.rid != ''")}
         return keys, rids
 
     def count(self, table: str) -> int:

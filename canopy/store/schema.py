@@ -250,9 +250,11 @@ def m004_store_backed_graph(db: sqlite3.Connection) -> None:
 
         for unit_id, payload, passes in old:
             rows = extraction_rows(payload_extraction(unit_id, payload, passes))
-            db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities)
+            # m004's instance tables have the first columns (m012 adds the unit keys)
+            db.executemany("INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)",
+                           [e[:6] for e in rows.entities])
             db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           rows.relationships)
+                           [r[:7] for r in rows.relationships])
             # m004's claim_instances has the first seven columns (m007 adds the rest)
             db.executemany("INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [c[:7] for c in rows.claims])
@@ -358,3 +360,24 @@ def m011_document_times(db: sqlite3.Connection) -> None:
         return
     db.execute("ALTER TABLE documents ADD COLUMN time TEXT NOT NULL DEFAULT ''")
     db.execute("ALTER TABLE documents ADD COLUMN time_source TEXT NOT NULL DEFAULT ''")
+
+
+_UNIT_KEYS = (("entity_instances", (("unit_key", "key"),)),
+              ("relationship_instances", (("unit_source", "source_key"),
+                                          ("unit_target", "target_key"))),
+              ("claim_instances", (("unit_subject", "subject_key"), ("unit_object", "object_key"))))
+
+
+@migration
+def m012_unit_keys(db: sqlite3.Connection) -> None:
+    """Instances keep the key their own unit gives them beside the one they merge by, which may
+    come from another unit of their document (canopy.aliases.document_links, issue 31): an edit
+    of the document settles the keys again from the unit keys, re-extracting nothing. An
+    index made before has the keys it merged by as its unit keys (what its units gave them);
+    the next build settles them (the keys version is part of the settings fingerprint)."""
+    for table, columns in _UNIT_KEYS:
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        for column, source in columns:
+            if column not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+                db.execute(f"UPDATE {table} SET {column} = {source}")  # noqa: S608

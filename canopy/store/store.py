@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canopy.aliases import Alias
 from canopy.errors import IndexDamaged
 from canopy.health import DB_NAME, is_corruption, never_written, write_failure, writes_to
 from canopy.model import Extraction, Skip, UnitFailure
-from canopy.store.instances import extraction_rows
+from canopy.store.instances import Rekeyed, extraction_rows, rekeyed
 from canopy.store.pages import zero_left_behind
 from canopy.store.reads import COMMITTED, GraphReads
 from canopy.store.rows import dump
@@ -288,13 +289,16 @@ class Store:
             for ex in extractions:
                 rows = extraction_rows(ex)
                 db.executemany(
-                    "INSERT INTO entity_instances VALUES (?, ?, ?, ?, ?, ?)", rows.entities
-                )
-                db.executemany("INSERT INTO relationship_instances VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               rows.relationships)
+                    "INSERT INTO entity_instances (unit_id, pos, key, name, type, description, "
+                    "unit_key) VALUES (?, ?, ?, ?, ?, ?, ?)", rows.entities)
                 db.executemany(
-                    "INSERT INTO claim_instances VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.claims
-                )
+                    "INSERT INTO relationship_instances (unit_id, pos, rid, source_key, "
+                    "target_key, description, strength, unit_source, unit_target) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.relationships)
+                db.executemany(
+                    "INSERT INTO claim_instances (unit_id, pos, subject_key, object_key, type, "
+                    "status, description, start_date, end_date, quote, unit_subject, "
+                    "unit_object) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.claims)
                 db.execute(
                     "INSERT OR REPLACE INTO extracted VALUES (?, ?)", (ex.unit_id, ex.passes)
                 )
@@ -317,8 +321,63 @@ class Store:
                 "(SELECT value FROM json_each(?))", (ids,))}
             rids = {r[0] for r in self._db.execute(
                 "SELECT DISTINCT rid FROM relationship_instances WHERE unit_id IN "
-                "(SELECT value FROM json_each(?))", (ids,))}
+                "(SELECT value FROM json_each(?)) AND rid != ''", (ids,))}
         return keys, rids
+
+    def unit_key_instances(self, unit_ids: Iterable[str]
+                           ) -> dict[str, list[tuple[str, str, str]]]:
+        """The entity instances of these units as (name, type, unit key), by unit, in position
+        order: what their document's links are settled from (canopy.aliases.document_links)."""
+        out: dict[str, list[tuple[str, str, str]]] = {}
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT unit_id, name, type, unit_key FROM entity_instances WHERE unit_id IN "
+                "(SELECT value FROM json_each(?)) ORDER BY unit_id, pos",
+                (dump(sorted(set(unit_ids))),)).fetchall()
+        for uid, name, type_, unit_key in rows:
+            out.setdefault(uid, []).append((name, type_, unit_key))
+        return out
+
+    def rekey(self, links: dict[str, dict[str, Alias]], unit_ids: Iterable[str]) -> Rekeyed:
+        """Give these units' instances the keys their documents' links make of their unit keys
+        (canopy.store.instances.rekeyed), in one transaction that also records, until the
+        regeneration commits (meta `rekeyed`), the units changed and the keys and rids their
+        rows had: a run interrupted after it still merges those again."""
+        ids = dump(sorted(set(unit_ids)))
+        with self.transaction() as db:
+            entities = db.execute(
+                "SELECT unit_id, pos, key, unit_key FROM entity_instances WHERE unit_id IN "
+                "(SELECT value FROM json_each(?))", (ids,)).fetchall()
+            relationships = db.execute(
+                "SELECT unit_id, pos, rid, source_key, target_key, unit_source, unit_target "
+                "FROM relationship_instances WHERE unit_id IN (SELECT value FROM json_each(?))",
+                (ids,)).fetchall()
+            claims = db.execute(
+                "SELECT unit_id, pos, subject_key, object_key, unit_subject, unit_object FROM "
+                "claim_instances WHERE unit_id IN (SELECT value FROM json_each(?))",
+                (ids,)).fetchall()
+            out = rekeyed(links, entities, relationships, claims)
+            if not out.units:
+                return out
+            db.executemany("UPDATE entity_instances SET key = ? WHERE unit_id = ? AND pos = ?",
+                           out.entities)
+            db.executemany("UPDATE relationship_instances SET rid = ?, source_key = ?, "
+                           "target_key = ? WHERE unit_id = ? AND pos = ?", out.relationships)
+            db.executemany("UPDATE claim_instances SET subject_key = ?, object_key = ? "
+                           "WHERE unit_id = ? AND pos = ?", out.claims)
+            row = db.execute("SELECT value FROM meta WHERE key = 'rekeyed'").fetchone()
+            pending = json.loads(row[0]) if row and row[0] else {}
+            pending = {"units": sorted(set(pending.get("units", ())) | out.units),
+                       "keys": sorted(set(pending.get("keys", ())) | out.keys),
+                       "rids": sorted(set(pending.get("rids", ())) | out.rids)}
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('rekeyed', ?)", (dump(pending),))
+        return out
+
+    def pending_rekeyed(self) -> tuple[set[str], set[str], set[str]]:
+        """(units, keys, rids) rekeyed since the last commit (`rekey`)."""
+        pending = json.loads(self.get_meta("rekeyed", "") or "{}")
+        return (set(pending.get("units", ())), set(pending.get("keys", ())),
+                set(pending.get("rids", ())))
 
     def entity_keys_by_unit(self, unit_ids: Iterable[str]) -> dict[str, list[str]]:
         """The entity keys extracted from each of these units, in extraction order, once each."""

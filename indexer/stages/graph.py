@@ -81,14 +81,20 @@ async def _overlapped(items: list[str], merged: Callable[[list[str]], Awaitable[
             task.cancel()
 
 
-async def stage_graph(b: Build, changed_units: Iterable[str]) -> GraphDelta:
-    """Merge and stage what `changed_units` (and stale rows) touch; everything in a full build."""
+async def stage_graph(b: Build, changed_units: Iterable[str], *, keys: Iterable[str] = (),
+                      rids: Iterable[str] = ()) -> GraphDelta:
+    """Merge and stage what `changed_units` (and stale rows) touch, and the entities `keys`
+    and relationships `rids` (those rekeyed instances had: canopy.indexer.stages.resolve);
+    everything in a full build."""
     delta = GraphDelta()
     changed_units = sorted(set(changed_units))
     if b.full:
         keys, rids = b.reads.instance_keys_of_units()
     else:
+        extra_keys, extra_rids = set(keys), set(rids)
         keys, rids = b.store.instance_keys(changed_units)
+        keys |= extra_keys
+        rids |= extra_rids
         committed = b.committed
         keys |= {r.key for r in committed.entities(committed.stale_ids("entities")).values()}
         rids |= set(committed.stale_ids("relationships"))

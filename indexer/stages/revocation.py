@@ -51,6 +51,11 @@ def revoke(store: Store, plan: DocumentPlan) -> list[str]:
     units = reads.units_of_documents(plan.removed | plan.relabelled)
     unit_ids = sorted(u.unit.id for us in units.values() for u in us)
     keys, rids = store.instance_keys(unit_ids)
+    # After a run interrupted between settling keys and its commit, the committed rows of these
+    # units may merge under the keys their instances had before (canopy.indexer.stages.resolve)
+    _, rekeyed_keys, rekeyed_rids = store.pending_rekeyed()
+    keys |= rekeyed_keys
+    rids |= rekeyed_rids
     entities = sorted(entity_id(k) for k in keys)
     communities = sorted(
         {c for chain in reads.memberships(entities).values() for c in chain.values()}

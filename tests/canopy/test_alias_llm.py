@@ -16,8 +16,10 @@ from canopy.store.store import Store
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.responses import user_texts
 
-# "HC" (two capitals) is a pair the offline rules leave open; "PSA", the initials of a name of
-# three words, is one they settle (no request for it).
+# "HC" (two capitals) is a pair the unit's offline rules leave open (the document's rule for two
+# capitals settles it too, once every unit of the document is extracted: canopy.aliases.
+# document_links); "PSA", the initials of a name of three words, is one they settle (no request
+# for it).
 NOTE = ("Helio Cells (HC) hired Mara Quinn in Lisbon Harbor. HC pays Mara Quinn well. The Porto "
         "Summit Association (PSA) invited Helio Cells, and PSA paid Vento Labs.")
 OTHER = "Porto Summit hosted Vento Labs and Helio Cells. Jonas Brandt spoke at Porto Summit."
@@ -78,7 +80,13 @@ def test_unusable_confirmation_output_confirms_nothing_and_fails_no_unit(tmp_pat
     ws = _workspace(tmp_path, fake_openai)
     result = build_index(ws)
     assert not result.failures
-    assert "HC" in load_graph_entities(ws.index_dir).values()
+    store = Store(ws.index_dir)
+    try:  # nothing confirmed: the unit keeps "HC" apart; only its document links it
+        rows = store.writer.execute(
+            "SELECT unit_key, key FROM entity_instances WHERE name = 'HC'").fetchall()
+    finally:
+        store.close()
+    assert rows and {r[0] for r in rows} == {"hc"} and {r[1] for r in rows} == {"heliocells"}
 
 
 def test_the_estimate_counts_the_confirmations(tmp_path, fake_openai):

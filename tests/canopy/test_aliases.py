@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from canopy.aliases import alias_rule, display_name, merged_names, unit_aliases
-from canopy.ids import entity_id, entity_key
+from canopy.aliases import alias_rule, display_name, document_links, merged_names, unit_aliases
+from canopy.ids import entity_id, entity_key, relationship_id
 from canopy.model import EntityInstance, Extraction, RelationshipInstance
-from canopy.store.instances import extraction_rows
+from canopy.store.instances import extraction_rows, rekeyed
 
 
 class TestNameForms:
@@ -25,6 +25,13 @@ class TestNameForms:
     ])
     def test_other_names_do_not(self, a: str, b: str) -> None:
         assert entity_key(a) != entity_key(b)
+
+    def test_and_co_is_a_legal_form_and_a_leading_article_is_no_part_of_the_name(self) -> None:
+        assert entity_key("JPMorgan Chase & Co") == entity_key("JPMorgan Chase")
+        assert entity_key("Johnson & Johnson") == "johnsonandjohnson"
+        assert entity_key("The Project Gutenberg Literary Archive Foundation") == entity_key(
+            "Project Gutenberg Literary Archive Foundation")
+        assert entity_key("The") == "the"
 
     def test_a_country_keeps_its_legal_suffix_and_an_ampersand_reads_as_and(self) -> None:
         assert entity_key("India Inc") != entity_key("India")
@@ -82,6 +89,29 @@ class TestLinksWithinAUnit:
                              ("Federal Bureau of Investigation", "organization")]) == {}
         assert unit_aliases([("Apple", "organization"), ("Applebee's Grill", "organization")]) == {}
 
+    def test_a_word_in_capitals_gives_all_its_letters_to_an_initialism(self) -> None:
+        assert unit_aliases([("CLL Tests", "organization"), ("CLT", "organization")]) == {}
+        names = [("CLL Tests", "organization"), ("CLLT", "organization")]
+        assert unit_aliases(names)["cllt"].canonical == "clltests"
+
+    def test_a_hyphenated_word_is_no_full_name(self) -> None:
+        assert unit_aliases([("High-grade", "person"), ("Grade", "person")]) == {}
+        assert unit_aliases([("Catherine Zeta-Jones", "person"), ("Jones", "person")]) == {}
+
+    def test_a_two_word_name_is_a_persons_when_its_surname_alone_is_typed_one(self) -> None:
+        # the extractor typed the full name an organization; no known first name
+        names = [("Shohei Ohtani", "organization"), ("Ohtani", "person")]
+        assert unit_aliases(names)["ohtani"].canonical == "shoheiohtani"
+        # but not a longer one, nor when neither is typed a person
+        assert unit_aliases([("Early-Stage Prostate Cancer", "organization"),
+                             ("Cancer", "person")]) == {}
+        assert unit_aliases([("Crystal Palace", "organization"),
+                             ("Palace", "organization")]) == {}
+
+    def test_a_surname_typed_otherwise_still_stands_for_a_person_typed_so(self) -> None:
+        names = [("Dick Wilkins", "person"), ("Wilkins", "organization")]
+        assert unit_aliases(names)["wilkins"].canonical == "dickwilkins"
+
     def test_the_rule_that_linked_a_name_is_recomputed_from_the_pair(self) -> None:
         assert alias_rule("Altman", "Sam Altman", "person", "person") == "surname"
         assert alias_rule("Open AI", "OpenAI") == "form"
@@ -110,6 +140,103 @@ class TestInstanceRows:
             ("Altman", "surname", ("tu-1", "tu-2"))]
 
 
+class TestLinksWithinADocument:
+    def test_a_short_form_links_to_the_long_name_of_another_unit_of_its_document(self) -> None:
+        links = document_links([
+            ("tu-1", [("Federal Bureau of Investigation", "organization",
+                       "federalbureauofinvestigation"), ("Maria Okafor", "person", "mariaokafor")]),
+            ("tu-2", [("FBI", "organization", "fbi"), ("Okafor", "person", "okafor"),
+                      ("Oslo", "geo", "oslo")])])
+        assert {u: {k: (a.canonical, a.rule) for k, a in ls.items()}
+                for u, ls in links.items()} == {
+            "tu-2": {"fbi": ("federalbureauofinvestigation", "initialism"),
+                     "okafor": ("mariaokafor", "surname")}}
+
+    def test_a_short_form_with_two_candidates_in_the_document_is_left_alone(self) -> None:
+        # each unit's own link stands; the unit naming neither brother links to neither
+        links = document_links([
+            ("tu-1", [("Travis Kelce", "person", "traviskelce"),
+                      ("Kelce", "person", "traviskelce")]),
+            ("tu-2", [("Jason Kelce", "person", "jasonkelce"),
+                      ("Kelce", "person", "jasonkelce")]),
+            ("tu-3", [("Kelce", "person", "kelce")])])
+        assert links == {}
+
+    def test_a_units_own_link_wins_over_its_documents(self) -> None:
+        # "FBI" of tu-2 is linked by its unit (a confirmed pair): the document leaves it
+        links = document_links([
+            ("tu-1", [("Federal Bureau of Investigation", "organization",
+                       "federalbureauofinvestigation")]),
+            ("tu-2", [("FBI", "organization", "fbiagents")])])
+        assert links == {}
+
+    def test_rows_take_the_documents_keys_and_a_self_loop_is_set_aside(self) -> None:
+        links = document_links([
+            ("tu-1", [("Maria Okafor", "person", "mariaokafor")]),
+            ("tu-2", [("Okafor", "person", "okafor"), ("Maria Okafor", "person", "mariaokafor"),
+                      ("Oslo", "geo", "oslo")])])
+        rid = relationship_id("okafor", "oslo")
+        loop = relationship_id("mariaokafor", "okafor")
+        got = rekeyed(links,
+                      [("tu-2", 0, "okafor", "okafor"), ("tu-2", 2, "oslo", "oslo")],
+                      [("tu-2", 0, rid, "okafor", "oslo", "okafor", "oslo"),
+                       ("tu-2", 1, loop, "mariaokafor", "okafor", "mariaokafor", "okafor")],
+                      [("tu-2", 0, "okafor", "", "okafor", "")])
+        assert got.entities == [("mariaokafor", "tu-2", 0)]
+        assert got.relationships == [
+            (relationship_id("mariaokafor", "oslo"), "mariaokafor", "oslo", "tu-2", 0),
+            ("", "mariaokafor", "mariaokafor", "tu-2", 1)]  # not merged while the link holds
+        assert got.claims == [("mariaokafor", "", "tu-2", 0)]
+        assert got.units == {"tu-2"} and {"okafor", "mariaokafor"} <= got.keys
+        assert got.rids == {rid, loop, relationship_id("mariaokafor", "oslo")}
+        # without the link (the long name's unit edited away) the unit keys come back
+        back = rekeyed({}, [("tu-2", 0, "mariaokafor", "okafor")],
+                       [("tu-2", 1, "", "mariaokafor", "mariaokafor", "mariaokafor", "okafor")],
+                       [])
+        assert back.entities == [("okafor", "tu-2", 0)]
+        assert back.relationships == [(loop, "mariaokafor", "okafor", "tu-2", 1)]
+
+    def test_a_short_form_in_use_before_the_long_name_is_written_stays_apart(self) -> None:
+        # tu-2's unit links its own "PCP"; the document leaves tu-1's, written before the name
+        units = [("tu-1", [("PCP", "organization", "pcp")]),
+                 ("tu-2", [("Primary Care Physician", "organization", "primarycarephysician"),
+                           ("PCP", "organization", "primarycarephysician")])]
+        assert unit_aliases([(n, t) for n, t, _ in units[1][1]])["pcp"].rule == "initialism"
+        assert document_links(units) == {}
+        # written after the name, it stands for it
+        got = document_links(units[::-1])
+        assert {u: ls["pcp"].canonical for u, ls in got.items()} == {
+            "tu-1": "primarycarephysician"}
+
+    def test_two_capitals_stand_for_a_name_only_where_every_unit_writing_them_writes_it(
+            self) -> None:
+        eu = [("tu-1", [("European Union", "organization", "europeanunion"), ("EU", "geo", "eu")]),
+              ("tu-2", [("EU", "geo", "eu"), ("European Union", "organization", "europeanunion")])]
+        got = document_links(eu)
+        assert {u: ls["eu"].canonical for u, ls in got.items()} == {
+            "tu-1": "europeanunion", "tu-2": "europeanunion"}
+        # a unit writing "AI" without the name: the common abbreviation, everywhere
+        ai = [("tu-1", [("Amnesty International", "organization", "amnestyinternational"),
+                        ("AI", "organization", "ai")]),
+              ("tu-2", [("AI", "organization", "ai")])]
+        assert document_links(ai) == {}
+        # the unit rules alone never take two capitals for an initialism
+        assert unit_aliases([(n, t) for n, t, _ in eu[0][1]]) == {}
+        assert alias_rule("EU", "European Union") == "initialism"
+
+    def test_a_link_of_the_document_lists_the_units_holding_the_long_name(self) -> None:
+        instances = [("Maria Okafor", "person", "tu-1"), ("Okafor", "person", "tu-2"),
+                     ("Maria Okafor", "person", "tu-9"), ("Okafor", "person", "tu-9")]
+        documents = {"tu-1": "doc-a", "tu-2": "doc-a", "tu-9": "doc-b"}
+        got = merged_names("mariaokafor", instances, documents)
+        # tu-2's link is its document's: its evidence is tu-1; tu-9 is its own evidence
+        assert [(m.name, m.rule, m.text_unit_ids) for m in got] == [
+            ("Okafor", "surname", ("tu-1", "tu-2", "tu-9"))]
+        # a caller who cannot read doc-b sees the link doc-a supports, with its evidence
+        got = merged_names("mariaokafor", instances[:2], documents)
+        assert [m.text_unit_ids for m in got] == [("tu-1", "tu-2")]
+
+
 def _every_pair(names: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
     """unit_aliases by brute force: every short form against every long form of the unit
     (what its index of long forms by word must agree with)."""
@@ -132,7 +259,7 @@ def _every_pair(names: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
             if len(long.words) < 2 or long.key == short.key:
                 continue
             if initialism:
-                if short.key in al._initials(long.words):
+                if short.key in al._initials(long.words, long.written):
                     found[long.key] = al.INITIALISM
             elif al._surname(short, long):
                 found[long.key] = al.SURNAME

@@ -225,6 +225,114 @@ def test_an_edit_removing_a_merges_only_evidence_splits_the_entity_like_a_fresh_
         assert_community_invariants(ws.index_dir)
 
 
+_TALKS = ("# Trade talks\n\nThe Federal Bureau of Investigation opened an inquiry with Norway in "
+          "Brussels on Monday. Officials of the Federal Bureau of Investigation and Norway met "
+          "Maria Okafor, the Norwegian envoy, at the summit hall in Brussels, where Maria Okafor "
+          "praised the offer.\n\n")
+_LATER = ("Later that week the FBI sent a second offer to Norway. The FBI expects Norway to "
+          "answer before June, and Okafor said Norway would study the offer of the FBI with care "
+          "in Oslo.\n")
+_NOTES = "# Notes\n\nThe FBI rules on fishing annoy Norway. Okafor runs a shop in Oslo.\n"
+_SMALL_UNITS = {"chunk_tokens": 60, "overlap_tokens": 0}
+
+
+def _keys_by_path(index_dir: Path) -> dict[tuple[str, str], set[str]]:
+    """The keys each (document, written name) merges by."""
+    with sqlite3.connect(index_dir / "canopy.sqlite") as db:
+        rows = db.execute(
+            "SELECT d.path, i.name, i.key FROM entity_instances i JOIN text_units u "
+            "ON u.id = i.unit_id JOIN documents d ON d.id = u.document_id").fetchall()
+    out: dict[tuple[str, str], set[str]] = {}
+    for path, name, key in rows:
+        out.setdefault((path, name), set()).add(key)
+    return out
+
+
+def test_a_short_form_merges_with_the_long_name_of_another_unit_of_its_document(
+    tmp_path: Path,
+) -> None:
+    """Issue 31: "FBI" and "Okafor" in one unit of talks.md, "Federal Bureau of Investigation"
+    and "Maria Okafor" in another: one entity each, the document being the evidence; the same
+    short forms in notes.md, which names neither long form, stay entities of their own."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "talks.md").write_text(_TALKS + _LATER, encoding="utf-8")
+    (docs / "notes.md").write_text(_NOTES, encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "idx", chunking=_SMALL_UNITS)
+    build_index(ws)
+    g = graph_of(ws.index_dir)
+    talks = next(d.id for d in g.documents.values() if d.path == "talks.md")
+    assert len([u for u in g.units.values() if u.document_id == talks]) == 2
+    keys = _keys_by_path(ws.index_dir)
+    assert keys[("talks.md", "FBI")] == {"federalbureauofinvestigation"}
+    assert keys[("talks.md", "Okafor")] == {"mariaokafor"}
+    assert keys[("notes.md", "FBI")] == {"fbi"}
+    fbi = {e.name: e for e in g.entities.values()}
+    assert {g.units[u].document_id for u in fbi["FBI"].text_unit_ids} == {
+        next(d.id for d in g.documents.values() if d.path == "notes.md")}
+
+
+def test_an_edit_removing_the_only_long_name_unit_splits_the_documents_names_like_a_fresh_build(
+    tmp_path: Path,
+) -> None:
+    """The unit that links "FBI" of talks.md's second unit is edited to name no Federal Bureau
+    of Investigation nor Maria Okafor: the second unit, unchanged and not extracted again, gets
+    its own keys back ("FBI" merges with notes.md's), exactly as in a fresh build; restoring
+    the text merges them again."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    talks = docs / "talks.md"
+    talks.write_text(_TALKS + _LATER, encoding="utf-8")
+    (docs / "notes.md").write_text(_NOTES, encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "incremental", chunking=_SMALL_UNITS)
+    build_index(ws)
+    edited = (_TALKS.replace("Federal Bureau of Investigation", "harbour office")
+              .replace("Maria Okafor", "the envoy") + _LATER)
+    for step, (text, merged) in enumerate(((edited, False), (_TALKS + _LATER, True))):
+        talks.write_text(text, encoding="utf-8")
+        result = build_index(ws)
+        assert result.stats["units_extracted"] == 1  # the edited unit alone
+        keys = _keys_by_path(ws.index_dir)
+        assert (keys[("talks.md", "FBI")] == {"federalbureauofinvestigation"}) == merged
+        assert (keys[("talks.md", "Okafor")] == {"mariaokafor"}) == merged
+        fresh = open_workspace(docs, index_dir=tmp_path / f"fresh-{step}", chunking=_SMALL_UNITS)
+        build_index(fresh)
+        assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+        assert _keys_by_path(ws.index_dir) == _keys_by_path(fresh.index_dir)
+        assert_community_invariants(ws.index_dir)
+
+
+def test_a_run_interrupted_after_settling_keys_is_finished_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keys are settled outside the generation; when the run stops before its commit, the
+    next one (which finds them already settled) still merges the entities they had."""
+    import canopy.indexer.pipeline as pipeline
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    talks = docs / "talks.md"
+    talks.write_text(_TALKS + _LATER, encoding="utf-8")
+    (docs / "notes.md").write_text(_NOTES, encoding="utf-8")
+    ws = open_workspace(docs, index_dir=tmp_path / "incremental", chunking=_SMALL_UNITS)
+    build_index(ws)
+    talks.write_text(_TALKS.replace("Federal Bureau of Investigation", "harbour office") + _LATER,
+                     encoding="utf-8")
+
+    async def killed(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "stage_graph", killed)
+        with pytest.raises(KeyboardInterrupt):
+            build_index(ws)
+    build_index(ws)
+    fresh = open_workspace(docs, index_dir=tmp_path / "fresh", chunking=_SMALL_UNITS)
+    build_index(fresh)
+    assert canonical(ws.index_dir) == canonical(fresh.index_dir)
+    assert_community_invariants(ws.index_dir)
+
+
 @pytest.mark.parametrize(("seed", "migration", "undo"), [
     # community_edges and member_ranks: filled from the committed generation
     (5, "m008_community_index", ("DROP TABLE community_edges", "DROP TABLE member_ranks")),
