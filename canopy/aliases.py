@@ -1,25 +1,41 @@
-"""Entity resolution: which names of an extraction name one entity (design §3.4, issue 31).
+"""Entity resolution: which names of a document name one entity (design §3.4, issue 31).
 
-Two kinds of evidence, and where each applies:
+Three kinds of evidence, and where each applies:
 
 - **a name's form** (`canopy.ids.entity_key`): case, punctuation, accents, spacing ("Open AI" /
-  "OpenAI") and a trailing legal form ("Helio Cells Ltd" / "Helio Cells"). The two names alone
-  are the evidence, so it applies to every instance, in every unit.
+  "OpenAI"), a trailing legal form ("Helio Cells Ltd" / "Helio Cells", "JPMorgan Chase & Co") and
+  a leading "The". The two names alone are the evidence, so it applies to every instance, in
+  every unit.
 - **the text unit both names occur in** (`unit_aliases`): a surname standing for the one person
-  of the unit with that surname ("Altman" for "Sam Altman"), an initialism or a clipped form of
-  the one longer name of the unit it abbreviates ("FBI" for "Federal Bureau of Investigation",
-  "Fed" for "Federal Reserve"). A short form with two candidates in the unit ("Kelce" beside
-  "Travis Kelce" and "Jason Kelce") is left alone. Such a link renames the instances of **that
-  unit** only.
+  of the unit with that surname ("Altman" for "Sam Altman"), a first name, an initialism of
+  three or more capitals or a dotted one, or a clipped form of the one longer name of the unit
+  it abbreviates ("FBI" for "Federal Bureau of Investigation", "Fed" for "Federal Reserve"). A
+  short form with two candidates in the unit ("Kelce" beside "Travis Kelce" and "Jason Kelce")
+  is left alone. This gives each instance its *unit key*.
+- **the document** (`document_links`): the same rules over all the names of the document's
+  live units, for an instance its unit left unlinked: "EU" in one unit stands for "European
+  Union" in another, but only from the first unit that writes the longer name on, and only when
+  the document holds one candidate. Two undotted capitals ("EU", "PL"), which the unit rules
+  never take for an initialism, link only where every unit of the document that writes them
+  also writes the one name they are the initials of ("AI" written anywhere without "Amnesty
+  International" is the common abbreviation). A unit's own link wins over its document's.
 
-The access rule follows from the second kind: an instance is merged under another name only on
-evidence in its own text unit, which carries the same ACL labels. So whoever may read a merged
-instance may read the text that links the two names, and a caller is never served a merge that
-only text they cannot read supports: through the provenance gate (design §2) they are served a
-view of the merged entity built from their readable instances, under the name those instances
-support, and the other name stays an entity of its own. Every resolution is a function of one
-unit's extraction, so an incremental update merges exactly as a fresh build does, and an edit
-that removes a link's evidence (a new unit) splits the names again.
+The access rule follows from where the evidence is: an instance is merged under another name
+only on evidence in its own document (its own unit, or another unit of it), and every unit of a
+document carries the document's ACL labels. So whoever may read a merged instance may read the
+text that links the two names, and a caller is never served a merge that only text they cannot
+read supports: through the provenance gate (design §2) they are served a view of the merged
+entity built from their readable instances, under the name those instances support, and the
+other name stays an entity of its own. drill_down lists each merged name with its evidence: the
+units it was merged in, and for a link of the document, the units of that document that write
+the entity's own name (`merged_names`).
+
+Every resolution is a function of one document's live units: unit keys are saved with each
+unit's extraction; the keys instances merge by are settled again from them whenever a unit of
+the document is added, removed or re-extracted (canopy.indexer.stages.resolve), so an
+incremental update merges exactly as a fresh build does, and an edit that removes a link's only
+evidence splits the names again in every unit of the document, the unchanged ones included,
+without extracting them again.
 """
 
 from __future__ import annotations
@@ -338,7 +354,8 @@ def display_name(names: Counter[str], key: str) -> str:
 @dataclass(frozen=True)
 class MergedName:
     """A name merged into an entity under another key, with the rule that linked it and the
-    units whose text supports the link (those it was merged in)."""
+    units whose text supports the link (those it was merged in, and for a link of their
+    document, the units of it that write the entity's own name)."""
 
     name: str
     rule: str

@@ -119,9 +119,9 @@ LEGAL_FORMS = frozenset({
 
 
 def key_words(name: str) -> list[str]:
-    """The name's words, normalized ("&" read as "and"), without trailing legal forms: one word
-    is always kept, and a country's name keeps its suffix ("India Inc" is India's business
-    world, not India)."""
+    """The name's words, normalized ("&" read as "and"), without trailing legal forms ("& Co"
+    with its "and") and a leading "The": one word is always kept, and a country's name keeps its
+    suffix ("India Inc" is India's business world, not India)."""
     return list(_name_words(name))
 
 
@@ -149,8 +149,9 @@ _key_words = lru_cache(maxsize=_NAME_CACHE)(_words_of)
 
 def entity_key(name: str) -> str:
     """The merge key of an entity name: normalized (`normalize_name`), trailing legal forms
-    dropped, spaces removed. "Open AI" and "OpenAI" share one, so do "Helio Cells, Ltd." and
-    "Helio Cells"; "" for a name without letters or digits. Idempotent: a key is its own key."""
+    and a leading "The" dropped, spaces removed. "Open AI" and "OpenAI" share one, so do "Helio
+    Cells, Ltd." and "Helio Cells", and "The Beatles" and "Beatles"; "" for a name without
+    letters or digits. Idempotent: a key is its own key."""
     return "".join(_name_words(name))
 
 

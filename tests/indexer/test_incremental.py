@@ -338,6 +338,12 @@ def test_a_run_interrupted_after_settling_keys_is_finished_by_the_next(
     (5, "m008_community_index", ("DROP TABLE community_edges", "DROP TABLE member_ranks")),
     # text_units.sentence_terms: every committed unit's text is analysed
     (6, "m009_sentence_terms", ("ALTER TABLE text_units DROP COLUMN sentence_terms",)),
+    # instances' unit keys: the keys they merge by (an index before it keyed by unit alone)
+    (7, "m012_unit_keys", ("ALTER TABLE entity_instances DROP COLUMN unit_key",
+                           "ALTER TABLE relationship_instances DROP COLUMN unit_source",
+                           "ALTER TABLE relationship_instances DROP COLUMN unit_target",
+                           "ALTER TABLE claim_instances DROP COLUMN unit_subject",
+                           "ALTER TABLE claim_instances DROP COLUMN unit_object")),
 ])
 def test_an_index_from_before_a_migration_gets_what_it_adds_and_keeps_it_current(
         tmp_path: Path, seed: int, migration: str, undo: tuple[str, ...]) -> None:
