@@ -11,7 +11,10 @@ again. A full build resolves every document.
 
 What changed (the units whose rows were rekeyed, and the keys and relationship ids those rows
 had) is merged again by the graph stage; it is also recorded until the regeneration commits
-(canopy.store.Store.rekey), so a run interrupted after this stage still merges it.
+(canopy.store.Store.rekey), so a run interrupted after this stage still merges it. The instance
+rows live outside generations, as extractions do, so until that commit a reader's per-caller view
+of an entity the change touches is built from the new keys; the access rule holds either way, a
+link moving an instance only between names of its own document.
 """
 
 from __future__ import annotations
