@@ -16,7 +16,8 @@ granularity:
 4. Each unit is prefixed with up to `overlap` tokens of the text before it.
 
 Editing one paragraph therefore changes the unit holding it (and, if the edit is in its last
-`overlap` tokens or moves a boundary, one neighbour); the units further away keep their ids.
+`overlap` tokens, the next one; if it moves a cut of its run, the run's other units): the
+units of other runs keep their ids.
 """
 
 from __future__ import annotations
