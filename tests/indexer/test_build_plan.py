@@ -37,7 +37,7 @@ def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_rea
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import canopy.indexer.forecast
 
-    # The projection waits for the estimate's sample (40 units): on this 18-unit corpus, 8
+    # The projection waits for the estimate's sample (40 units): on this 17-unit corpus, 8
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES, docs)
     monkeypatch.setattr(canopy.indexer.forecast, "DEFAULT_SAMPLE", 8)
@@ -59,12 +59,12 @@ def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_rea
         plan = PLAN.search(first.stderr)
         assert plan, first.stderr
         units, extract, glean_low, glean_high = map(int, plan.groups())
-        assert units == stats["text_units"] == stats["units_extracted"] == 18
+        assert units == stats["text_units"] == stats["units_extracted"] == 17
         assert extract == usage["extract"]["calls"] == asked["extract"] == units
         assert (glean_low, glean_high) == (units, 2 * units)  # 1 to max_gleanings passes each
         assert glean_low <= usage["glean"]["calls"] == asked["glean"] <= glean_high
         # said before the first request: ahead of the extraction progress lines
-        assert first.stderr.index("plan: ") < first.stderr.index("extract: 18 to do")
+        assert first.stderr.index("plan: ") < first.stderr.index("extract: 17 to do")
         # the merge stage says what it merges, and that it is done
         merge = re.search(r"^merge: (\d+) to do$", first.stderr, re.MULTILINE)
         assert merge and f"merge: {merge[1]}/{merge[1]} (100%)" in first.stderr
@@ -74,7 +74,7 @@ def test_the_plan_is_what_extraction_requests_and_the_projection_is_near_the_rea
         assert projection, first.stderr
         sample, total, p_extract, p_glean, p_resolve, p_summ, p_report, p_all = map(
             _number, projection.groups())
-        assert (sample, total) == (checkpoint(18), 18) == (8, 18)  # a real projection
+        assert (sample, total) == (checkpoint(17), 17) == (8, 17)  # a real projection
         assert p_extract == units == estimated["extract"]
         assert abs(p_glean - usage["glean"]["calls"]) <= units // 4
         # the estimate's method on the estimate's sample: the same summaries; reports within
