@@ -273,8 +273,8 @@ def test_an_index_written_before_the_fix_loses_its_deleted_claims_when_opened(
     (docs / "marrowby.md").unlink()
     real = pipeline.stage_graph
 
-    async def as_before(b, changed):  # type: ignore[no-untyped-def]
-        return await real(b, [u for u in changed if u not in gone])
+    async def as_before(b, changed, **rekeyed):  # type: ignore[no-untyped-def]
+        return await real(b, [u for u in changed if u not in gone], **rekeyed)
 
     with monkeypatch.context() as m:  # the deletion as the release before the fix ran it
         m.setattr(pipeline, "stage_graph", as_before)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,14 @@ def test_import_lays_graphrag_units_onto_canopy_units(
     stats = summary["stats"]
     assert isinstance(stats, dict)
     # every GraphRAG entity is kept, names merging by Canopy's merge key ("CELLS LTD" and
-    # "CELLS": a legal form dropped, canopy.ids.entity_key)
-    assert stats["entities"] == len({entity_key(t) for t in _column("entities", "title")})
+    # "CELLS": a legal form dropped, canopy.ids.entity_key) and by the links a document makes
+    # between a short form and its one longer name ("QA" and "ROBOTICS QA": canopy.aliases)
+    docs, _ = imported
+    merged = _merged_keys(docs)
+    keys = {entity_key(t) for t in _column("entities", "title")}
+    assert set(merged) == keys  # every GraphRAG name is an instance
+    assert stats["entities"] == len(set().union(*merged.values()))
+    assert merged["qa"] == {"qa", "roboticsqa"}  # "QA" beside "ROBOTICS QA" in one unit
 
 
 def test_local_search_answers_with_imported_entities(
@@ -208,6 +215,27 @@ def _squash(text: str) -> str:
     return " ".join(text.split())
 
 
+def _merged_keys(docs: Path) -> dict[str, set[str]]:
+    """For each name's merge key (canopy.ids.entity_key), the keys of the entities its instances
+    ended on: its own, or a longer name's its unit or document links it to (canopy.aliases)."""
+    db = sqlite3.connect(docs / ".canopy" / "canopy.sqlite")
+    try:
+        out: dict[str, set[str]] = {}
+        for name, key in db.execute("SELECT DISTINCT name, key FROM entity_instances"):
+            out.setdefault(entity_key(name), set()).add(key)
+        return out
+    finally:
+        db.close()
+
+
+def _entity_keys(docs: Path) -> dict[str, str]:
+    db = sqlite3.connect(docs / ".canopy" / "canopy.sqlite")
+    try:
+        return dict(db.execute("SELECT id, key FROM entities").fetchall())
+    finally:
+        db.close()
+
+
 def _claims(docs: Path) -> tuple[list[Claim], dict[str, str], dict[str, str]]:
     """The index's claims, entity names by id, and unit texts by id."""
     store = Store(docs / ".canopy")
@@ -234,13 +262,25 @@ def test_claims_are_imported_with_entities_iso_dates_and_verified_quotes(
                              for p in sorted((FIXTURE / "input").rglob("*.md"))))
     got = {(names[c.subject], names.get(c.object, ""), c.type, c.status, c.description,
             c.start_date, c.end_date, c.quote) for c in claims}
+    merged = _merged_keys(docs)
+    key_of = _entity_keys(docs)
+    got = sorted((key_of[c.subject], key_of.get(c.object, ""), c.type, c.status, c.description,
+                  c.start_date, c.end_date, c.quote) for c in claims)
     expected = set()
     for r in rows:
         quote = _squash(r["source_text"]) if _squash(r["source_text"]) in text else ""
         # subject and object are GraphRAG's entity titles (upper case), found by Canopy's key
+        # and by the links its resolution made (a name may end on a longer one's entity)
         expected.add((r["subject_id"], r["object_id"], r["type"], r["status"], r["description"],
                       *period(r["start_date"], r["end_date"]), quote))
-    assert got == expected
+    assert len(got) == len(expected)
+    unmatched = list(got)
+    for subject, obj, *rest in sorted(expected):
+        match = next((g for g in unmatched if g[2:] == tuple(rest)
+                      and g[0] in merged[entity_key(subject)]
+                      and (g[1] in merged[entity_key(obj)] if obj else g[1] == "")), None)
+        assert match is not None, (subject, obj, rest)
+        unmatched.remove(match)
     for c in claims:
         assert c.subject and c.object  # every fixture claim names two imported entities
         assert c.start_date == "" or iso_date(c.start_date) == c.start_date
