@@ -272,13 +272,9 @@ def test_a_short_form_merges_with_the_long_name_of_another_unit_of_its_document(
         next(d.id for d in g.documents.values() if d.path == "notes.md")}
 
 
-def test_an_edit_removing_the_only_long_name_unit_splits_the_documents_names_like_a_fresh_build(
-    tmp_path: Path,
-) -> None:
-    """The unit that links "FBI" of talks.md's second unit is edited to name no Federal Bureau
-    of Investigation nor Maria Okafor: the second unit, unchanged and not extracted again, gets
-    its own keys back ("FBI" merges with notes.md's), exactly as in a fresh build; restoring
-    the text merges them again."""
+def _talks_and_notes_built(tmp_path: Path) -> tuple[Path, Path, Any]:
+    """talks.md (its second unit's "FBI" linked through its first) and notes.md, indexed in
+    small units: the folder, talks.md and the workspace."""
     docs = tmp_path / "docs"
     docs.mkdir()
     talks = docs / "talks.md"
@@ -286,6 +282,17 @@ def test_an_edit_removing_the_only_long_name_unit_splits_the_documents_names_lik
     (docs / "notes.md").write_text(_NOTES, encoding="utf-8")
     ws = open_workspace(docs, index_dir=tmp_path / "incremental", chunking=_SMALL_UNITS)
     build_index(ws)
+    return docs, talks, ws
+
+
+def test_an_edit_removing_the_only_long_name_unit_splits_the_documents_names_like_a_fresh_build(
+    tmp_path: Path,
+) -> None:
+    """The unit that links "FBI" of talks.md's second unit is edited to name no Federal Bureau
+    of Investigation nor Maria Okafor: the second unit, unchanged and not extracted again, gets
+    its own keys back ("FBI" merges with notes.md's), exactly as in a fresh build; restoring
+    the text merges them again."""
+    docs, talks, ws = _talks_and_notes_built(tmp_path)
     edited = (_TALKS.replace("Federal Bureau of Investigation", "harbour office")
               .replace("Maria Okafor", "the envoy") + _LATER)
     for step, (text, merged) in enumerate(((edited, False), (_TALKS + _LATER, True))):
@@ -309,13 +316,7 @@ def test_a_run_interrupted_after_settling_keys_is_finished_by_the_next(
     next one (which finds them already settled) still merges the entities they had."""
     import canopy.indexer.pipeline as pipeline
 
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    talks = docs / "talks.md"
-    talks.write_text(_TALKS + _LATER, encoding="utf-8")
-    (docs / "notes.md").write_text(_NOTES, encoding="utf-8")
-    ws = open_workspace(docs, index_dir=tmp_path / "incremental", chunking=_SMALL_UNITS)
-    build_index(ws)
+    docs, talks, ws = _talks_and_notes_built(tmp_path)
     talks.write_text(_TALKS.replace("Federal Bureau of Investigation", "harbour office") + _LATER,
                      encoding="utf-8")
 
