@@ -104,17 +104,17 @@ def test_the_examples_index_through_a_real_server_and_every_tool_answers(
     # which its grammar enforces
     assert "rejected response_format json_schema; using json_object_schema" in caplog.text
     # nothing lost: every document and unit is in, each unit extracted or a recorded failure
-    assert stats["documents"] == 17 and stats["text_units"] == 18
-    assert stats["units_extracted"] + stats["units_failed"] == 18
+    assert stats["documents"] == 17 and stats["text_units"] == 17
+    assert stats["units_extracted"] + stats["units_failed"] == 17
     assert stats["units_extracted"] > 0  # schema-constrained nonsense still validates
     assert len(result["failures"]) == stats["units_failed"] + sum(
         1 for f in result["failures"] if f["task"] != "extract")
     for f in result["failures"]:
         assert f["error"], f  # each failure says why
-    assert usage["extract"]["calls"] >= 18
+    assert usage["extract"]["calls"] >= 17
     # token accounting is the server's own count
-    assert usage["extract"]["prompt_tokens"] > 18 * 200 and usage["extract"]["completion_tokens"]
-    assert "plan: 18 text units to extract with canopy-tiny" in stderr
+    assert usage["extract"]["prompt_tokens"] > 17 * 200 and usage["extract"]["completion_tokens"]
+    assert "plan: 17 text units to extract with canopy-tiny" in stderr
 
     async def every_tool(service: CanopyService) -> None:
         async with Client(build_server(service)) as client:
@@ -159,8 +159,13 @@ def test_malformed_replies_a_cut_connection_and_a_slow_first_byte_lose_nothing(
         stats = first["stats"]
         assert stats["documents"] == 3 and stats["text_units"] == 3
         assert stats["units_extracted"] + stats["units_failed"] == 3
-        for f in first["failures"]:  # a unit lost to the faults is a failure that says why
-            assert f["task"] == "extract" and f["error"], f
+        # a unit lost to the faults is a failure that says why; so is a report the tiny model
+        # answered with invalid JSON twice (its quality, not the protocol: which extractions the
+        # faults hit decides the report's input, so it happens in some runs)
+        assert stats["units_failed"] == sum(f["task"] == "extract" for f in first["failures"])
+        for f in first["failures"]:
+            assert f["task"] in ("extract", "report") and f["error"], f
+            assert f["task"] == "extract" or "invalid output" in f["error"], f
         # the accounting adds up what the server counted in the replies that arrived whole
         # (a malformed reply's usage is counted too, by Canopy; the proxy skips it)
         counted = sum(u["prompt_tokens"] for u in first["llm_usage"].values())
