@@ -143,8 +143,8 @@ def _natural_runs(segs: list[_Seg], min_tokens: int, mean_gap: float) -> list[li
 class _Cheapest:
     """The cut `_split_run` prefers within a range of positions: smallest (not a paragraph
     start, key), the leftmost among equals. A segment tree over the segments' ranks answers
-    each range in O(log n), so splitting a run costs O(n log n) whatever its content (one
-    unpunctuated line cut into thousands of equal pieces included)."""
+    each range in O(log n) whatever the content (one unpunctuated line cut into thousands of
+    equal pieces included); `rank` orders any two positions the same way."""
 
     def __init__(self, run: list[_Seg]) -> None:
         n = len(run)
@@ -153,6 +153,7 @@ class _Cheapest:
         self.order = np.lexsort((np.arange(n), keys, later))  # position by rank
         rank = np.empty(n, dtype=np.int64)
         rank[self.order] = np.arange(n)
+        self.rank = rank
         self.size = 1 << max(0, (n - 1).bit_length())
         tree = np.full(2 * self.size, n, dtype=np.int64)
         tree[self.size:self.size + n] = rank
@@ -196,13 +197,12 @@ def _split_run(run: list[_Seg], max_tokens: int) -> list[list[_Seg]]:
         if total <= max_tokens or hi - lo < 2:
             out.append(run[lo:hi])
             continue
-        k = _cut(run, prefix, cheapest, lo, hi, max_tokens)
+        k = _cut(prefix, cheapest, lo, hi, max_tokens)
         todo += [(k, hi), (lo, k)]  # the left part comes out first: chunks stay in order
     return out
 
 
-def _cut(run: list[_Seg], prefix: list[int], cheapest: _Cheapest, lo: int, hi: int,
-         max_tokens: int) -> int:
+def _cut(prefix: list[int], cheapest: _Cheapest, lo: int, hi: int, max_tokens: int) -> int:
     """Where [lo, hi) is cut: the preferred segment among the cuts that keep the fewest units
     the range packs into, n. Packing greedily from the left, the first j units end at F_j, the
     furthest a left part of j units reaches; packing from the right, the last t units start at
@@ -216,7 +216,7 @@ def _cut(run: list[_Seg], prefix: list[int], cheapest: _Cheapest, lo: int, hi: i
         first, last = max(starts[n - j - 1], lo + 1), min(ends[j - 1], hi - 1)
         if first <= last:
             k = cheapest.argmin(first, last + 1)
-            if best is None or _rank(run[k]) < _rank(run[best]):
+            if best is None or cheapest.rank[k] < cheapest.rank[best]:
                 best = k
     return best if best is not None else cheapest.argmin(lo + 1, hi)
 
@@ -237,10 +237,6 @@ def _packed(prefix: list[int], lo: int, hi: int, max_tokens: int, *, forward: bo
             p = min(bisect_left(prefix, prefix[p] - max_tokens, lo, p), p - 1)
             out.append(p)
     return out
-
-
-def _rank(seg: _Seg) -> tuple[bool, int]:
-    return (not seg.para_start, seg.key)
 
 
 def chunk_document(
