@@ -92,7 +92,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     import_lancedb()
     if spec["base_url"]:
-        import canopy.endpoint  # noqa: F401  (openai and its HTTP client)
+        from canopy.endpoint import preload_sdk
+
+        preload_sdk()  # openai and its HTTP client (canopy.endpoint imports them on first use)
     imports_s = time.perf_counter() - t_imp
 
     marks: dict[str, float] = {}

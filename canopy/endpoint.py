@@ -48,6 +48,7 @@ __all__ = [
     "StatusError",
     "Transport",
     "local_endpoint",
+    "preload_sdk",
     "transport_name",
 ]
 
@@ -155,6 +156,12 @@ def _sdk() -> _Sdk:
         (aiohttp.ClientError,) if aiohttp is not None else ())
     return _Sdk(openai, httpx_module, aiohttp, FinalRequestOptions, aiohttp_errors,
                 (httpx_module.TransportError, OSError, TimeoutError, *aiohttp_errors))
+
+
+def preload_sdk() -> None:
+    """Import the SDK and its HTTP libraries now (a build does it in a thread while it chunks
+    documents, so that its first request does not wait for them)."""
+    _sdk()
 
 
 def transport_name(prefer_aiohttp: bool = True) -> Transport:

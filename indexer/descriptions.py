@@ -5,7 +5,7 @@ instance set is never summarized twice (the merge itself: canopy.indexer.operati
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,10 +42,14 @@ async def describe(
     memo: SummaryMemo | None,
     concurrency: int,
     on_done: Callable[[], None] | None = None,
+    settled: Callable[[dict[str, str]], Awaitable[None]] | None = None,
 ) -> dict[str, str]:
     """One description per element id from `pending`: the only description as is, or a
     summary of several (one provider call each, unless this exact input was summarized
-    before; what is cached records the element's units, canopy.store.sources)."""
+    before; what is cached records the element's units, canopy.store.sources).
+    `settled(descriptions)` is awaited once, as soon as the requests are started, with the
+    descriptions known without one (most of them: single descriptions, memoized summaries,
+    descriptions that fit joined), so the caller can write those while the requests run."""
     sem = asyncio.Semaphore(concurrency)
     out: dict[str, str] = {}
 
@@ -72,6 +76,17 @@ async def describe(
         if len(p.descriptions) <= 1:
             out[element_id] = p.descriptions[0] if p.descriptions else ""
         else:
-            several.append(one(element_id, p.name, p.descriptions, p.units))
-    await asyncio.gather(*several)
+            several.append(asyncio.ensure_future(
+                one(element_id, p.name, p.descriptions, p.units)))
+    try:
+        if settled is not None:
+            if several:
+                # Every task takes its first step before this resumes: those that need no
+                # request are done by then, the others wait on their request.
+                await asyncio.sleep(0)
+            await settled(dict(out))
+        await asyncio.gather(*several)
+    finally:
+        for task in several:
+            task.cancel()
     return out

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from canopy.allocator import release_free
+from canopy.endpoint import preload_sdk
 from canopy.ids import KEYS_VERSION, content_hash
 from canopy.indexer.doc_time import document_time
 from canopy.indexer.forecast import PlanSink
@@ -253,8 +254,7 @@ async def run_index(
     run_id = store.start_run()
     store.batch_cache_writes(64)  # the run is the only writer: cache replies in batches
     store.set_meta({"extraction_fingerprint": extraction})
-    # The search tables' library takes seconds to import: do it while extraction runs.
-    threading.Thread(target=import_lancedb, daemon=True, name="canopy-import-lancedb").start()
+    imports = _ImportsAhead.start(endpoint=settings.llm.enabled or embeds_remotely(embedder))
 
     # 2. deletions and relabels apply now, before any regeneration (design §2); with the units
     #    an interrupted run deleted (their derived rows go at this run's commit)
@@ -283,6 +283,7 @@ async def run_index(
             live = b.reads.unit_acl(revoked)
             revoked = [u for u in revoked if u not in live]
         lap("documents")
+        imports.documents_done()
         # 4. extraction of new units, and retries of units that failed before
         retry = [f.unit_id for f in scan.failures if f.task == "extract"]
         live_retry = list(b.reads.unit_acl(retry)) if retry and not full else []
@@ -342,6 +343,7 @@ async def run_index(
                                                [*units.removed, *revoked], run_id, stats, usage))
         lap("commit")
     finally:
+        imports.documents_done()  # a run that failed early leaves no thread waiting
         memo.close()
         staging.close()
         store.batch_cache_writes(1)
@@ -357,6 +359,37 @@ async def run_index(
         stats.update(_counts(snap))
     store.finish_run(run_id, stats)
     return IndexResult(generation, time.perf_counter() - t0, stats, usage, scan.skips, failures)
+
+
+@dataclass
+class _ImportsAhead:
+    """Libraries a build needs later, imported in a thread (issue 35: the first requests of a
+    500 ms endpoint build went out 2.6 s after it started, behind these imports). The
+    endpoint's SDK first, while the documents are chunked, since the first extraction request
+    needs it; LanceDB (most of 1.5 s of CPU, needed by the vectors stage) once the documents
+    stage is done, so that it runs while extraction's first requests wait on the endpoint rather
+    than taking turns with the chunking and the client's start on one interpreter lock."""
+
+    _go: threading.Event
+
+    @classmethod
+    def start(cls, *, endpoint: bool) -> _ImportsAhead:
+        go = threading.Event()
+        if "lancedb" in sys.modules and not endpoint:
+            go.set()
+            return cls(go)
+
+        def run() -> None:
+            if endpoint:
+                preload_sdk()
+            go.wait()
+            import_lancedb()
+
+        threading.Thread(target=run, daemon=True, name="canopy-imports").start()
+        return cls(go)
+
+    def documents_done(self) -> None:
+        self._go.set()
 
 
 def _commit_meta(store: Store, docs_dir: Path, provider: Provider, embedder: Embedder,

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from canopy.indexer.forecast import PlanSink
 from canopy.indexer.operations.clustering import GivenCommunities
+from canopy.indexer.operations.report_context import ElementSizes
 from canopy.providers.base import Embedder, Provider
 from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
@@ -78,6 +79,12 @@ class Build:
     on_plan: PlanSink | None = None
     # texts handed over as soon as they are final, so their embeddings overlap the later stages
     ahead: EmbedSink = field(default_factory=_NoEmbedAhead)
+    # token sizes of entities and relationships in report contexts, counted where their rows
+    # are written (the merge: while its summary requests run) for the reports to use
+    sizes: ElementSizes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sizes = ElementSizes(self.tok)
 
     @property
     def reads(self) -> GraphReads:

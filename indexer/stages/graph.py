@@ -39,10 +39,11 @@ _BATCH = 2000
 _BATCHES_IN_FLIGHT = 4
 _T = TypeVar("_T")
 # a batch merged, with its committed rows and descriptions: (keys, drafts, [degrees,] before, ...)
+# ..., and the drafts whose rows are still to be written (those that waited for a summary)
 _EntityBatch = tuple[list[str], dict[str, EntityDraft], dict[str, int], dict[str, EntityRow],
-                     dict[str, str]]
+                     dict[str, str], dict[str, EntityDraft]]
 _RelationshipBatch = tuple[list[str], dict[str, RelationshipDraft], dict[str, RelationshipRow],
-                           dict[str, str]]
+                           dict[str, str], dict[str, RelationshipDraft]]
 
 
 @dataclass
@@ -56,6 +57,12 @@ class GraphDelta:
     removed_relationships: set[str] = field(default_factory=set)
     changed_edges: set[tuple[str, str]] = field(default_factory=set)  # endpoints, weight changed
     claim_subjects: set[str] = field(default_factory=set)  # entities whose claims changed
+
+
+def _slices(items: list[_T], size: int = 250) -> Iterator[list[_T]]:
+    """Rows written between two turns of the event loop (a few milliseconds of writes)."""
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
 
 
 def _batches(items: list[str]) -> Iterator[list[str]]:
@@ -89,6 +96,7 @@ async def stage_graph(b: Build, changed_units: Iterable[str], *, keys: Iterable[
     delta = GraphDelta()
     changed_units = sorted(set(changed_units))
     if b.full:
+        b.store.element_tokens_clear()  # counted afresh as rows are written: gone ones go too
         keys, rids = b.reads.instance_keys_of_units()
     else:
         extra_keys, extra_rids = set(keys), set(rids)
@@ -102,40 +110,96 @@ async def stage_graph(b: Build, changed_units: Iterable[str], *, keys: Iterable[
     # distinct descriptions cost a summary call, so the stage counts what it merges (a count
     # named "summarize" read as thousands of calls the build never made).
     advance = b.progress("merge", len(keys) + len(rids))
-    await _stage_entities(b, sorted(keys), delta, advance)
-    await _stage_relationships(b, sorted(rids), delta, advance)
+    # Entities and relationships are merged and summarised side by side (one wave of summary
+    # requests, not two: issue 35); a relationship's summary prompt names its endpoints, which
+    # the entity merge decides before any entity summary returns.
+    names = _Names(b)
+    tasks = [asyncio.ensure_future(_stage_entities(b, sorted(keys), delta, advance, names)),
+             asyncio.ensure_future(_stage_relationships(b, sorted(rids), delta, advance, names))]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     _stage_claims(b, changed_units, delta)
     return delta
 
 
+class _Names:
+    """Display names of the entities this merge writes, known once every entity batch is
+    merged (before their summaries), with the staged rows' names for the other entities."""
+
+    def __init__(self, b: Build) -> None:
+        self.b = b
+        self._merged: dict[str, str] = {}
+        self._done = asyncio.Event()
+
+    def merged(self, drafts: Iterable[EntityDraft]) -> None:
+        self._merged.update((d.id, d.name) for d in drafts)
+
+    def all_merged(self) -> None:
+        self._done.set()
+
+    async def of(self, ids: set[str]) -> dict[str, str]:
+        await self._done.wait()
+        out = {i: self._merged[i] for i in ids if i in self._merged}
+        out.update(self.b.reads.entity_names(ids - out.keys()))
+        return out
+
+
 async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
-                          advance: Callable[[int], None]) -> None:
+                          advance: Callable[[int], None], names: _Names) -> None:
     x = b.settings.extract
+    batches = -(-len(keys) // _BATCH)
+    if not batches:
+        names.all_merged()
 
-    async def merged(batch: list[str]) -> _EntityBatch:
-        drafts = merge_entities(b.reads.entity_instances(batch))
-        degrees = b.reads.instance_degrees(batch)
-        ids = {entity_id(k) for k in batch}
-        before = {} if b.full else b.committed.entities(ids)
-        descriptions = await describe(
-            {d.id: Pending(d.name, d.descriptions, tuple(u for u, _ in d.unit_acl))
-             for d in drafts.values()},
-            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
-            concurrency=b.concurrency)
-        return batch, drafts, degrees, before, descriptions
-
-    def stage(done: _EntityBatch) -> None:
-        batch, drafts, degrees, before, descriptions = done
+    def put(drafts: Iterable[EntityDraft], degrees: dict[str, int],
+            before: dict[str, EntityRow], descriptions: dict[str, str]) -> None:
         rows = []
-        for d in drafts.values():
+        sizes: dict[str, int] = {}  # of the rows written, for the reports (and later updates)
+        for d in drafts:
             old = before.get(d.id)
             row = entity_row(d, descriptions[d.id], degrees.get(d.key, 0))
             if old is None or old.values() != row.values():
                 rows.append(row.values())
                 delta.entities.add(d.id)
+                sizes[f"{b.tok.name}:{row.hash}"] = b.sizes.entity(row.entity)
             if old is None:
                 delta.new_entities.add(d.id)
         b.staging.put("entities", rows)
+        b.store.element_tokens_put(sizes)
+
+    async def merged(batch: list[str]) -> _EntityBatch:
+        nonlocal batches
+        drafts = merge_entities(b.reads.entity_instances(batch))
+        names.merged(drafts.values())
+        batches -= 1
+        if not batches:
+            names.all_merged()
+        degrees = b.reads.instance_degrees(batch)
+        ids = {entity_id(k) for k in batch}
+        before = {} if b.full else b.committed.entities(ids)
+        early: set[str] = set()
+
+        async def settled(known: dict[str, str]) -> None:  # written while summaries are asked
+            early.update(known)
+            for part in _slices([d for d in drafts.values() if d.id in known]):
+                put(part, degrees, before, known)
+                await asyncio.sleep(0)  # the summary requests go out meanwhile
+
+        descriptions = await describe(
+            {d.id: Pending(d.name, d.descriptions, tuple(u for u, _ in d.unit_acl))
+             for d in drafts.values()},
+            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
+            concurrency=b.concurrency, settled=settled)
+        later = {k: d for k, d in drafts.items() if d.id not in early}
+        return batch, drafts, degrees, before, descriptions, later
+
+    def stage(done: _EntityBatch) -> None:
+        batch, drafts, degrees, before, descriptions, later = done
+        put(later.values(), degrees, before, descriptions)
         gone = {i for i in before if i not in {d.id for d in drafts.values()}}
         b.staging.delete("entities", gone)
         delta.removed_entities |= gone
@@ -145,33 +209,49 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
 
 
 async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta,
-                               advance: Callable[[int], None]) -> None:
+                               advance: Callable[[int], None], entity_names: _Names) -> None:
     x = b.settings.extract
 
-    async def merged(batch: list[str]) -> _RelationshipBatch:
-        drafts = merge_relationships(b.reads.relationship_instances(batch))
-        before = {} if b.full else b.committed.relationships(batch)
-        names = b.reads.entity_names({e for d in drafts.values() for e in (d.source, d.target)})
-        descriptions = await describe(
-            {d.id: Pending(f"{names.get(d.source, '')} -- {names.get(d.target, '')}",
-                           d.descriptions, tuple(u for u, _ in d.unit_acl))
-             for d in drafts.values()},
-            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
-            concurrency=b.concurrency)
-        return batch, drafts, before, descriptions
-
-    def stage(done: _RelationshipBatch) -> None:
-        batch, drafts, before, descriptions = done
+    def put(drafts: Iterable[RelationshipDraft], before: dict[str, RelationshipRow],
+            descriptions: dict[str, str]) -> None:
         rows = []
-        for d in drafts.values():
+        sizes: dict[str, int] = {}  # of the rows written, for the reports (and later updates)
+        for d in drafts:
             old = before.get(d.id)
             row = relationship_row(d, descriptions[d.id])
             if old is None or old.values() != row.values():
                 rows.append(row.values())
                 delta.relationships.add(d.id)
+                sizes[f"{b.tok.name}:{row.hash}"] = b.sizes.relationship(row.relationship)
                 if old is None or old.relationship.weight != d.weight:
                     delta.changed_edges.add((d.source, d.target))
         b.staging.put("relationships", rows)
+        b.store.element_tokens_put(sizes)
+
+    async def merged(batch: list[str]) -> _RelationshipBatch:
+        drafts = merge_relationships(b.reads.relationship_instances(batch))
+        before = {} if b.full else b.committed.relationships(batch)
+        names = await entity_names.of({e for d in drafts.values() for e in (d.source, d.target)})
+        early: set[str] = set()
+
+        async def settled(known: dict[str, str]) -> None:  # written while summaries are asked
+            early.update(known)
+            for part in _slices([d for d in drafts.values() if d.id in known]):
+                put(part, before, known)
+                await asyncio.sleep(0)  # the summary requests go out meanwhile
+
+        descriptions = await describe(
+            {d.id: Pending(f"{names.get(d.source, '')} -- {names.get(d.target, '')}",
+                           d.descriptions, tuple(u for u, _ in d.unit_acl))
+             for d in drafts.values()},
+            b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
+            concurrency=b.concurrency, settled=settled)
+        later = {k: d for k, d in drafts.items() if d.id not in early}
+        return batch, drafts, before, descriptions, later
+
+    def stage(done: _RelationshipBatch) -> None:
+        batch, drafts, before, descriptions, later = done
+        put(later.values(), before, descriptions)
         gone = [rid for rid in before if rid not in drafts]
         b.staging.delete("relationships", gone)
         for rid in gone:

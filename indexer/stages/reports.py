@@ -126,12 +126,10 @@ def _stale(b: Build, g: GraphDelta, h: HierarchyDelta,
 async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta,
                         retry: Iterable[str]) -> ReportOutcome:
     stale = _stale(b, g, h, retry)
-    if b.full:
-        b.store.element_tokens_clear()
     out = ReportOutcome()
     total = sum(len(v) for v in stale.values())
     advance = b.progress("reports", total)
-    sizes = ElementSizes(b.tok)
+    sizes = b.sizes
     sem = asyncio.Semaphore(b.concurrency)
     rows = _Rows(b)
     every = {cid for ids in stale.values() for cid in ids}

@@ -336,3 +336,31 @@ def test_a_new_builtin_extraction_version_extracts_every_unit_again(
     monkeypatch.setattr(BuiltinProvider, "extraction_version", "test-next")
     changed = build_index(ws)
     assert changed.stats["units_extracted"] == first.stats["text_units"]
+
+
+def test_the_sdk_is_imported_while_documents_are_chunked_and_lancedb_only_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: a build's first request waited 2.6 s behind two imports taking turns with
+    the chunking; the SDK goes first, LanceDB once the documents stage is done."""
+    import threading as th
+
+    from canopy.indexer import pipeline
+
+    order: list[str] = []
+    sdk_done = th.Event()
+    lance_done = th.Event()
+    monkeypatch.setattr(pipeline, "preload_sdk",
+                        lambda: (order.append("sdk"), sdk_done.set()))
+    monkeypatch.setattr(pipeline, "import_lancedb",
+                        lambda: (order.append("lancedb"), lance_done.set()))
+    imports = pipeline._ImportsAhead.start(endpoint=True)
+    assert sdk_done.wait(5)
+    assert not lance_done.wait(0.2) and order == ["sdk"]  # still chunking
+    imports.documents_done()
+    assert lance_done.wait(5) and order == ["sdk", "lancedb"]
+
+    order.clear()
+    offline = pipeline._ImportsAhead.start(endpoint=False)  # the builtin provider: no SDK
+    offline.documents_done()
+    th.Event().wait(0.2)
+    assert "sdk" not in order
