@@ -3,6 +3,7 @@
     nice -n 10 python benchmarks/build_floor.py                      # 30 articles, 500 ms
     nice -n 10 python benchmarks/build_floor.py --articles 10 --latency 0.2 \\
         --graphrag-python /work/graphrag-venv/bin/python              # and Microsoft GraphRAG
+    python benchmarks/build_floor.py --load 6 --graphrag-python ...   # beside 6 busy processes
 
 Builds the first N MultiHop-RAG articles (../shared/eval-data/multihop-rag/corpus.json) in a fresh
 subprocess and a fresh index, chat and embeddings both sent to the test suite's fake OpenAI server
@@ -50,6 +51,7 @@ Results: a markdown table on stdout, JSON in benchmarks/results/build_floor.json
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import sys
@@ -184,12 +186,23 @@ def by_label(spans: list[Span]) -> dict[str, int]:
 # ---- driver --------------------------------------------------------------------------------------
 
 
+def _burn() -> None:  # pragma: no cover - a CPU burner process for --load
+    while True:
+        pass
+
+
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="canopy-build-floor-"))
     docs = work / "docs"
     n = materialize_multihop(docs, args.articles)
     fake = FakeHost(serve_with_latency, args.latency)
-    report: dict[str, Any] = {"machine": machine(), "articles": n, "latency_s": args.latency}
+    report: dict[str, Any] = {"machine": machine(), "articles": n, "latency_s": args.latency,
+                              "load_processes": args.load}
+    ctx = multiprocessing.get_context("spawn")
+    burners = [ctx.Process(target=_burn, daemon=True, name="cpu-burner")
+               for _ in range(args.load)]
+    for b in burners:
+        b.start()
     try:
         fake.call("reset")
         load = [round(os.getloadavg()[0], 2)]
@@ -241,6 +254,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             }
             report["canopy_over_graphrag_wall"] = round(ours["wall_s"] / gr["wall_s"], 3)
     finally:
+        for b in burners:
+            b.terminate()
         fake.stop()
         shutil.rmtree(work, ignore_errors=True)
     return report
@@ -260,7 +275,8 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         f"## Build floor: {report['articles']} MultiHop-RAG articles, fake endpoint at "
         f"{report['latency_s'] * 1000:.0f} ms ({m['date']}, commit {m['commit']}, "
-        f"{m['cpus']} CPUs)",
+        f"{m['cpus']} CPUs" + (f", {report['load_processes']} CPU-burning processes beside it"
+                               if report.get("load_processes") else "") + ")",
         "",
         "| system | wall s | imports s | floor s | wall / floor | requests (chat + embed) "
         "| window | rounds | requests by task | load 1m before/after |",
@@ -301,6 +317,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--graphrag-python", type=Path, default=None, metavar="PYTHON",
                    help="also index the same articles with Microsoft GraphRAG run by this Python "
                    "(a virtual environment with graphrag installed), same fake, same run")
+    p.add_argument("--load", type=int, default=0, metavar="N",
+                   help="run N CPU-burning processes (busy loops, normal priority) beside both "
+                   "builds: the machine under load (default 0)")
     p.add_argument("--out", type=Path, default=RESULTS / "build_floor.json")
     p.add_argument("--_child", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
