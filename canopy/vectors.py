@@ -246,6 +246,7 @@ class VectorStore:
         # fragment id in its high 32 bits, the offset in the low ones).
         self.scrub: dict[str, set[int]] = {}
         self.written = 0  # rows added: what `tidy` may have to fold into the indexes
+        self._written_lock = threading.Lock()
         self.retrain: set[str] = set()  # tables whose vector index `tidy` must train anew
 
     def _table(self, name: str) -> Any | None:
@@ -334,7 +335,8 @@ class VectorStore:
             t.delete(where)
         import pyarrow as pa
 
-        self.written += len(rows)
+        with self._written_lock:  # tables are written from several threads (stage_vectors)
+            self.written += len(rows)
         for i in range(0, len(rows), 5000):
             t.add(pa.Table.from_pylist([
                 {"id": r.id, "text": r.text, "hash": r.hash, "vector": r.vector.astype(np.float32),

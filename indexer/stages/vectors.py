@@ -169,7 +169,9 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
     plan = {table: _ids(b, table, rebuild) for table in TABLES}
     advance = b.progress("embed", sum(len(v) for v in plan.values()))
     embedded = 0
-    for table, ids in plan.items():
+
+    async def one_table(table: str, ids: list[str]) -> None:
+        nonlocal embedded
         for start in range(0, len(ids), _BATCH):
             batch = ids[start:start + _BATCH]
             items = list(_items(b, table, batch))
@@ -192,9 +194,20 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
                 )
                 for it in items
             ]
-            vectors.write(table, [] if rebuild else batch, rows)
+            await asyncio.to_thread(vectors.write, table, [] if rebuild else batch, rows)
             advance(len(batch))
-        vectors.maintain(table)
+        await asyncio.to_thread(vectors.maintain, table)
+
+    # The tables are written side by side: a write is mostly waiting on LanceDB (its own
+    # threads do the work), which one table at a time left idle 0.4 s of a 30-article build's
+    # 0.6 s. Only LanceDB calls leave the loop's thread: the store is this thread's.
+    tasks = [asyncio.ensure_future(one_table(t, ids)) for t, ids in plan.items()]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     return VectorOutcome(embedded, vectors.versions(), vectors.scrub, vectors.written,
                          frozenset(vectors.retrain))
 
