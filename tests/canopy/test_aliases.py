@@ -6,7 +6,14 @@ from collections import Counter
 
 import pytest
 
-from canopy.aliases import Alias, alias_rule, display_name, document_links, merged_names, unit_aliases
+from canopy.aliases import (
+    Alias,
+    alias_rule,
+    display_name,
+    document_links,
+    merged_names,
+    unit_aliases,
+)
 from canopy.ids import entity_id, entity_key, fold_key, relationship_id
 from canopy.model import EntityInstance, Extraction, RelationshipInstance
 from canopy.store.instances import extraction_rows, rekeyed
