@@ -3,9 +3,8 @@
 Three kinds of evidence, and where each applies:
 
 - **a name's form** (`canopy.ids.entity_key`): case, punctuation, accents, spacing ("Open AI" /
-  "OpenAI"), a trailing legal form ("Helio Cells Ltd" / "Helio Cells", "JPMorgan Chase & Co") and
-  a leading "The". The two names alone are the evidence, so it applies to every instance, in
-  every unit.
+  "OpenAI") and a leading "The". The two names alone are the evidence, so it applies to every
+  instance, in every unit.
 - **the text unit both names occur in** (`unit_aliases`): a surname standing for the one person
   of the unit with that surname ("Altman" for "Sam Altman"), a first name, an initialism of
   three or more capitals or a dotted one, or a clipped form of the one longer name of the unit
@@ -18,7 +17,11 @@ Three kinds of evidence, and where each applies:
   the document holds one candidate. Two undotted capitals ("EU", "PL"), which the unit rules
   never take for an initialism, link only where every unit of the document that writes them
   also writes the one name they are the initials of ("AI" written anywhere without "Amnesty
-  International" is the common abbreviation). A unit's own link wins over its document's.
+  International" is the common abbreviation). A name with and without a trailing legal form
+  ("Intel Corp" / "Intel", "JPMorgan Chase & Co") is one company only in a document that writes
+  both (`canopy.ids.fold_key`), and not where it also names a parent of the bare name
+  ("SoftBank Group" beside "SoftBank Corp": "SoftBank" could be either); elsewhere "SoftBank"
+  and "SoftBank Corp" may be two companies. A unit's own link wins over its document's.
 
 The access rule follows from where the evidence is: an instance is merged under another name
 only on evidence in its own document (its own unit, or another unit of it), and every unit of a
@@ -46,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from canopy.ids import entity_key, key_words
+from canopy.ids import entity_key, fold_key, key_words
 from canopy.providers.builtin.lexicon import FIRST_NAMES, HONORIFICS
 
 __all__ = ["Alias", "MergedName", "alias_candidates", "alias_rule", "display_name",
@@ -58,8 +61,11 @@ _JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "
 _ROMAN = re.compile(r"^[ivxlcdm]+$")
 _GENERATIONAL = frozenset({"jr", "sr", "ii", "iii", "iv"})
 _LETTERS = re.compile(r"[^\W\d_]+")
-SURNAME, GIVEN_NAME, INITIALISM, ABBREVIATION, FORM, CONFIRMED = (
-    "surname", "given name", "initialism", "abbreviation", "form", "confirmed")
+SURNAME, GIVEN_NAME, INITIALISM, ABBREVIATION, FORM, CONFIRMED, LEGAL_FORM = (
+    "surname", "given name", "initialism", "abbreviation", "form", "confirmed", "legal form")
+# What a company's parent is named ("SoftBank Group" beside "SoftBank Corp"): a document writing
+# one names two companies, and its bare name ("SoftBank") could be either.
+_PARENTS = ("group", "holdings")
 MAX_CANDIDATES = 24  # pairs of one unit asked about in one confirmation request
 
 
@@ -293,11 +299,22 @@ def document_links(units: Iterable[tuple[str, Iterable[tuple[str, str, str]]]]
     - two undotted capitals ("EU") stand for the one name they are the initials of only where
       every unit of the document that writes them writes that name too ("AI" in a unit without
       "Amnesty International" is the common abbreviation, and so it is throughout);
-    - an instance its own unit linked keeps its unit's link.
+    - a name written with a legal form ("Intel Corp") and without ("Intel") in the document is
+      one name, the bare one (`_legal_forms`), unless the document names a parent of it ("X
+      Group", "X Holdings"); a link to either form ends on that name;
+    - an instance its own unit linked keeps its unit's link (a legal form's excepted: it ends
+      on the bare name).
     """
     units = [(uid, list(rows)) for uid, rows in units]
-    links = unit_aliases((name, type_) for _, rows in units for name, type_, _ in rows)
+    names = [(name, type_) for _, rows in units for name, type_, _ in rows]
+    legal = _legal_forms(name for name, _ in names)
     out: dict[str, dict[str, Alias]] = {}
+    for uid, rows in units:
+        for _, _, unit_key in rows:
+            if unit_key in legal:
+                out.setdefault(uid, {})[unit_key] = legal[unit_key]
+    links = {k: Alias(k, legal[a.canonical].canonical, a.rule) if a.canonical in legal else a
+             for k, a in unit_aliases(names).items() if k not in legal}
     first: dict[str, int] = {}  # the unit each name is first written in, in text order
     for i, (_, rows) in enumerate(units):
         for name, _, _ in rows:
@@ -306,7 +323,7 @@ def document_links(units: Iterable[tuple[str, Iterable[tuple[str, str, str]]]]
         for name, _, unit_key in rows:
             key = entity_key(name)
             link = links.get(key)
-            if (link is not None and unit_key == key
+            if (link is not None and unit_key == key and key not in legal
                     and first.get(link.canonical, len(units)) <= first[key]):
                 out.setdefault(uid, {})[key] = link
     # Two capitals ("EU", "PL") are as often a common abbreviation of the text ("AI", "TD"):
@@ -329,8 +346,32 @@ def document_links(units: Iterable[tuple[str, Iterable[tuple[str, str, str]]]]
         for name, _, unit_key in rows:
             key = entity_key(name)
             targets = weak.get(key, set())
-            if key not in unlinked and len(targets) == 1 and unit_key == key:
-                out.setdefault(uid, {})[key] = Alias(key, next(iter(targets)), INITIALISM)
+            if key not in unlinked and len(targets) == 1 and unit_key == key and key not in legal:
+                target = next(iter(targets))
+                target = legal[target].canonical if target in legal else target
+                out.setdefault(uid, {})[key] = Alias(key, target, INITIALISM)
+    return out
+
+
+def _legal_forms(names: Iterable[str]) -> dict[str, Alias]:
+    """A document's links of a name written with and without its legal form ("Intel Corp" and
+    "Intel", "Intel Corporation"), by key: to the bare name's key, or with none written, to the
+    shortest. Not when the document also names a parent of the bare name ("SoftBank Group"
+    beside "SoftBank Corp" and "SoftBank": two companies)."""
+    groups: dict[str, set[str]] = {}
+    keys: set[str] = set()
+    for name in names:
+        key = entity_key(name)
+        if key:
+            keys.add(key)
+            groups.setdefault(fold_key(name), set()).add(key)
+    out: dict[str, Alias] = {}
+    for bare, members in groups.items():
+        if len(members) < 2 or any(bare + w in keys for w in _PARENTS):
+            continue
+        canonical = bare if bare in members else min(members, key=lambda k: (len(k), k))
+        for key in sorted(members - {canonical}):
+            out[key] = Alias(key, canonical, LEGAL_FORM)
     return out
 
 
@@ -339,6 +380,8 @@ def alias_rule(alias: str, canonical: str, alias_type: str = "", canonical_type:
     share a key, else the unit rule that would link them ("" when none would)."""
     if entity_key(alias) == entity_key(canonical):
         return FORM
+    if fold_key(alias) == fold_key(canonical):
+        return LEGAL_FORM
     found = unit_aliases([(alias, alias_type), (canonical, canonical_type)], two_capitals=True)
     link = found.get(entity_key(alias))
     return link.rule if link is not None and link.canonical == entity_key(canonical) else ""

@@ -11,14 +11,15 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 __all__ = ["KEYS_VERSION", "LEGAL_FORMS", "content_hash", "entity_id", "entity_key",
-           "fold_accents", "key_words", "normalize_name", "relationship_id", "text_hash",
-           "unit_id"]
+           "fold_accents", "fold_key", "key_words", "normalize_name", "relationship_id",
+           "text_hash", "unit_id"]
 
 # Of `normalize_name`: entity ids and merge keys derive from it, so a change re-extracts and
 # rebuilds every index (indexer/pipeline.py fingerprints). 2: accents folded. 3: merge keys are
 # `entity_key` (legal forms dropped, spaces removed) and links within a unit (canopy.aliases).
-# 4: and links within a document (canopy.aliases.document_links).
-KEYS_VERSION = 4
+# 4: and links within a document (canopy.aliases.document_links). 5: a legal form is part of the
+# key; a document writing the name with and without it links the two (canopy.aliases).
+KEYS_VERSION = 5
 
 
 def content_hash(*parts: str, length: int = 16) -> str:
@@ -148,10 +149,22 @@ _key_words = lru_cache(maxsize=_NAME_CACHE)(_words_of)
 
 
 def entity_key(name: str) -> str:
-    """The merge key of an entity name: normalized (`normalize_name`), trailing legal forms
-    and a leading "The" dropped, spaces removed. "Open AI" and "OpenAI" share one, so do "Helio
-    Cells, Ltd." and "Helio Cells", and "The Beatles" and "Beatles"; "" for a name without
-    letters or digits. Idempotent: a key is its own key."""
+    """The merge key of an entity name: normalized (`normalize_name`, "&" read as "and"), a
+    leading "The" dropped, spaces removed. "Open AI" and "OpenAI" share one, so do "Helio Cells,
+    Ltd." and "HELIO CELLS LTD", and "The Beatles" and "Beatles"; "" for a name without letters
+    or digits. Idempotent: a key is its own key. A trailing legal form stays ("Helio Cells Ltd"
+    is not "Helio Cells" everywhere: "SoftBank Corp" is not the "SoftBank" of SoftBank Group):
+    the two are linked in a document that writes both (`fold_key`, canopy.aliases)."""
+    words = normalize_name(name.replace("&", " and ")).split()
+    if len(words) > 1 and words[0] == "the":
+        words.pop(0)
+    return "".join(words)
+
+
+def fold_key(name: str) -> str:
+    """`entity_key` without trailing legal forms (`key_words` joined): "Helio Cells Ltd" and
+    "Helio Cells" share it, "India Inc" and "India" do not. What a document links by
+    (canopy.aliases.document_links)."""
     return "".join(_name_words(name))
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from canopy.acl.reader import CallerReader
 from canopy.errors import InvalidArgument, NotFound
-from canopy.ids import entity_key
+from canopy.ids import entity_key, fold_key
 from canopy.model import Entity, Relationship, Report
 from canopy.server.context import QueryContext
 from canopy.server.engines.budget import (
@@ -303,7 +303,9 @@ async def _community(ctx: QueryContext, report: Report, finding: int | None, pag
 async def _entity(ctx: QueryContext, name: str, finding: int | None, page: _Page
                   ) -> DrillResult:
     reader = ctx.reader
-    eid = reader.entity_ids_by_key([entity_key(name)]).get(entity_key(name))
+    # a name with its legal form is the bare name's entity where a document links the two
+    by_key = reader.entity_ids_by_key([entity_key(name), fold_key(name)])
+    eid = by_key.get(entity_key(name)) or by_key.get(fold_key(name))
     if eid is None and reader.entity_states([name]).get(name):
         eid = name  # an entity id from a citation
     entity = (await reader.entities([eid])).get(eid) if eid is not None else None

@@ -106,4 +106,5 @@ def load_graph_entities(index_dir: Path) -> dict[str, str]:
 
 
 def test_entity_ids_follow_the_merge_key() -> None:
-    assert entity_id("HC") != entity_id("Helio Cells") == entity_id("Helio Cells Ltd")
+    assert entity_id("HC") != entity_id("Helio Cells Ltd") == entity_id("HELIO CELLS, LTD.")
+    assert entity_id("Helio Cells") != entity_id("Helio Cells Ltd")  # linked by a document

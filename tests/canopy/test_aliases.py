@@ -6,16 +6,23 @@ from collections import Counter
 
 import pytest
 
-from canopy.aliases import alias_rule, display_name, document_links, merged_names, unit_aliases
-from canopy.ids import entity_id, entity_key, relationship_id
+from canopy.aliases import (
+    Alias,
+    alias_rule,
+    display_name,
+    document_links,
+    merged_names,
+    unit_aliases,
+)
+from canopy.ids import entity_id, entity_key, fold_key, relationship_id
 from canopy.model import EntityInstance, Extraction, RelationshipInstance
 from canopy.store.instances import extraction_rows, rekeyed
 
 
 class TestNameForms:
     @pytest.mark.parametrize(("a", "b"), [
-        ("Open AI", "OpenAI"), ("Helio Cells, Ltd.", "HELIO CELLS"), ("Zürich", "Zurich"),
-        ("Apple Inc.", "Apple"), ("Deutsche Bank AG", "Deutsche Bank"), ("Hans-Adam", "Hans Adam"),
+        ("Open AI", "OpenAI"), ("Helio Cells, Ltd.", "HELIO CELLS LTD"), ("Zürich", "Zurich"),
+        ("Apple Inc.", "Apple Inc"), ("The Beatles", "Beatles"), ("Hans-Adam", "Hans Adam"),
     ])
     def test_forms_of_one_name_share_a_key(self, a: str, b: str) -> None:
         assert entity_key(a) == entity_key(b) and entity_id(a) == entity_id(b)
@@ -26,8 +33,15 @@ class TestNameForms:
     def test_other_names_do_not(self, a: str, b: str) -> None:
         assert entity_key(a) != entity_key(b)
 
-    def test_and_co_is_a_legal_form_and_a_leading_article_is_no_part_of_the_name(self) -> None:
-        assert entity_key("JPMorgan Chase & Co") == entity_key("JPMorgan Chase")
+    def test_a_legal_form_is_part_of_the_key_but_not_of_the_fold_key(self) -> None:
+        """"SoftBank Corp" is not the "SoftBank" of SoftBank Group: a document links the two."""
+        assert entity_key("Apple Inc.") != entity_key("Apple")
+        assert entity_key("Deutsche Bank AG") == "deutschebankag"
+        assert fold_key("Apple Inc.") == fold_key("Apple") == "apple"
+        assert fold_key("JPMorgan Chase & Co") == fold_key("JPMorgan Chase") == "jpmorganchase"
+        assert fold_key("India Inc") != fold_key("India")
+
+    def test_a_leading_article_is_no_part_of_the_name(self) -> None:
         assert entity_key("Johnson & Johnson") == "johnsonandjohnson"
         assert entity_key("The Project Gutenberg Literary Archive Foundation") == entity_key(
             "Project Gutenberg Literary Archive Foundation")
@@ -223,6 +237,39 @@ class TestLinksWithinADocument:
         # the unit rules alone never take two capitals for an initialism
         assert unit_aliases([(n, t) for n, t, _ in eu[0][1]]) == {}
         assert alias_rule("EU", "European Union") == "initialism"
+
+    def test_a_name_and_its_legal_form_are_one_company_in_a_document_writing_both(self) -> None:
+        units = [("tu-1", [("Intel Corp", "organization", "intelcorp")]),
+                 ("tu-2", [("Intel", "organization", "intel"),
+                           ("Intel Corporation", "organization", "intelcorporation")])]
+        got = document_links(units)
+        assert {u: {k: (a.canonical, a.rule) for k, a in ls.items()}
+                for u, ls in got.items()} == {
+            "tu-1": {"intelcorp": ("intel", "legal form")},
+            "tu-2": {"intelcorporation": ("intel", "legal form")}}
+        # without the bare name, the legal forms are one name, the shortest
+        got = document_links([units[0], ("tu-2", units[1][1][1:])])
+        assert got == {"tu-2": {"intelcorporation": Alias("intelcorporation", "intelcorp",
+                                                          "legal form")}}
+        # a document writing one form only links nothing: another's "Intel" stays apart
+        assert document_links([units[0]]) == {}
+        assert alias_rule("Intel Corp", "Intel") == "legal form"
+
+    def test_a_bare_name_beside_its_parent_company_is_left_alone(self) -> None:
+        """"SoftBank" beside "SoftBank Corp" and "SoftBank Group" could be either company."""
+        units = [("tu-1", [("SoftBank Corp", "organization", "softbankcorp"),
+                           ("SoftBank Group", "organization", "softbankgroup"),
+                           ("SoftBank", "organization", "softbank")])]
+        assert document_links(units) == {}
+
+    def test_a_link_to_a_legal_form_ends_on_the_bare_name(self) -> None:
+        # tu-2's "HCL" was linked by its unit (a confirmed pair) to the legal form
+        units = [("tu-1", [("Helio Cells Ltd", "organization", "heliocellsltd")]),
+                 ("tu-2", [("Helio Cells", "organization", "heliocells"),
+                           ("HCL", "organization", "heliocellsltd")])]
+        got = document_links(units)
+        assert {u: {k: a.canonical for k, a in ls.items()} for u, ls in got.items()} == {
+            "tu-1": {"heliocellsltd": "heliocells"}, "tu-2": {"heliocellsltd": "heliocells"}}
 
     def test_a_link_of_the_document_lists_the_units_holding_the_long_name(self) -> None:
         instances = [("Maria Okafor", "person", "tu-1"), ("Okafor", "person", "tu-2"),

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from canopy import ids
-from canopy.ids import entity_key, memoized_names, normalize_name
+from canopy.ids import entity_key, fold_key, memoized_names, normalize_name
 from canopy.server.api import Index
 
 
@@ -19,15 +19,16 @@ def _held() -> int:
 def test_keys_are_memoized_inside_a_build_and_forgotten_when_the_last_one_ends() -> None:
     assert _held() == 0
     with memoized_names():
-        entity_key("Helio Cells, Ltd.")
+        fold_key("Helio Cells, Ltd.")
         with memoized_names():  # a watcher's build beside another
             normalize_name("Zürich")
         assert _held() >= 2  # the inner end keeps the outer build's memo
         assert ids._key_words.cache_info().hits == 0
-        entity_key("Helio Cells, Ltd.")
+        fold_key("Helio Cells, Ltd.")
         assert ids._key_words.cache_info().hits == 1
     assert _held() == 0
-    assert entity_key("Helio Cells, Ltd.") == "heliocells" and _held() == 0
+    assert fold_key("Helio Cells, Ltd.") == "heliocells" and _held() == 0
+    assert entity_key("Helio Cells, Ltd.") == "heliocellsltd" and _held() == 0
 
 
 def test_builds_on_two_threads_share_one_count() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from canopy.errors import InvalidArgument
-from canopy.ids import entity_key
+from canopy.ids import entity_key, fold_key
 from canopy.model import Document, Entity, TextUnit
 from canopy.server.context import QueryContext
 from canopy.server.engines.cards import community_card, entity_card, finding_cards, span_of
@@ -228,7 +228,8 @@ async def find_entities(ctx: QueryContext, query: str, limit: int = MATCHES) -> 
     query = query.strip()
     if not query:
         return EntityMatches(query=query, entities=[])
-    ids = list(reader.entity_ids_by_key([entity_key(query)]).values())
+    by_key = reader.entity_ids_by_key([entity_key(query), fold_key(query)])  # "X Corp": X's
+    ids = list(dict.fromkeys(by_key.values()))
     ids += [h.id for h in await reader.search("entities", vector=None, text=query,
                                                k=2 * limit) if h.id not in ids]
     found = await reader.entities(ids[:2 * limit])
