@@ -159,13 +159,19 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
             before: dict[str, EntityRow], descriptions: dict[str, str]) -> None:
         rows = []
         sizes: dict[str, int] = {}  # of the rows written, for the reports (and later updates)
+        # With an endpoint, the report contexts' element sizes are counted here, while the
+        # summary requests run. Offline the build is CPU-bound: the reports count only the
+        # elements they read (a relationship whose ends are in two leaf communities under a
+        # parent written from its children's reports alone is never counted).
+        counting = b.settings.llm.enabled
         for d in drafts:
             old = before.get(d.id)
             row = entity_row(d, descriptions[d.id], degrees.get(d.key, 0))
             if old is None or old.values() != row.values():
                 rows.append(row.values())
                 delta.entities.add(d.id)
-                sizes[f"{b.tok.name}:{row.hash}"] = b.sizes.entity(row.entity)
+                if counting:
+                    sizes[f"{b.tok.name}:{row.hash}"] = b.sizes.entity(row.entity)
             if old is None:
                 delta.new_entities.add(d.id)
         b.staging.put("entities", rows)
@@ -216,13 +222,19 @@ async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta,
             descriptions: dict[str, str]) -> None:
         rows = []
         sizes: dict[str, int] = {}  # of the rows written, for the reports (and later updates)
+        # With an endpoint, the report contexts' element sizes are counted here, while the
+        # summary requests run. Offline the build is CPU-bound: the reports count only the
+        # elements they read (a relationship whose ends are in two leaf communities under a
+        # parent written from its children's reports alone is never counted).
+        counting = b.settings.llm.enabled
         for d in drafts:
             old = before.get(d.id)
             row = relationship_row(d, descriptions[d.id])
             if old is None or old.values() != row.values():
                 rows.append(row.values())
                 delta.relationships.add(d.id)
-                sizes[f"{b.tok.name}:{row.hash}"] = b.sizes.relationship(row.relationship)
+                if counting:
+                    sizes[f"{b.tok.name}:{row.hash}"] = b.sizes.relationship(row.relationship)
                 if old is None or old.relationship.weight != d.weight:
                     delta.changed_edges.add((d.source, d.target))
         b.staging.put("relationships", rows)
