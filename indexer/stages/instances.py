@@ -33,9 +33,11 @@ __all__ = ["ExtractOutcome", "extract_units"]
 log = logging.getLogger(__name__)
 
 _BATCH = 256
-# Extractions per transaction with the builtin provider (cheap to redo); an endpoint's are saved
-# one by one, as each arrives.
-_SAVE_EVERY = 16
+# Extractions per transaction with the builtin provider (cheap to redo: a crash loses at most
+# these); an endpoint's are saved one by one, as each arrives. Each commit writes the instance
+# tables' dirtied index pages again: 1,639 units' rows took 3.4 s of CPU and 12 s of wall in
+# transactions of 16, 2.2 s and 6.5 s in transactions of 256.
+_SAVE_EVERY = 256
 
 
 @dataclass

@@ -2,7 +2,8 @@
 which holds the search tables themselves (the same thing at two depths).
 
 Vectors are cached in SQLite by (embedder name, text hash), so unchanged text is never
-re-embedded and the LanceDB tables can always be rebuilt from the store. Only rows of artifacts
+re-embedded and the LanceDB tables can always be rebuilt from the store (the hashing embedder's
+are computed afresh instead: `caches_vectors`). Only rows of artifacts
 this run staged (units, entities, reports: written or deleted) are rewritten; a full build, or an
 index built with another embedder, rewrites the tables from scratch.
 """
@@ -34,8 +35,8 @@ from canopy.vectors import (
     superseded,
 )
 
-__all__ = ["EmbeddingsAhead", "VectorOutcome", "embeds_remotely", "retrain_noted",
-           "search_tables_need_tidy", "stage_vectors", "tidy_search_tables"]
+__all__ = ["EmbeddingsAhead", "VectorOutcome", "caches_vectors", "embeds_remotely",
+           "retrain_noted", "search_tables_need_tidy", "stage_vectors", "tidy_search_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,18 @@ def _keys(b: Build, items: list[_Item]) -> dict[str, str]:
     return {it.id: content_hash(b.embedder.name, it.text, length=32) for it in items}
 
 
+def caches_vectors(embedder: object) -> bool:
+    """Whether this embedder's vectors are worth the embedding cache: an embedder that says
+    `cache_vectors = False` (the hashing one) computes a text's vector faster than the cache
+    reads it back and records which units it derives from."""
+    return bool(getattr(embedder, "cache_vectors", True))
+
+
 async def _cached_and_new(b: Build, items: list[_Item], keys: dict[str, str]
                           ) -> tuple[dict[str, bytes], dict[str, bytes]]:
     """The vectors of these items' texts by key: those the cache holds, and those it did not,
     asked of the embedder now (not yet cached: the caller records them with their units)."""
-    cached = b.store.embeddings_get(keys.values())
+    cached = b.store.embeddings_get(keys.values()) if caches_vectors(b.embedder) else {}
     missing = sorted({keys[it.id]: it.text for it in items if keys[it.id] not in cached}.items())
     if not missing:
         return cached, {}
@@ -179,8 +187,8 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
             cached, new = await _cached_and_new(b, items, keys)
             cached.update(new)
             embedded += len(new)
-            # cached vectors too: a text now also derives from these units
-            b.store.embeddings_put(new, {keys[it.id]: it.units for it in items})
+            if caches_vectors(embedder):  # cached ones too: a text now derives from these units
+                b.store.embeddings_put(new, {keys[it.id]: it.units for it in items})
             if not vectors.dims and cached:  # an endpoint tells its width with its first reply
                 vectors.dims = len(next(iter(cached.values()))) // 4
             rows = [

@@ -28,6 +28,9 @@ class HashEmbedder:
     # Lexical, not semantic: query engines rank by full-text evidence and use these vectors for
     # candidates only (server/engines/evidence.py; benchmarks/retrieval_eval.py measures why).
     lexical = True
+    # Hashing a text is faster than reading its vector back from the embedding cache (and
+    # recording which units it derives from): the vectors stage computes them afresh.
+    cache_vectors = False
 
     def __init__(self, dims: int = 384) -> None:
         self.dims = dims

@@ -100,6 +100,7 @@ class RayEmbedder:
     def __init__(self, local: Embedder, settings: EmbedSettings, workers: int) -> None:
         self.name = local.name
         self.lexical = bool(getattr(local, "lexical", False))
+        self.cache_vectors = bool(getattr(local, "cache_vectors", True))
         self._dims = local.dims
         self._settings = settings.model_dump_json()
         self._workers = workers
