@@ -21,7 +21,10 @@ Three kinds of evidence, and where each applies:
   ("Intel Corp" / "Intel", "JPMorgan Chase & Co") is one company only in a document that writes
   both (`canopy.ids.fold_key`), and not where it also names a parent of the bare name
   ("SoftBank Group" beside "SoftBank Corp": "SoftBank" could be either); elsewhere "SoftBank"
-  and "SoftBank Corp" may be two companies. A unit's own link wins over its document's.
+  and "SoftBank Corp" may be two companies. Likewise a person's name with and without a
+  generational suffix ("Floyd Mayweather Jr" / "Floyd Mayweather"), unless the document writes
+  the name with another suffix too ("Jr" and "Sr": the bare name could be either). A unit's own
+  link wins over its document's.
 
 The access rule follows from where the evidence is: an instance is merged under another name
 only on evidence in its own document (its own unit, or another unit of it), and every unit of a
@@ -61,11 +64,16 @@ _JOINERS = frozenset({"of", "the", "and", "for", "on", "in", "at", "to", "de", "
 _ROMAN = re.compile(r"^[ivxlcdm]+$")
 _GENERATIONAL = frozenset({"jr", "sr", "ii", "iii", "iv"})
 _LETTERS = re.compile(r"[^\W\d_]+")
-SURNAME, GIVEN_NAME, INITIALISM, ABBREVIATION, FORM, CONFIRMED, LEGAL_FORM = (
-    "surname", "given name", "initialism", "abbreviation", "form", "confirmed", "legal form")
+SURNAME, GIVEN_NAME, INITIALISM, ABBREVIATION, FORM, CONFIRMED, LEGAL_FORM, SUFFIX = (
+    "surname", "given name", "initialism", "abbreviation", "form", "confirmed", "legal form",
+    "generational suffix")
 # What a company's parent is named ("SoftBank Group" beside "SoftBank Corp"): a document writing
 # one names two companies, and its bare name ("SoftBank") could be either.
 _PARENTS = ("group", "holdings")
+# A person's generational suffixes ("Floyd Mayweather Jr"): the bare name is the same person in
+# a document writing both, unless it writes the name with another ("Jr" and "Sr": father and son).
+# Not numerals: "Exorcist III" is a sequel, "Henry VIII" a king of his own.
+_SUFFIXES = frozenset({"jr", "sr"})
 MAX_CANDIDATES = 24  # pairs of one unit asked about in one confirmation request
 
 
@@ -301,7 +309,9 @@ def document_links(units: Iterable[tuple[str, Iterable[tuple[str, str, str]]]]
       "Amnesty International" is the common abbreviation, and so it is throughout);
     - a name written with a legal form ("Intel Corp") and without ("Intel") in the document is
       one name, the bare one (`_legal_forms`), unless the document names a parent of it ("X
-      Group", "X Holdings"); a link to either form ends on that name;
+      Group", "X Holdings"); so is a person's name with one generational suffix and without
+      ("Floyd Mayweather Jr"), unless the document writes another suffix of it ("X Sr"); a
+      link to either form ends on that name;
     - an instance its own unit linked keeps its unit's link (a legal form's excepted: it ends
       on the bare name).
     """
@@ -357,14 +367,20 @@ def _legal_forms(names: Iterable[str]) -> dict[str, Alias]:
     """A document's links of a name written with and without its legal form ("Intel Corp" and
     "Intel", "Intel Corporation"), by key: to the bare name's key, or with none written, to the
     shortest. Not when the document also names a parent of the bare name ("SoftBank Group"
-    beside "SoftBank Corp" and "SoftBank": two companies)."""
+    beside "SoftBank Corp" and "SoftBank": two companies). And of a name written with and
+    without one generational suffix (`_suffixed`): to the bare name, unless the document
+    writes the name with two suffixes ("X Jr", "X Sr")."""
     groups: dict[str, set[str]] = {}
+    suffixed: dict[str, set[tuple[str, str]]] = {}  # bare key -> (key, suffix) written with it
     keys: set[str] = set()
     for name in names:
         key = entity_key(name)
         if key:
             keys.add(key)
             groups.setdefault(fold_key(name), set()).add(key)
+            found = _suffixed(name)
+            if found is not None:
+                suffixed.setdefault(found[0], set()).add((key, found[1]))
     out: dict[str, Alias] = {}
     for bare, members in groups.items():
         if len(members) < 2 or any(bare + w in keys for w in _PARENTS):
@@ -372,7 +388,23 @@ def _legal_forms(names: Iterable[str]) -> dict[str, Alias]:
         canonical = bare if bare in members else min(members, key=lambda k: (len(k), k))
         for key in sorted(members - {canonical}):
             out[key] = Alias(key, canonical, LEGAL_FORM)
+    for bare, forms in suffixed.items():
+        if bare not in keys or len({suffix for _, suffix in forms}) != 1:
+            continue
+        bare = out[bare].canonical if bare in out else bare
+        for key, _ in sorted(forms):
+            if key not in out:
+                out[key] = Alias(key, bare, SUFFIX)
     return out
+
+
+def _suffixed(name: str) -> tuple[str, str] | None:
+    """(the key without it, the suffix) of a name of two or more words and a generational
+    suffix ("Floyd Mayweather Jr." -> ("floydmayweather", "jr")); None for another name."""
+    words = key_words(name)
+    if len(words) >= 3 and words[-1] in _SUFFIXES:
+        return "".join(words[:-1]), words[-1]
+    return None
 
 
 def alias_rule(alias: str, canonical: str, alias_type: str = "", canonical_type: str = "") -> str:
@@ -382,6 +414,8 @@ def alias_rule(alias: str, canonical: str, alias_type: str = "", canonical_type:
         return FORM
     if fold_key(alias) == fold_key(canonical):
         return LEGAL_FORM
+    if (_suffixed(alias) or ("",))[0] == entity_key(canonical):
+        return SUFFIX
     found = unit_aliases([(alias, alias_type), (canonical, canonical_type)], two_capitals=True)
     link = found.get(entity_key(alias))
     return link.rule if link is not None and link.canonical == entity_key(canonical) else ""

@@ -18,8 +18,9 @@ __all__ = ["KEYS_VERSION", "LEGAL_FORMS", "content_hash", "entity_id", "entity_k
 # rebuilds every index (indexer/pipeline.py fingerprints). 2: accents folded. 3: merge keys are
 # `entity_key` (legal forms dropped, spaces removed) and links within a unit (canopy.aliases).
 # 4: and links within a document (canopy.aliases.document_links). 5: a legal form is part of the
-# key; a document writing the name with and without it links the two (canopy.aliases).
-KEYS_VERSION = 5
+# key; a document writing the name with and without it links the two (canopy.aliases). 6: and
+# so does one writing a person's name with and without a generational suffix ("Jr", "Sr").
+KEYS_VERSION = 6
 
 
 def content_hash(*parts: str, length: int = 16) -> str:

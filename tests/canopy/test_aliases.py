@@ -262,6 +262,22 @@ class TestLinksWithinADocument:
                            ("SoftBank", "organization", "softbank")])]
         assert document_links(units) == {}
 
+    def test_a_generational_suffix_is_one_person_in_a_document_writing_both(self) -> None:
+        units = [("tu-1", [("Floyd Mayweather Jr.", "person", "floydmayweatherjr")]),
+                 ("tu-2", [("Floyd Mayweather", "person", "floydmayweather")])]
+        assert document_links(units) == {"tu-1": {"floydmayweatherjr": Alias(
+            "floydmayweatherjr", "floydmayweather", "generational suffix")}}
+        assert alias_rule("Floyd Mayweather Jr", "Floyd Mayweather") == "generational suffix"
+        # written with one form only, another document's "Floyd Mayweather" stays apart
+        assert document_links(units[:1]) == {}
+        # beside "Floyd Mayweather Sr" the bare name could be the father or the son
+        sr = ("tu-3", [("Floyd Mayweather Sr", "person", "floydmayweathersr")])
+        assert document_links([*units, sr]) == {}
+        # a numeral is no generational suffix: a sequel, or a king of his own
+        assert document_links([("tu-1", [("Exorcist III", "other", "exorcistiii"),
+                                         ("Exorcist", "other", "exorcist")])]) == {}
+        assert alias_rule("Exorcist III", "Exorcist") == ""
+
     def test_a_link_to_a_legal_form_ends_on_the_bare_name(self) -> None:
         # tu-2's "HCL" was linked by its unit (a confirmed pair) to the legal form
         units = [("tu-1", [("Helio Cells Ltd", "organization", "heliocellsltd")]),
