@@ -26,6 +26,8 @@ from canopy.indexer.forecast import Forecast, sample_key
 from canopy.indexer.stages.build import Build
 from canopy.model import Extraction, TextUnit, UnitFailure
 from canopy.providers.base import BatchExtractor
+from canopy.providers.builtin import BuiltinProvider
+from canopy.providers.builtin.processes import ProcessExtractor, extraction_processes
 from canopy.store.sources import cache_sources
 
 __all__ = ["ExtractOutcome", "extract_units"]
@@ -93,7 +95,13 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
         else:
             record(unit, ex, None)
 
-    batcher = b.provider if isinstance(b.provider, BatchExtractor) else None
+    batcher: BatchExtractor | None = (b.provider if isinstance(b.provider, BatchExtractor)
+                                      else None)
+    local: ProcessExtractor | None = None  # the builtin extractor in worker processes
+    if batcher is None and isinstance(b.provider, BuiltinProvider):
+        processes = extraction_processes(x.processes, len(todo))
+        if processes:
+            batcher = local = ProcessExtractor(processes, b.provider._count)  # noqa: SLF001
 
     async def several(units: list[TextUnit]) -> None:
         """One batch (a provider that extracts in batches: the builtin one on Ray)."""
@@ -139,6 +147,8 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        if local is not None:
+            await local.close()
         b.store.save_extractions(done)
     if todo and unavailable and len(unavailable) == len(todo):
         raise unavailable[0]  # nothing got through: say so instead of indexing nothing

@@ -20,22 +20,16 @@ import numpy as np
 import ray
 
 from canopy.errors import ProviderError
-from canopy.ids import memoized_names
 from canopy.model import Extraction, TextUnit
 from canopy.providers.base import Embedder
 from canopy.providers.builtin import BuiltinProvider
-from canopy.providers.builtin.extraction import extract_unit
+from canopy.providers.builtin.processes import extract_batch
 from canopy.settings import EmbedSettings
 
 __all__ = ["RayBuiltinProvider", "RayEmbedder"]
 
 # Fewer texts than this are not worth a task of their own.
 MIN_EMBED_CHUNK = 32
-
-
-def _extract(units: list[TextUnit], entity_types: list[str], claims: bool) -> list[Extraction]:
-    with memoized_names():  # one batch of a build, on a worker
-        return [extract_unit(u, entity_types=entity_types, claims=claims) for u in units]
 
 
 @functools.lru_cache(maxsize=4)
@@ -55,7 +49,7 @@ def _embed(settings_json: str, name: str, texts: list[str]) -> np.ndarray:
     return embedder.embed_sync(texts)  # type: ignore[attr-defined, no-any-return]
 
 
-_extract_task = ray.remote(num_cpus=1)(_extract)
+_extract_task = ray.remote(num_cpus=1)(extract_batch)
 _embed_task = ray.remote(num_cpus=1)(_embed)
 
 
