@@ -211,9 +211,10 @@ class ExtractSettings(BaseModel):
     )
     claims: bool = Field(False, description="Extract claims (covariates)")
     processes: int | None = Field(
-        None, ge=1, le=256, description="Worker processes for the builtin provider's "
-        "extraction: unset = one per core when a run extracts at least 500 text units (a "
-        "large build), else in the writer; 1 = always in the writer")
+        None, ge=1, le=256, description="Worker processes for the builtin provider's CPU "
+        "work (extraction, and the hashing embedder's vectors): unset = one per core when a "
+        "run extracts at least 500 text units or hashes at least 10,000 texts (a large "
+        "build), else in the writer; 1 = always in the writer")
     summary_max_tokens: int = Field(
         300, ge=20, description="Budget of a merged description summary"
     )

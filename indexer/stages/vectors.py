@@ -22,6 +22,9 @@ import numpy as np
 from canopy.errors import ProviderError
 from canopy.ids import content_hash
 from canopy.indexer.stages.build import Build
+from canopy.providers.base import Embedder
+from canopy.providers.builtin.embedder import HashEmbedder
+from canopy.providers.builtin.processes import ProcessEmbedder, embedding_processes
 from canopy.settings import StorageSettings
 from canopy.store import Store
 from canopy.vectors import (
@@ -95,15 +98,18 @@ def caches_vectors(embedder: object) -> bool:
     return bool(getattr(embedder, "cache_vectors", True))
 
 
-async def _cached_and_new(b: Build, items: list[_Item], keys: dict[str, str]
+async def _cached_and_new(b: Build, items: list[_Item], keys: dict[str, str],
+                          embedder: Embedder | None = None
                           ) -> tuple[dict[str, bytes], dict[str, bytes]]:
     """The vectors of these items' texts by key: those the cache holds, and those it did not,
-    asked of the embedder now (not yet cached: the caller records them with their units)."""
-    cached = b.store.embeddings_get(keys.values()) if caches_vectors(b.embedder) else {}
+    asked of the embedder (the build's unless given) now (not yet cached: the caller records
+    them with their units)."""
+    embedder = embedder or b.embedder
+    cached = b.store.embeddings_get(keys.values()) if caches_vectors(embedder) else {}
     missing = sorted({keys[it.id]: it.text for it in items if keys[it.id] not in cached}.items())
     if not missing:
         return cached, {}
-    got = await b.embedder.embed([text for _, text in missing])
+    got = await embedder.embed([text for _, text in missing])
     return cached, {k: np.asarray(v, dtype=np.float32).tobytes()
                     for (k, _), v in zip(missing, got, strict=True)}
 
@@ -175,8 +181,14 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
     if rebuild:
         vectors.clear()
     plan = {table: _ids(b, table, rebuild) for table in TABLES}
-    advance = b.progress("embed", sum(len(v) for v in plan.values()))
+    texts = sum(len(v) for v in plan.values())
+    advance = b.progress("embed", texts)
     embedded = 0
+    pool: ProcessEmbedder | None = None  # the hashing embedder over worker processes
+    if isinstance(embedder, HashEmbedder):
+        processes = embedding_processes(b.settings.extract.processes, texts)
+        if processes:
+            embedder = pool = ProcessEmbedder(embedder, processes)
 
     async def one_table(table: str, ids: list[str]) -> None:
         nonlocal embedded
@@ -184,7 +196,7 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
             batch = ids[start:start + _BATCH]
             items = list(_items(b, table, batch))
             keys = _keys(b, items)
-            cached, new = await _cached_and_new(b, items, keys)
+            cached, new = await _cached_and_new(b, items, keys, embedder)
             cached.update(new)
             embedded += len(new)
             if caches_vectors(embedder):  # cached ones too: a text now derives from these units
@@ -216,6 +228,8 @@ async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcom
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if pool is not None:
+            await pool.close()
     return VectorOutcome(embedded, vectors.versions(), vectors.scrub, vectors.written,
                          frozenset(vectors.retrain))
 

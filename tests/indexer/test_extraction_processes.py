@@ -1,6 +1,7 @@
-"""The builtin provider's extraction in worker processes (canopy.providers.builtin.processes):
-the index it builds is the in-process one, a worker that dies costs its units (recorded,
-retried by the next run) and nothing else, and a script without a `__main__` guard builds once."""
+"""The builtin provider's CPU work in worker processes (canopy.providers.builtin.processes):
+the index it builds is the in-process one (its search rows and vectors too), a worker that dies
+costs its units (recorded, retried by the next run) or its share of an embedding call (hashed
+in the writer) and nothing else, and a script without a `__main__` guard builds once."""
 
 from __future__ import annotations
 
@@ -13,10 +14,28 @@ from pathlib import Path
 import pytest
 
 from canopy.providers.builtin import processes
-from canopy.providers.builtin.processes import AUTO_MIN_UNITS, cores, extraction_processes
+from canopy.providers.builtin.embedder import HashEmbedder
+from canopy.providers.builtin.processes import (
+    AUTO_MIN_TEXTS,
+    AUTO_MIN_UNITS,
+    ProcessEmbedder,
+    cores,
+    embedding_processes,
+    extraction_processes,
+)
 from canopy.server.runtime import build_index, open_workspace
+from canopy.vectors import TABLES
 from tests.conftest import EXAMPLES, REPO
 from tests.indexer.test_incremental import canonical
+
+
+def search_rows(index_dir: Path) -> dict[str, list[tuple[object, ...]]]:
+    import lancedb
+
+    db = lancedb.connect(str(index_dir / "lance"))
+    return {name: sorted((r["id"], r["hash"], r["text"], tuple(r["vector"]), r["level"])
+                         for r in db.open_table(name).to_arrow().to_pylist())
+            for name in TABLES}
 
 
 def _docs(tmp_path: Path) -> Path:
@@ -32,12 +51,16 @@ def test_how_many_workers_a_run_gets() -> None:
     assert extraction_processes(1, 10_000) == 0
     assert extraction_processes(3, 5) == 3
     assert extraction_processes(3, 0) == 0
+    assert embedding_processes(None, AUTO_MIN_TEXTS - 1) == 0
+    assert embedding_processes(None, AUTO_MIN_TEXTS) == (cores() if cores() > 1 else 0)
+    assert embedding_processes(1, 10**6) == 0 and embedding_processes(2, 3) == 2
 
 
 def test_worker_processes_build_the_in_process_index(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     docs = _docs(tmp_path)
     inproc = build_index(open_workspace(docs, index_dir=tmp_path / "a", extract={"processes": 1}))
+    monkeypatch.setattr(processes, "MIN_EMBED_TEXTS", 4)  # the examples' calls are small
     started: list[object] = []
     start = processes._Worker.start
 
@@ -49,12 +72,35 @@ def test_worker_processes_build_the_in_process_index(tmp_path: Path,
     monkeypatch.setattr(processes._Worker, "start", staticmethod(counted))
     workers = build_index(open_workspace(docs, index_dir=tmp_path / "b",
                                          extract={"processes": 2}))
-    assert len(started) == 2
+    assert len(started) == 4  # two for extraction, two for the vectors
     assert all(w.proc.returncode == 0 for w in started)  # type: ignore[attr-defined]
     assert workers.stats["units_extracted"] == inproc.stats["units_extracted"] > 0
     assert workers.failures == [] and inproc.failures == []
     assert workers.usage["extract"]["calls"] == inproc.usage["extract"]["calls"] > 0
     assert canonical(tmp_path / "b") == canonical(tmp_path / "a")
+    assert search_rows(tmp_path / "b") == search_rows(tmp_path / "a")
+
+
+def test_an_embedding_worker_that_dies_leaves_its_share_to_the_writer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    texts = [f"Helio Cells supplies cell {i} to Marrowby Works in Skelwick" for i in range(300)]
+    local = HashEmbedder()
+    want = local.embed_sync(texts)
+
+    async def embed() -> tuple[object, int]:
+        e = ProcessEmbedder(local, 2)
+        try:
+            return await e.embed(texts), e.pool.tasks
+        finally:
+            await e.close()
+
+    got, tasks = asyncio.run(embed())
+    assert tasks == 2 and (got == want).all()  # type: ignore[union-attr]
+    monkeypatch.setattr(processes, "_WORKER_MAIN", "import sys; sys.exit(3)")
+    got, tasks = asyncio.run(embed())
+    assert tasks == 2 and (got == want).all()  # type: ignore[union-attr]
 
 
 def test_a_dead_worker_costs_its_units_and_the_next_run_extracts_them(

@@ -1,4 +1,5 @@
-"""The builtin provider's extraction in worker processes, for a large build on a local machine.
+"""The builtin provider's CPU work in worker processes, for a large build on a local machine:
+extraction, and the hashing embedder's vectors.
 
 With no endpoint a build is CPU-bound, and the writer is one Python process: the builtin
 extractor (tens of milliseconds a text unit) then holds one core while the others idle. Worker
@@ -31,12 +32,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
+import numpy as np
+
 from canopy.errors import ProviderError
 from canopy.ids import memoized_names
 from canopy.model import Extraction, TextUnit
+from canopy.providers.builtin.embedder import HashEmbedder
 from canopy.providers.builtin.extraction import extract_unit
 
-__all__ = ["AUTO_MIN_UNITS", "ProcessExtractor", "cores", "extract_batch",
+__all__ = ["AUTO_MIN_TEXTS", "AUTO_MIN_UNITS", "ProcessEmbedder", "ProcessExtractor",
+           "WorkerDied", "WorkerPool", "cores", "embedding_processes", "extract_batch",
            "extraction_processes"]
 
 # Below this many units to extract, `processes` unset keeps extraction in the writer: starting
@@ -46,6 +51,12 @@ AUTO_MIN_UNITS = 500
 # Units a task: tens of milliseconds each, so a task is a fraction of a second, and the
 # per-task cost (pickling the units and their extractions) stays small.
 BATCH_UNITS = 16
+# The same for the hashing embedder (about a tenth of a millisecond a text): a run that
+# embeds fewer texts than this hashes them in the writer. A full build of 500 news articles
+# embeds about 20,000 (units, entities, reports).
+AUTO_MIN_TEXTS = 10_000
+# Fewer texts than this are not worth a worker's share of an embedding call.
+MIN_EMBED_TEXTS = 64
 _HEADER = struct.Struct("!I")
 # The stdout pipe is kept as another descriptor and stdout becomes stderr before anything is
 # imported: whatever prints goes to stderr, never into the replies.
@@ -80,6 +91,20 @@ def extraction_processes(setting: int | None, units: int) -> int:
     return n if n > 1 and units >= AUTO_MIN_UNITS else 0
 
 
+def embedding_processes(setting: int | None, texts: int) -> int:
+    """`extraction_processes` for a vectors stage that hashes `texts` texts."""
+    if not texts:
+        return 0
+    if setting is not None:
+        return setting if setting > 1 else 0
+    n = cores()
+    return n if n > 1 and texts >= AUTO_MIN_TEXTS else 0
+
+
+class WorkerDied(ProviderError):
+    """A worker process ended before it answered (killed, out of memory)."""
+
+
 class _Worker:
     """One worker process and its pipes; one task at a time."""
 
@@ -102,7 +127,7 @@ class _Worker:
         size, = _HEADER.unpack(await self.proc.stdout.readexactly(_HEADER.size))
         ok, value = pickle.loads(await self.proc.stdout.readexactly(size))  # noqa: S301 (our child)
         if not ok:
-            raise ProviderError(f"an extraction worker failed: {value}")
+            raise ProviderError(f"a builtin worker process failed: {value}")
         return value
 
     async def stop(self) -> None:
@@ -118,70 +143,145 @@ class _Worker:
                 await self.proc.wait()
 
 
-class ProcessExtractor:
-    """A `BatchExtractor` over `workers` worker processes, for one run (`close` ends them).
-    `count` is called once per unit sent, in the writer (the provider's accounting)."""
+class WorkerPool:
+    """`workers` worker processes, started at the first task, for one stage of one run
+    (`close` ends them). When every worker has died, tasks run in the writer."""
 
-    def __init__(self, workers: int, count: Callable[[str], None]) -> None:
-        self.extract_batch_size = BATCH_UNITS
-        # two batches a worker: one running, one on its way
-        self.extract_batches_in_flight = 2 * workers
+    def __init__(self, workers: int) -> None:
         self.workers = workers
-        self._count = count
-        self._idle: asyncio.Queue[_Worker] | None = None
-        self._all: list[_Worker] = []
-        self._starting: asyncio.Lock | None = None
         self.tasks = 0
+        self._idle: asyncio.Queue[_Worker | None] | None = None
+        self._all: list[_Worker] = []
+        self._alive = 0
+        self._starting: asyncio.Lock | None = None
 
-    async def _pool(self) -> asyncio.Queue[_Worker]:
+    async def _queue(self) -> asyncio.Queue[_Worker | None]:
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
             if self._idle is None:
-                idle: asyncio.Queue[_Worker] = asyncio.Queue()
+                idle: asyncio.Queue[_Worker | None] = asyncio.Queue()
                 for w in await asyncio.gather(*(_Worker.start() for _ in range(self.workers))):
                     self._all.append(w)
                     idle.put_nowait(w)
+                self._alive = len(self._all)
                 self._idle = idle
         return self._idle
 
-    async def extract_batch(self, units: list[TextUnit], *, entity_types: list[str],
-                            claims: bool, max_gleanings: int) -> list[Extraction]:
-        for _ in units:
-            self._count("extract")
+    def _lost(self, idle: asyncio.Queue[_Worker | None]) -> None:
+        self._alive -= 1
+        if not self._alive:  # wake whoever waits for a worker: none will come back
+            idle.put_nowait(None)
+
+    async def run(self, task: str, *args: object) -> object:
+        """`_TASKS[task](*args)` in a worker (in the writer once none is left). WorkerDied when
+        the worker it ran in ended before answering."""
         self.tasks += 1
-        idle = await self._pool()
+        idle = await self._queue()
         worker = await idle.get()
+        if worker is None:
+            idle.put_nowait(None)
+            return _TASKS[task](*args)
         try:
-            got = await worker.call((list(units), list(entity_types), claims))
+            value = await worker.call((task, args))
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            # A worker that died (killed, out of memory): its batch's units are failures,
-            # retried by the next run; the others carry on.
-            raise ProviderError(f"an extraction worker process ended ({type(exc).__name__}); "
-                                "its units are retried by the next run") from None
+            self._lost(idle)
+            raise WorkerDied(f"a builtin worker process ended ({type(exc).__name__})") from None
         except BaseException:
             # cancelled mid-call: the pipe may hold half a reply, so this worker is not reused
             await worker.stop()
+            self._lost(idle)
             raise
         idle.put_nowait(worker)
-        assert isinstance(got, list)
-        return got
+        return value
 
     async def close(self) -> None:
         await asyncio.gather(*(w.stop() for w in self._all), return_exceptions=True)
         self._all = []
 
 
+class ProcessExtractor:
+    """A `BatchExtractor` over a pool of worker processes, for one run (`close` ends them).
+    `count` is called once per unit sent, in the writer (the provider's accounting)."""
+
+    def __init__(self, workers: int, count: Callable[[str], None]) -> None:
+        self.extract_batch_size = BATCH_UNITS
+        # two batches a worker: one running, one on its way
+        self.extract_batches_in_flight = 2 * workers
+        self.pool = WorkerPool(workers)
+        self._count = count
+
+    async def extract_batch(self, units: list[TextUnit], *, entity_types: list[str],
+                            claims: bool, max_gleanings: int) -> list[Extraction]:
+        for _ in units:
+            self._count("extract")
+        try:
+            got = await self.pool.run("extract", list(units), list(entity_types), claims)
+        except WorkerDied as exc:
+            # its batch's units are failures, retried by the next run; the others carry on
+            raise ProviderError(f"{exc}; its units are retried by the next run") from None
+        assert isinstance(got, list)
+        return got
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+class ProcessEmbedder:
+    """The hashing embedder with each call's texts split over a pool of worker processes (the
+    same vectors: hashing is a pure function of the text). A worker that dies leaves its
+    share to the writer."""
+
+    lexical = True
+    cache_vectors = False
+
+    def __init__(self, local: HashEmbedder, workers: int) -> None:
+        self.local = local
+        self.name = local.name
+        self.dims = local.dims
+        self.pool = WorkerPool(workers)
+
+    async def _part(self, texts: list[str]) -> np.ndarray:
+        try:
+            got = await self.pool.run("embed", self.dims, self.name, texts)
+        except WorkerDied:
+            return self.local.embed_sync(texts)
+        assert isinstance(got, np.ndarray)
+        return got
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if len(texts) < 2 * MIN_EMBED_TEXTS:
+            return self.local.embed_sync(texts)
+        n = min(self.pool.workers, len(texts) // MIN_EMBED_TEXTS)
+        size = -(-len(texts) // n)
+        parts = await asyncio.gather(*(self._part(texts[i:i + size])
+                                       for i in range(0, len(texts), size)))
+        return np.vstack(parts)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+def _embed(dims: int, name: str, texts: list[str]) -> np.ndarray:
+    embedder = HashEmbedder(dims)
+    if embedder.name != name:  # cannot happen with one install; would give other vectors
+        raise ProviderError(f"a worker's hashing embedder is {embedder.name}, the writer's {name}")
+    return embedder.embed_sync(texts)
+
+
+_TASKS: dict[str, Callable[..., object]] = {"extract": extract_batch, "embed": _embed}
+
+
 def _serve(inp: BinaryIO, out: BinaryIO) -> None:
-    """A worker's loop: a task in, its extractions out, until the writer closes its input."""
-    with memoized_names():  # for the worker's lifetime: one run's extraction
+    """A worker's loop: a task in, its result out, until the writer closes its input."""
+    with memoized_names():  # for the worker's lifetime: one stage of one run
         while True:
             head = inp.read(_HEADER.size)
             if len(head) < _HEADER.size:
                 return
-            units, entity_types, claims = pickle.loads(inp.read(_HEADER.unpack(head)[0]))  # noqa: S301
+            task, args = pickle.loads(inp.read(_HEADER.unpack(head)[0]))  # noqa: S301
             try:
-                reply: tuple[bool, object] = (True, extract_batch(units, entity_types, claims))
+                reply: tuple[bool, object] = (True, _TASKS[task](*args))
             except Exception as exc:  # noqa: BLE001 - sent back, raised in the writer
                 reply = (False, f"{type(exc).__name__}: {exc}")
             data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
