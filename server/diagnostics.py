@@ -173,6 +173,9 @@ def memory_report(service: CanopyService | None, *, objects: bool = False) -> di
     if service is not None:
         report["caches"] = cache_report(service)
         report["vector_sets"] = service.vectors.held_sets()
+        if service.trimmer is not None:
+            report["trims"] = {"count": service.trimmer.trims,
+                               "seconds": round(service.trimmer.seconds, 3)}
     if objects:
         report["gc_tracked"] = len(gc.get_objects())
         report["watched"] = watched_objects()

@@ -339,3 +339,73 @@ def test_calls_reading_two_generations_at_once_on_one_thread_each_keep_their_own
             assert ids(newest, "walruses") == ["u4"] and ids(newest, "zebras") == ["u3"]
             assert not ids(old, "walruses")
     assert len(opened) == 2
+
+
+class _SlowQuery:
+    """A LanceDB query stand-in whose answer takes a while; counts the queries in flight."""
+
+    def __init__(self, state: dict[str, Any], n: int) -> None:
+        self.state, self.n = state, n
+
+    async def to_arrow(self) -> Any:
+        import pyarrow as pa
+
+        with self.state["lock"]:
+            self.state["now"] += 1
+            self.state["peak"] = max(self.state["peak"], self.state["now"])
+        await asyncio.sleep(0.02)
+        with self.state["lock"]:
+            self.state["now"] -= 1
+        return pa.table({"id": [f"u{self.n}"]})
+
+
+def test_lancedb_queries_in_flight_are_bounded_over_every_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls run on several event loops at once; LanceDB sees at most QUERY_SLOTS of their
+    queries at a time (its blocking pool grew a thread per concurrent read: issue 30's soak),
+    and every query still gets its answer."""
+    import threading
+
+    from canopy.limiter import AdaptiveLimiter
+
+    monkeypatch.setattr(vectors_module, "_query_limiter",
+                        [AdaptiveLimiter(ceiling=vectors_module.QUERY_SLOTS, adaptive=False)])
+    state: dict[str, Any] = {"lock": threading.Lock(), "now": 0, "peak": 0}
+    answers: list[list[str]] = []
+
+    async def loop_calls(base: int) -> list[str]:
+        found = await asyncio.gather(*(vectors_module._ids(_SlowQuery(state, base + i))
+                                       for i in range(8)))
+        return [i for ids in found for i in ids]
+
+    threads = [threading.Thread(target=lambda b=b: answers.append(asyncio.run(loop_calls(b))))
+               for b in (0, 100, 200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert state["peak"] == vectors_module.QUERY_SLOTS  # reached, never passed
+    assert sorted(i for a in answers for i in a) == sorted(
+        f"u{b + i}" for b in (0, 100, 200) for i in range(8))
+    assert vectors_module.query_limiter().in_flight == 0
+
+
+def test_a_search_runs_each_of_its_queries_under_the_bound(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import asynccontextmanager
+
+    slots: list[str] = []
+
+    class Recording:
+        @asynccontextmanager
+        async def slot(self, task: str = "") -> Any:
+            slots.append(task)
+            yield None
+
+    monkeypatch.setattr(vectors_module, "query_limiter", lambda: Recording())
+    vs = VectorStore(tmp_path, DIMS)
+    vs.write("text_units", [], [_row(i) for i in range(10)])
+    vs.maintain("text_units")
+    hits = _search(vs.reader(vs.versions()), "text_units", vector=_row(3).vector,
+                   text="topic3", k=3)
+    assert hits and slots == ["lance", "lance"]  # the vector query and the full-text one
