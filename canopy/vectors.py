@@ -37,7 +37,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import re
 import threading
 import warnings
@@ -53,7 +52,6 @@ import numpy as np
 
 from canopy.errors import IndexDamaged
 from canopy.health import write_failure
-from canopy.limiter import AdaptiveLimiter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,9 +59,9 @@ if TYPE_CHECKING:
 # lancedb and pyarrow are imported where tables are opened: importing them takes seconds, and
 # commands that never touch the search tables (status, token, the HTTP supervisor) skip that.
 
-__all__ = ["FOLD_CHECK_ROWS", "METADATA_CACHE_MAX", "QUERY_SLOTS", "TABLES", "Hit", "VectorReader",
-           "VectorRow", "VectorStore", "floor", "load_scrub", "merge_scrub",
-           "metadata_cache_bytes", "query_limiter", "rrf", "superseded"]
+__all__ = ["FOLD_CHECK_ROWS", "METADATA_CACHE_MAX", "TABLES", "Hit", "VectorReader", "VectorRow",
+           "VectorStore", "floor", "load_scrub", "merge_scrub", "metadata_cache_bytes", "rrf",
+           "superseded"]
 
 log = logging.getLogger(__name__)
 TABLES = ("text_units", "entities", "reports")
@@ -113,26 +111,6 @@ _INDEX_NAME = re.compile(r"vector_sq_r(\d+)$")
 # far smaller, so it gets at most this much, reached within minutes and then held; the index
 # cache (index pages: what searches reread) gets the rest of the budget.
 METADATA_CACHE_MAX = 8 << 20
-
-
-# LanceDB queries in flight in one process, over every event loop and thread. LanceDB runs a
-# query on its tokio runtime, whose blocking pool starts a thread for each file read that finds
-# none idle and keeps it while reads keep coming: under 16 clients (12 calls in flight, a
-# local_search's searches each a vector and a full-text query) its `lancedb-tokio-w` threads
-# grew from 4 to 25-40 (benchmarks/soak.py). On 2 cores more queries at once than cores only
-# queue inside LanceDB; here they wait their turn before it starts.
-QUERY_SLOTS = max(2, os.cpu_count() or 2)
-_query_limiter: list[AdaptiveLimiter] = []
-_query_lock = threading.Lock()
-
-
-def query_limiter() -> AdaptiveLimiter:
-    """The process's bound on LanceDB queries in flight (QUERY_SLOTS; shared by every event
-    loop: its waiters are woken thread-safely)."""
-    with _query_lock:
-        if not _query_limiter:
-            _query_limiter.append(AdaptiveLimiter(ceiling=QUERY_SLOTS, adaptive=False))
-        return _query_limiter[0]
 
 
 def metadata_cache_bytes(cache_bytes: int) -> int:
@@ -707,7 +685,4 @@ def _async_table(t: Any) -> Any | None:
 
 
 async def _ids(query: Any) -> list[str]:
-    """The ids `query` finds, run under the process's bound on LanceDB queries in flight."""
-    async with query_limiter().slot("lance"):
-        answer = await query.to_arrow()
-    return [str(i) for i in answer.column("id").to_pylist()]
+    return [str(i) for i in (await query.to_arrow()).column("id").to_pylist()]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
