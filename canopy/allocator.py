@@ -10,9 +10,9 @@ free space: with two arenas, a 609-article build peaks 14% lower (738 -> 637 MB,
 glibc also keeps the free space at the top of each arena and whole free pages inside it:
 `release_free` hands them back, once a server has opened its index (the tokenizer's and the
 search tables' loading leave tens of MB free in the arenas of the threads that loaded them).
-A server under load frees as fast as it allocates, but glibc gives back only the top of an
-arena, so what its calls free stays resident until a trim: `Trimmer` trims every few seconds
-while calls are being served (and once after the last), never while the server is idle.
+A server's calls free what they allocate, but glibc gives back only the top of an arena, so
+what they free stays resident until a trim: `Trimmer` trims every few seconds while calls are
+being served, and once after the last; an idle server is left alone.
 """
 
 from __future__ import annotations
@@ -70,9 +70,11 @@ def release_free() -> bool:
     return bool(trim is not None and trim(0) == 1)
 
 
-# Seconds between a busy server's trims. Under `serve --watch` with 16 clients and an edit every
-# 3 s the trim at each new generation's first call left 35-45 MB freed by the calls since
-# resident at any moment, and that share grew with the run (benchmarks/soak.py, issue 30).
+# Seconds between a busy server's trims. With 16 callers between updates in one process
+# (benchmarks/heap_concurrent.py), a trim once they had finished gave back 35-45 MB every time,
+# on top of the trim at each generation's first call, which runs while other calls hold
+# theirs. A trim took ~28 ms under issue 30's soak (294 in 10 minutes, ~1.4% of a core), and
+# did not lower the slope of RSS there (benchmarks/README.md, "Issue 30").
 TRIM_EVERY_S = 2.0
 
 

@@ -339,4 +339,3 @@ def test_calls_reading_two_generations_at_once_on_one_thread_each_keep_their_own
             assert ids(newest, "walruses") == ["u4"] and ids(newest, "zebras") == ["u3"]
             assert not ids(old, "walruses")
     assert len(opened) == 2
-
