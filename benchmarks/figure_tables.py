@@ -375,6 +375,14 @@ SOAKS = (
                                          "its size: 10 additions, 9 deletions)"),
     ("soak_issue30_steady_d1bc7f7.json", "d1bc7f7 (name keys memoized only during a build): "
                                          "the same with `--steady`"),
+    ("soak_issue30_base_e798efb.json", "e798efb: the same with `--steady`"),
+    ("soak_issue30_limit2.json", "84b5f99 (LanceDB queries bounded at two in flight): the "
+                                 "same with `--steady`"),
+    ("soak_issue30_limit2_trim.json", "fc81439 (that, and a trim every 2 s while calls are "
+                                      "served): the same with `--steady`"),
+    ("soak_issue30_base_default_e798efb.json", "e798efb: the default schedule"),
+    ("soak_issue30_final_trim.json", "675a6b0 (the trim alone): the default schedule"),
+    ("soak_issue30_final_trim_2.json", "63083d1 (the same code): the default schedule again"),
 )
 
 
@@ -409,6 +417,13 @@ SOAK_DIAGNOSTICS = (
     ("soak_issue30_steady_bcf9664.json", "bcf9664, `--steady`"),
     ("soak_issue30_steady_d1bc7f7.json", "d1bc7f7 (name keys memoized only during a build), "
                                          "`--steady`"),
+    ("soak_issue30_base_e798efb.json", "e798efb, `--steady`"),
+    ("soak_issue30_limit2.json", "84b5f99 (LanceDB queries bounded at two), `--steady`"),
+    ("soak_issue30_limit2_trim.json", "fc81439 (that, and a trim every 2 s under calls), "
+                                      "`--steady`"),
+    ("soak_issue30_base_default_e798efb.json", "e798efb, the default schedule"),
+    ("soak_issue30_final_trim.json", "675a6b0 (the trim alone), the default schedule"),
+    ("soak_issue30_final_trim_2.json", "63083d1 (the same code), the default schedule again"),
 )
 SOAK_CACHES = ("lance_session_mb", "unit_evidence_mb", "views_mb")
 

@@ -10,6 +10,9 @@ free space: with two arenas, a 609-article build peaks 14% lower (738 -> 637 MB,
 glibc also keeps the free space at the top of each arena and whole free pages inside it:
 `release_free` hands them back, once a server has opened its index (the tokenizer's and the
 search tables' loading leave tens of MB free in the arenas of the threads that loaded them).
+A server's calls free what they allocate, but glibc gives back only the top of an arena, so
+what they free stays resident until a trim: `Trimmer` trims every few seconds while calls are
+being served, and once after the last; an idle server is left alone.
 """
 
 from __future__ import annotations
@@ -20,8 +23,12 @@ import gc
 import logging
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 
-__all__ = ["SERVER_GC_THRESHOLD", "limit_arenas", "relax_collector", "release_free"]
+__all__ = ["SERVER_GC_THRESHOLD", "TRIM_EVERY_S", "Trimmer", "limit_arenas", "relax_collector",
+           "release_free"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +68,65 @@ def release_free() -> bool:
     except OSError:
         return False
     return bool(trim is not None and trim(0) == 1)
+
+
+# Seconds between a busy server's trims. With 16 callers between updates in one process
+# (benchmarks/heap_concurrent.py), a trim once they had finished gave back 35-45 MB every time,
+# on top of the trim at each generation's first call, which runs while other calls hold
+# theirs. A trim took ~28 ms under issue 30's soak (294 in 10 minutes, ~1.4% of a core), and
+# did not lower the slope of RSS there (benchmarks/README.md, "Issue 30").
+TRIM_EVERY_S = 2.0
+
+
+class Trimmer:
+    """Calls `release_free` every `every` seconds on a thread of its own when calls finished
+    since its last trim (`note`), so a busy server's freed memory goes back to the system
+    within seconds and an idle one is not woken. Nothing is started off Linux."""
+
+    def __init__(self, every: float = TRIM_EVERY_S,
+                 trim: Callable[[], bool] | None = None) -> None:
+        self.every = every
+        self._trim = trim
+        self._lock = threading.Lock()
+        self._pending = 0  # calls finished since the last trim
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.trims = 0
+        self.seconds = 0.0  # spent trimming (glibc holds each arena's lock while it trims it)
+
+    def start(self) -> Trimmer:
+        if self._thread is None and sys.platform.startswith("linux"):
+            self._thread = threading.Thread(target=self._run, daemon=True, name="canopy-trim")
+            self._thread.start()
+        return self
+
+    def note(self) -> None:
+        """A call finished: its freed memory is handed back at the next tick."""
+        with self._lock:
+            self._pending += 1
+
+    def tick(self) -> bool:
+        """Trim if calls finished since the last trim; True when it did."""
+        with self._lock:
+            pending, self._pending = self._pending, 0
+        if not pending:
+            return False
+        t = time.perf_counter()
+        (self._trim or release_free)()
+        with self._lock:
+            self.trims += 1
+            self.seconds += time.perf_counter() - t
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.tick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 # Python's cycle collector runs after every 700 new container objects by default; a call of a

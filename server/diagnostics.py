@@ -52,8 +52,8 @@ class _MallInfo2(ctypes.Structure):
 
 def malloc_mb() -> dict[str, float]:
     """glibc's heap (mallinfo2, glibc 2.33+): bytes in use and free in its arenas, and in mmap'd
-    chunks, in MB; {} elsewhere. (Memory LanceDB allocates through its own allocator is not
-    in it.)"""
+    chunks, in MB; {} elsewhere. LanceDB's allocations are in it (see anon_mb); Python's small
+    objects are not (its allocator maps arenas of its own)."""
     if not sys.platform.startswith("linux"):
         return {}
     try:
@@ -86,9 +86,12 @@ def smaps_mb(pid: int | None = None) -> dict[str, float]:
 
 def anon_mb(pid: int | None = None) -> dict[str, float]:
     """Resident anonymous memory by where it lies (/proc/PID/smaps, Linux; {} elsewhere), MB:
-    glibc's main arena ("[heap]"), threads' stacks, and other anonymous mappings - glibc's
-    thread arenas (64 MB reservations), jemalloc's extents (LanceDB) and mimalloc's segments
-    (pyarrow) - split by the mapping's size (up to 64 MB, larger)."""
+    glibc's main arena ("[heap]"), the main thread's stack, and other anonymous mappings -
+    glibc's other arena (64 MB reservations), Python's small-object arenas (1 MB each; the
+    kernel merges neighbours into one mapping), the other threads' stacks and mimalloc's
+    segments (pyarrow) - split by the mapping's size (up to 64 MB, larger). LanceDB 0.40
+    allocates through glibc's malloc (its wheel links no allocator of its own; the jemalloc
+    thread in a server is pyarrow's), so its memory is in the arenas."""
     try:
         text = Path(f"/proc/{pid or os.getpid()}/smaps").read_text()
     except OSError:
@@ -173,6 +176,9 @@ def memory_report(service: CanopyService | None, *, objects: bool = False) -> di
     if service is not None:
         report["caches"] = cache_report(service)
         report["vector_sets"] = service.vectors.held_sets()
+        if service.trimmer is not None:
+            report["trims"] = {"count": service.trimmer.trims,
+                               "seconds": round(service.trimmer.seconds, 3)}
     if objects:
         report["gc_tracked"] = len(gc.get_objects())
         report["watched"] = watched_objects()

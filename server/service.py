@@ -43,7 +43,7 @@ from canopy.acl.policy import Policy, Principal
 from canopy.acl.reader import CallerReader, ViewSupport
 from canopy.acl.view_cache import ViewCache
 from canopy.acl.views import ViewParams
-from canopy.allocator import relax_collector, release_free
+from canopy.allocator import Trimmer, relax_collector, release_free
 from canopy.errors import ConfigError, IndexDamaged, IndexMissing
 from canopy.health import check_search_files
 from canopy.providers import make_embedder, make_provider
@@ -179,6 +179,7 @@ class CanopyService:
         logged, and every call then answers with IndexDamaged until the index is rebuilt."""
         self.ws = ws
         self._warming: threading.Thread | None = None
+        self.trimmer: Trimmer | None = None
         try:
             with damage_as_index_damaged(ws.index_dir):
                 self._open(ws, config, loops or call_loops(cache_share),
@@ -191,6 +192,7 @@ class CanopyService:
         release_free()  # what loading the tokenizer and the search tables left free in malloc
         if warm:  # a server: calls allocate fast and free by reference counts
             relax_collector()
+            self.trimmer = Trimmer().start()  # and what its calls free goes back within seconds
 
     def _open(self, ws: Workspace, config: Path | None, loops: int, share: int,
               warm: bool) -> None:
@@ -320,8 +322,12 @@ class CanopyService:
                 await asyncio.wrap_future(fut)
 
         async def call() -> T:
-            with self.context(who, relay if progress is not None else None) as ctx:
-                return await fn(ctx)
+            try:
+                with self.context(who, relay if progress is not None else None) as ctx:
+                    return await fn(ctx)
+            finally:
+                if self.trimmer is not None:
+                    self.trimmer.note()
 
         return await self._lanes[lane].run(call)
 
@@ -382,6 +388,8 @@ class CanopyService:
         self.ws.policy = policy
 
     def close(self) -> None:
+        if self.trimmer is not None:
+            self.trimmer.stop()
         for lane in self._lanes.values():
             lane.close()
         self.store.close()

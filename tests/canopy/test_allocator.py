@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,47 @@ def test_a_server_collects_cycles_less_often(examples_index: Path,
     for warm in (False, True):
         CanopyService(open_workspace(EXAMPLES, index_dir=examples_index), warm=warm).close()
     assert seen == [(SERVER_GC_THRESHOLD, *before[1:])]
+
+
+def test_the_trimmer_trims_after_calls_and_not_while_idle() -> None:
+    from canopy.allocator import Trimmer
+
+    trims: list[int] = []
+    t = Trimmer(every=3600, trim=lambda: trims.append(1) or True)
+    assert not t.tick() and trims == []  # nothing served since it started: no trim
+    t.note()
+    t.note()
+    assert t.tick() and trims == [1]  # the calls finished since the last trim: one trim
+    assert not t.tick() and trims == [1]  # idle again
+    assert t.trims == 1 and t.seconds >= 0
+
+
+def test_a_server_trims_within_seconds_of_its_calls(examples_index: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's service (warm) runs a trimmer that each finished call wakes; a one-off
+    query's service has none."""
+    import asyncio
+    import threading
+
+    import canopy.allocator
+    from canopy.server.engines import basic_search
+    from canopy.server.runtime import open_workspace
+    from canopy.server.service import CanopyService
+
+    monkeypatch.setattr(canopy.allocator, "TRIM_EVERY_S", 0.05)
+    monkeypatch.setattr(canopy.allocator.Trimmer.__init__, "__defaults__", (0.05, None))
+    trimmed = threading.Event()
+    monkeypatch.setattr(canopy.allocator, "release_free", lambda: trimmed.set() or True)
+    assert CanopyService(open_workspace(EXAMPLES, index_dir=examples_index)).trimmer is None
+    svc = CanopyService(open_workspace(EXAMPLES, index_dir=examples_index), warm=True)
+    try:
+        assert svc.trimmer is not None
+        trimmed.clear()  # (opening the service trims once itself, by name in its module)
+        time.sleep(0.2)
+        assert not trimmed.is_set()  # idle: never woken
+        asyncio.run(svc.run(None, lambda c: basic_search(c, "cranes", k=3)))
+        assert trimmed.wait(5)  # the call's freed memory goes back within a tick
+        assert svc.trimmer.trims >= 1
+    finally:
+        svc.close()
+    assert svc.trimmer._thread is None  # closing the service stops its thread
