@@ -64,6 +64,8 @@ class HeldSummaries(BuiltinProvider):
     """Every summary waits until the build has nothing else to do, then all are released:
     what was asked and written by then is what the merge does while its requests run."""
 
+    in_process = False  # its summaries wait, as an endpoint's do
+
     def __init__(self) -> None:
         super().__init__()
         self.asked_before_release: list[str] = []

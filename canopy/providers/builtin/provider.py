@@ -52,6 +52,9 @@ class BuiltinProvider:
     # what the old rules found. 2: word lists without corpus-fitted names, rules for unknown names;
     # 3: a level-one heading names the entity its section is about.
     extraction_version = "3"
+    # Its calls compute in this process and return without waiting: nothing to overlap them
+    # with (the merge writes its rows in one go; canopy.indexer.stages.graph._streams).
+    in_process = True
 
     def __init__(self, *, encoding: str = "o200k_base") -> None:
         self._tokenizer = get_tokenizer(encoding)
