@@ -29,6 +29,7 @@ from canopy.indexer.operations.merging import (
 from canopy.indexer.stages.build import Build
 from canopy.model import Claim
 from canopy.store import ClaimRow, EntityRow, Gate, RelationshipRow
+from canopy.tasks import side_by_side
 
 __all__ = ["GraphDelta", "stage_graph"]
 
@@ -124,14 +125,8 @@ async def stage_graph(b: Build, changed_units: Iterable[str], *, keys: Iterable[
     # requests, not two: issue 35); a relationship's summary prompt names its endpoints, which
     # the entity merge decides before any entity summary returns.
     names = _Names(b)
-    tasks = [asyncio.ensure_future(_stage_entities(b, sorted(keys), delta, advance, names)),
-             asyncio.ensure_future(_stage_relationships(b, sorted(rids), delta, advance, names))]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await side_by_side([_stage_entities(b, sorted(keys), delta, advance, names),
+                        _stage_relationships(b, sorted(rids), delta, advance, names)])
     _stage_claims(b, changed_units, delta)
     return delta
 

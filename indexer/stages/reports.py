@@ -54,6 +54,7 @@ from canopy.indexer.stages.graph import GraphDelta
 from canopy.model import Community, Report, UnitFailure
 from canopy.providers.base import prompt_key
 from canopy.store import CommunityRow, EntityRow, Gate, RelationshipRow, ReportRow
+from canopy.tasks import side_by_side
 
 __all__ = ["ReportOutcome", "stage_reports"]
 
@@ -168,13 +169,7 @@ async def _in_plan_order(plan: list[ReportChunk], members: dict[str, int],
             await write(chunk)
         done[i].set()
 
-    tasks = [asyncio.ensure_future(run(i, chunk)) for i, chunk in enumerate(plan)]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await side_by_side(run(i, chunk) for i, chunk in enumerate(plan))
 
 
 class _MemberBudget:

@@ -79,26 +79,26 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def extraction_processes(setting: int | None, units: int) -> int:
-    """Worker processes for a run that extracts `units` units (0: none, extraction stays in
-    the writer): `setting` when given (1: none), else one per core for a run of at least
-    AUTO_MIN_UNITS on a machine of more than one."""
-    if not units:
+def _processes(setting: int | None, work: int, least: int) -> int:
+    """Worker processes for `work` items (0: none, the work stays in the writer): `setting`
+    when given (1: none), else one per core for at least `least` items on a machine of more
+    than one."""
+    if not work:
         return 0
     if setting is not None:
         return setting if setting > 1 else 0
     n = cores()
-    return n if n > 1 and units >= AUTO_MIN_UNITS else 0
+    return n if n > 1 and work >= least else 0
+
+
+def extraction_processes(setting: int | None, units: int) -> int:
+    """Worker processes for a run that extracts `units` units."""
+    return _processes(setting, units, AUTO_MIN_UNITS)
 
 
 def embedding_processes(setting: int | None, texts: int) -> int:
-    """`extraction_processes` for a vectors stage that hashes `texts` texts."""
-    if not texts:
-        return 0
-    if setting is not None:
-        return setting if setting > 1 else 0
-    n = cores()
-    return n if n > 1 and texts >= AUTO_MIN_TEXTS else 0
+    """Worker processes for a vectors stage that hashes `texts` texts."""
+    return _processes(setting, texts, AUTO_MIN_TEXTS)
 
 
 class WorkerDied(ProviderError):
