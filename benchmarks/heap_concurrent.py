@@ -36,9 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from growth_bench import CORPUS, HERE_REPO, RESULTS, machine, materialize, write_article
+from growth_bench import CORPUS, HERE_REPO, RESULTS, machine, materialize
 from growth_serve import dev_questions
-from soak import slope, toggle_sentence
+from heap_per_update import change_corpus
+from soak import slope
 
 from canopy.allocator import limit_arenas, release_free
 from canopy.server.api import Index
@@ -113,12 +114,7 @@ def main() -> None:
 
     started = time.time()
     for i in range(args.updates):
-        files = sorted(docs.glob("*.md"))
-        toggle_sentence(rng.choice(files))
-        if i % 4 == 0:
-            write_article(docs, base, next_article)
-            next_article += 1
-            rng.choice(files).unlink()
+        next_article = change_corpus(docs, base, rng, i, next_article)
         t0 = time.perf_counter()
         index.update()
         list(pool.map(client, [i * 100 + c for c in range(args.clients)]))

@@ -51,6 +51,19 @@ def _caches_mb(index: Index) -> dict[str, float]:
             for name, entry in cache_report(index._opened()).items()}
 
 
+def change_corpus(docs: Path, base: list[dict[str, str]], rng: random.Random, i: int,
+                  next_article: int) -> int:
+    """Update i's edits: a sentence toggled in a random article and, every fourth update, an
+    article added and another deleted. Returns the number of the next article to add."""
+    files = sorted(docs.glob("*.md"))
+    toggle_sentence(rng.choice(files))
+    if i % 4 == 0:
+        write_article(docs, base, next_article)
+        next_article += 1
+        rng.choice(files).unlink()
+    return next_article
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="canopy-heap-"))
     docs = work / "docs"
@@ -64,12 +77,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     snaps: dict[int, tracemalloc.Snapshot] = {}
     for i in range(args.updates):
-        files = sorted(docs.glob("*.md"))
-        toggle_sentence(rng.choice(files))
-        if i % 4 == 0:
-            write_article(docs, base, next_article)
-            next_article += 1
-            rng.choice(files).unlink()
+        next_article = change_corpus(docs, base, rng, i, next_article)
         t0 = time.perf_counter()
         index.update()
         for j in range(args.calls):

@@ -61,12 +61,14 @@ class GraphDelta:
 
 
 def _streams(b: Build) -> bool:
-    """Whether the rows that need no summary are written while the summary requests run
-    (`describe(settled=...)`): with an endpoint, whose requests wait on the network. The builtin
-    provider's summaries are computed in the writer, with no waiting (`in_process`), and
-    writing each batch's rows in one go, as it
-    merged them, costs least: a 609-article build's merge took 14.3 s in slices of 250 and
-    11.6 s so, one run each side by side)."""
+    """Whether the merge works while the summary requests run: the rows that need no summary
+    are written (`describe(settled=...)`) and the report contexts' element sizes counted. So
+    with an endpoint, whose requests wait on the network. The builtin provider's summaries are
+    computed in the writer, with no waiting (`in_process`): there each batch's rows are written
+    in one go, as merged (a 609-article build's merge took 14.3 s in slices of 250 and 11.6 s
+    so, one run each side by side), and the reports count only the elements they read (a
+    relationship whose ends are in two leaf communities under a parent written from its
+    children's reports alone is never counted)."""
     return not getattr(b.provider, "in_process", False)
 
 
@@ -164,11 +166,7 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
             before: dict[str, EntityRow], descriptions: dict[str, str]) -> None:
         rows = []
         sizes: dict[str, int] = {}  # of the rows written, for the reports (and later updates)
-        # With an endpoint, the report contexts' element sizes are counted here, while the
-        # summary requests run. Offline the build is CPU-bound: the reports count only the
-        # elements they read (a relationship whose ends are in two leaf communities under a
-        # parent written from its children's reports alone is never counted).
-        counting = b.settings.llm.enabled
+        counting = _streams(b)  # the report contexts' sizes, while summaries are asked
         for d in drafts:
             old = before.get(d.id)
             row = entity_row(d, descriptions[d.id], degrees.get(d.key, 0))
@@ -227,11 +225,7 @@ async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta,
             descriptions: dict[str, str]) -> None:
         rows = []
         sizes: dict[str, int] = {}  # of the rows written, for the reports (and later updates)
-        # With an endpoint, the report contexts' element sizes are counted here, while the
-        # summary requests run. Offline the build is CPU-bound: the reports count only the
-        # elements they read (a relationship whose ends are in two leaf communities under a
-        # parent written from its children's reports alone is never counted).
-        counting = b.settings.llm.enabled
+        counting = _streams(b)  # the report contexts' sizes, while summaries are asked
         for d in drafts:
             old = before.get(d.id)
             row = relationship_row(d, descriptions[d.id])
