@@ -42,10 +42,10 @@ from canopy.indexer.stages.resolve import stage_resolve
 from canopy.indexer.stages.revocation import pending_relabelled, pending_revoked, revoke
 from canopy.indexer.stages.vectors import (
     EmbeddingsAhead,
+    SearchRows,
     VectorOutcome,
     embeds_remotely,
     retrain_noted,
-    stage_vectors,
     tidy_search_tables,
 )
 from canopy.lance import import_lancedb
@@ -267,9 +267,10 @@ async def run_index(
     lap = _Laps(t0)
     memo = ExitStack()  # token counts are remembered for this build only
     memo.enter_context(tok.memoizing())
+    b = Build(store, staging, settings, provider, embedder, tok, full,
+              progress or no_progress, given=given, on_plan=on_plan)
+    search_rows: SearchRows | None = None
     try:
-        b = Build(store, staging, settings, provider, embedder, tok, full,
-                  progress or no_progress, given=given, on_plan=on_plan)
         # An endpoint's embeddings are requested as their texts become final, while the chat
         # stages run (the vectors stage then finds them cached): the units' now.
         ahead = EmbeddingsAhead(b, enabled=embeds_remotely(embedder))
@@ -301,6 +302,11 @@ async def run_index(
                    *resolved.units]
         graph = await stage_graph(b, changed, keys=resolved.keys, rids=resolved.rids)
         ahead.submit("entities", graph.entities)  # written: their descriptions are final
+        # the search rows of units and entities (final now) are written while the communities
+        # and reports are computed, when the embedder runs here (SearchRows)
+        search_rows = SearchRows(b, rebuild=rebuild_vectors,
+                                 erase=bool(units.removed or revoked or full))
+        search_rows.start_early()
         lap("merge")
         # 7. communities: a local update, or a fresh clustering
         hierarchy = stage_communities(b, graph)
@@ -313,8 +319,8 @@ async def run_index(
         # 9. embeddings and search rows of what changed
         await ahead.drain()
         lap("embed_wait")
-        vectors = await stage_vectors(b, rebuild=rebuild_vectors,
-                                      erase=bool(units.removed or revoked or full))
+        vectors = await search_rows.finish()
+        await b.close_workers()
         lap("vectors")
         # 10. one atomic commit
         failures = extracted.failures + reports.failures
@@ -344,6 +350,9 @@ async def run_index(
         lap("commit")
     finally:
         imports.documents_done()  # a run that failed early leaves no thread waiting
+        if search_rows is not None:  # nothing left writing or running behind a failed run
+            await search_rows.close()
+        await b.close_workers()
         memo.close()
         staging.close()
         store.batch_cache_writes(1)

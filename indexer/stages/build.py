@@ -11,6 +11,7 @@ from canopy.indexer.forecast import PlanSink
 from canopy.indexer.operations.clustering import GivenCommunities
 from canopy.indexer.operations.report_context import ElementSizes
 from canopy.providers.base import Embedder, Provider
+from canopy.providers.builtin.processes import WorkerPool
 from canopy.settings import Settings
 from canopy.store import GraphReads, Staging, Store
 from canopy.tokenizer import Tokenizer
@@ -83,8 +84,24 @@ class Build:
     # are written (the merge: while its summary requests run) for the reports to use
     sizes: ElementSizes = field(init=False)
 
+    # the builtin provider's worker processes, shared by the stages that use them (`workers`)
+    _workers: WorkerPool | None = field(default=None, init=False)
+
     def __post_init__(self) -> None:
         self.sizes = ElementSizes(self.tok)
+
+    def workers(self, processes: int) -> WorkerPool:
+        """The run's worker processes (`processes` of them when the first stage to ask starts
+        them; later stages take the same ones): extraction's workers hash the vectors too,
+        instead of a second pool paying the imports again (seconds, on a loaded machine)."""
+        if self._workers is None:
+            self._workers = WorkerPool(processes)
+        return self._workers
+
+    async def close_workers(self) -> None:
+        if self._workers is not None:
+            await self._workers.close()
+            self._workers = None
 
     @property
     def reads(self) -> GraphReads:

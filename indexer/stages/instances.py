@@ -97,11 +97,10 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
 
     batcher: BatchExtractor | None = (b.provider if isinstance(b.provider, BatchExtractor)
                                       else None)
-    local: ProcessExtractor | None = None  # the builtin extractor in worker processes
     if batcher is None and isinstance(b.provider, BuiltinProvider):
         processes = extraction_processes(x.processes, len(todo))
         if processes:
-            batcher = local = ProcessExtractor(processes, b.provider._count)  # noqa: SLF001
+            batcher = ProcessExtractor(b.workers(processes), b.provider._count)  # noqa: SLF001
 
     async def several(units: list[TextUnit]) -> None:
         """One batch (a provider that extracts in batches: the builtin one on Ray)."""
@@ -147,8 +146,6 @@ async def extract_units(b: Build, unit_ids: Iterable[str]) -> ExtractOutcome:
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-        if local is not None:
-            await local.close()
         b.store.save_extractions(done)
     if todo and unavailable and len(unavailable) == len(todo):
         raise unavailable[0]  # nothing got through: say so instead of indexing nothing

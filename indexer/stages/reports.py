@@ -150,8 +150,21 @@ async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta,
         out.communities += len(chunk.ids)
 
     plan = report_plan(stale, lineage, members, size, _CHUNK_MEMBERS)
-    await _in_plan_order(plan, members, write, _CHUNK_MEMBERS)
+    if _computed_here(b):
+        for chunk in plan:  # each after the chunks it comes after: they are earlier in the plan
+            await write(chunk)
+    else:
+        await _in_plan_order(plan, members, write, _CHUNK_MEMBERS)
     return out
+
+
+def _computed_here(b: Build) -> bool:
+    """Whether the provider writes reports in this process, never waiting (the builtin one):
+    then chunks are written one after another, and their reports one at a time with a turn of
+    the event loop between them, so that the search rows written meanwhile
+    (`SearchRows.start_early`) move on. Gathered, a chunk's reports would all be computed in one
+    turn; chunks side by side would each hold their rows at once (the row cache overflows)."""
+    return bool(getattr(b.provider, "in_process", False))
 
 
 async def _in_plan_order(plan: list[ReportChunk], members: dict[str, int],
@@ -385,7 +398,12 @@ async def _write(b: Build, items: list[tuple[Community, _Source]], sizes: Elemen
         written.append(report)
 
     unavailable: list[EndpointUnavailable] = []
-    await asyncio.gather(*(one(c, source) for c, source in items))
+    if _computed_here(b):
+        for c, source in items:
+            await one(c, source)
+            await asyncio.sleep(0)
+    else:
+        await asyncio.gather(*(one(c, source) for c, source in items))
     if unavailable and not written:
         raise unavailable[0]  # the endpoint is down: stop rather than commit reportless communities
     for report in sorted(written, key=lambda r: r.community_id):

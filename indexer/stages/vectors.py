@@ -40,7 +40,7 @@ from canopy.vectors import (
 )
 
 __all__ = ["EmbeddingsAhead", "VectorOutcome", "caches_vectors", "embeds_remotely",
-           "retrain_noted", "search_tables_need_tidy", "stage_vectors", "tidy_search_tables"]
+           "SearchRows", "retrain_noted", "search_tables_need_tidy", "tidy_search_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -171,64 +171,119 @@ class EmbeddingsAhead:
         self._tasks = []
 
 
-async def stage_vectors(b: Build, *, rebuild: bool, erase: bool) -> VectorOutcome:
-    """Write the search rows of staged artifacts (all artifacts with `rebuild`). `erase`: text
-    left the index in this run (deleted or edited units), so the rows it deletes are noted for
-    rewriting (`VectorStore`)."""
-    embedder = b.embedder
-    vectors = VectorStore(b.store.index_dir, embedder.dims or 0, erase=erase)
-    committed = json.loads(b.store.get_meta("lance_versions", "{}") or "{}")
-    vectors.restore(committed, missing_ok=rebuild)
-    if rebuild:
-        vectors.clear()
-    plan = {table: _ids(b, table, rebuild) for table in TABLES}
-    texts = sum(len(v) for v in plan.values())
-    advance = b.progress("embed", texts)
-    embedded = 0
-    pool: ProcessEmbedder | None = None  # the hashing embedder over worker processes
-    if isinstance(embedder, HashEmbedder):
-        processes = embedding_processes(b.settings.extract.processes, texts)
-        if processes:
-            embedder = pool = ProcessEmbedder(embedder, processes)
+# Rows a batch of the tables written early (`SearchRows.start_early`): that writing moves on only
+# when the report stage hands the event loop back (after each report, offline), a few turns a
+# batch, so fewer, larger batches than the vectors stage's finish sooner behind it.
+_EARLY_BATCH = 4096
+_EARLY_TABLES = ("text_units", "entities")
 
-    async def one_table(table: str, ids: list[str]) -> None:
-        nonlocal embedded
-        for start in range(0, len(ids), _BATCH):
-            batch = ids[start:start + _BATCH]
-            items = list(_items(b, table, batch))
-            keys = _keys(b, items)
-            cached, new = await _cached_and_new(b, items, keys, embedder)
-            cached.update(new)
-            embedded += len(new)
-            if caches_vectors(embedder):  # cached ones too: a text now derives from these units
-                b.store.embeddings_put(new, {keys[it.id]: it.units for it in items})
-            if not vectors.dims and cached:  # an endpoint tells its width with its first reply
-                vectors.dims = len(next(iter(cached.values()))) // 4
-            rows = [
-                VectorRow(
-                    it.id,
-                    it.text,
-                    keys[it.id],
-                    np.frombuffer(cached[keys[it.id]], dtype=np.float32),
-                    it.acl,
-                    it.level,
-                )
-                for it in items
-            ]
-            await asyncio.to_thread(vectors.write, table, [] if rebuild else batch, rows)
-            advance(len(batch))
-        await asyncio.to_thread(vectors.maintain, table)
 
-    # The tables are written side by side: a write is mostly waiting on LanceDB (its own
-    # threads do the work), which one table at a time left idle 0.4 s of a 30-article build's
-    # 0.6 s. Only LanceDB calls leave the loop's thread: the store is this thread's.
-    try:
+class SearchRows:
+    """The vectors stage (design §3.7): the search rows of staged artifacts (of all artifacts
+    with `rebuild`), written in one or two steps.
+
+    With an embedder that computes here (the hashing one, a local model), the units' and the
+    entities' rows are final once the graph is merged, and writing them is mostly waiting on
+    LanceDB's threads and the hashing workers: `start_early` writes them while the communities
+    and reports are computed on the writer's thread, and `finish` writes the reports' rows and
+    waits for the rest. An endpoint's embeddings are requested ahead instead
+    (`EmbeddingsAhead`), so there every table is written by `finish`, from the cache.
+    `erase`: text left the index in this run (deleted or edited units), so the rows it deletes
+    are noted for rewriting (`VectorStore`)."""
+
+    def __init__(self, b: Build, *, rebuild: bool, erase: bool) -> None:
+        self.b = b
+        self.rebuild = rebuild
+        self.embedder: Embedder = b.embedder
+        self.vectors = VectorStore(b.store.index_dir, b.embedder.dims or 0, erase=erase)
+        committed = json.loads(b.store.get_meta("lance_versions", "{}") or "{}")
+        self.vectors.restore(committed, missing_ok=rebuild)
+        if rebuild:
+            self.vectors.clear()
+        self.embedded = 0
+        self._pool: ProcessEmbedder | None = None  # the hashing embedder over worker processes
+        self._early: asyncio.Task[None] | None = None
+        self._written: set[str] = set()
+
+    def start_early(self) -> bool:
+        """Start writing the units' and entities' rows (their artifacts are final), when the
+        embedder runs in this process; whether it started."""
+        if embeds_remotely(self.b.embedder) or self._early is not None:
+            return False
+        plan = {table: _ids(self.b, table, self.rebuild) for table in _EARLY_TABLES}
+        self._written.update(plan)
+        self._early = asyncio.ensure_future(self._write(plan, _EARLY_BATCH))
+        return True
+
+    async def finish(self) -> VectorOutcome:
+        """Write the rows of the tables not written early, and wait for those that were."""
+        plan = {table: _ids(self.b, table, self.rebuild)
+                for table in TABLES if table not in self._written}
+        self._written.update(plan)
+        try:
+            await side_by_side([*([self._early] if self._early else []),
+                                self._write(plan, _BATCH)])
+        finally:
+            await self.close()
+        v = self.vectors
+        return VectorOutcome(self.embedded, v.versions(), v.scrub, v.written, frozenset(v.retrain))
+
+    async def close(self) -> None:
+        """End what runs: a run that fails early leaves nothing behind (the run ends the
+        worker processes: `Build.close_workers`)."""
+        if self._early is not None and not self._early.done():
+            self._early.cancel()
+            await asyncio.gather(self._early, return_exceptions=True)
+
+    def _embedder(self, texts: int) -> Embedder:
+        """The build's embedder; the hashing one over worker processes for many texts."""
+        if self._pool is not None:
+            return self._pool
+        local = self.b.embedder
+        if isinstance(local, HashEmbedder):
+            processes = embedding_processes(self.b.settings.extract.processes, texts)
+            if processes:
+                self._pool = ProcessEmbedder(local, self.b.workers(processes))
+                return self._pool
+        return local
+
+    async def _write(self, plan: dict[str, list[str]], batch_size: int) -> None:
+        b, vectors, rebuild = self.b, self.vectors, self.rebuild
+        texts = sum(len(v) for v in plan.values())
+        advance = b.progress("embed", texts)
+        embedder = self._embedder(texts)
+
+        async def one_table(table: str, ids: list[str]) -> None:
+            for start in range(0, len(ids), batch_size):
+                batch = ids[start:start + batch_size]
+                items = list(_items(b, table, batch))
+                keys = _keys(b, items)
+                cached, new = await _cached_and_new(b, items, keys, embedder)
+                cached.update(new)
+                self.embedded += len(new)
+                if caches_vectors(embedder):  # cached ones too: a text now derives from these
+                    b.store.embeddings_put(new, {keys[it.id]: it.units for it in items})
+                if not vectors.dims and cached:  # an endpoint tells its width with its first reply
+                    vectors.dims = len(next(iter(cached.values()))) // 4
+                rows = [
+                    VectorRow(
+                        it.id,
+                        it.text,
+                        keys[it.id],
+                        np.frombuffer(cached[keys[it.id]], dtype=np.float32),
+                        it.acl,
+                        it.level,
+                    )
+                    for it in items
+                ]
+                await asyncio.to_thread(vectors.write, table, [] if rebuild else batch, rows)
+                advance(len(batch))
+            await asyncio.to_thread(vectors.maintain, table)
+
+        # The tables are written side by side: a write is mostly waiting on LanceDB (its own
+        # threads do the work), which one table at a time left idle 0.4 s of a 30-article
+        # build's 0.6 s. Only LanceDB calls leave the loop's thread: the store is this thread's.
         await side_by_side(one_table(t, ids) for t, ids in plan.items())
-    finally:
-        if pool is not None:
-            await pool.close()
-    return VectorOutcome(embedded, vectors.versions(), vectors.scrub, vectors.written,
-                         frozenset(vectors.retrain))
 
 
 def _tidy_plan(store: Store, storage: StorageSettings, now: float) -> bool | None:

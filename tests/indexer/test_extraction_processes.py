@@ -72,7 +72,7 @@ def test_worker_processes_build_the_in_process_index(tmp_path: Path,
     monkeypatch.setattr(processes._Worker, "start", staticmethod(counted))
     workers = build_index(open_workspace(docs, index_dir=tmp_path / "b",
                                          extract={"processes": 2}))
-    assert len(started) == 4  # two for extraction, two for the vectors
+    assert len(started) == 2  # one pool for the run: extraction's workers hash the vectors
     assert all(w.proc.returncode == 0 for w in started)  # type: ignore[attr-defined]
     assert workers.stats["units_extracted"] == inproc.stats["units_extracted"] > 0
     assert workers.failures == [] and inproc.failures == []
@@ -90,11 +90,11 @@ def test_an_embedding_worker_that_dies_leaves_its_share_to_the_writer(
     want = local.embed_sync(texts)
 
     async def embed() -> tuple[object, int]:
-        e = ProcessEmbedder(local, 2)
+        e = ProcessEmbedder(local, processes.WorkerPool(2))
         try:
             return await e.embed(texts), e.pool.tasks
         finally:
-            await e.close()
+            await e.pool.close()
 
     got, tasks = asyncio.run(embed())
     assert tasks == 2 and (got == want).all()  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ import os
 import pickle
 import signal
 import struct
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
@@ -106,46 +107,60 @@ class WorkerDied(ProviderError):
 
 
 class _Worker:
-    """One worker process and its pipes; one task at a time."""
+    """One worker process and its pipes; one task at a time. A call's pipe traffic runs on a
+    thread with blocking reads: on the event loop, a 12 MB reply (8,192 vectors) is read 256 KB
+    a turn of the loop, and a writer busy with reports gives the loop a turn a few times a
+    second, so a reply took seconds to arrive (`SearchRows.start_early`)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
 
     @classmethod
     async def start(cls) -> _Worker:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _WORKER_MAIN,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
-        return cls(proc)
+        return cls(subprocess.Popen(  # noqa: S603 (this interpreter, our module)
+            [sys.executable, "-c", _WORKER_MAIN],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env))
+
+    def _call(self, data: bytes) -> object:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+        self.proc.stdin.flush()
+        head = self.proc.stdout.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            raise EOFError("the worker closed its output")
+        size, = _HEADER.unpack(head)
+        body = self.proc.stdout.read(size)
+        if len(body) < size:
+            raise EOFError("the worker closed its output mid-reply")
+        return pickle.loads(body)  # noqa: S301 (our child)
 
     async def call(self, payload: object) -> object:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
         data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-        self.proc.stdin.write(_HEADER.pack(len(data)) + data)
-        await self.proc.stdin.drain()
-        size, = _HEADER.unpack(await self.proc.stdout.readexactly(_HEADER.size))
-        ok, value = pickle.loads(await self.proc.stdout.readexactly(size))  # noqa: S301 (our child)
+        ok, value = await asyncio.to_thread(self._call, data)  # type: ignore[misc]
         if not ok:
             raise ProviderError(f"a builtin worker process failed: {value}")
         return value
 
     async def stop(self) -> None:
         if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, ConnectionError, OSError):
+            with contextlib.suppress(ConnectionError, OSError, ValueError):
                 assert self.proc.stdin is not None
                 self.proc.stdin.close()  # end of input: the worker exits
             try:
-                await asyncio.wait_for(self.proc.wait(), 5)
-            except TimeoutError:
+                await asyncio.to_thread(self.proc.wait, 5)
+            except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
-                await self.proc.wait()
+                await asyncio.to_thread(self.proc.wait)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 class WorkerPool:
-    """`workers` worker processes, started at the first task, for one stage of one run
-    (`close` ends them). When every worker has died, tasks run in the writer."""
+    """`workers` worker processes, started at the first task, for one run (`close` ends them;
+    extraction and the vectors share them: a build starts its workers once). When every worker
+    has died, tasks run in the writer."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -184,7 +199,7 @@ class WorkerPool:
             return _TASKS[task](*args)
         try:
             value = await worker.call((task, args))
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        except (EOFError, ConnectionError) as exc:
             self._lost(idle)
             raise WorkerDied(f"a builtin worker process ended ({type(exc).__name__})") from None
         except BaseException:
@@ -201,14 +216,14 @@ class WorkerPool:
 
 
 class ProcessExtractor:
-    """A `BatchExtractor` over a pool of worker processes, for one run (`close` ends them).
+    """A `BatchExtractor` over a pool of worker processes (the run's: its owner closes it).
     `count` is called once per unit sent, in the writer (the provider's accounting)."""
 
-    def __init__(self, workers: int, count: Callable[[str], None]) -> None:
+    def __init__(self, pool: WorkerPool, count: Callable[[str], None]) -> None:
         self.extract_batch_size = BATCH_UNITS
         # two batches a worker: one running, one on its way
-        self.extract_batches_in_flight = 2 * workers
-        self.pool = WorkerPool(workers)
+        self.extract_batches_in_flight = 2 * pool.workers
+        self.pool = pool
         self._count = count
 
     async def extract_batch(self, units: list[TextUnit], *, entity_types: list[str],
@@ -223,23 +238,20 @@ class ProcessExtractor:
         assert isinstance(got, list)
         return got
 
-    async def close(self) -> None:
-        await self.pool.close()
-
 
 class ProcessEmbedder:
     """The hashing embedder with each call's texts split over a pool of worker processes (the
-    same vectors: hashing is a pure function of the text). A worker that dies leaves its
-    share to the writer."""
+    run's: its owner closes it; the same vectors: hashing is a pure function of the text). A
+    worker that dies leaves its share to the writer."""
 
     lexical = True
     cache_vectors = False
 
-    def __init__(self, local: HashEmbedder, workers: int) -> None:
+    def __init__(self, local: HashEmbedder, pool: WorkerPool) -> None:
         self.local = local
         self.name = local.name
         self.dims = local.dims
-        self.pool = WorkerPool(workers)
+        self.pool = pool
 
     async def _part(self, texts: list[str]) -> np.ndarray:
         try:
@@ -258,9 +270,6 @@ class ProcessEmbedder:
                                        for i in range(0, len(texts), size)))
         return np.vstack(parts)
 
-    async def close(self) -> None:
-        await self.pool.close()
-
 
 def _embed(dims: int, name: str, texts: list[str]) -> np.ndarray:
     embedder = HashEmbedder(dims)
@@ -274,7 +283,7 @@ _TASKS: dict[str, Callable[..., object]] = {"extract": extract_batch, "embed": _
 
 def _serve(inp: BinaryIO, out: BinaryIO) -> None:
     """A worker's loop: a task in, its result out, until the writer closes its input."""
-    with memoized_names():  # for the worker's lifetime: one stage of one run
+    with memoized_names():  # for the worker's lifetime: one run
         while True:
             head = inp.read(_HEADER.size)
             if len(head) < _HEADER.size:
