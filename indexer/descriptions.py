@@ -15,12 +15,22 @@ from canopy.providers.base import Provider, prompt_key
 from canopy.store.sources import cache_sources
 from canopy.tokenizer import Tokenizer
 
-__all__ = ["Pending", "SummaryMemo", "describe"]
+__all__ = ["BatchDescriber", "Pending", "SummaryMemo", "describe"]
 
 
 class SummaryMemo(Protocol):
     def cache_get(self, key: str) -> str | None: ...
     def cache_put(self, key: str, response: str) -> None: ...
+
+
+class BatchDescriber(Protocol):
+    """Descriptions of several elements at once, by a provider that computes rather than asks
+    (the builtin one over worker processes: canopy.providers.builtin.processes)."""
+
+    batch_size: int
+
+    async def describe_batch(self, items: list[tuple[str, ...]], *, max_tokens: int
+                             ) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -43,13 +53,16 @@ async def describe(
     concurrency: int,
     on_done: Callable[[], None] | None = None,
     settled: Callable[[dict[str, str]], Awaitable[None]] | None = None,
+    batch: BatchDescriber | None = None,
 ) -> dict[str, str]:
     """One description per element id from `pending`: the only description as is, or a
     summary of several (one provider call each, unless this exact input was summarized
     before; what is cached records the element's units, canopy.store.sources).
     `settled(descriptions)` is awaited once, as soon as the requests are started, with the
     descriptions known without one (most of them: single descriptions, memoized summaries,
-    descriptions that fit joined), so the caller can write those while the requests run."""
+    descriptions that fit joined), so the caller can write those while the requests run.
+    `batch` (with no `memo`: what it computes is cheaper to compute again) describes the
+    elements of several descriptions in batches instead of one call each."""
     sem = asyncio.Semaphore(concurrency)
     out: dict[str, str] = {}
 
@@ -71,13 +84,27 @@ async def describe(
             on_done()
         out[element_id] = text.strip() or " ".join(kept)
 
+    async def part(chunk: list[tuple[str, tuple[str, ...]]], by: BatchDescriber) -> None:
+        got = await by.describe_batch([descs for _, descs in chunk], max_tokens=max_tokens)
+        for (element_id, _), text in zip(chunk, got, strict=True):
+            out[element_id] = text
+            if on_done:
+                on_done()
+
     several = []
+    batched: list[tuple[str, tuple[str, ...]]] = []
     for element_id, p in sorted(pending.items()):
         if len(p.descriptions) <= 1:
             out[element_id] = p.descriptions[0] if p.descriptions else ""
+        elif batch is not None and memo is None:
+            batched.append((element_id, p.descriptions))
         else:
             several.append(asyncio.ensure_future(
                 one(element_id, p.name, p.descriptions, p.units)))
+    if batch is not None:
+        n = batch.batch_size
+        several += [asyncio.ensure_future(part(batched[i:i + n], batch))
+                    for i in range(0, len(batched), n)]
     try:
         if settled is not None:
             if several:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from canopy.ids import content_hash, entity_id
-from canopy.indexer.descriptions import Pending, describe
+from canopy.indexer.descriptions import BatchDescriber, Pending, describe
 from canopy.indexer.operations.merging import (
     EntityDraft,
     RelationshipDraft,
@@ -28,6 +28,8 @@ from canopy.indexer.operations.merging import (
 )
 from canopy.indexer.stages.build import Build
 from canopy.model import Claim
+from canopy.providers.builtin import BuiltinProvider
+from canopy.providers.builtin.processes import summary_processes
 from canopy.store import ClaimRow, EntityRow, Gate, RelationshipRow
 from canopy.tasks import side_by_side
 
@@ -70,6 +72,16 @@ def _streams(b: Build) -> bool:
     relationship whose ends are in two leaf communities under a parent written from its
     children's reports alone is never counted)."""
     return not getattr(b.provider, "in_process", False)
+
+
+def _describer(b: Build, elements: int) -> BatchDescriber | None:
+    """The builtin provider's summaries over the run's worker processes, for a merge of many
+    elements: the summaries then run beside the merging of the next batches (four at a time:
+    `_overlapped`) instead of in the writer."""
+    if not isinstance(b.provider, BuiltinProvider) or b.memo is not None:
+        return None
+    processes = summary_processes(b.settings.extract.processes, elements)
+    return b.provider.describer(b.workers(processes), b.tok.name) if processes else None
 
 
 def _slices(items: list[_T], size: int = 250) -> Iterator[list[_T]]:
@@ -127,8 +139,9 @@ async def stage_graph(b: Build, changed_units: Iterable[str], *, keys: Iterable[
     # requests, not two: issue 35); a relationship's summary prompt names its endpoints, which
     # the entity merge decides before any entity summary returns.
     names = _Names(b)
-    await side_by_side([_stage_entities(b, sorted(keys), delta, advance, names),
-                        _stage_relationships(b, sorted(rids), delta, advance, names)])
+    describer = _describer(b, len(keys) + len(rids))
+    await side_by_side([_stage_entities(b, sorted(keys), delta, advance, names, describer),
+                        _stage_relationships(b, sorted(rids), delta, advance, names, describer)])
     _stage_claims(b, changed_units, delta)
     return delta
 
@@ -156,7 +169,8 @@ class _Names:
 
 
 async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
-                          advance: Callable[[int], None], names: _Names) -> None:
+                          advance: Callable[[int], None], names: _Names,
+                          describer: BatchDescriber | None) -> None:
     x = b.settings.extract
     batches = -(-len(keys) // _BATCH)
     if not batches:
@@ -202,7 +216,8 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
             {d.id: Pending(d.name, d.descriptions, tuple(u for u, _ in d.unit_acl))
              for d in drafts.values()},
             b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
-            concurrency=b.concurrency, settled=settled if _streams(b) else None)
+            concurrency=b.concurrency, settled=settled if _streams(b) else None,
+            batch=describer)
         later = {k: d for k, d in drafts.items() if d.id not in early}
         return batch, drafts, degrees, before, descriptions, later
 
@@ -218,7 +233,8 @@ async def _stage_entities(b: Build, keys: list[str], delta: GraphDelta,
 
 
 async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta,
-                               advance: Callable[[int], None], entity_names: _Names) -> None:
+                               advance: Callable[[int], None], entity_names: _Names,
+                               describer: BatchDescriber | None) -> None:
     x = b.settings.extract
 
     def put(drafts: Iterable[RelationshipDraft], before: dict[str, RelationshipRow],
@@ -256,7 +272,8 @@ async def _stage_relationships(b: Build, rids: list[str], delta: GraphDelta,
                            d.descriptions, tuple(u for u, _ in d.unit_acl))
              for d in drafts.values()},
             b.provider, b.tok, max_tokens=x.summary_max_tokens, memo=b.memo,
-            concurrency=b.concurrency, settled=settled if _streams(b) else None)
+            concurrency=b.concurrency, settled=settled if _streams(b) else None,
+            batch=describer)
         later = {k: d for k, d in drafts.items() if d.id not in early}
         return batch, drafts, before, descriptions, later
 

@@ -70,9 +70,20 @@ def test_worker_processes_build_the_in_process_index(tmp_path: Path,
         return w
 
     monkeypatch.setattr(processes._Worker, "start", staticmethod(counted))
+    tasks: list[str] = []
+    run = processes.WorkerPool.run
+
+    async def spied(self: processes.WorkerPool, task: str, *args: object) -> object:
+        tasks.append(task)
+        return await run(self, task, *args)
+
+    monkeypatch.setattr(processes.WorkerPool, "run", spied)
     workers = build_index(open_workspace(docs, index_dir=tmp_path / "b",
                                          extract={"processes": 2}))
-    assert len(started) == 2  # one pool for the run: extraction's workers hash the vectors
+    # one pool for the run: extraction's workers summarize and hash the vectors too
+    assert len(started) == 2
+    assert {"extract", "describe", "embed"} <= set(tasks)
+    assert workers.usage["summarize"]["calls"] == inproc.usage["summarize"]["calls"] > 0
     assert all(w.proc.returncode == 0 for w in started)  # type: ignore[attr-defined]
     assert workers.stats["units_extracted"] == inproc.stats["units_extracted"] > 0
     assert workers.failures == [] and inproc.failures == []

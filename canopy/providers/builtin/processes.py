@@ -1,5 +1,5 @@
 """The builtin provider's CPU work in worker processes, for a large build on a local machine:
-extraction, and the hashing embedder's vectors.
+extraction, the merged elements' summaries, and the hashing embedder's vectors.
 
 With no endpoint a build is CPU-bound, and the writer is one Python process: the builtin
 extractor (tens of milliseconds a text unit) then holds one core while the others idle. Worker
@@ -41,9 +41,9 @@ from canopy.model import Extraction, TextUnit
 from canopy.providers.builtin.embedder import HashEmbedder
 from canopy.providers.builtin.extraction import extract_unit
 
-__all__ = ["AUTO_MIN_TEXTS", "AUTO_MIN_UNITS", "ProcessEmbedder", "ProcessExtractor",
-           "WorkerDied", "WorkerPool", "cores", "embedding_processes", "extract_batch",
-           "extraction_processes"]
+__all__ = ["AUTO_MIN_TEXTS", "AUTO_MIN_UNITS", "ProcessDescriber", "ProcessEmbedder",
+           "ProcessExtractor", "WorkerDied", "WorkerPool", "cores", "describe_batch",
+           "embedding_processes", "extract_batch", "extraction_processes", "summary_processes"]
 
 # Below this many units to extract, `processes` unset keeps extraction in the writer: starting
 # a worker costs about half a second (its imports), which a small update would pay for
@@ -58,6 +58,8 @@ BATCH_UNITS = 16
 AUTO_MIN_TEXTS = 10_000
 # Fewer texts than this are not worth a worker's share of an embedding call.
 MIN_EMBED_TEXTS = 64
+# Elements a summary task (a millisecond or so each): a task is tens of milliseconds.
+BATCH_DESCRIPTIONS = 64
 _HEADER = struct.Struct("!I")
 # The stdout pipe is kept as another descriptor and stdout becomes stderr before anything is
 # imported: whatever prints goes to stderr, never into the replies.
@@ -102,6 +104,12 @@ def embedding_processes(setting: int | None, texts: int) -> int:
     return _processes(setting, texts, AUTO_MIN_TEXTS)
 
 
+def summary_processes(setting: int | None, elements: int) -> int:
+    """Worker processes for a merge of `elements` entities and relationships (a few in ten
+    need a summary, a millisecond or so each: the same bound as the vectors')."""
+    return _processes(setting, elements, AUTO_MIN_TEXTS)
+
+
 class WorkerDied(ProviderError):
     """A worker process ended before it answered (killed, out of memory)."""
 
@@ -122,7 +130,7 @@ class _Worker:
             [sys.executable, "-c", _WORKER_MAIN],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env))
 
-    def _call(self, data: bytes) -> object:
+    def _call(self, data: bytes) -> tuple[bool, object]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(_HEADER.pack(len(data)) + data)
         self.proc.stdin.flush()
@@ -133,11 +141,12 @@ class _Worker:
         body = self.proc.stdout.read(size)
         if len(body) < size:
             raise EOFError("the worker closed its output mid-reply")
-        return pickle.loads(body)  # noqa: S301 (our child)
+        reply: tuple[bool, object] = pickle.loads(body)  # noqa: S301 (our child)
+        return reply
 
     async def call(self, payload: object) -> object:
         data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-        ok, value = await asyncio.to_thread(self._call, data)  # type: ignore[misc]
+        ok, value = await asyncio.to_thread(self._call, data)
         if not ok:
             raise ProviderError(f"a builtin worker process failed: {value}")
         return value
@@ -271,6 +280,31 @@ class ProcessEmbedder:
         return np.vstack(parts)
 
 
+class ProcessDescriber:
+    """The builtin provider's summaries of merged elements over the run's worker processes
+    (`canopy.indexer.descriptions.describe(batch=...)`), a task per `BATCH_DESCRIPTIONS`
+    elements; `count` is called once per element, in the writer (the provider's accounting).
+    A worker that dies leaves its batch to the writer."""
+
+    def __init__(self, pool: WorkerPool, count: Callable[[str], None], input_encoding: str,
+                 encoding: str) -> None:
+        self.pool = pool
+        self.batch_size = BATCH_DESCRIPTIONS
+        self._count = count
+        self._encodings = (input_encoding, encoding)
+
+    async def describe_batch(self, items: list[tuple[str, ...]], *, max_tokens: int
+                             ) -> list[str]:
+        for _ in items:
+            self._count("summarize")
+        try:
+            got = await self.pool.run("describe", *self._encodings, max_tokens, items)
+        except WorkerDied:
+            return describe_batch(*self._encodings, max_tokens, items)
+        assert isinstance(got, list)
+        return got
+
+
 def _embed(dims: int, name: str, texts: list[str]) -> np.ndarray:
     embedder = HashEmbedder(dims)
     if embedder.name != name:  # cannot happen with one install; would give other vectors
@@ -278,7 +312,27 @@ def _embed(dims: int, name: str, texts: list[str]) -> np.ndarray:
     return embedder.embed_sync(texts)
 
 
-_TASKS: dict[str, Callable[..., object]] = {"extract": extract_batch, "embed": _embed}
+def describe_batch(input_encoding: str, encoding: str, max_tokens: int,
+                   items: Sequence[Sequence[str]]) -> list[str]:
+    """The description of each element of several distinct descriptions (a worker's task, and
+    the writer's when no worker is left): what `canopy.indexer.descriptions.describe` makes of
+    them with the builtin provider (its summary of the descriptions the input budget keeps,
+    or those joined when it has none)."""
+    from canopy.indexer.operations.merging import summary_input
+    from canopy.providers.builtin.summaries import summarize_descriptions
+    from canopy.tokenizer import get_tokenizer
+
+    tok, summary_tok = get_tokenizer(input_encoding), get_tokenizer(encoding)
+    out = []
+    for descriptions in items:
+        kept = summary_input(list(descriptions), tok)
+        text = summarize_descriptions(kept, max_tokens, summary_tok)
+        out.append(text.strip() or " ".join(kept))
+    return out
+
+
+_TASKS: dict[str, Callable[..., object]] = {"extract": extract_batch, "embed": _embed,
+                                            "describe": describe_batch}
 
 
 def _serve(inp: BinaryIO, out: BinaryIO) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from canopy.ids import normalize_name
 from canopy.model import Extraction, Report, TextUnit
@@ -34,6 +35,9 @@ from canopy.providers.builtin.relevance import Scorer, importance, report_fields
 from canopy.providers.builtin.summaries import summarize_descriptions
 from canopy.providers.builtin.text import split_sentences, terms, trim
 from canopy.tokenizer import get_tokenizer
+
+if TYPE_CHECKING:  # imported where used: worker processes serve large builds only
+    from canopy.providers.builtin.processes import ProcessDescriber, WorkerPool
 
 __all__ = ["NO_INFORMATION", "BuiltinProvider"]
 
@@ -65,6 +69,13 @@ class BuiltinProvider:
         with self._lock:
             self._usage.setdefault(task, Usage()).calls += 1
         record_usage(task, calls=1)
+
+    def describer(self, pool: WorkerPool, input_encoding: str) -> ProcessDescriber:
+        """Its summaries of merged elements computed by worker processes (a large merge:
+        canopy.indexer.stages.graph), counted here as `summarize` calls."""
+        from canopy.providers.builtin.processes import ProcessDescriber
+
+        return ProcessDescriber(pool, self._count, input_encoding, self._tokenizer.name)
 
     def usage(self) -> dict[str, Usage]:
         with self._lock:
