@@ -153,7 +153,7 @@ def extract_unit(unit: TextUnit, *, entity_types: Sequence[str] = DEFAULT_ENTITY
             if not s.sentences or s.sentences[-1] != si:
                 s.sentences.append(si)
         under.append(current)
-        for m in find_mentions(sentence):
+        for m in find_mentions(sentence, lower_words):
             key = normalize_name(m.name)
             if not key:
                 continue

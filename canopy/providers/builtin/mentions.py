@@ -6,10 +6,11 @@ claim cues: the builtin extractor's heuristics. Pure functions, deterministic, n
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from canopy.providers.builtin import lexicon as lx
-from canopy.providers.builtin.text import has_cjk, load_jieba
+from canopy.providers.builtin.text import has_cjk, initials_before_name, load_jieba
 
 __all__ = ["TYPES", "Mention", "claim_type", "find_mentions", "heading_name", "headings",
            "type_scores"]
@@ -22,7 +23,13 @@ _CAPW = f"[{_UP}][{_AL}]*(?:['’&.-][{_AL}]+)*"
 _CONN = (r"(?:of the|of|de la|de|del|della|van der|van den|van de|van|von der|von|der|den|du|da"
          r"|di|dos|das|le|la|al|bin|ibn|&)")
 _DOTTED = r"(?:Mr|Mrs|Ms|Mx|Dr|Prof|Rev|Capt|Col|Gen|Lt|Sgt|Hon|St)\.[ ]+"
-_NAME = re.compile(f"(?<![{_AL}'’&.-])(?:{_DOTTED})?{_CAPW}(?:[ ]+(?:{_CONN}[ ]+)?{_CAPW})*")
+# Initials with their dots before another capitalized word ("H.P. Lovecraft", "George A.
+# Romero", "U.S. President"): in the run, and `_groups` decides whether they stay in the name.
+_INIT = f"(?:[{_UP}]\\.){{1,3}}(?=[ ]+[{_UP}])"
+_WORD = f"(?:{_INIT}|{_CAPW})"
+_NAME = re.compile(f"(?<![{_AL}'’&.-])(?:{_DOTTED})?{_WORD}(?:[ ]+(?:{_CONN}[ ]+)?{_WORD})*")
+_INITIALS = re.compile(f"(?:[{_UP}]\\.)+")
+MAX_AFTER_INITIALS = 2  # words after initials that open a name: "H.P. Lovecraft", "W.E.B. Du Bois"
 _ACRONYM = re.compile(r"[A-Z][A-Z0-9&]{1,5}")
 _ROMAN = re.compile(r"[IVXLCDM]+")
 _SHOUT = re.compile(r"\b[A-Z]{2,}\b")
@@ -99,9 +106,43 @@ def type_scores(tokens: list[str], *, acronym: bool = False) -> dict[str, float]
     return s
 
 
-def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, int]]]:
+def _initials_join(toks: list[tuple[str, int]], i: int, inside: bool,
+                   ordinary: Container[str]) -> bool:
+    """Whether the initials `toks[i]` ("H.P.", "A.") stay in the name with the words after them:
+    a person's initials before a name (`initials_before_name`, on the first word after them and
+    any further initials), after a first word of the name ("George A. Romero": `inside`) or
+    opening it with at most MAX_AFTER_INITIALS words after them, each a name's ("T.J. Watt",
+    "W.E.B. Du Bois"; not "N.F.L. Commissioner Roger Goodell", a title before a name, nor "S.
+    Main Street")."""
+    j = i + 1
+    while j < len(toks) and _INITIALS.fullmatch(toks[j][0]):
+        j += 1
+    chain = "".join(t for t, _ in toks[i:j])  # "U. S." is "U.S."
+    if j == len(toks) or not initials_before_name(chain, toks[j][0], ordinary):
+        return False
+    if inside:
+        return True
+    rest = [t for t, _ in toks[j:]]
+    return len(rest) <= MAX_AFTER_INITIALS and all(
+        initials_before_name(chain, t, ordinary) for t in rest)
+
+
+def _initials_name(words: list[str]) -> bool:
+    """Whether a name ends in initials and at most MAX_AFTER_INITIALS words of a name after
+    them ("T.J. Watt", "George A. Romero"; not "Edward F. Knapp State Airport")."""
+    last = max((k for k, w in enumerate(words) if _INITIALS.fullmatch(w)), default=None)
+    if last is None:
+        return False
+    rest = words[last + 1 :]
+    return 0 < len(rest) <= MAX_AFTER_INITIALS and all(
+        initials_before_name(words[last], w) for w in rest)
+
+
+def _groups(toks: list[tuple[str, int]], initial: bool,
+            ordinary: Container[str] = ()) -> list[list[tuple[str, int]]]:
     """Split one capitalized run into name candidates: drop sentence-initial common words,
-    split at titles like "PhD", at inner possessives and at "of" without a head word."""
+    split at titles like "PhD", at inner possessives, at "of" without a head word and after
+    initials that are not a person's (`_initials_join`: they lose their dot, "U.S")."""
     while toks:
         low = toks[0][0].lower().replace("’", "'")
         if (
@@ -116,6 +157,21 @@ def _groups(toks: list[tuple[str, int]], initial: bool) -> list[list[tuple[str, 
     groups: list[list[tuple[str, int]]] = []
     cur: list[tuple[str, int]] = []
     for i, (tok, pos) in enumerate(toks):
+        if tok.endswith(".") and _INITIALS.fullmatch(tok):
+            chained = i > 0 and _INITIALS.fullmatch(toks[i - 1][0])  # "J. R. R. Tolkien"
+            if chained and cur and cur[-1][0] == toks[i - 1][0] or (
+                    not chained and _initials_join(toks, i, bool(cur), ordinary)):
+                cur.append((tok, pos))
+            else:  # as if the name ended at the dot and another run began after the initials
+                groups.append([*cur, (tok[:-1], pos)])
+                j = i + 1
+                while j < len(toks) and _INITIALS.fullmatch(toks[j][0]):
+                    groups.append([(toks[j][0][:-1], toks[j][1])])
+                    j += 1
+                groups += _groups(toks[j:], False, ordinary)
+                cur = []
+                break
+            continue
         low = tok.lower()
         if low.rstrip(".") in lx.NON_NAMES or (len(tok) > 6 and _ALLCAPS.fullmatch(tok)):
             groups.append(cur)
@@ -189,7 +245,7 @@ def _speaker(sentence: str) -> Mention | None:
     return Mention(m.group(1), 0, scores, 3.0, speaker=True)
 
 
-def _latin_mentions(sentence: str, cjk: bool) -> list[Mention]:
+def _latin_mentions(sentence: str, cjk: bool, ordinary: Container[str]) -> list[Mention]:
     out: list[Mention] = []
     speaker = _speaker(sentence)
     if speaker is not None:  # blanked out: the line is read as if it began after the label
@@ -202,7 +258,7 @@ def _latin_mentions(sentence: str, cjk: bool) -> list[Mention]:
         before = sentence[: m.start()].rstrip()
         initial = not cjk and (not before or before.endswith(_INITIAL_AFTER))
         toks = [(t.group(), m.start() + t.start()) for t in _TOKEN.finditer(m.group())]
-        for g in _groups(toks, initial):
+        for g in _groups(toks, initial, ordinary):
             words_ = [t for t, _ in g]
             last = words_[-1]
             if last.endswith(("'s", "’s")):
@@ -223,6 +279,8 @@ def _latin_mentions(sentence: str, cjk: bool) -> list[Mention]:
             ):
                 continue
             scores = type_scores(core, acronym=acronym)
+            if _initials_name(core):
+                scores["person"] += 3  # a person's initials kept before a name: "T.J. Watt"
             if honor and len(core) > 1 and core is not words_:
                 scores["person"] += 6 if words_[0].lower().rstrip(".") in lx.PERSON_DOTTED else 3
             cue = max(scores.values())
@@ -320,10 +378,11 @@ def heading_name(heading: str) -> str | None:
     return name
 
 
-def find_mentions(sentence: str) -> list[Mention]:
-    """Name-like mentions in one sentence, in order of appearance."""
+def find_mentions(sentence: str, ordinary: Container[str] = ()) -> list[Mention]:
+    """Name-like mentions in one sentence, in order of appearance. `ordinary`: the words the
+    text around it writes in lower case (no surname after initials is one of them)."""
     cjk = has_cjk(sentence)
-    out = _latin_mentions(sentence, cjk)
+    out = _latin_mentions(sentence, cjk, ordinary)
     if cjk:
         out += _cjk_mentions(sentence)
     out.sort(key=lambda m: (m.start, -len(m.name)))

@@ -54,8 +54,9 @@ class BuiltinProvider:
     # Part of the extraction fingerprint: raise it when the extraction rules or word lists change,
     # so that the next `canopy index` extracts every unit again (cheap here) instead of keeping
     # what the old rules found. 2: word lists without corpus-fitted names, rules for unknown names;
-    # 3: a level-one heading names the entity its section is about.
-    extraction_version = "3"
+    # 3: a level-one heading names the entity its section is about; 4: a person's initials stay
+    # in the name ("H.P. Lovecraft", "George A. Romero") and end no sentence.
+    extraction_version = "4"
     # Its calls compute in this process and return without waiting: nothing to overlap them
     # with (the merge writes its rows in one go; canopy.indexer.stages.graph._streams).
     in_process = True

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from functools import lru_cache
 from itertools import pairwise
 from types import ModuleType
@@ -41,6 +41,7 @@ __all__ = [
     "ANALYSIS_TAG",
     "TERMS_VERSION",
     "has_cjk",
+    "initials_before_name",
     "lexical_terms",
     "load_jieba",
     "read_sentence_terms",
@@ -192,6 +193,44 @@ _BOUND = re.compile(
     r"|(?P<lat>[.!?…]+[\"'”’)\]]*)(?=\s+[\"'“‘(\[]*[A-Z0-9À-ÖØ-Þ" + _CJK_CLASS + "])"
 )
 _LAST_WORD = re.compile(r"([A-Za-z][A-Za-z.]*)$")
+_NEXT_WORD = re.compile(r"\s+[\"'“‘(\[]*([^\s\"'”’)\],;:!?]+)")
+_INITIALS = re.compile(r"(?:[A-ZÀ-ÖØ-Þ]\.){1,3}")  # "A.", "H.P.", "W.E.B."
+_DOTTED_INITIALS = re.compile(r"(?:[A-Z]\.)+[A-Z]")  # as `_LAST_WORD` sees "H.P." before its stop
+_AFTER_NUMBER = re.compile(r"[\d°][ ]?$")  # "34° C.", "660 V.": a unit, not an initial
+_LOWER = re.compile(r"\b[a-zà-öø-ÿ][a-zà-öø-ÿ'’-]*")
+# Capitalized words that are no surname: words of sentences, dates, titles, the head and first
+# words of organizations, places and events ("U.N. Security Council", "D.C. Police").
+_NOT_SURNAME = (lx.STOPWORDS | lx.SENTENCE_STARTERS | lx.MONTHS_DAYS | lx.HONORIFICS
+                | lx.NON_NAMES | lx.NOT_ALONE | lx.ORG_SUFFIXES | lx.ORG_NOUNS
+                | lx.ORG_PREFIXES | lx.GEO_SUFFIXES | lx.GEO_PREFIXES | lx.EVENT_WORDS
+                | lx.NOT_PERSONAL | lx.COMPASS)
+
+
+def initials_before_name(initials: str, word: str, ordinary: Container[str] = ()) -> bool:
+    """Whether `initials` ("H.P.", "A.", "W.E.B.": one to three capitals, each with its dot)
+    written just before `word` read as a person's initials before the rest of the name ("H.P.
+    Lovecraft", "George A. Romero"), not as an abbreviation before another word ("U.S.
+    President", "U.K. Prime Minister", "the U.S. The next day").
+
+    They do when the initials are not themselves a known place or organization (lexicon
+    GAZETTEER, KNOWN_ORGS: "U.S.", "U.N.") and `word` looks like a name: capitalized with
+    lower-case letters (not an acronym), no function word, title, month or head word of an
+    organization, place or event, and not a word the text also writes in lower case
+    (`ordinary`: "Hepatitis B. Lymphoma ..." beside "lymphoma"). Another initial passes too
+    ("J. R. R. Tolkien")."""
+    if not _INITIALS.fullmatch(initials):
+        return False
+    letters = initials.replace(".", "").lower()
+    if len(letters) > 1 and (letters in lx.GAZETTEER or initials.lower() in lx.GAZETTEER
+                             or letters in lx.KNOWN_ORGS):
+        return False
+    if _INITIALS.fullmatch(word):
+        return True
+    w = word.replace("’", "'").removesuffix("'s").rstrip(".")
+    if not (w[:1].isupper() and any(c.islower() for c in w)):
+        return False
+    low = w.lower()
+    return low not in _NOT_SURNAME and low not in ordinary
 
 
 def _blocks(paragraph: str) -> list[str]:
@@ -235,33 +274,53 @@ def _pieces(text: str, cuts: Iterable[int]) -> list[str]:
     return out
 
 
-def _sentence_ends(block: str) -> Iterator[int]:
+def _sentence_ends(block: str, ordinary: Callable[[], Container[str]]) -> Iterator[int]:
+    """Where sentences end in `block`: not after an abbreviation, nor after an initial (a
+    capital and its dot: "George A. Romero"; not a unit after a number, "at 660 V. Underground
+    trains ..."), nor after dotted initials read as a person's before a name
+    (`initials_before_name`: "H.P. Lovecraft"; "the U.S. Senate" and "the U.S. The next day"
+    end one)."""
     for m in _BOUND.finditer(block):
         lat = m.group("lat")
         if lat and lat[0] == ".":
             w = _LAST_WORD.search(block, max(0, m.start() - 16), m.start())
-            word = w.group(1).lower() if w else ""
-            if word in lx.ABBREVIATIONS or (len(word) == 1 and w and w.group(1).isupper()):
+            word = w.group(1) if w else ""
+            if word.lower() in lx.ABBREVIATIONS:
                 continue
+            if len(word) == 1 and word.isupper():
+                if not _AFTER_NUMBER.search(block, max(0, m.start() - 4), m.start() - 1):
+                    continue
+            elif _DOTTED_INITIALS.fullmatch(word):
+                nxt = _NEXT_WORD.match(block, m.start() + len(lat))
+                if initials_before_name(word + ".", nxt.group(1) if nxt else "", ordinary()):
+                    continue
         yield m.end()
 
 
-def _split_block(block: str) -> list[str]:
-    return _pieces(block, _sentence_ends(block))
+def _split_block(block: str, ordinary: Callable[[], Container[str]]) -> list[str]:
+    return _pieces(block, _sentence_ends(block, ordinary))
 
 
 def split_sentences(text: str) -> list[str]:
     """Sentences of `text`, markdown markers removed, whitespace collapsed (Latin and CJK).
 
     Sentences end at CJK full stops, and at Latin ones followed by a capital or a digit but not
-    after an abbreviation ("Dr.", "e.g.") or an initial; headings, list items, table rows and
-    short lines stand alone, wrapped prose lines join."""
+    after an abbreviation ("Dr.", "e.g.") or a person's initials (`_sentence_ends`); headings,
+    list items, table rows and short lines stand alone, wrapped prose lines join."""
+    lower: set[str] | None = None
+
+    def ordinary() -> set[str]:  # the words `text` writes in lower case, only when asked
+        nonlocal lower
+        if lower is None:
+            lower = set(_LOWER.findall(text))
+        return lower
+
     out: list[str] = []
     for para in _PARA.split(text):
         for block in _blocks(para):
             cleaned = _clean(block)
             if cleaned and _HAS_TEXT.search(cleaned):
-                out.extend(_split_block(cleaned))
+                out.extend(_split_block(cleaned, ordinary))
     return out
 
 

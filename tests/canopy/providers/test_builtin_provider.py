@@ -208,6 +208,29 @@ class TestUnknownNames:
         assert types["KD Varrow"] == "person"  # initials before a surname
 
 
+    def test_a_persons_initials_stay_in_the_name(self) -> None:
+        types = self.types("The story is by H.P. Quillane. It was filmed by George A. Tarrow, "
+                           "and J. R. Dunmere wrote the score with W.E.B. Vellis.")
+        for name in ("H.P. Quillane", "George A. Tarrow", "J. R. Dunmere", "W.E.B. Vellis"):
+            assert types[name] == "person"
+        assert not set(types) & {"H.P", "Quillane", "George A", "Tarrow", "Dunmere", "W.E.B"}
+
+    def test_initials_of_a_known_place_or_before_a_title_or_an_ordinary_word_stay_apart(
+            self) -> None:
+        found = names(extract(
+            "U.S. President Dana Quillane met the U.K. Prime Minister. The N.F.L. Commissioner "
+            "Roger Tarrow came. Patients with hepatitis B. Lymphoma wards grew, as lymphoma "
+            "rates did on S. Dunmere Street."))
+        assert {"U.S", "U.K", "N.F.L"} <= found
+        assert not [n for n in found if n.startswith(("U.S.", "U.K.", "N.F.L.", "B.", "S."))]
+
+    def test_a_person_and_an_acronym_written_with_dots_are_not_cut_from_names(self) -> None:
+        # "H.P" / "HP", "T.J" / "TJ": pieces of "H.P. Quillane" were once a name of their own,
+        # and merged with the acronym a document writes without dots
+        found = names(extract("HP sells printers. H.P. Quillane wrote about them."))
+        assert "HP" in found and "H.P. Quillane" in found and "H.P" not in found
+
+
 class TestHeadings:
     """A level-one heading that is a name names the entity its section is about."""
 

@@ -146,6 +146,26 @@ class TestSplitSentences:
             "Dr. Ilse Varga met J. R. Pellow at the quay.",
             "They agreed on fees, e.g. the mooring fee.", "Prof. Odum left."]
 
+    def test_a_persons_dotted_initials_end_no_sentence(self) -> None:
+        text = ("Critics compare it to H.P. Quillane and W.E.B. Tarrow. It was filmed by George "
+                "A. Dunmere.")
+        assert split_sentences(text) == [
+            "Critics compare it to H.P. Quillane and W.E.B. Tarrow.",
+            "It was filmed by George A. Dunmere."]
+
+    def test_initials_before_a_function_word_or_title_of_a_place_or_a_unit_end_one(self) -> None:
+        text = ("It sold well in the U.S. The next year it sold in the U.K. President Odum "
+                "wrote to the N.V. Board. The dose doubled at 660 V. Underground cables failed.")
+        assert split_sentences(text) == [
+            "It sold well in the U.S.", "The next year it sold in the U.K.",
+            "President Odum wrote to the N.V.", "Board.", "The dose doubled at 660 V.",
+            "Underground cables failed."]
+
+    def test_initials_before_a_word_the_text_writes_in_lower_case_end_a_sentence(self) -> None:
+        text = "Its plant is in Vellmore S.A. Lymphoma wards grew; lymphoma is rarer now."
+        assert split_sentences(text) == [
+            "Its plant is in Vellmore S.A.", "Lymphoma wards grew; lymphoma is rarer now."]
+
     def test_a_stop_ends_a_sentence_only_before_a_capital_or_a_digit(self) -> None:
         assert split_sentences("Fares rose 3 p.c. last year. 2031 was worse. see below.") == [
             "Fares rose 3 p.c. last year.", "2031 was worse. see below."]
