@@ -152,3 +152,23 @@ def test_a_script_without_a_main_guard_builds_once(tmp_path: Path) -> None:
     assert out.stdout.count("built") == 1
     built = out.stdout.split()
     assert int(built[1]) > 0 and built[2] == "0"
+
+
+def test_a_task_that_fails_in_a_worker_leaves_the_worker_serving() -> None:
+    import asyncio
+
+    from canopy.errors import ProviderError
+
+    async def run() -> tuple[str, object, int]:
+        pool = processes.WorkerPool(1)
+        try:
+            with pytest.raises(ProviderError, match="worker process failed") as failed:
+                await pool.run("embed", 384, "not-this-embedder", ["a text"])
+            got = await pool.run("embed", 384, HashEmbedder(384).name, ["a text"])
+            return str(failed.value), got, pool._alive
+        finally:
+            await pool.close()
+
+    message, got, workers = asyncio.run(run())
+    assert "not-this-embedder" in message
+    assert workers == 1 and (got == HashEmbedder(384).embed_sync(["a text"])).all()  # type: ignore[union-attr]

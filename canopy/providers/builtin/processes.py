@@ -211,6 +211,9 @@ class WorkerPool:
         except (EOFError, ConnectionError) as exc:
             self._lost(idle)
             raise WorkerDied(f"a builtin worker process ended ({type(exc).__name__})") from None
+        except ProviderError:
+            idle.put_nowait(worker)  # the task failed, but the worker answered: it serves on
+            raise
         except BaseException:
             # cancelled mid-call: the pipe may hold half a reply, so this worker is not reused
             await worker.stop()
