@@ -210,7 +210,9 @@ def slope_se(points: list[tuple[float, float]]) -> float | None:
 
 def diagnostics_slopes(samples: list[dict[str, Any]], since_min: float) -> dict[str, float | None]:
     """With --diagnostics: slopes (MB/min) from `since_min` on of what the server reports - each
-    cache's bytes, glibc's heap in use, anonymous RSS - to tell what of RSS's slope grows."""
+    cache's bytes, glibc's heap in use, anonymous RSS by mapping kind, each malloc arena's system,
+    free and small-free bytes (malloc_info), pymalloc's arenas and blocks - to tell what of RSS's
+    slope grows."""
     series: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
         d = s.get("diagnostics") or {}
@@ -223,6 +225,18 @@ def diagnostics_slopes(samples: list[dict[str, Any]], since_min: float) -> dict[
             series.setdefault("glibc_in_use_mb", []).append((t, d["malloc"]["in_use_mb"]))
         if d.get("smaps_mb"):
             series.setdefault("anonymous_mb", []).append((t, d["smaps_mb"].get("Anonymous", 0)))
+        if d.get("anon_mb"):  # the main arena's resident ([heap]) and the rest by mapping size
+            for kind, mb in d["anon_mb"].items():
+                series.setdefault(f"resident_{kind}_mb", []).append((t, mb))
+        arenas = d.get("malloc_arenas") or {}
+        for a in arenas.get("arenas", []):  # malloc_info: each arena's system and free bytes
+            for key in ("system_mb", "free_mb", "small_free_mb"):
+                series.setdefault(f"arena{a['nr']}_{key}", []).append((t, a[key]))
+        if arenas.get("heaps_rss_mb") is not None:  # the non-main arenas' resident heaps
+            series.setdefault("arena_heaps_rss_mb", []).append((t, arenas["heaps_rss_mb"]))
+        for key in ("arenas_mb", "allocated_mb", "available_mb", "unused_pools_mb"):
+            if key in (d.get("pymalloc") or {}):  # Python's small-object allocator
+                series.setdefault(f"pymalloc_{key}", []).append((t, d["pymalloc"][key]))
         if "traced_mb" in d:  # --tracemalloc: Python's own allocations
             series.setdefault("traced_mb", []).append((t, d["traced_mb"]))
     return {name: slope(points) for name, points in sorted(series.items())}
@@ -778,7 +792,11 @@ def main(argv: list[str] | None = None) -> None:
     docs, index_dir, log_path = work / "docs", work / "index", work / "server.log"
     report: dict[str, Any] = {
         "machine": {**machine(args.repo), "psutil": psutil is not None,
-                    "nice": os.getpriority(os.PRIO_PROCESS, 0)},
+                    "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                    # allocator settings the server inherits (glibc's and CPython's)
+                    "allocator_env": {k: v for k, v in os.environ.items()
+                                      if k.startswith(("MALLOC_", "GLIBC_TUNABLES", "PYTHONMALLOC",
+                                                       "ARROW_DEFAULT_MEMORY_POOL"))}},
         "settings": {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}},
         "samples": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)

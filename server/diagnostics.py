@@ -1,5 +1,6 @@
 """An opt-in memory report of a serving process, for soaks (benchmarks/soak.py): what the
-caches hold, which per-generation objects are alive, and where native memory sits.
+caches hold, which per-generation objects are alive, and where native memory sits (glibc's
+arenas one by one from malloc_info, Python's small-object allocator from its own statistics).
 
 Off unless the environment sets CANOPY_DIAGNOSTICS=1, and then served only on a loopback host
 (GET /debug/memory, beside /mcp): the report names no document, but counts of what a process
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from canopy.server.first_build import ServiceSlot
     from canopy.server.service import CanopyService
 
-__all__ = ["DIAGNOSTICS_ENV", "DIAGNOSTICS_PATH", "memory_report", "mount_diagnostics"]
+__all__ = ["DIAGNOSTICS_ENV", "DIAGNOSTICS_PATH", "malloc_arenas", "memory_report",
+           "mount_diagnostics", "pymalloc_mb"]
 
 DIAGNOSTICS_ENV = "CANOPY_DIAGNOSTICS"
 DIAGNOSTICS_PATH = "/debug/memory"
@@ -67,6 +69,143 @@ def malloc_mb() -> dict[str, float]:
     return {"arena_mb": round(m.arena / mb, 1), "in_use_mb": round(m.uordblks / mb, 1),
             "free_mb": round(m.fordblks / mb, 1), "mmap_mb": round(m.hblkhd / mb, 1),
             "top_free_mb": round(m.keepcost / mb, 1)}
+
+
+_HEAP_ALIGN = 64 << 20  # a non-main arena's heaps are mappings aligned to 64 MB (HEAP_MAX_SIZE)
+_PAGE = 4096
+
+
+def malloc_arenas() -> dict[str, Any]:
+    """glibc's malloc_info, per arena (glibc; {} elsewhere): each arena's system bytes, its free
+    bytes (fast bins, bins and top chunk) and of those the bytes in free chunks smaller than a
+    page, which stay resident after a trim (a trim hands back only whole free pages), in MB; and
+    the resident MB of the non-main arenas' heaps (their 64 MB-aligned mappings), so the main
+    arena's resident is anon_mb's "heap" and the others' is `heaps_rss_mb`."""
+    if not sys.platform.startswith("linux"):
+        return {}
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        info, memstream, fclose, free = (libc.malloc_info, libc.open_memstream, libc.fclose,
+                                         libc.free)
+    except (OSError, AttributeError):
+        return {}
+    memstream.restype = ctypes.c_void_p
+    memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    fclose.argtypes = [ctypes.c_void_p]
+    free.argtypes = [ctypes.c_void_p]
+    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+    fp = memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not fp:
+        return {}
+    try:
+        info(0, fp)
+    finally:
+        fclose(fp)
+    try:
+        text = ctypes.string_at(buf, size.value).decode(errors="replace")
+    finally:
+        free(buf)
+    return parse_malloc_info(text) | {"heaps_rss_mb": arena_heaps_rss_mb()}
+
+
+def parse_malloc_info(text: str) -> dict[str, Any]:
+    """malloc_info's XML as {"arenas": [{nr, system_mb, free_mb, small_free_mb, free_chunks}],
+    "mmap_mb"}."""
+    import xml.etree.ElementTree as ET
+
+    mb = 2**20
+    root = ET.fromstring(text)
+    arenas = []
+    for heap in root.findall("heap"):
+        free = sum(int(t.get("size", 0)) for t in heap.findall("total")
+                   if t.get("type") in ("fast", "rest"))
+        chunks = sum(int(t.get("count", 0)) for t in heap.findall("total")
+                     if t.get("type") in ("fast", "rest"))
+        small = sum(int(s.get("total", 0)) for s in heap.iter("size")
+                    if int(s.get("to", 0)) < _PAGE)
+        system = next((int(s.get("size", 0)) for s in heap.findall("system")
+                       if s.get("type") == "current"), 0)
+        arenas.append({"nr": int(heap.get("nr", len(arenas))), "system_mb": round(system / mb, 1),
+                       "free_mb": round(free / mb, 1), "small_free_mb": round(small / mb, 2),
+                       "free_chunks": chunks})
+    mmap = next((int(t.get("size", 0)) for t in root.findall("total")
+                 if t.get("type") == "mmap"), 0)
+    return {"arenas": arenas, "mmap_mb": round(mmap / mb, 1)}
+
+
+def pymalloc_mb() -> dict[str, float]:
+    """Python's small-object allocator (CPython's _PyObject_DebugMallocStats, the report
+    sys._debugmallocstats prints, written to a memory stream; {} when not available), MB: its
+    1 MB arenas, the bytes in allocated blocks, in free blocks of pools in use, and in unused
+    pools. Arenas over allocated blocks is free space pymalloc keeps: an arena goes back only
+    when every block in it is free. ~1 ms, under the GIL."""
+    if not sys.platform.startswith("linux"):
+        return {}
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        memstream, fclose, free = libc.open_memstream, libc.fclose, libc.free
+        stats = ctypes.pythonapi._PyObject_DebugMallocStats
+    except (OSError, AttributeError):
+        return {}
+    memstream.restype = ctypes.c_void_p
+    memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    fclose.argtypes = [ctypes.c_void_p]
+    free.argtypes = [ctypes.c_void_p]
+    stats.argtypes = [ctypes.c_void_p]
+    stats.restype = ctypes.c_int
+    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+    fp = memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not fp:
+        return {}
+    try:
+        used = stats(fp)
+    finally:
+        fclose(fp)
+    try:
+        text = ctypes.string_at(buf, size.value).decode(errors="replace")
+    finally:
+        free(buf)
+    return parse_pymalloc_stats(text) if used else {}
+
+
+def parse_pymalloc_stats(text: str) -> dict[str, float]:
+    """The totals of _PyObject_DebugMallocStats's report, in MB (arena counts as counts)."""
+    out: dict[str, float] = {}
+    names = {"# arenas allocated current": "arenas", "# arenas highwater mark": "arenas_highwater",
+             "# bytes in allocated blocks": "allocated_mb",
+             "# bytes in available blocks": "available_mb", "unused pools": "unused_pools_mb",
+             "arenas *": "arenas_mb"}
+    for line in text.splitlines():
+        head, _, value = line.rpartition("=")
+        number = value.strip().replace(",", "")
+        if not number.isdigit():
+            continue
+        for key, name in names.items():
+            if key in head and name not in out:
+                n = int(number)
+                out[name] = n if name.startswith("arenas") and "mb" not in name else round(
+                    n / 2**20, 1)
+    return out
+
+
+def arena_heaps_rss_mb(pid: int | None = None) -> float | None:
+    """Resident MB of the anonymous read-write mappings that start on a 64 MB boundary: the
+    heaps of glibc's non-main arenas (None: no /proc)."""
+    try:
+        text = Path(f"/proc/{pid or os.getpid()}/smaps").read_text()
+    except OSError:
+        return None
+    total_kb = 0
+    counting = False
+    for line in text.splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            lo = int(head[0].split("-")[0], 16)
+            counting = (len(head) == 5 and head[1].startswith("rw") and lo % _HEAP_ALIGN == 0)
+        elif counting and line.startswith("Rss:"):
+            total_kb += int(head[1])
+    return round(total_kb / 1024, 1)
 
 
 def smaps_mb(pid: int | None = None) -> dict[str, float]:
@@ -168,6 +307,7 @@ def memory_report(service: CanopyService | None, *, objects: bool = False) -> di
     """The report GET /debug/memory answers (`service` None: not opened yet)."""
     report: dict[str, Any] = {"pid": os.getpid(), "threads": threading.active_count(),
                               "smaps_mb": smaps_mb(), "anon_mb": anon_mb(), "malloc": malloc_mb(),
+                              "malloc_arenas": malloc_arenas(), "pymalloc": pymalloc_mb(),
                               "gc_counts": list(gc.get_count())}
     pa = sys.modules.get("pyarrow")
     if pa is not None:

@@ -179,3 +179,92 @@ def test_closing_the_call_loops_closes_what_each_loop_opened() -> None:
     asyncio.run(calls())
     lanes.close()
     assert closed.wait(10)
+
+
+MALLOC_INFO = """<malloc version="1">
+<heap nr="0">
+<sizes>
+  <size from="33" to="48" total="480" count="10"/>
+  <size from="3985" to="4080" total="4000" count="1"/>
+  <size from="65537" to="131072" total="100000" count="1"/>
+  <unsorted from="8193" to="8193" total="8193" count="1"/>
+</sizes>
+<total type="fast" count="10" size="480"/>
+<total type="rest" count="3" size="1160000"/>
+<system type="current" size="4194304"/>
+<system type="max" size="4194304"/>
+</heap>
+<heap nr="1">
+<sizes>
+</sizes>
+<total type="fast" count="0" size="0"/>
+<total type="rest" count="1" size="1048576"/>
+<system type="current" size="67108864"/>
+<system type="max" size="67108864"/>
+<aspace type="subheaps" size="1"/>
+</heap>
+<total type="fast" count="10" size="480"/>
+<total type="rest" count="4" size="2208576"/>
+<total type="mmap" count="2" size="2097152"/>
+<system type="current" size="71303168"/>
+</malloc>
+"""
+
+
+def test_malloc_info_is_read_per_arena_with_the_free_space_a_trim_cannot_return() -> None:
+    from canopy.server.diagnostics import parse_malloc_info
+
+    parsed = parse_malloc_info(MALLOC_INFO)
+    assert parsed["mmap_mb"] == 2.0
+    main, other = parsed["arenas"]
+    assert (main["nr"], main["system_mb"], main["free_chunks"]) == (0, 4.0, 13)
+    assert main["free_mb"] == round((480 + 1_160_000) / 2**20, 1)
+    # chunks smaller than a page share their pages with chunks in use: a trim keeps them
+    assert main["small_free_mb"] == round((480 + 4000) / 2**20, 2)
+    assert (other["nr"], other["system_mb"], other["free_mb"]) == (1, 64.0, 1.0)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's")
+def test_the_diagnostics_report_has_each_malloc_arena() -> None:
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("malloc_info is glibc's")
+    arenas = memory_report(None)["malloc_arenas"]
+    assert [a["nr"] for a in arenas["arenas"]][:1] == [0]
+    assert all(a["system_mb"] >= a["free_mb"] >= 0 for a in arenas["arenas"])
+    assert arenas["heaps_rss_mb"] is not None and arenas["mmap_mb"] >= 0
+
+
+PYMALLOC_STATS = """Small block threshold = 512, in 32 size classes.
+
+class   size   num pools   blocks in use  avail blocks
+-----   ----   ---------   -------------  ------------
+    0     16           1             254             1
+
+# arenas allocated total           =                   30
+# arenas reclaimed                 =                    4
+# arenas highwater mark            =                   28
+# arenas allocated current         =                   26
+26 arenas * 1048576 bytes/arena    =           27,262,976
+
+# bytes in allocated blocks        =           20,971,520
+# bytes in available blocks        =            1,048,576
+10 unused pools * 16384 bytes      =              163,840
+# bytes lost to pool headers       =               78,528
+Total                              =           27,262,976
+
+arena map counts
+# arena map mid nodes              =                    1
+Total                              =              655,360
+"""
+
+
+def test_pymalloc_totals_are_read_from_its_report() -> None:
+    from canopy.server.diagnostics import parse_pymalloc_stats, pymalloc_mb
+
+    assert parse_pymalloc_stats(PYMALLOC_STATS) == {
+        "arenas_highwater": 28, "arenas": 26, "arenas_mb": 26.0, "allocated_mb": 20.0,
+        "available_mb": 1.0, "unused_pools_mb": 0.2}
+    live = pymalloc_mb()  # {} under PYTHONMALLOC=malloc
+    assert not live or live["arenas_mb"] >= live["allocated_mb"] > 0
