@@ -25,6 +25,7 @@ import sys
 import threading
 import tracemalloc
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,37 +76,48 @@ _HEAP_ALIGN = 64 << 20  # a non-main arena's heaps are mappings aligned to 64 MB
 _PAGE = 4096
 
 
+def _printed(write: Callable[[int], object]) -> str | None:
+    """What `write(fp)` prints to a C stream (glibc's open_memstream), or None where there is
+    no such stream (not Linux, no glibc)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        memstream, fclose, free = libc.open_memstream, libc.fclose, libc.free
+    except (OSError, AttributeError):
+        return None
+    memstream.restype = ctypes.c_void_p
+    memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    fclose.argtypes = [ctypes.c_void_p]
+    free.argtypes = [ctypes.c_void_p]
+    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+    fp = memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not fp:
+        return None
+    try:
+        write(fp)
+    finally:
+        fclose(fp)
+    try:
+        return ctypes.string_at(buf, size.value).decode(errors="replace")
+    finally:
+        free(buf)
+
+
 def malloc_arenas() -> dict[str, Any]:
     """glibc's malloc_info, per arena (glibc; {} elsewhere): each arena's system bytes, its free
     bytes (fast bins, bins and top chunk) and of those the bytes in free chunks smaller than a
     page, which stay resident after a trim (a trim hands back only whole free pages), in MB; and
     the resident MB of the non-main arenas' heaps (their 64 MB-aligned mappings), so the main
     arena's resident is anon_mb's "heap" and the others' is `heaps_rss_mb`."""
-    if not sys.platform.startswith("linux"):
-        return {}
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        info, memstream, fclose, free = (libc.malloc_info, libc.open_memstream, libc.fclose,
-                                         libc.free)
+        info = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_info
     except (OSError, AttributeError):
         return {}
-    memstream.restype = ctypes.c_void_p
-    memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
     info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    fclose.argtypes = [ctypes.c_void_p]
-    free.argtypes = [ctypes.c_void_p]
-    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
-    fp = memstream(ctypes.byref(buf), ctypes.byref(size))
-    if not fp:
+    text = _printed(lambda fp: info(0, fp))
+    if text is None:
         return {}
-    try:
-        info(0, fp)
-    finally:
-        fclose(fp)
-    try:
-        text = ctypes.string_at(buf, size.value).decode(errors="replace")
-    finally:
-        free(buf)
     return parse_malloc_info(text) | {"heaps_rss_mb": arena_heaps_rss_mb()}
 
 
@@ -116,7 +128,7 @@ def parse_malloc_info(text: str) -> dict[str, Any]:
 
     mb = 2**20
     root = ET.fromstring(text)
-    arenas = []
+    arenas: list[dict[str, Any]] = []
     for heap in root.findall("heap"):
         free = sum(int(t.get("size", 0)) for t in heap.findall("total")
                    if t.get("type") in ("fast", "rest"))
@@ -140,33 +152,21 @@ def pymalloc_mb() -> dict[str, float]:
     1 MB arenas, the bytes in allocated blocks, in free blocks of pools in use, and in unused
     pools. Arenas over allocated blocks is free space pymalloc keeps: an arena goes back only
     when every block in it is free. ~1 ms, under the GIL."""
-    if not sys.platform.startswith("linux"):
-        return {}
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        memstream, fclose, free = libc.open_memstream, libc.fclose, libc.free
         stats = ctypes.pythonapi._PyObject_DebugMallocStats
-    except (OSError, AttributeError):
+    except AttributeError:
         return {}
-    memstream.restype = ctypes.c_void_p
-    memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
-    fclose.argtypes = [ctypes.c_void_p]
-    free.argtypes = [ctypes.c_void_p]
     stats.argtypes = [ctypes.c_void_p]
     stats.restype = ctypes.c_int
-    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
-    fp = memstream(ctypes.byref(buf), ctypes.byref(size))
-    if not fp:
+    used = [0]
+
+    def write(fp: int) -> None:
+        used[0] = stats(fp)
+
+    text = _printed(write)
+    if text is None:
         return {}
-    try:
-        used = stats(fp)
-    finally:
-        fclose(fp)
-    try:
-        text = ctypes.string_at(buf, size.value).decode(errors="replace")
-    finally:
-        free(buf)
-    return parse_pymalloc_stats(text) if used else {}
+    return parse_pymalloc_stats(text) if used[0] else {}
 
 
 def parse_pymalloc_stats(text: str) -> dict[str, float]:

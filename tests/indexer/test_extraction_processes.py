@@ -38,6 +38,20 @@ def search_rows(index_dir: Path) -> dict[str, list[tuple[object, ...]]]:
             for name in TABLES}
 
 
+def started_workers(monkeypatch: pytest.MonkeyPatch) -> list[processes._Worker]:
+    """The worker processes started from now on (each with its process)."""
+    started: list[processes._Worker] = []
+    start = processes._Worker.start
+
+    async def counted() -> processes._Worker:
+        w = await start()
+        started.append(w)
+        return w
+
+    monkeypatch.setattr(processes._Worker, "start", staticmethod(counted))
+    return started
+
+
 def _docs(tmp_path: Path) -> Path:
     docs = tmp_path / "docs"
     shutil.copytree(EXAMPLES, docs)
@@ -61,15 +75,7 @@ def test_worker_processes_build_the_in_process_index(tmp_path: Path,
     docs = _docs(tmp_path)
     inproc = build_index(open_workspace(docs, index_dir=tmp_path / "a", extract={"processes": 1}))
     monkeypatch.setattr(processes, "MIN_EMBED_TEXTS", 4)  # the examples' calls are small
-    started: list[object] = []
-    start = processes._Worker.start
-
-    async def counted() -> processes._Worker:
-        w = await start()
-        started.append(w)
-        return w
-
-    monkeypatch.setattr(processes._Worker, "start", staticmethod(counted))
+    started = started_workers(monkeypatch)
     tasks: list[str] = []
     run = processes.WorkerPool.run
 
@@ -84,7 +90,7 @@ def test_worker_processes_build_the_in_process_index(tmp_path: Path,
     assert len(started) == 2
     assert {"extract", "describe", "embed"} <= set(tasks)
     assert workers.usage["summarize"]["calls"] == inproc.usage["summarize"]["calls"] > 0
-    assert all(w.proc.returncode == 0 for w in started)  # type: ignore[attr-defined]
+    assert all(w.proc.returncode == 0 for w in started)
     assert workers.stats["units_extracted"] == inproc.stats["units_extracted"] > 0
     assert workers.failures == [] and inproc.failures == []
     assert workers.usage["extract"]["calls"] == inproc.usage["extract"]["calls"] > 0

@@ -19,7 +19,7 @@ from canopy.providers.builtin import processes
 from canopy.server.runtime import build_index, open_workspace
 from canopy.vectors import VectorStore
 from tests.conftest import EXAMPLES
-from tests.indexer.test_extraction_processes import search_rows
+from tests.indexer.test_extraction_processes import search_rows, started_workers
 
 
 def _docs(tmp_path: Path) -> Path:
@@ -76,16 +76,7 @@ def test_unit_and_entity_rows_are_written_before_the_reports_end(
 def _started_workers(monkeypatch: pytest.MonkeyPatch) -> list[processes._Worker]:
     monkeypatch.setattr(processes, "MIN_EMBED_TEXTS", 4)  # the examples' calls are small
     monkeypatch.setattr(processes, "AUTO_MIN_TEXTS", 1)
-    started: list[processes._Worker] = []
-    start = processes._Worker.start
-
-    async def counted() -> processes._Worker:
-        w = await start()
-        started.append(w)
-        return w
-
-    monkeypatch.setattr(processes._Worker, "start", staticmethod(counted))
-    return started
+    return started_workers(monkeypatch)
 
 
 def test_an_early_write_that_fails_ends_the_run_with_nothing_committed(
