@@ -29,8 +29,9 @@ class BatchDescriber(Protocol):
 
     batch_size: int
 
-    async def describe_batch(self, items: list[tuple[str, ...]], *, max_tokens: int
-                             ) -> list[str]: ...
+    async def describe_batch(self, items: list[list[str]], *, max_tokens: int) -> list[str]:
+        """Each element's description from what the summary input keeps of its descriptions."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ async def describe(
         out[element_id] = text.strip() or " ".join(kept)
 
     async def part(chunk: list[tuple[str, tuple[str, ...]]], by: BatchDescriber) -> None:
-        got = await by.describe_batch([descs for _, descs in chunk], max_tokens=max_tokens)
+        got = await by.describe_batch([summary_input(list(descs), tok) for _, descs in chunk],
+                                      max_tokens=max_tokens)
         for (element_id, _), text in zip(chunk, got, strict=True):
             out[element_id] = text
             if on_done:

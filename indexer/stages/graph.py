@@ -81,7 +81,7 @@ def _describer(b: Build, elements: int) -> BatchDescriber | None:
     if not isinstance(b.provider, BuiltinProvider) or b.memo is not None:
         return None
     processes = summary_processes(b.settings.extract.processes, elements)
-    return b.provider.describer(b.workers(processes), b.tok.name) if processes else None
+    return b.provider.describer(b.workers(processes)) if processes else None
 
 
 def _slices(items: list[_T], size: int = 250) -> Iterator[list[_T]]:

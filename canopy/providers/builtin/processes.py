@@ -289,21 +289,19 @@ class ProcessDescriber:
     elements; `count` is called once per element, in the writer (the provider's accounting).
     A worker that dies leaves its batch to the writer."""
 
-    def __init__(self, pool: WorkerPool, count: Callable[[str], None], input_encoding: str,
-                 encoding: str) -> None:
+    def __init__(self, pool: WorkerPool, count: Callable[[str], None], encoding: str) -> None:
         self.pool = pool
         self.batch_size = BATCH_DESCRIPTIONS
         self._count = count
-        self._encodings = (input_encoding, encoding)
+        self._encoding = encoding
 
-    async def describe_batch(self, items: list[tuple[str, ...]], *, max_tokens: int
-                             ) -> list[str]:
+    async def describe_batch(self, items: list[list[str]], *, max_tokens: int) -> list[str]:
         for _ in items:
             self._count("summarize")
         try:
-            got = await self.pool.run("describe", *self._encodings, max_tokens, items)
+            got = await self.pool.run("describe", self._encoding, max_tokens, items)
         except WorkerDied:
-            return describe_batch(*self._encodings, max_tokens, items)
+            return describe_batch(self._encoding, max_tokens, items)
         assert isinstance(got, list)
         return got
 
@@ -315,21 +313,17 @@ def _embed(dims: int, name: str, texts: list[str]) -> np.ndarray:
     return embedder.embed_sync(texts)
 
 
-def describe_batch(input_encoding: str, encoding: str, max_tokens: int,
-                   items: Sequence[Sequence[str]]) -> list[str]:
-    """The description of each element of several distinct descriptions (a worker's task, and
-    the writer's when no worker is left): what `canopy.indexer.descriptions.describe` makes of
-    them with the builtin provider (its summary of the descriptions the input budget keeps,
-    or those joined when it has none)."""
-    from canopy.indexer.operations.merging import summary_input
+def describe_batch(encoding: str, max_tokens: int, items: Sequence[Sequence[str]]) -> list[str]:
+    """The description of each element from its descriptions (those the summary input keeps:
+    canopy.indexer.descriptions.describe), a worker's task, and the writer's when no worker is
+    left: the builtin provider's summary of them, or them joined when it has none."""
     from canopy.providers.builtin.summaries import summarize_descriptions
     from canopy.tokenizer import get_tokenizer
 
-    tok, summary_tok = get_tokenizer(input_encoding), get_tokenizer(encoding)
+    tok = get_tokenizer(encoding)
     out = []
-    for descriptions in items:
-        kept = summary_input(list(descriptions), tok)
-        text = summarize_descriptions(kept, max_tokens, summary_tok)
+    for kept in items:
+        text = summarize_descriptions(list(kept), max_tokens, tok)
         out.append(text.strip() or " ".join(kept))
     return out
 

@@ -71,12 +71,12 @@ class BuiltinProvider:
             self._usage.setdefault(task, Usage()).calls += 1
         record_usage(task, calls=1)
 
-    def describer(self, pool: WorkerPool, input_encoding: str) -> ProcessDescriber:
+    def describer(self, pool: WorkerPool) -> ProcessDescriber:
         """Its summaries of merged elements computed by worker processes (a large merge:
         canopy.indexer.stages.graph), counted here as `summarize` calls."""
         from canopy.providers.builtin.processes import ProcessDescriber
 
-        return ProcessDescriber(pool, self._count, input_encoding, self._tokenizer.name)
+        return ProcessDescriber(pool, self._count, self._tokenizer.name)
 
     def usage(self) -> dict[str, Usage]:
         with self._lock:
