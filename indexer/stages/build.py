@@ -104,6 +104,13 @@ class Build:
             self._workers = None
 
     @property
+    def computes_here(self) -> bool:
+        """Whether the provider's calls compute in this process and return without waiting
+        (the builtin one: `in_process`), so there is nothing to overlap them with; the merge
+        (canopy.indexer.stages.graph._streams) and the reports take their order from it."""
+        return bool(getattr(self.provider, "in_process", False))
+
+    @property
     def reads(self) -> GraphReads:
         """The generation being built: staged rows overlaid on the committed ones."""
         return self.staging.reads

@@ -71,14 +71,14 @@ def _streams(b: Build) -> bool:
     so, one run each side by side), and the reports count only the elements they read (a
     relationship whose ends are in two leaf communities under a parent written from its
     children's reports alone is never counted)."""
-    return not getattr(b.provider, "in_process", False)
+    return not b.computes_here
 
 
 def _describer(b: Build, elements: int) -> BatchDescriber | None:
     """The builtin provider's summaries over the run's worker processes, for a merge of many
     elements: the summaries then run beside the merging of the next batches (four at a time:
     `_overlapped`) instead of in the writer."""
-    if not isinstance(b.provider, BuiltinProvider) or b.memo is not None:
+    if not isinstance(b.provider, BuiltinProvider):
         return None
     processes = summary_processes(b.settings.extract.processes, elements)
     return b.provider.describer(b.workers(processes)) if processes else None

@@ -150,21 +150,17 @@ async def stage_reports(b: Build, g: GraphDelta, h: HierarchyDelta,
         out.communities += len(chunk.ids)
 
     plan = report_plan(stale, lineage, members, size, _CHUNK_MEMBERS)
-    if _computed_here(b):
-        for chunk in plan:  # each after the chunks it comes after: they are earlier in the plan
+    if b.computes_here:
+        # Chunks one after another (each after the chunks it comes after: they are earlier in
+        # the plan), and their reports one at a time with a turn of the event loop between them
+        # (`_write`), so that the search rows written meanwhile (SearchRows.start_early) move
+        # on. Gathered, a chunk's reports would all be computed in one turn; chunks side by side
+        # would each hold their rows at once (the row cache overflows).
+        for chunk in plan:
             await write(chunk)
     else:
         await _in_plan_order(plan, members, write, _CHUNK_MEMBERS)
     return out
-
-
-def _computed_here(b: Build) -> bool:
-    """Whether the provider writes reports in this process, never waiting (the builtin one):
-    then chunks are written one after another, and their reports one at a time with a turn of
-    the event loop between them, so that the search rows written meanwhile
-    (`SearchRows.start_early`) move on. Gathered, a chunk's reports would all be computed in one
-    turn; chunks side by side would each hold their rows at once (the row cache overflows)."""
-    return bool(getattr(b.provider, "in_process", False))
 
 
 async def _in_plan_order(plan: list[ReportChunk], members: dict[str, int],
@@ -398,7 +394,7 @@ async def _write(b: Build, items: list[tuple[Community, _Source]], sizes: Elemen
         written.append(report)
 
     unavailable: list[EndpointUnavailable] = []
-    if _computed_here(b):
+    if b.computes_here:  # one at a time, a turn of the loop between them (stage_reports)
         for c, source in items:
             await one(c, source)
             await asyncio.sleep(0)

@@ -194,7 +194,6 @@ class SearchRows:
     def __init__(self, b: Build, *, rebuild: bool, erase: bool) -> None:
         self.b = b
         self.rebuild = rebuild
-        self.embedder: Embedder = b.embedder
         self.vectors = VectorStore(b.store.index_dir, b.embedder.dims or 0, erase=erase)
         committed = json.loads(b.store.get_meta("lance_versions", "{}") or "{}")
         self.vectors.restore(committed, missing_ok=rebuild)
@@ -202,8 +201,7 @@ class SearchRows:
             self.vectors.clear()
         self.embedded = 0
         self._pool: ProcessEmbedder | None = None  # the hashing embedder over worker processes
-        self._early: asyncio.Task[None] | None = None
-        self._written: set[str] = set()
+        self._early: asyncio.Task[None] | None = None  # writing _EARLY_TABLES
 
     def start_early(self) -> bool:
         """Start writing the units' and entities' rows (their artifacts are final), when the
@@ -211,15 +209,13 @@ class SearchRows:
         if embeds_remotely(self.b.embedder) or self._early is not None:
             return False
         plan = {table: _ids(self.b, table, self.rebuild) for table in _EARLY_TABLES}
-        self._written.update(plan)
         self._early = asyncio.ensure_future(self._write(plan, _EARLY_BATCH))
         return True
 
     async def finish(self) -> VectorOutcome:
         """Write the rows of the tables not written early, and wait for those that were."""
-        plan = {table: _ids(self.b, table, self.rebuild)
-                for table in TABLES if table not in self._written}
-        self._written.update(plan)
+        early = _EARLY_TABLES if self._early is not None else ()
+        plan = {table: _ids(self.b, table, self.rebuild) for table in TABLES if table not in early}
         try:
             await side_by_side([*([self._early] if self._early else []),
                                 self._write(plan, _BATCH)])
